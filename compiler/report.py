@@ -1,0 +1,134 @@
+"""Compile reports: what the compiler did with each graph, as data.
+
+Tests, the harness and ``compiler.inspect`` read these objects directly; nothing
+here is scraped from logs. ``collect_reports()`` gathers the reports of every
+graph compiled inside a ``with`` block (the harness wraps each target run in it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import threading
+from dataclasses import dataclass, field
+from typing import Iterator
+
+from tabulate import tabulate
+
+
+class ExternReason(str, enum.Enum):
+    """Why an ATen op runs as an extern call instead of a generated kernel."""
+
+    NO_LOWERING = "no_lowering"  # the op has no lowering rule
+    LIBRARY_KERNEL = "library_kernel"  # matmul/conv/...: a vendor library is the better kernel
+    UNSUPPORTED_DTYPE = "unsupported_dtype"
+    UNSUPPORTED_ARGS = "unsupported_args"  # the lowering refused these arguments
+    RANDOMNESS = "randomness"  # RNG ops keep ATen's generator semantics
+
+
+class FallbackReason(str, enum.Enum):
+    """Why a whole graph ran in eager instead of compiled code."""
+
+    COMPILER_ERROR = "compiler_error"
+    SYMBOLIC_SHAPES = "symbolic_shapes"
+    UNSUPPORTED_GRAPH = "unsupported_graph"
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    name: str
+    codegen: str  # "triton" | "cpp"
+    ops: tuple[str, ...]  # IR/ATen ops fused into this kernel
+    source: str
+    kind: str = "pointwise"  # "pointwise" | "reduction"
+
+
+@dataclass(frozen=True)
+class ExternReport:
+    op: str  # ATen overload name, e.g. "aten.mm.default"
+    reason: ExternReason
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class FusionRefusal:
+    """A fusion the scheduler considered and refused (Inductor's WhyNoFuse)."""
+
+    producer: str
+    consumer: str
+    reason: str
+
+
+@dataclass
+class GraphReport:
+    """One compiled graph (a forward or a backward)."""
+
+    graph_id: int
+    kind: str  # "forward" | "backward" | "inference"
+    fx_nodes: int
+    codegen: str
+    kernels: list[KernelReport] = field(default_factory=list)
+    externs: list[ExternReport] = field(default_factory=list)
+    refused_fusions: list[FusionRefusal] = field(default_factory=list)
+    fallback: FallbackReason | None = None
+    fallback_message: str = ""
+    failed_pass: str | None = None
+    pass_seconds: dict[str, float] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        head = (f"graph {self.graph_id} ({self.kind}, codegen={self.codegen}): {self.fx_nodes} FX nodes, "
+                f"{len(self.kernels)} kernels, {len(self.externs)} extern calls")
+        if self.fallback is not None:
+            head += f"\n  FELL BACK TO EAGER in pass {self.failed_pass!r}: {self.fallback.value}: {self.fallback_message}"
+        rows = [(k.name, k.kind, k.codegen, ", ".join(k.ops)) for k in self.kernels]
+        rows += [(e.op, "extern", "aten", f"{e.reason.value}: {e.message}".rstrip(": ")) for e in self.externs]
+        if not rows:
+            return head
+        return head + "\n" + tabulate(rows, headers=["kernel", "kind", "codegen", "ops / reason"])
+
+
+@dataclass
+class CompileReport:
+    """Everything compiled for one ``inspect`` call or one collected region."""
+
+    graphs: list[GraphReport] = field(default_factory=list)
+
+    @property
+    def kernels(self) -> list[KernelReport]:
+        return [k for g in self.graphs for k in g.kernels]
+
+    @property
+    def externs(self) -> list[ExternReport]:
+        return [e for g in self.graphs for e in g.externs]
+
+    @property
+    def fallbacks(self) -> list[GraphReport]:
+        return [g for g in self.graphs if g.fallback is not None]
+
+    def __str__(self) -> str:
+        if not self.graphs:
+            return "no graphs were compiled"
+        return "\n\n".join(str(g) for g in self.graphs)
+
+
+_collectors = threading.local()
+
+
+@contextlib.contextmanager
+def collect_reports() -> Iterator[CompileReport]:
+    """Collect the GraphReport of every graph compiled inside the block."""
+    stack = getattr(_collectors, "stack", None)
+    if stack is None:
+        stack = _collectors.stack = []
+    report = CompileReport()
+    stack.append(report)
+    try:
+        yield report
+    finally:
+        stack.remove(report)
+
+
+def publish(graph: GraphReport) -> None:
+    """Hand a finished GraphReport to every active collector."""
+    for report in getattr(_collectors, "stack", ()):
+        report.graphs.append(graph)
