@@ -1,0 +1,317 @@
+"""Build, cache and load layer for generated C++ kernels (compiler/cpp_build.py)."""
+
+import ctypes
+import json
+import os
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compiler import cpp_build
+from compiler.cpp_build import CppCompileError, build_library, call_kernel, safe_comment, sanitize_identifier
+
+REPO = Path(__file__).resolve().parents[1]
+
+AFFINE = r"""
+#include <cstdint>
+extern "C" void affine(const float* x, const float* a, const float* b, float* out, int64_t n) {
+#pragma omp parallel for
+  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * a[i] + b[i];
+}
+extern "C" int openmp_enabled() {
+#ifdef _OPENMP
+  return 1;
+#else
+  return 0;
+#endif
+}
+"""
+AFFINE_ARGS = [ctypes.c_void_p] * 4 + [ctypes.c_int64]
+
+
+@pytest.fixture(autouse=True)
+def fresh_cache(tmp_path, monkeypatch):
+    """Each test gets an empty cache directory and a process with nothing loaded."""
+    monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("CRUCIBLE_CPP_FLAGS", raising=False)
+    cpp_build.clear_memory_cache()
+    cpp_build.stats.reset()
+    return tmp_path / "cache" / "cpp"
+
+
+def entry_files(cache: Path, suffix: str) -> list[Path]:
+    return sorted(p for p in cache.iterdir() if p.name.endswith(suffix))
+
+
+def run_affine(lib):
+    x, a, b = (torch.randn(100_003) for _ in range(3))
+    out = torch.empty_like(x)
+    call_kernel(lib.function("affine", AFFINE_ARGS), x, a, b, out, x.numel())
+    return out, x * a + b
+
+
+def test_kernel_matches_torch_bitwise_with_openmp(fresh_cache):
+    lib = build_library(AFFINE, "affine")
+    out, expected = run_affine(lib)
+    # Bitwise: a contracted FMA (one rounding) would differ from ATen's mul-then-add.
+    assert torch.equal(out, expected)
+    assert lib.function("openmp_enabled", [], ctypes.c_int)() == 1
+    assert cpp_build.stats.compiles == 1
+    assert (fresh_cache.stat().st_mode & 0o777) == 0o700
+
+
+def test_second_build_hits_disk_then_memory(fresh_cache):
+    first = build_library(AFFINE, "affine")
+    cpp_build.clear_memory_cache()
+    cpp_build.stats.reset()
+    second = build_library(AFFINE, "affine")
+    assert (cpp_build.stats.compiles, cpp_build.stats.disk_hits) == (0, 1)
+    assert second.path == first.path
+    assert build_library(AFFINE, "affine") is second
+    assert cpp_build.stats.memory_hits == 1
+    assert torch.equal(*run_affine(second))
+
+
+def test_flags_are_part_of_the_key(fresh_cache, monkeypatch):
+    build_library(AFFINE, "affine")
+    build_library(AFFINE, "affine", extra_flags=("-DVARIANT=1",))
+    monkeypatch.setenv("CRUCIBLE_CPP_FLAGS", "-O1")
+    build_library(AFFINE, "affine")
+    assert cpp_build.stats.compiles == 3
+    assert len(entry_files(fresh_cache, ".so")) == 3
+
+
+CHILD = r"""
+import ctypes, json, os, sys, time
+from compiler import cpp_build
+source = '''
+#include <cstdint>
+extern "C" int64_t sum_below(int64_t n) {
+  int64_t total = 0;
+#pragma omp parallel for reduction(+ : total)
+  for (int64_t i = 0; i < n; ++i) total += i;
+  return total;
+}
+'''
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.002)
+lib = cpp_build.build_library(source, "race")
+value = lib.function("sum_below", [ctypes.c_int64], ctypes.c_int64)(100000)
+print(json.dumps({"value": value, "compiles": cpp_build.stats.compiles,
+                  "disk_hits": cpp_build.stats.disk_hits}))
+"""
+
+
+def test_two_processes_build_the_same_kernel(fresh_cache, tmp_path):
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    children = [subprocess.Popen([sys.executable, "-c", CHILD, str(go)], cwd=REPO, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for _ in range(2)]
+    for child in children:
+        assert child.stdout.readline().strip() == "ready"
+    go.touch()  # both start building at the same moment
+    results = []
+    for child in children:
+        out, err = child.communicate(timeout=120)
+        assert child.returncode == 0, err
+        results.append(json.loads(out.splitlines()[-1]))
+    assert [r["value"] for r in results] == [100000 * 99999 // 2] * 2
+    # The lock makes the second builder wait and reuse the first one's library.
+    assert sorted((r["compiles"], r["disk_hits"]) for r in results) == [(0, 1), (1, 0)]
+    assert not entry_files(fresh_cache, ".tmp")
+
+
+def truncate(path: Path) -> None:
+    data = path.read_bytes()
+    tmp = path.with_name("replacement")
+    tmp.write_bytes(data[: len(data) // 3])
+    os.replace(tmp, path)  # a new inode: the copy mapped in this process stays intact
+
+
+def flip_bytes(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2: len(data) // 2 + 16] = b"\xff" * 16
+    tmp = path.with_name("replacement")
+    tmp.write_bytes(bytes(data))
+    os.replace(tmp, path)
+
+
+def drop_sidecar(path: Path) -> None:
+    path.with_suffix(".json").unlink()
+
+
+@pytest.mark.parametrize("damage", [truncate, flip_bytes, drop_sidecar])
+def test_damaged_cache_entry_is_rebuilt(fresh_cache, damage):
+    first = build_library(AFFINE, "affine")
+    damage(first.path)
+    cpp_build.clear_memory_cache()
+    cpp_build.stats.reset()
+    lib = build_library(AFFINE, "affine")
+    assert (cpp_build.stats.rebuilds, cpp_build.stats.compiles) == (1, 1)
+    assert torch.equal(*run_affine(lib))
+    meta = json.loads(lib.path.with_suffix(".json").read_text())
+    assert meta["size"] == lib.path.stat().st_size
+
+
+def test_compile_error_names_kernel_command_and_errors(fresh_cache):
+    source = "extern \"C\" void broken(float* x) { x[0] = undeclared_thing; }\n"
+    with pytest.raises(CppCompileError) as caught:
+        build_library(source, "broken_kernel")
+    error = caught.value
+    message = str(error)
+    assert "'broken_kernel'" in message
+    assert "-fopenmp" in message and "-ffp-contract=off" in message
+    assert "undeclared_thing" in message and "error" in message
+    assert error.command[0].endswith(("g++", "c++")) and "-fopenmp" in error.command
+    assert not entry_files(fresh_cache, ".so") and not entry_files(fresh_cache, ".tmp")
+    assert entry_files(fresh_cache, ".cpp")  # kept so the failing source can be read
+
+
+def test_error_output_is_cut_to_the_first_lines(fresh_cache):
+    source = "".join(f"int f{i}() {{ return missing_{i}; }}\n" for i in range(200))
+    with pytest.raises(CppCompileError) as caught:
+        build_library(source, "many_errors")
+    assert "missing_0" in str(caught.value)
+    assert "missing_199" not in str(caught.value) and "missing_199" in caught.value.output
+
+
+def test_missing_compiler_from_cxx(monkeypatch):
+    monkeypatch.setenv("CXX", "/nonexistent/bin/crucible-g++")
+    with pytest.raises(CppCompileError, match="not found.*\n.*crucible-g\\+\\+"):
+        build_library(AFFINE, "affine")
+    assert cpp_build.stats.compiles == 0
+
+
+def test_missing_compiler_on_path(monkeypatch, tmp_path):
+    monkeypatch.delenv("CXX", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(CppCompileError, match="no C\\+\\+ compiler"):
+        build_library(AFFINE, "affine")
+
+
+def test_cache_dir_writable_by_others_is_refused(fresh_cache):
+    fresh_cache.mkdir(parents=True)
+    fresh_cache.chmod(0o777)
+    with pytest.raises(cpp_build.CppBuildError, match="not writable by others"):
+        build_library(AFFINE, "affine")
+
+
+HOSTILE = [
+    'x */ system("rm -rf /"); /*',
+    "first line\nint injected = 1;\n",
+    "ends in a line splice \\",
+    "splice \\\n int injected2 = 2;",
+    "trigraph splice ??/",
+    "héllo wörld \u2211 \u2028 \u202e evil",
+    "\x00\x1b[31m control \r\t",
+    "*/", "/*", "*", "/", "//", "**//**", "/*/",
+    "int", "main", "errno", "NULL",
+    "__reserved", "_Upper", "123abc", "",
+    "a" * 500,
+    "a" * 499 + "b",
+    "aten.add.Tensor",
+]
+
+
+def test_hostile_strings_compile_safely(fresh_cache):
+    names = [sanitize_identifier(text) for text in HOSTILE]
+    lines = ['#include "cpp_prelude.h"']
+    for i, (text, name) in enumerate(zip(HOSTILE, names)):
+        comment = safe_comment(text)
+        # A comment that ends early injects code; one that runs on swallows the function.
+        lines += [f"// {comment}",
+                  f"/*{comment}*/ extern \"C\" int f{i}() {{ int {name} = {i}; return {name}; }} //{comment}"]
+    # Sanitized names also work as exported functions (several texts map to "v_": not injective).
+    lines += [f'extern "C" int {name}() {{ return {len(name)}; }}' for name in dict.fromkeys(names)]
+    lib = build_library("\n".join(lines) + "\n", "hostile", extra_flags=("-Wall", "-Werror"))
+    for i, name in enumerate(names):
+        assert lib.function(f"f{i}", [], ctypes.c_int)() == i
+        assert lib.function(name, [], ctypes.c_int)() == len(name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_sanitizers_properties(text):
+    name = sanitize_identifier(text)
+    assert re.fullmatch(r"[A-Za-z][A-Za-z0-9_]{0,63}", name)
+    assert "__" not in name and name not in cpp_build._CPP_KEYWORDS
+    comment = safe_comment(text)
+    assert all(" " <= c <= "~" for c in comment) and len(comment) <= cpp_build.MAX_COMMENT
+    for bad in ("*/", "/*", "\\", "??"):
+        assert bad not in comment
+
+
+PRELUDE_CHECKS = r"""
+#include <cstdint>
+#include "cpp_prelude.h"
+using namespace crucible;
+extern "C" void half_bits_to_float(const uint16_t* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = half_to_float(x[i]);
+}
+extern "C" void float_to_half_bits(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_half(x[i]);
+}
+extern "C" void bf16_bits_to_float(const uint16_t* x, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(x[i]);
+}
+extern "C" void float_to_bf16_bits(const float* x, uint16_t* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = float_to_bf16(x[i]);
+}
+extern "C" void maximum(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = max_propagate_nan(a[i], b[i]);
+}
+extern "C" void minimum(const float* a, const float* b, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = min_propagate_nan(a[i], b[i]);
+}
+"""
+
+
+def same_bits_or_both_nan(ours: torch.Tensor, theirs: torch.Tensor) -> bool:
+    ours_f, theirs_f = ours.float(), theirs.float()
+    both_nan = ours_f.isnan() & theirs_f.isnan()
+    return bool((both_nan | (ours.view(torch.int16) == theirs.view(torch.int16))).all())
+
+
+def test_prelude_conversions_and_nan_propagation_match_aten():
+    lib = build_library(PRELUDE_CHECKS, "prelude_checks")
+    unary = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64]
+    every_bits = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16)
+    for low, dtype, to_float, from_float in [
+        (every_bits, torch.float16, "half_bits_to_float", "float_to_half_bits"),
+        (every_bits, torch.bfloat16, "bf16_bits_to_float", "float_to_bf16_bits"),
+    ]:
+        out = torch.empty(low.numel())
+        call_kernel(lib.function(to_float, unary), low, out, low.numel())
+        expected = low.view(dtype).float()
+        assert torch.equal(out.view(torch.int32)[~expected.isnan()],
+                           expected.view(torch.int32)[~expected.isnan()])
+        assert torch.equal(out.isnan(), expected.isnan())
+        # Random float32 bit patterns cover every exponent, subnormals, inf and NaN.
+        floats = torch.randint(-(2**31), 2**31 - 1, (200_000,), dtype=torch.int32).view(torch.float32)
+        floats = torch.cat([floats, torch.tensor([0.0, -0.0, 65504.0, 65520.0, 1e-8, -1e-8])])
+        bits = torch.empty(floats.numel(), dtype=torch.int16)
+        call_kernel(lib.function(from_float, unary), floats, bits, floats.numel())
+        assert same_bits_or_both_nan(bits.view(dtype), floats.to(dtype))
+    nan = float("nan")
+    a = torch.tensor([1.0, nan, 2.0, nan, -1.0, float("inf")])
+    b = torch.tensor([nan, 1.0, 3.0, nan, -2.0, 5.0])
+    for symbol, reference in [("maximum", torch.maximum), ("minimum", torch.minimum)]:
+        out = torch.empty_like(a)
+        call_kernel(lib.function(symbol, [ctypes.c_void_p] * 3 + [ctypes.c_int64]), a, b, out, a.numel())
+        assert torch.equal(out.nan_to_num(7.0), reference(a, b).nan_to_num(7.0))
+
+
+def test_threads_building_one_kernel_compile_it_once():
+    with ThreadPoolExecutor(4) as pool:
+        libraries = list(pool.map(lambda _: build_library(AFFINE, "affine"), range(4)))
+    assert all(lib is libraries[0] for lib in libraries)
+    assert (cpp_build.stats.compiles, cpp_build.stats.memory_hits) == (1, 3)
