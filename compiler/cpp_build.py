@@ -26,11 +26,13 @@ change results (finite-math, reassociation) are never used: NaN and inf must beh
 ATen. ``-fno-math-errno`` is safe (it only lets ``sqrt`` and friends inline). ``-march=native``
 targets the host ISA, so the host CPU's flags are part of the cache key.
 
-OpenMP. Torch wheels ship their own ``libgomp.so.1`` (built by an older GCC). Once torch is
-imported, a kernel linked against the system ``libgomp.so.1`` resolves to the copy already
-loaded (same soname), so kernels and ATen share one OpenMP runtime and thread pool, which is
-what we want. A construct needing a newer ``GOMP_*`` symbol version than torch's copy has
-fails at load time; that is reported as :class:`CppLoadError` naming the symbol.
+OpenMP. Torch wheels ship their own ``libgomp.so.1`` (here from GCC 8, symbol versions up to
+``GOMP_5.0``). A kernel linked against the system ``libgomp.so.1`` resolves to whichever copy
+the process loaded first (same soname), so kernels and ATen share one OpenMP runtime: no second
+thread pool, and ``torch.set_num_threads`` also bounds kernels. Plain ``parallel for`` and
+reductions only need ``GOMP_4.0``; a GCC 12 construct needing ``GOMP_5.1`` (e.g. ``omp error``)
+fails to load next to torch's copy, reported as :class:`CppLoadError` naming the version. So
+the renderer sticks to OpenMP 4.5 constructs. POSIX only (``fcntl`` locks, ``-fPIC``).
 
 Cache layout, one entry per key (sha256 of source, flags, compiler identity (``$CXX
 --version``), prelude header, host CPU when ``-march=native``)::
@@ -319,7 +321,8 @@ def _load_verified(kernel: str, stem: Path, built_now: bool = False) -> CppLibra
     try:
         handle = ctypes.CDLL(str(so_path))
     except OSError as error:
-        hint = " (torch's bundled libgomp lacks this OpenMP symbol)" if "GOMP_" in str(error) else ""
+        hint = (" (the libgomp loaded in this process, possibly torch's older copy, lacks that symbol"
+                " version: use OpenMP 4.5 constructs)" if "GOMP_" in str(error) else "")
         raise CppLoadError(f"C++ kernel {kernel!r}: cannot load {so_path}: {error}{hint}") from error
     if not built_now:
         stats.disk_hits += 1

@@ -162,6 +162,24 @@ def test_damaged_cache_entry_is_rebuilt(fresh_cache, damage):
     assert meta["size"] == lib.path.stat().st_size
 
 
+def test_unloadable_library_raises_load_error_without_rebuilding():
+    # `omp error` needs GOMP_5.1, newer than the libgomp torch wheels bundle (and load first).
+    source = """extern "C" int f(int warn) {
+  if (warn) {
+#pragma omp error at(execution) severity(warning) message("never")
+  }
+  return 1;
+}"""
+    for _ in range(2):
+        try:
+            lib = build_library(source, "needs_gomp51")
+        except cpp_build.CppLoadError as error:
+            assert "GOMP_5.1" in str(error) and "OpenMP 4.5" in str(error)
+        else:  # a libgomp new enough was loaded first: the kernel must then work
+            assert lib.function("f", [ctypes.c_int], ctypes.c_int)(0) == 1
+    assert cpp_build.stats.compiles == 1
+
+
 def test_compile_error_names_kernel_command_and_errors(fresh_cache):
     source = "extern \"C\" void broken(float* x) { x[0] = undeclared_thing; }\n"
     with pytest.raises(CppCompileError) as caught:
