@@ -19,12 +19,14 @@ Environment variables (read by the small functions below, to move to the central
 =====================  =========================================================================
 
 Flags. Always: ``-shared -fPIC -std=c++17 -fopenmp -ffp-contract=off``. ``-ffp-contract=off``
-because a fused multiply-add rounds once where ATen rounds twice, so ``x * 2 + 1`` would differ
-from eager in the last bit (GCC contracts by default in GNU modes and with ``-march`` that has
-FMA); parity matters more than that last bit of speed. ``-ffast-math`` and its parts that
+because a fused multiply-add rounds once where ATen's mul then add rounds twice, so ``x * a + b``
+would differ from eager in the last bit (GCC 12 contracts by default, even with ``-std=c++17``,
+as soon as ``-march`` allows FMA; the parity test fails without the flag). Parity matters more
+than that last bit of speed. ``-ffast-math`` and its parts that
 change results (finite-math, reassociation) are never used: NaN and inf must behave as in
 ATen. ``-fno-math-errno`` is safe (it only lets ``sqrt`` and friends inline). ``-march=native``
-targets the host ISA, so the host CPU's flags are part of the cache key.
+targets the host ISA, so the host CPU's flags are part of the cache key. The directory of
+``cpp_prelude.h`` (conversions, NaN-propagating min/max) is on the include path.
 
 OpenMP. Torch wheels ship their own ``libgomp.so.1`` (here from GCC 8, symbol versions up to
 ``GOMP_5.0``). A kernel linked against the system ``libgomp.so.1`` resolves to whichever copy
@@ -34,8 +36,8 @@ reductions only need ``GOMP_4.0``; a GCC 12 construct needing ``GOMP_5.1`` (e.g.
 fails to load next to torch's copy, reported as :class:`CppLoadError` naming the version. So
 the renderer sticks to OpenMP 4.5 constructs. POSIX only (``fcntl`` locks, ``-fPIC``).
 
-Cache layout, one entry per key (sha256 of source, flags, compiler identity (``$CXX
---version``), prelude header, host CPU when ``-march=native``)::
+Cache layout, one entry per key (sha256 of kernel name, source, flags, compiler identity
+(``$CXX --version``, run once per process), prelude header, host CPU when ``-march=native``)::
 
     <root>/cpp/<name>_<key[:24]>.cpp     the source, kept for debugging
     <root>/cpp/<name>_<key[:24]>.so      the library, written to a temp file then os.replace'd
@@ -44,6 +46,8 @@ Cache layout, one entry per key (sha256 of source, flags, compiler identity (``$
 
 An entry whose .so does not match its .json (truncated, corrupted, half-written) is rebuilt.
 The cache directory is created with mode 0700 and refused if another user could write to it.
+In process, a built key maps to the same :class:`CppLibrary` (no second dlopen);
+``stats`` counts compiler runs, disk hits, memory hits and rebuilds, for tests and debugging.
 """
 
 from __future__ import annotations
@@ -107,6 +111,10 @@ class CppCompileError(CppBuildError):
         head = "\n".join(output.strip().splitlines()[:ERROR_LINES])
         super().__init__(f"C++ kernel {kernel!r}: compiler {reason}\n"
                          f"command: {shlex.join(self.command)}\n{head}")
+        self.reason = reason
+
+    def __reduce__(self):  # crosses process boundaries (harness workers) intact
+        return type(self), (self.kernel, self.command, self.output, self.reason)
 
 
 class CppLoadError(CppBuildError):

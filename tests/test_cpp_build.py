@@ -3,6 +3,7 @@
 import ctypes
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -192,6 +193,8 @@ def test_compile_error_names_kernel_command_and_errors(fresh_cache):
     assert error.command[0].endswith(("g++", "c++")) and "-fopenmp" in error.command
     assert not entry_files(fresh_cache, ".so") and not entry_files(fresh_cache, ".tmp")
     assert entry_files(fresh_cache, ".cpp")  # kept so the failing source can be read
+    copy = pickle.loads(pickle.dumps(error))  # harness workers send errors across processes
+    assert (str(copy), copy.command, copy.output) == (message, error.command, error.output)
 
 
 def test_error_output_is_cut_to_the_first_lines(fresh_cache):
