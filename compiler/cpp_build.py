@@ -229,6 +229,11 @@ def host_cpu_identity() -> str:
     return "\n".join(sorted({line for line in lines if line.split(":")[0].strip() in wanted}))
 
 
+@functools.cache
+def _prelude_digest() -> str:
+    return hashlib.sha256(PRELUDE.read_bytes()).hexdigest()
+
+
 # --- the cache ------------------------------------------------------------------------------------
 
 class CppLibrary:
@@ -281,7 +286,7 @@ def build_library(source: str, name: str, *, extra_flags: Sequence[str] = ()) ->
     flags = [*SEMANTIC_FLAGS, *env_tuning_flags(), *extra_flags]
     key_parts = {"format": _CACHE_FORMAT, "source": source, "flags": flags, "name": kernel,
                  "compiler": compiler_identity(tuple(compiler)),
-                 "prelude": hashlib.sha256(PRELUDE.read_bytes()).hexdigest(),
+                 "prelude": _prelude_digest(),
                  "cpu": host_cpu_identity() if any("native" in f for f in flags) else ""}
     key = hashlib.sha256(json.dumps(key_parts, sort_keys=True).encode()).hexdigest()
     stem = cache_dir() / f"{kernel}_{key[:24]}"
