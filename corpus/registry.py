@@ -1,0 +1,208 @@
+"""Enumerating corpus entries: the built-in sources, external corpora and suites.
+
+Listing never builds a model. A source that cannot be imported, or whose
+``entries()`` raises, is reported as unavailable with the reason; it never stops
+the listing of the others.
+
+External corpora (``--corpus PATH``) are directories of Python files. Each file
+not starting with ``_`` is imported on its own and provides its entries either
+as a function ``entries() -> list[Entry]`` or as a module-level list ``ENTRIES``.
+A file that fails to import is reported as a problem with its error.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import importlib.util
+import sys
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+from corpus import SOURCES
+from corpus.entry import TIERS, Entry
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where an entry comes from, so a worker process can find it again by name.
+
+    ``module`` is an importable module name (a built-in source) or, for external
+    corpora, the path of the Python file.
+    """
+
+    module: str
+    external: bool = False
+
+
+@dataclass
+class SourceLoad:
+    """The result of loading one source (or one external corpus file)."""
+
+    name: str
+    origin: Origin
+    entries: list[Entry] = field(default_factory=list)
+    unavailable: str | None = None  # why the source gave no entries, if it failed
+
+
+def _first_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _entries_of(module: ModuleType) -> list[Entry]:
+    if callable(getattr(module, "entries", None)):
+        found = list(module.entries())
+    elif hasattr(module, "ENTRIES"):
+        found = list(module.ENTRIES)
+    else:
+        raise AttributeError(f"{module.__name__} defines neither entries() nor ENTRIES")
+    bad = [e for e in found if not isinstance(e, Entry)]
+    if bad:
+        raise TypeError(f"{module.__name__}: entries must be corpus.entry.Entry, got {type(bad[0]).__name__}")
+    return found
+
+
+def _load_module(origin: Origin) -> ModuleType:
+    if not origin.external:
+        return importlib.import_module(origin.module)
+    path = Path(origin.module)
+    # A unique module name per file keeps two corpora's "models.py" apart.
+    name = "crucible_external_" + str(abs(hash(str(path.resolve()))))
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot import {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
+
+
+def load_origin(name: str, origin: Origin) -> SourceLoad:
+    """Import one source and list its entries; failures become ``unavailable``."""
+    load = SourceLoad(name=name, origin=origin)
+    try:
+        module = _load_module(origin)
+        reason_fn = getattr(module, "unavailable", None)
+        reason = reason_fn() if callable(reason_fn) else None
+        if reason:
+            load.unavailable = str(reason)
+            return load
+        load.entries = _entries_of(module)
+    except ImportError as exc:
+        load.unavailable = f"not importable: {_first_line(exc)}"
+    except Exception as exc:  # noqa: BLE001 -- a broken source must not stop the others
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        load.unavailable = f"failed to list entries: {_first_line(exc)} ({Path(where.filename).name}:{where.lineno})"
+    return load
+
+
+def load_sources(names: list[str] | None = None) -> list[SourceLoad]:
+    """Load the built-in sources (all of ``corpus.SOURCES`` unless ``names`` is given)."""
+    wanted = names if names is not None else list(SOURCES)
+    unknown = [n for n in wanted if n not in SOURCES]
+    if unknown:
+        raise KeyError(f"unknown source(s) {unknown}; known: {sorted(SOURCES)}")
+    return [load_origin(n, Origin(SOURCES[n])) for n in wanted]
+
+
+def load_external(path: str | Path) -> list[SourceLoad]:
+    """Load every ``*.py`` file (not starting with ``_``) of an external corpus directory."""
+    root = Path(path)
+    if not root.exists():
+        return [SourceLoad(name=str(root), origin=Origin(str(root), external=True),
+                           unavailable="corpus path does not exist")]
+    files = [root] if root.is_file() else sorted(p for p in root.glob("*.py") if not p.name.startswith("_"))
+    return [load_origin(f"{root.name}/{f.name}" if f != root else f.name,
+                        Origin(str(f.resolve()), external=True)) for f in files]
+
+
+@dataclass
+class Catalog:
+    """Every loaded entry with its origin, plus the sources that gave none."""
+
+    loads: list[SourceLoad]
+
+    @property
+    def entries(self) -> list[Entry]:
+        return [e for load in self.loads for e in load.entries]
+
+    @property
+    def unavailable(self) -> dict[str, str]:
+        return {load.name: load.unavailable for load in self.loads if load.unavailable}
+
+    def origin_of(self, name: str) -> Origin:
+        for load in self.loads:
+            if any(e.name == name for e in load.entries):
+                return load.origin
+        raise KeyError(name)
+
+    def duplicates(self) -> list[str]:
+        seen: set[str] = set()
+        dups = []
+        for e in self.entries:
+            if e.name in seen:
+                dups.append(e.name)
+            seen.add(e.name)
+        return dups
+
+
+def catalog(corpus_paths: list[str] | None = None, builtin: bool = True,
+            sources: list[str] | None = None) -> Catalog:
+    """Load the built-in sources (unless ``builtin`` is False) and any external corpora."""
+    loads = load_sources(sources) if builtin else []
+    for path in corpus_paths or []:
+        loads += load_external(path)
+    return Catalog(loads)
+
+
+def suites(cat: Catalog) -> list[str]:
+    """Suite names: the tiers, then every source that gave entries."""
+    return list(TIERS) + sorted({e.source for e in cat.entries} | set(SOURCES))
+
+
+def select(entries: list[Entry], suite: str | None = None, source: str | None = None,
+           tag: str | None = None, names: list[str] | None = None) -> list[Entry]:
+    """Filter entries. ``suite`` is a tier name (cumulative) or a source name."""
+    known_source = suite in SOURCES or any(e.source == suite for e in entries)
+    if suite is not None and suite not in TIERS and suite != "all" and not known_source:
+        raise KeyError(f"unknown suite {suite!r}; suites are tiers {list(TIERS)}, 'all' or a source name")
+    out = []
+    for e in entries:
+        if suite in TIERS and not e.in_suite(suite):
+            continue
+        if suite not in TIERS and suite not in (None, "all") and e.source != suite:
+            continue
+        if source is not None and e.source != source:
+            continue
+        if tag is not None and tag not in e.tags:
+            continue
+        if names and not any(e.name == n or e.name.split("/", 1)[1] == n for n in names):
+            continue
+        out.append(e)
+    return out
+
+
+@functools.lru_cache(maxsize=None)
+def _entries_by_name(origin: Origin) -> tuple[dict[str, Entry], str | None]:
+    # A worker runs many entries of one source: list each source once per process.
+    load = load_origin(origin.module, origin)
+    return {e.name: e for e in load.entries}, load.unavailable
+
+
+def find_entry(name: str, origin: Origin) -> Entry:
+    """Re-import an entry's source in a worker process and return the entry called ``name``."""
+    by_name, unavailable = _entries_by_name(origin)
+    if unavailable:
+        raise RuntimeError(f"source of {name} unavailable: {unavailable}")
+    if name not in by_name:
+        raise KeyError(f"{name} is not listed by {origin.module}")
+    return by_name[name]

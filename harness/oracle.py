@@ -1,0 +1,210 @@
+"""The parity oracle: is a compiled output as close to the truth as eager's?
+
+The truth is the model run in float64 on the CPU. Eager in the working dtype has
+its own rounding error against it; a compiled output passes when its RMSE against
+the fp64 reference is at most ``rmse_ratio`` times eager's (plus a small absolute
+floor, so an eager result that is bit-exact does not demand a bit-exact compiler).
+Outputs too large to compare elementwise cheaply, and entries without a float64
+reference, fall back to cosine similarity with eager plus an allclose check.
+
+Non-finite values are compared explicitly: NaN and +-Inf must sit at the same
+positions as in eager; the metrics use the finite positions only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from corpus.entry import ToleranceOverride
+
+# Above this many elements per output the oracle uses the cosine fallback.
+HUGE_NUMEL = 50_000_000
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rmse_ratio: float  # compiled RMSE vs fp64 may be this many times eager's
+    cosine: float  # minimum cosine similarity in the fallback
+    atol: float
+    rtol: float
+
+
+# Per working dtype. rtol/atol follow torch.testing's defaults; the ratios follow
+# the RMSE-ratio checks of PyTorch's own benchmark runners (looser for half types,
+# whose rounding differs with every change of summation order or fusion).
+DEFAULT_TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(rmse_ratio=2.0, cosine=0.999999, atol=1e-7, rtol=1e-7),
+    "float32": Tolerance(rmse_ratio=2.0, cosine=0.9999, atol=1e-5, rtol=1.3e-6),
+    "float16": Tolerance(rmse_ratio=3.0, cosine=0.99, atol=1e-5, rtol=1e-3),
+    "bfloat16": Tolerance(rmse_ratio=3.0, cosine=0.99, atol=1e-5, rtol=1.6e-2),
+}
+
+
+def tolerance_for(dtype: str, override: ToleranceOverride | None = None) -> Tolerance:
+    base = DEFAULT_TOLERANCES.get(dtype, DEFAULT_TOLERANCES["float32"])
+    if override is None:
+        return base
+    changes = {f: getattr(override, f) for f in ("rmse_ratio", "cosine", "atol", "rtol")
+               if getattr(override, f) is not None}
+    return dataclasses.replace(base, **changes)
+
+
+@dataclass
+class ParityResult:
+    passed: bool
+    reason: str = ""  # why it failed (empty on pass)
+    max_abs_err: float | None = None  # compiled vs eager
+    max_rel_err: float | None = None
+    rmse_ratio: float | None = None  # RMSE(compiled, fp64) / RMSE(eager, fp64), worst output
+    cosine: float | None = None  # compiled vs eager, worst output
+
+
+def flatten_outputs(value: Any, prefix: str = "out") -> list[tuple[str, Any]]:
+    """Flatten nested outputs to (path, leaf) pairs; leaves are tensors or scalars.
+
+    Handles tuples, lists, dicts (HF ModelOutput is an OrderedDict), namedtuples
+    and dataclasses. None leaves are dropped (optional outputs).
+    """
+    if value is None:
+        return []
+    if isinstance(value, torch.Tensor):
+        return [(prefix, value)]
+    if isinstance(value, (bool, int, float, complex)):
+        return [(prefix, value)]
+    if isinstance(value, dict):
+        return [leaf for k, v in value.items() for leaf in flatten_outputs(v, f"{prefix}.{k}")]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [leaf for f in dataclasses.fields(value)
+                for leaf in flatten_outputs(getattr(value, f.name), f"{prefix}.{f.name}")]
+    if isinstance(value, (tuple, list)):
+        return [leaf for i, v in enumerate(value) for leaf in flatten_outputs(v, f"{prefix}[{i}]")]
+    # Anything else (strings, custom objects) is compared by equality.
+    return [(prefix, value)]
+
+
+def _as_tensor(x: Any) -> torch.Tensor | None:
+    if isinstance(x, torch.Tensor):
+        return x.detach()
+    if isinstance(x, (bool, int, float)):
+        return torch.tensor(x)
+    return None
+
+
+def _nonfinite_mismatch(eager: torch.Tensor, compiled: torch.Tensor) -> str:
+    if not torch.equal(torch.isnan(eager), torch.isnan(compiled)):
+        return "NaN positions differ from eager"
+    for sign, name in ((1, "+Inf"), (-1, "-Inf")):
+        if not torch.equal(eager == sign * math.inf, compiled == sign * math.inf):
+            return f"{name} positions differ from eager"
+    return ""
+
+
+def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
+    return torch.sqrt(torch.mean((a - b) ** 2)).item() if a.numel() else 0.0
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
+    if a.numel() == 0:
+        return 1.0
+    na, nb = a.norm().item(), b.norm().item()
+    if na == 0 or nb == 0:
+        return 1.0 if na == nb else 0.0
+    return float((a.flatten() @ b.flatten()).item() / (na * nb))
+
+
+class ParityOracle:
+    """Compare a compiled run's outputs with eager's and the float64 reference."""
+
+    def __init__(self, dtype: str = "float32", override: ToleranceOverride | None = None) -> None:
+        self.dtype = dtype
+        self.tol = tolerance_for(dtype, override)
+
+    def compare(self, eager: Any, compiled: Any, reference: Any = None) -> ParityResult:
+        e_leaves, c_leaves = flatten_outputs(eager), flatten_outputs(compiled)
+        r_leaves = flatten_outputs(reference) if reference is not None else None
+        if [p for p, _ in e_leaves] != [p for p, _ in c_leaves]:
+            return ParityResult(False, f"output structure differs: eager {[p for p, _ in e_leaves]}, "
+                                       f"compiled {[p for p, _ in c_leaves]}")
+        if r_leaves is not None and [p for p, _ in r_leaves] != [p for p, _ in e_leaves]:
+            r_leaves = None  # the fp64 run took another path; fall back to eager-only checks
+        result = ParityResult(True, max_abs_err=0.0, max_rel_err=0.0)
+        for i, (path, e) in enumerate(e_leaves):
+            c = c_leaves[i][1]
+            r = r_leaves[i][1] if r_leaves is not None else None
+            reason = self._compare_leaf(result, e, c, r)
+            if reason and result.passed:
+                result.passed, result.reason = False, f"{path}: {reason}"
+        return result
+
+    def _compare_leaf(self, result: ParityResult, e: Any, c: Any, r: Any) -> str:
+        et, ct = _as_tensor(e), _as_tensor(c)
+        if et is None or ct is None:
+            return "" if e == c else f"value differs: eager {e!r}, compiled {c!r}"
+        if et.shape != ct.shape:
+            return f"shape differs: eager {tuple(et.shape)}, compiled {tuple(ct.shape)}"
+        if et.dtype != ct.dtype:
+            return f"dtype differs: eager {et.dtype}, compiled {ct.dtype}"
+        if not (et.is_floating_point() or et.is_complex()):
+            return "" if torch.equal(et.cpu(), ct.cpu()) else "integer/bool values differ from eager"
+        et, ct = et.cpu(), ct.cpu()
+        if et.is_complex():
+            et, ct = torch.view_as_real(et), torch.view_as_real(ct)
+        mismatch = _nonfinite_mismatch(et, ct)
+        if mismatch:
+            return mismatch
+        finite = torch.isfinite(et)
+        e64, c64 = et[finite].double(), ct[finite].double()
+        diff = (c64 - e64).abs()
+        max_abs = diff.max().item() if diff.numel() else 0.0
+        max_rel = (diff / e64.abs().clamp_min(1e-12)).max().item() if diff.numel() else 0.0
+        cos = _cosine(c64, e64)
+        result.max_abs_err = max(result.max_abs_err or 0.0, max_abs)
+        result.max_rel_err = max(result.max_rel_err or 0.0, max_rel)
+        result.cosine = cos if result.cosine is None else min(result.cosine, cos)
+        close = bool(torch.all(diff <= self.tol.atol + self.tol.rtol * e64.abs())) if diff.numel() else True
+        rt = _as_tensor(r)
+        use_reference = (rt is not None and rt.shape == et.shape and et.numel() <= HUGE_NUMEL
+                         and rt.is_floating_point())
+        if use_reference:
+            rt = rt.cpu()
+            if rt.is_complex():
+                rt = torch.view_as_real(rt)
+            r64 = rt[finite].double()
+            if not torch.isfinite(r64).all():
+                use_reference = False  # the fp64 run overflowed differently: no usable truth
+        if not use_reference:
+            if close or cos >= self.tol.cosine:
+                return ""
+            return f"cosine {cos:.6f} < {self.tol.cosine} and not allclose (max abs err {max_abs:.3g})"
+        rmse_eager, rmse_compiled = _rmse(e64, r64), _rmse(c64, r64)
+        # An exact eager would make any rounding difference an infinite ratio; the
+        # floor is the absolute error a dtype's rounding makes at this magnitude.
+        scale = r64.abs().mean().item() if r64.numel() else 0.0
+        floor = self.tol.atol + self.tol.rtol * scale
+        ratio = rmse_compiled / max(rmse_eager, floor)
+        result.rmse_ratio = ratio if result.rmse_ratio is None else max(result.rmse_ratio, ratio)
+        if close or rmse_compiled <= self.tol.rmse_ratio * rmse_eager + floor:
+            return ""
+        return (f"RMSE vs fp64 {rmse_compiled:.3g} > {self.tol.rmse_ratio} x eager's {rmse_eager:.3g} "
+                f"(+{floor:.2g}); max abs err vs eager {max_abs:.3g}")
+
+
+def outputs_identical(a: Any, b: Any) -> bool:
+    """Bitwise equality of two eager runs (NaN equal to NaN), for nondeterminism detection."""
+    la, lb = flatten_outputs(a), flatten_outputs(b)
+    if [p for p, _ in la] != [p for p, _ in lb]:
+        return False
+    for (_, x), (_, y) in zip(la, lb):
+        tx, ty = _as_tensor(x), _as_tensor(y)
+        if tx is None or ty is None:
+            if x != y:
+                return False
+        elif tx.shape != ty.shape or tx.dtype != ty.dtype or not torch.equal(torch.nan_to_num(tx.cpu(), nan=0.0) if tx.is_floating_point() else tx.cpu(),
+                             torch.nan_to_num(ty.cpu(), nan=0.0) if ty.is_floating_point() else ty.cpu()) or tx.is_floating_point() and not torch.equal(torch.isnan(tx), torch.isnan(ty)):
+            return False
+    return True

@@ -1,0 +1,261 @@
+"""Isolation: corpus entries run in spawned worker processes.
+
+Each of the ``jobs`` workers is a ``multiprocessing`` spawn process that imports
+torch once and then runs entries one at a time, sent over a pipe. The parent
+keeps a wall-clock deadline per entry. When a worker segfaults, aborts, is
+killed by the kernel for memory, or passes its deadline (and is then killed),
+the entry is recorded as ``crash``/``oom``/``timeout`` together with the phase
+it was in, a fresh worker replaces it and the run goes on.
+
+Memory: on CPU targets each entry runs under ``RLIMIT_AS`` = the worker's
+address space when the entry starts + the limit, so a runaway allocation raises
+(``oom``) instead of taking the machine down. CUDA targets skip this limit
+(the CUDA driver reserves huge virtual ranges); GPU OOM is caught as an error.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from corpus.registry import Origin
+from harness.status import Status
+
+
+@dataclass(frozen=True)
+class Task:
+    name: str
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    target: str
+    device: str | None = None
+    timeout_s: float = 600.0
+    mem_limit_mb: int | None = None
+    capture: bool = True
+
+
+def _address_space_bytes() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _limit_memory(mb: int | None) -> None:
+    import resource
+
+    if not mb or not os.path.exists("/proc/self/status"):
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = _address_space_bytes() + mb * 1024 * 1024
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def _exit_with_parent(parent: int) -> None:
+    # A worker hung in an entry never reads its pipe again; if the parent is
+    # killed, this thread ends the orphan.
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: int) -> None:
+    """Entry point of a worker process (spawned: nothing is inherited but arguments)."""
+    import faulthandler
+
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    faulthandler.enable()  # a segfault's Python traceback goes to the log
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+
+    from harness.targets import apply_env, parse_target
+
+    target = parse_target(config.target, config.device)
+    apply_env(target)  # before torch/triton are imported
+    import torch  # noqa: F401  (imported once, before the first deadline starts)
+
+    from corpus.registry import find_entry
+    from harness.execute import describe_error, execute_entry
+
+    conn.send(("ready", None, None))
+    while True:
+        try:
+            task = conn.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        if target.device == "cpu":
+            _limit_memory(config.mem_limit_mb)
+        try:
+            entry = find_entry(task.name, task.origin)
+            result = execute_entry(entry, target, lambda p, n=task.name: conn.send(("phase", n, p)),
+                                   capture=config.capture)
+        except Exception as exc:  # noqa: BLE001 -- the harness itself failed on this entry: record, keep going
+            error, detail = describe_error(exc)
+            result = {"name": task.name, "target": target.name, "status": Status.CRASH,
+                      "phase": "harness", "error": f"harness error: {error}", "error_detail": detail}
+        conn.send(("done", task.name, result))
+
+
+_CRASH_SIGNALS = {signal.SIGSEGV: "SIGSEGV", signal.SIGABRT: "SIGABRT", signal.SIGBUS: "SIGBUS",
+                  signal.SIGILL: "SIGILL", signal.SIGFPE: "SIGFPE"}
+
+
+def death_status(exitcode: int | None) -> tuple[str, str]:
+    """(status, message) for a worker that died while running an entry."""
+    if exitcode is not None and exitcode < 0:
+        sig = -exitcode
+        if sig == signal.SIGKILL:
+            return Status.OOM, "worker killed by SIGKILL (out of memory: the kernel's OOM killer)"
+        name = _CRASH_SIGNALS.get(sig) or signal.Signals(sig).name
+        return Status.CRASH, f"worker died from {name}"
+    return Status.CRASH, f"worker exited with code {exitcode} while running the entry"
+
+
+@dataclass
+class _Slot:
+    index: int
+    log_path: str
+    proc: Any = None
+    conn: Connection | None = None
+    ready: bool = False
+    task: Task | None = None
+    phase: str = ""
+    deadline: float = 0.0
+    started: float = 0.0
+    log_offset: int = 0
+    failed_starts: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+class WorkerPool:
+    """Runs tasks on ``jobs`` isolated workers; calls ``on_result(record)`` as each finishes."""
+
+    def __init__(self, config: WorkerConfig, jobs: int = 1) -> None:
+        self.config = config
+        self.jobs = max(1, jobs)
+        self._ctx = mp.get_context("spawn")
+        self._logdir = tempfile.mkdtemp(prefix="crucible-workers-")
+
+    def _start(self, slot: _Slot) -> None:
+        parent_conn, child_conn = self._ctx.Pipe()
+        slot.proc = self._ctx.Process(target=worker_main, daemon=True,
+                                      args=(child_conn, self.config, slot.log_path, os.getpid()))
+        slot.proc.start()
+        child_conn.close()
+        slot.conn, slot.ready, slot.task = parent_conn, False, None
+
+    def _stop(self, slot: _Slot, kill: bool) -> int | None:
+        if slot.proc is None:
+            return None
+        if kill and slot.proc.is_alive():
+            slot.proc.kill()
+        slot.proc.join(timeout=10)
+        code = slot.proc.exitcode
+        if slot.conn is not None:
+            slot.conn.close()
+        slot.proc, slot.conn, slot.ready = None, None, False
+        return code
+
+    def _log_tail(self, slot: _Slot) -> str:
+        try:
+            with open(slot.log_path, "rb") as f:
+                f.seek(slot.log_offset)
+                return f.read()[-3000:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def _dispatch(self, slot: _Slot, task: Task) -> None:
+        slot.task, slot.phase = task, "build"
+        slot.started = time.monotonic()
+        slot.deadline = slot.started + self.config.timeout_s
+        slot.log_offset = os.path.getsize(slot.log_path) if os.path.exists(slot.log_path) else 0
+        slot.conn.send(task)
+
+    def _died(self, slot: _Slot, status: str, message: str) -> dict:
+        task = slot.task
+        record = {"name": task.name, "target": self.config.target, "status": status, "phase": slot.phase,
+                  "error": f"{message} during {slot.phase}", "error_detail": self._log_tail(slot)}
+        if status == Status.TIMEOUT:
+            record["error"] = f"timed out after {self.config.timeout_s:g}s during {slot.phase}"
+        return record
+
+    def run(self, tasks: list[Task], on_result: Callable[[dict], None],
+            on_phase: Callable[[str, str], None] = lambda name, phase: None) -> None:
+        pending = list(reversed(tasks))
+        slots = [_Slot(i, os.path.join(self._logdir, f"worker-{i}.log")) for i in range(min(self.jobs, len(tasks)))]
+        try:
+            for slot in slots:
+                self._start(slot)
+            while any(s.task is not None for s in slots) or pending:
+                for slot in slots:
+                    if slot.ready and slot.task is None and pending:
+                        self._dispatch(slot, pending.pop())
+                    elif slot.proc is None and pending:
+                        self._start(slot)
+                live = [s for s in slots if s.conn is not None]
+                if not live:
+                    break
+                now = time.monotonic()
+                busy = [s.deadline for s in slots if s.task is not None]
+                timeout = min([1.0] + [max(0.0, d - now) for d in busy])
+                ready_conns = wait([s.conn for s in live], timeout=timeout)
+                for slot in live:
+                    if slot.conn in ready_conns:
+                        self._receive(slot, on_result, on_phase)
+                now = time.monotonic()
+                for slot in slots:
+                    if slot.task is not None and now > slot.deadline:
+                        self._stop(slot, kill=True)
+                        on_result(self._died(slot, Status.TIMEOUT, "timeout"))
+                        slot.task = None
+        finally:
+            for slot in slots:
+                if slot.conn is not None and slot.task is None:
+                    try:
+                        slot.conn.send(None)
+                    except OSError:
+                        pass
+                self._stop(slot, kill=slot.task is not None)
+
+    def _receive(self, slot: _Slot, on_result: Callable[[dict], None],
+                 on_phase: Callable[[str, str], None]) -> None:
+        try:
+            kind, name, payload = slot.conn.recv()
+        except (EOFError, OSError):
+            code = self._stop(slot, kill=False)
+            if slot.task is not None:
+                status, message = death_status(code)
+                on_result(self._died(slot, status, message))
+                slot.task = None
+            else:
+                slot.failed_starts += 1
+                if slot.failed_starts >= 3:
+                    raise RuntimeError(f"worker failed to start 3 times; see {slot.log_path}:\n"
+                                       f"{self._log_tail(slot)}") from None
+            return
+        if kind == "ready":
+            slot.ready, slot.failed_starts = True, 0
+        elif kind == "phase":
+            slot.phase = payload
+            on_phase(name, payload)
+        elif kind == "done":
+            payload.setdefault("wall_s", time.monotonic() - slot.started)
+            slot.task = None
+            on_result(payload)

@@ -1,0 +1,106 @@
+"""Reports over stored results: summary tables, top graph breaks, failure clusters."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.status import ALL_STATUSES, Status, eager_ok
+
+
+def error_signature(error: str | None) -> str:
+    """A failure's cluster key: the message with numbers, addresses, paths and quoted names blurred."""
+    if not error:
+        return "(no message)"
+    text = error.splitlines()[0]
+    text = re.sub(r"0x[0-9a-fA-F]+", "0x?", text)
+    text = re.sub(r"(/[\w.\-]+)+", "<path>", text)
+    text = re.sub(r"'[^']*'|\"[^\"]*\"", "'?'", text)
+    text = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)
+    return text[:140]
+
+
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _fmt(value: float | None, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def summary_rows(results: list[dict[str, Any]]) -> list[list[Any]]:
+    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in results:
+        groups[(r["suite"], r["target"])].append(r)
+    if len(groups) > 1:
+        groups[("(all)", "")] = list(results)
+    rows = []
+    for (suite, target), items in groups.items():
+        ok = [r for r in items if eager_ok(r["status"], r.get("phase"))]
+        passed = sum(r["status"] == Status.PASS for r in ok)
+        full = sum(r.get("graphs") == 1 and r.get("graph_breaks") == 0 for r in items)
+        breaks = sum(r.get("graph_breaks") or 0 for r in items)
+        coverage = _mean([r["capture_coverage"] for r in items if r.get("capture_coverage") is not None])
+        counts = Counter(r["status"] for r in items)
+        status_text = ", ".join(f"{s} {counts[s]}" for s in ALL_STATUSES if counts[s])
+        rate = f"{100 * passed / len(ok):.1f}%" if ok else "-"
+        rows.append([suite, target, len(items), len(ok), full, breaks,
+                     "-" if coverage is None else f"{100 * coverage:.1f}%",
+                     rate, status_text])
+    return rows
+
+
+def top_break_reasons(results: list[dict[str, Any]], limit: int = 15) -> list[list[Any]]:
+    count: Counter = Counter()
+    entries: dict[str, set[str]] = defaultdict(set)
+    category: dict[str, str] = {}
+    example: dict[str, str] = {}
+    for r in results:
+        for b in r.get("break_reasons") or []:
+            count[b["reason"]] += 1
+            entries[b["reason"]].add(r["name"])
+            category[b["reason"]] = b.get("category", "")
+            example.setdefault(b["reason"], f"{r['name']} ({b.get('frame') or '?'})")
+    return [[n, len(entries[reason]), category[reason], reason[:90], example[reason]]
+            for reason, n in count.most_common(limit)]
+
+
+def failure_clusters(results: list[dict[str, Any]], limit: int = 20) -> list[list[Any]]:
+    clusters: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for r in results:
+        if r["status"] in (Status.PASS, Status.SKIPPED, Status.XFAIL):
+            continue
+        clusters[(r["status"], error_signature(r.get("error")))].append(r)
+    ranked = sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [[status, len(items), signature, items[0]["name"]] for (status, signature), items in ranked[:limit]]
+
+
+def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
+    meta = run.get("metadata", {})
+    header = (f"run {run['id']}: suite {run['suite']}, target {run['target']}, {len(results)} entries"
+              f"{'' if run.get('finished') else ' (unfinished)'}\n"
+              f"torch {meta.get('torch')}, triton {meta.get('triton')}, python {meta.get('python')}, "
+              f"gpu {meta.get('gpu') or 'none'}, commit {(meta.get('git_commit') or '?')[:12]}")
+    parts = [header]
+    if meta.get("sources_unavailable"):
+        parts.append("unavailable sources:\n" + "\n".join(f"  {k}: {v}" for k, v in
+                                                           meta["sources_unavailable"].items()))
+    parts.append(tabulate(summary_rows(results), headers=[
+        "suite", "target", "entries", "eager ok", "full graph", "breaks", "coverage", "pass rate", "statuses"]))
+    breaks = top_break_reasons(results)
+    if breaks:
+        parts.append("top graph-break reasons\n" + tabulate(
+            breaks, headers=["breaks", "entries", "category", "reason", "example"]))
+    clusters = failure_clusters(results)
+    if clusters:
+        parts.append("failures by error signature\n" + tabulate(
+            clusters, headers=["status", "entries", "signature", "example entry"]))
+    return "\n\n".join(parts)
+
+
+def render_runs(runs: list[dict[str, Any]]) -> str:
+    rows = [[r["id"], r["suite"], r["target"], r["entries"], "yes" if r["finished"] else "no"] for r in runs]
+    return tabulate(rows, headers=["run", "suite", "target", "entries", "finished"])

@@ -1,0 +1,185 @@
+"""A harness run: select entries, shard, skip finished ones, run them isolated, store results."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from corpus.entry import Entry
+from corpus.registry import Catalog
+from harness.pool import Task, WorkerConfig, WorkerPool
+from harness.store import ResultStore
+
+# Cost assumed for entries without a measured eager time when balancing shards.
+_DEFAULT_EAGER_MS = 100.0
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """'i/n' with 1 <= i <= n -> (i, n)."""
+    try:
+        i, n = (int(p) for p in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes i/n (e.g. 2/4), got {text!r}") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"--shard {text}: need 1 <= i <= n")
+    return i, n
+
+
+def shard_entries(entries: list[Entry], index: int, count: int) -> list[Entry]:
+    """The entries of shard ``index`` (1-based) of ``count``.
+
+    Deterministic and balanced: longest-first greedy assignment by Entry.eager_ms
+    (names break ties), so every entry lands in exactly one shard whatever order
+    the sources listed them in.
+    """
+    loads = [0.0] * count
+    owner: dict[str, int] = {}
+    ordered = sorted(entries, key=lambda e: (-(e.eager_ms or _DEFAULT_EAGER_MS), e.name))
+    for e in ordered:
+        shard = min(range(count), key=lambda s: (loads[s], s))
+        owner[e.name] = shard
+        loads[shard] += e.eager_ms or _DEFAULT_EAGER_MS
+    return [e for e in entries if owner[e.name] == index - 1]
+
+
+def _git_commit() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip() or None
+
+
+def run_metadata(suite: str, target: str, seed: int | None, shard: str | None,
+                 unavailable: dict[str, str]) -> dict:
+    import torch
+
+    try:
+        import triton
+
+        triton_version = triton.__version__
+    except Exception:  # noqa: BLE001
+        triton_version = None
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"suite": suite, "target": target, "torch": torch.__version__, "triton": triton_version,
+            "python": platform.python_version(), "platform": platform.platform(), "gpu": gpu,
+            "git_commit": _git_commit(), "seed": seed, "shard": shard, "sources_unavailable": unavailable}
+
+
+@dataclass
+class Progress:
+    """A live one-line progress display on stderr (only when it is a terminal)."""
+
+    total: int
+    stream: TextIO = sys.stderr
+    done: int = 0
+    counts: Counter = field(default_factory=Counter)
+    running: dict = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+
+    def __post_init__(self) -> None:
+        self.live = self.stream.isatty()
+
+    def phase(self, name: str, phase: str) -> None:
+        self.running[name] = phase
+        self._draw()
+
+    def finished(self, result: dict) -> None:
+        self.done += 1
+        self.counts[result["status"]] += 1
+        self.running.pop(result["name"], None)
+        self._draw()
+
+    def _draw(self) -> None:
+        if not self.live:
+            return
+        status = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
+        current = ", ".join(f"{n} [{p}]" for n, p in list(self.running.items())[:2])
+        line = f"[{self.done}/{self.total}] {time.monotonic() - self.started:.0f}s {status} | {current}"
+        width = os.get_terminal_size(self.stream.fileno()).columns if self.live else 120
+        self.stream.write("\r\033[K" + line[: width - 1])
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.live:
+            self.stream.write("\r\033[K")
+            self.stream.flush()
+
+
+@dataclass
+class RunRequest:
+    suite: str
+    target: str
+    entries: list[Entry]
+    catalog: Catalog
+    db: str
+    run_id: str | None = None
+    resume: bool = False
+    jobs: int = 1
+    shard: str | None = None
+    timeout_s: float = 600.0
+    mem_limit_mb: int | None = None
+    device: str | None = None
+    capture: bool = True
+
+
+def resolve_run_id(store: ResultStore, request: RunRequest) -> str:
+    if request.run_id:
+        return request.run_id
+    if request.resume:
+        # Continue the latest unfinished run of this suite and target.
+        unfinished = [r for r in store.runs() if r["suite"] == request.suite and r["target"] == request.target
+                      and not r["finished"] and r["metadata"].get("shard") == request.shard]
+        if unfinished:
+            return unfinished[-1]["id"]
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+    shard = f"-shard{request.shard.replace('/', 'of')}" if request.shard else ""
+    base = f"{request.suite}-{request.target}-{stamp}{shard}"
+    run_id, n = base, 1
+    while store.run(run_id) is not None:
+        n += 1
+        run_id = f"{base}-{n}"
+    return run_id
+
+
+def execute_run(request: RunRequest) -> str:
+    """Run the request's entries; every result is stored as it arrives. Returns the run id."""
+    with ResultStore(request.db) as store:
+        run_id = resolve_run_id(store, request)
+        existing = store.run(run_id)
+        if existing is None:
+            seed = request.entries[0].seed if request.entries and len({e.seed for e in request.entries}) == 1 else None
+            store.create_run(run_id, request.suite, request.target,
+                             run_metadata(request.suite, request.target, seed, request.shard,
+                                          request.catalog.unavailable))
+        done = store.finished_names(run_id) if (request.resume or existing is not None) else set()
+        todo = [e for e in request.entries if e.name not in done]
+        if done:
+            print(f"resuming run {run_id}: {len(done)} entries already finished, {len(todo)} to go", file=sys.stderr)
+        suite_of = {e.name: e.source for e in request.entries}
+        progress = Progress(len(todo))
+
+        def store_result(result: dict) -> None:
+            result["suite"] = suite_of.get(result["name"], request.suite)
+            store.record(run_id, result)
+            progress.finished(result)
+
+        config = WorkerConfig(target=request.target, device=request.device, timeout_s=request.timeout_s,
+                              mem_limit_mb=request.mem_limit_mb, capture=request.capture)
+        tasks = [Task(e.name, request.catalog.origin_of(e.name)) for e in todo]
+        try:
+            WorkerPool(config, request.jobs).run(tasks, store_result, progress.phase)
+        finally:
+            progress.close()
+        if len(store.finished_names(run_id) & {e.name for e in request.entries}) == len(request.entries):
+            store.finish_run(run_id)
+        return run_id

@@ -1,0 +1,119 @@
+"""Targets: what a corpus entry is compiled with and where it runs.
+
+``eager`` runs the model as written. The ``crucible-*`` targets compile with our
+backend in strict mode (a compiler error is an error, never a silent fallback to
+eager). Any other name is looked up as a registered Dynamo backend.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+CRUCIBLE_TARGETS: dict[str, dict[str, Any]] = {
+    "crucible-triton": {"codegen": "triton", "strict": True},
+    "crucible-interpret": {"codegen": "triton", "strict": True},
+    "crucible-cpp": {"codegen": "cpp", "strict": True},
+}
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    device: str  # "cpu" | "cuda"
+    backend: str | None  # Dynamo backend name; None for eager
+    options: dict = field(default_factory=dict)
+    # Environment a worker needs before importing torch/triton (the Triton
+    # interpreter is chosen per process; see DESIGN.md).
+    env: dict = field(default_factory=dict)
+
+    @property
+    def is_crucible(self) -> bool:
+        return self.name.startswith("crucible")
+
+
+class TargetUnavailable(RuntimeError):
+    """The target cannot run on this machine or in this installation."""
+
+
+def parse_target(name: str, device: str | None = None) -> Target:
+    """A Target for ``name``; cheap (imports no torch), so the parent process can call it.
+
+    ``device`` chooses where ``eager`` and Dynamo-backend targets run (default CPU);
+    the crucible targets fix their device.
+    """
+    if name == "eager":
+        return Target(name, device or "cpu", None)
+    if name == "crucible-triton":
+        return Target(name, "cuda", "crucible", CRUCIBLE_TARGETS[name])
+    if name == "crucible-interpret":
+        return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name], env={"TRITON_INTERPRET": "1"})
+    if name == "crucible-cpp":
+        return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
+    return Target(name, device or "cpu", name)
+
+
+def default_target() -> str:
+    """The best target for this machine: our Triton kernels on a GPU, else the interpreter."""
+    import torch
+
+    return "crucible-triton" if torch.cuda.is_available() else "crucible-interpret"
+
+
+def check_available(target: Target) -> None:
+    """Raise TargetUnavailable with a clear reason when ``target`` cannot run here."""
+    import torch
+
+    if target.device == "cuda" and not torch.cuda.is_available():
+        raise TargetUnavailable(f"{target.name} needs a CUDA GPU and none is available")
+    if target.backend is not None:
+        resolve_backend(target)
+
+
+def _crucible_backend() -> Callable[..., Any]:
+    import torch._dynamo
+
+    try:
+        return torch._dynamo.lookup_backend("crucible")
+    except Exception as lookup_error:  # noqa: BLE001
+        # Not installed with ``pip install -e .`` (no entry point): import it directly.
+        try:
+            module = importlib.import_module("compiler.backend")
+            return module.crucible_backend
+        except Exception as import_error:
+            raise TargetUnavailable(
+                f"the crucible backend is unavailable: lookup failed ({lookup_error}); "
+                f"importing compiler.backend failed ({type(import_error).__name__}: {import_error})"
+            ) from import_error
+
+
+def resolve_backend(target: Target) -> Callable[..., Any] | str:
+    import torch._dynamo
+
+    if target.backend == "crucible":
+        return _crucible_backend()
+    if target.backend not in torch._dynamo.list_backends(exclude_tags=()):
+        raise TargetUnavailable(f"unknown target {target.name!r}: not 'eager', a crucible-* target "
+                                f"or a registered Dynamo backend")
+    return target.backend
+
+
+def compile_model(target: Target, model: Any) -> Any:
+    """The callable a target runs: the model itself for eager, else torch.compile's wrapper."""
+    import torch
+
+    if target.backend is None:
+        return model
+    backend = resolve_backend(target)
+    if target.options:
+        return torch.compile(model, backend=backend, options=dict(target.options))
+    return torch.compile(model, backend=backend)
+
+
+def apply_env(target: Target) -> None:
+    """Set the target's environment in a fresh worker, before torch/triton are imported."""
+    for key, value in target.env.items():
+        os.environ[key] = value
