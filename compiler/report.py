@@ -38,9 +38,10 @@ class FallbackReason(str, enum.Enum):
 class KernelReport:
     name: str
     codegen: str  # "triton" | "cpp"
-    ops: tuple[str, ...]  # IR/ATen ops fused into this kernel
+    ops: tuple[str, ...]  # ATen ops fused into this kernel
     source: str
     kind: str = "pointwise"  # "pointwise" | "reduction"
+    ir_ops: tuple[str, ...] = ()  # the IR ops the kernel computes
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,63 @@
+"""Crucible: a torch.compile backend that lowers to fused Triton and C++ kernels.
+
+Public API:
+
+* ``torch.compile(model, backend="crucible", options={"codegen": ..., "strict": ...})``
+* ``compiler.inspect(fn_or_module, *example_inputs, **options) -> CompileReport``
+* ``compiler.compile_graph(gm, example_inputs, codegen=...)``: compile a bare FX graph
+  of ATen ops (what fuzzers and repro scripts use)
+* ``compiler.collect_reports()``: gather the reports of graphs compiled in a block
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from compiler.backend import crucible_backend, register
+from compiler.report import CompileReport, GraphReport, collect_reports
+
+register()
+
+
+def inspect(fn: Callable, *example_inputs: Any, **options: Any) -> CompileReport:
+    """Compile ``fn`` on ``example_inputs`` and report kernels, fused ops and extern calls.
+
+    Runs the compiled function once (so every graph, backward excluded, is compiled).
+    """
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="crucible", options=options or None)
+    with collect_reports() as report:
+        compiled(*example_inputs)
+    return report
+
+
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str = "triton",
+                  strict: bool = True) -> Callable:
+    """Compile a bare FX graph of ATen ops; returns ``fn(*inputs)``.
+
+    Shapes/dtypes come from ``node.meta["val"]`` or, when missing, from running
+    the graph on fake copies of ``example_inputs``.
+    """
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    from compiler.backend import compile_aten_graph
+    from compiler.config import Options
+
+    if any("val" not in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function")):
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        FakeTensorProp(gm, mode).propagate(*example_inputs)
+    boxed = compile_aten_graph(gm, example_inputs, options=Options(codegen=codegen, strict=strict),
+                               kind="inference")
+
+    def run(*args: Any) -> Any:
+        return boxed(list(args))
+
+    return run
+
+
+__all__ = ["crucible_backend", "inspect", "compile_graph", "collect_reports", "CompileReport", "GraphReport"]

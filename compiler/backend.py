@@ -1,0 +1,87 @@
+"""The ``torch.compile`` backend: Dynamo graph -> AOTAutograd -> Crucible pipeline.
+
+``torch.compile(model, backend="crucible", options={...})`` finds this function
+through the ``torch_dynamo_backends`` entry point (and ``import compiler``
+registers it too). AOTAutograd decomposes with our table and hands us the
+inference graph, or the forward and the backward graphs when gradients are
+needed; each goes through ``GraphCompilation``.
+
+Failure policy: an internal compiler error (or a graph we do not support, such
+as one with symbolic shapes) is reported on the graph's ``GraphReport`` and that
+graph runs in eager; with ``strict=True`` it raises instead.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from compiler.config import Options
+from compiler.decompositions import decomposition_table_for_compiler
+from compiler.lowering import SymbolicShapes
+from compiler.pipeline import CompilerError, GraphCompilation, graph_device
+from compiler.report import FallbackReason, GraphReport, publish
+
+
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options: Options, kind: str
+                       ) -> Callable:
+    """Compile one ATen graph (boxed calling convention: ``fn(list_of_args)``)."""
+    from torch._functorch.aot_autograd import make_boxed_func
+
+    codegen = options.codegen_for(graph_device(gm).type)
+    comp = GraphCompilation(gm, codegen, kind)
+    try:
+        wrapper = comp.compile()
+    except CompilerError as err:
+        cause = err.__cause__
+        reason = FallbackReason.SYMBOLIC_SHAPES if isinstance(cause, SymbolicShapes) else \
+            FallbackReason.COMPILER_ERROR
+        _fallback(comp.report, reason, err)
+        if options.strict:
+            raise
+        warnings.warn(f"crucible: graph {comp.graph_id} falls back to eager ({reason.value}): {err}",
+                      stacklevel=2)
+        return make_boxed_func(gm.forward)
+    publish(comp.report)
+    return _boxed(wrapper.call)
+
+
+def _boxed(call: Callable[[list], Any]) -> Callable:
+    def run(args: list) -> Any:
+        return call(args)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def _fallback(report: GraphReport, reason: FallbackReason, err: CompilerError) -> None:
+    report.fallback = reason
+    report.fallback_message = str(err.__cause__ or err).splitlines()[0]
+    report.failed_pass = err.pass_name
+    publish(report)
+
+
+def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict | None = None,
+                     **unused: Any) -> Callable:
+    """The Dynamo backend entry point."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+
+    opts = Options.parse(options)
+    fw = functools.partial(compile_aten_graph, options=opts, kind="forward")
+    bw = functools.partial(compile_aten_graph, options=opts, kind="backward")
+    inference = functools.partial(compile_aten_graph, options=opts, kind="inference")
+    return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
+                                 inference_compiler=inference,
+                                 decompositions=decomposition_table_for_compiler())
+
+
+def register() -> None:
+    """Register "crucible" with Dynamo (idempotent; the entry point does the same)."""
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+
+    if "crucible" not in _BACKENDS:
+        register_backend(name="crucible")(crucible_backend)

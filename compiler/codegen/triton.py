@@ -1,0 +1,386 @@
+"""Triton renderer: a scheduled Kernel -> the source of one ``@triton.jit`` function.
+
+The generated code is interpreter-safe on every path: it calls only Triton
+builtins (``tl.load``, ``tl.where``, ``tl.exp``, ...) and ``tl.reduce`` with the
+standard combine functions, never ``@triton.jit`` helpers such as ``tl.sum`` or
+``tl.max`` (those fail when a kernel is interpreted in a process that imported
+Triton in compiled mode). fp16/bf16 values are computed in fp32; NaN propagation
+of max/min/argmax follows ATen explicitly because Triton's reductions ignore NaN.
+
+Block shapes come from the kernel's sizes and the mode: the interpreter pays per
+program, so it gets few, large programs; the GPU gets Inductor-like tiles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from compiler import ir
+from compiler.codegen.base import Renderer, RenderedKernel
+from compiler.ir import Expr, Op, ReduceOp
+from compiler.scheduler import Kernel
+
+TL_DTYPE = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
+INT32_LIMIT = 2**31 - 1
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def next_pow2(n: int) -> int:
+    return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def literal(value: object, dtype: torch.dtype) -> str:
+    if dtype.is_floating_point:
+        v = float(value)  # type: ignore[arg-type]
+        if math.isnan(v):
+            return "float('nan')"
+        if math.isinf(v):
+            return "float('inf')" if v > 0 else "float('-inf')"
+        return repr(v)
+    if dtype == torch.bool:
+        return "1" if value else "0"
+    return str(int(value))  # type: ignore[call-overload]
+
+
+def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
+    if op is ReduceOp.SUM:
+        return literal(0, dtype)
+    if op is ReduceOp.PROD:
+        return literal(1, dtype)
+    lowest = op in (ReduceOp.MAX, ReduceOp.ARGMAX)
+    if dtype.is_floating_point:
+        return "float('-inf')" if lowest else "float('inf')"
+    info = torch.iinfo(torch.int32 if dtype == torch.bool else dtype)
+    return str(info.min if lowest else info.max)
+
+
+BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
+                Op.GT: ">", Op.GE: ">=", Op.AND: "&", Op.OR: "|", Op.BITAND: "&", Op.BITOR: "|",
+                Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
+UNARY_CALL = {Op.EXP: "tl.exp", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin",
+              Op.COS: "tl.cos", Op.ERF: "tl.erf", Op.FLOOR: "tl.floor", Op.CEIL: "tl.ceil", Op.ABS: "tl.abs"}
+COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard._prod_combine",
+           ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
+
+
+class TritonRenderer(Renderer):
+    codegen = "triton"
+    OPS = frozenset(Op)
+
+    def __init__(self, interpret: bool) -> None:
+        self.interpret = interpret
+
+    # --- tiling ------------------------------------------------------------------
+    def tiles(self, k: Kernel) -> tuple[int, int, int]:
+        """(XBLOCK, RBLOCK, num_warps)."""
+        budget = 65536 if self.interpret else 4096
+        if not k.is_reduction:
+            cap = 65536 if self.interpret else 1024
+            return min(next_pow2(k.xnumel), cap), 1, 4
+        if k.persistent:
+            rblock = next_pow2(k.rnumel)
+        else:
+            rblock = 8192 if self.interpret else 2048
+        xblock = max(1, min(next_pow2(k.xnumel), budget // rblock))
+        warps = max(2, min(16, (xblock * rblock) // 256))
+        if rblock >= 16384:
+            warps = 32 if not self.interpret else warps
+        return xblock, rblock, warps
+
+    def render(self, k: Kernel) -> RenderedKernel:
+        self.check_ops(k)
+        return _KernelWriter(self, k).write()
+
+
+class _KernelWriter:
+    def __init__(self, renderer: TritonRenderer, k: Kernel) -> None:
+        self.r = renderer
+        self.k = k
+        self.xblock, self.rblock, self.warps = renderer.tiles(k)
+        self.looped = k.is_reduction and not k.persistent
+        self.pre: list[str] = []
+        self.loop: list[str] = []
+        self.post: list[str] = []
+        self.names: dict[Expr, str] = {}
+        self.args: list[str] = []
+        self.params: dict[str, str] = {}
+        self._xr: dict[Expr, bool] = {}
+        self._after_reduce: dict[Expr, bool] = {}
+        self.counter = 0
+
+    # --- helpers --------------------------------------------------------------------
+    def param(self, buffer: str) -> str:
+        if buffer not in self.params:
+            self.params[buffer] = f"p_{buffer}"
+            self.args.append(buffer)
+        return self.params[buffer]
+
+    def is_xr(self, e: Expr) -> bool:
+        hit = self._xr.get(e)
+        if hit is None:
+            if e.op is Op.RVAR:
+                hit = True
+            elif e.op is Op.REDUCE:
+                hit = False
+            else:
+                hit = any(self.is_xr(s) for s in e.src)
+            self._xr[e] = hit
+        return hit
+
+    def after_reduce(self, e: Expr) -> bool:
+        hit = self._after_reduce.get(e)
+        if hit is None:
+            hit = e.op is Op.REDUCE or any(self.after_reduce(s) for s in e.src)
+            self._after_reduce[e] = hit
+        return hit
+
+    def section(self, e: Expr) -> list[str]:
+        if not self.looped:
+            return self.pre
+        if self.is_xr(e):
+            return self.loop
+        return self.post if self.after_reduce(e) else self.pre
+
+    def tmp(self, e: Expr, code: str, section: list[str] | None = None) -> str:
+        name = f"t{self.counter}"
+        self.counter += 1
+        (section if section is not None else self.section(e)).append(f"{name} = {code}")
+        self.names[e] = name
+        return name
+
+    def uses(self, e: Expr) -> tuple[bool, bool]:
+        ops = {s.op for s in e.walk()}
+        return Op.XVAR in ops, Op.RVAR in ops
+
+    def mask_for(self, e: Expr) -> str | None:
+        ux, ur = self.uses(e)
+        if self.k.is_reduction:
+            masks = (["xmask"] if ux else []) + (["rmask"] if ur else [])
+        else:
+            masks = ["xmask"] if ux else []
+        return " & ".join(masks) or None
+
+    # --- expressions --------------------------------------------------------------
+    def index_code(self, e: Expr) -> str:
+        aff = ir.to_affine(e)
+        if aff is None:
+            return self.expr(e)
+        terms = []
+        for var, coef in aff.items():
+            if var is None or coef == 0:
+                continue
+            name = self.expr(var)
+            terms.append(name if coef == 1 else f"{coef} * {name}")
+        if aff.get(None, 0) or not terms:
+            terms.append(str(aff.get(None, 0)))
+        return " + ".join(terms)
+
+    def expr(self, e: Expr) -> str:
+        hit = self.names.get(e)
+        if hit is not None:
+            return hit
+        op = e.op
+        if op is Op.CONST:
+            return literal(e.arg, e.dtype)
+        if op is Op.XVAR:
+            return f"x{e.arg}"
+        if op is Op.RVAR:
+            return f"r{e.arg}"
+        if op is Op.LOAD:
+            return self.load(e)
+        if op is Op.REDUCE:
+            return self.reduce(e)
+        a = [self.expr(s) for s in e.src]
+        cdt = compute_dtype(e.dtype)
+        if op is Op.CAST:
+            return self.tmp(e, self.cast(a[0], e.src[0].dtype, e.dtype))
+        if op in BINARY_INFIX:
+            return self.tmp(e, f"{a[0]} {BINARY_INFIX[op]} {a[1]}")
+        if op in UNARY_CALL:
+            return self.tmp(e, f"{UNARY_CALL[op]}({a[0]})")
+        if op is Op.NEG:
+            return self.tmp(e, f"-{a[0]}")
+        if op is Op.NOT:
+            return self.tmp(e, f"{a[0]} == 0")
+        if op is Op.BITNOT:
+            return self.tmp(e, f"~{a[0]}")
+        if op is Op.ISNAN:
+            return self.tmp(e, f"{a[0]} != {a[0]}")
+        if op is Op.DIV:
+            return self.tmp(e, f"{a[0]} / {a[1]}" if cdt.is_floating_point else f"{a[0]} // {a[1]}")
+        if op is Op.MOD:
+            return self.tmp(e, f"{a[0]} % {a[1]}")
+        if op is Op.FLOORDIV:
+            q = self.tmp(e, f"{a[0]} // {a[1]}")
+            fix = f"(({a[0]} % {a[1]}) != 0) & (({a[0]} < 0) != ({a[1]} < 0))"
+            return self.tmp(e, f"tl.where({fix}, {q} - 1, {q})")
+        if op in (Op.MAX, Op.MIN):
+            cmp = ">" if op is Op.MAX else "<"
+            if cdt.is_floating_point:
+                return self.tmp(e, f"tl.where(({a[0]} {cmp} {a[1]}) | ({a[0]} != {a[0]}), {a[0]}, {a[1]})")
+            return self.tmp(e, f"tl.where({a[0]} {cmp} {a[1]}, {a[0]}, {a[1]})")
+        if op is Op.WHERE:
+            return self.tmp(e, f"tl.where({a[0]}, {a[1]}, {a[2]})")
+        raise ValueError(f"triton renderer: no code for {op}")
+
+    def cast(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:
+        if dst == torch.bool:
+            return f"{code} != 0"
+        if dst in (torch.float16, torch.bfloat16):
+            return f"({code}).to({TL_DTYPE[dst]}).to(tl.float32)"  # round like an fp16 tensor would
+        return f"({code}).to({TL_DTYPE[dst]})"
+
+    def load(self, e: Expr) -> str:
+        buf = self.param(e.arg)
+        index = self.index_code(e.src[0])
+        mask = self.mask_for(e.src[0])
+        masked = f", mask={mask}, other=0" if mask else ""
+        code = f"tl.load({buf} + ({index}){masked})"
+        if compute_dtype(e.dtype) != e.dtype:
+            code += ".to(tl.float32)"
+        return self.tmp(e, code)
+
+    def reduce(self, e: Expr) -> str:
+        op: ReduceOp = e.arg
+        value = e.src[0]
+        v = self.expr(value)
+        dtype = value.dtype
+        ident = reduce_identity(op, compute_dtype(dtype))
+        if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+            return self.arg_reduce(e, v, dtype, op)
+        masked = self.tmp(e, f"tl.where(rmask, {v}, {ident})", self.loop if self.looped else None)
+        self.names.pop(e)
+        src = masked
+        if self.looped:
+            acc = f"acc{self.counter}"
+            self.counter += 1
+            self.pre.append(f"{acc} = tl.full([XBLOCK, RBLOCK], {ident}, {TL_DTYPE[compute_dtype(dtype)]})")
+            if op is ReduceOp.SUM:
+                update = f"{acc} + {masked}"
+            elif op is ReduceOp.PROD:
+                update = f"{acc} * {masked}"
+            else:
+                cmp = ">" if op is ReduceOp.MAX else "<"
+                nan = f" | ({acc} != {acc})" if dtype.is_floating_point else ""
+                update = f"tl.where(({acc} {cmp} {masked}){nan}, {acc}, {masked})"
+            self.loop.append(f"{acc} = {update}")
+            src = acc
+        out_section = self.post if self.looped else self.pre
+        result = self.tmp(e, f"tl.reduce({src}, 1, {COMBINE[op]}, keep_dims=True)", out_section)
+        if op in (ReduceOp.MAX, ReduceOp.MIN) and dtype.is_floating_point:
+            # Triton's max/min drop NaN; ATen's propagate it.
+            nan = f"tl.reduce(({src} != {src}).to(tl.int32), 1, tl.standard._elementwise_max, keep_dims=True)"
+            has_nan = self.tmp(e, nan, out_section)
+            result = self.tmp(e, f"tl.where({has_nan} > 0, float('nan'), {result})", out_section)
+        return result
+
+    def arg_reduce(self, e: Expr, v: str, dtype: torch.dtype, op: ReduceOp) -> str:
+        if self.looped:
+            raise ValueError("argmax/argmin need a persistent reduction")
+        ident = reduce_identity(op, compute_dtype(dtype))
+        pre = self.pre
+        masked = self.tmp(e, f"tl.where(rmask, {v}, {ident})", pre)
+        idx = self.tmp(e, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", pre)
+        combine = ("tl.standard._argmax_combine_tie_break_left" if op is ReduceOp.ARGMAX
+                   else "tl.standard._argmin_combine_tie_break_left")
+        # one statement: the interpreter rewrites assignments and cannot hold a tuple
+        result = self.tmp(e, f"tl.reduce(({masked}, {idx}), 1, {combine}, keep_dims=True)[1].to(tl.int64)", pre)
+        if dtype.is_floating_point:  # ATen: the first NaN wins
+            first_nan = self.tmp(e, f"tl.reduce(tl.where(rmask & ({v} != {v}), {idx}, RBLOCK), 1, "
+                                    "tl.standard._elementwise_min, keep_dims=True)", pre)
+            result = self.tmp(e, f"tl.where({first_nan} < RBLOCK, {first_nan}.to(tl.int64), {result})", pre)
+        return result
+
+    # --- kernel ------------------------------------------------------------------
+    def write(self) -> RenderedKernel:
+        k = self.k
+        for store in k.stores:
+            if store.buffer not in k.kept:
+                continue
+            value = self.expr(store.value)
+            if not self.looped:
+                section = self.pre
+            elif store.level == "xr":
+                section = self.loop
+            else:
+                section = self.post if self.after_reduce(store.value) else self.pre
+            ptr = self.param(store.buffer)
+            index = self.index_code(store.index)
+            mask = "xmask & rmask" if store.level == "xr" else "xmask"
+            shape = "[XBLOCK, RBLOCK]" if store.level == "xr" else ("[XBLOCK, 1]" if k.is_reduction else "[XBLOCK]")
+            if store.value.op is Op.CONST:
+                value = f"tl.full({shape}, {value}, {TL_DTYPE[compute_dtype(store.value.dtype)]})"
+            elif not any(s.op in (Op.XVAR, Op.RVAR) for s in store.value.walk()):
+                value = f"tl.broadcast_to({value}, {shape})"
+            out_dtype = store.value.dtype
+            section.append(f"tl.store({ptr} + ({index}), ({value}).to({TL_DTYPE[out_dtype]}), {mask})")
+        return self.assemble()
+
+    def header(self) -> list[str]:
+        k = self.k
+        wide = self.needs_int64()
+        pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
+        lines = [f"xnumel = {k.xnumel}", f"xoffset = {pid} * XBLOCK"]
+        if k.is_reduction:
+            lines += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
+                      f"rnumel = {k.rnumel}"]
+        else:
+            lines += ["xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
+        lines += unravel("x", "xindex", k.ranges)
+        if k.is_reduction and not self.looped:
+            lines += ["rindex = tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
+            lines += unravel("r", "rindex", k.rranges)
+        return lines
+
+    def needs_int64(self) -> bool:
+        """int64 offsets when any index this kernel computes can pass int32."""
+        touched = [self.k.buffer_sizes.get(b, 0) for b in self.args]
+        return self.k.xnumel * max(self.k.rnumel, 1) > INT32_LIMIT or max(touched, default=0) > INT32_LIMIT
+
+    def assemble(self) -> RenderedKernel:
+        k = self.k
+        params = ", ".join(self.params[b] for b in self.args)
+        consts = "XBLOCK: tl.constexpr" + (", RBLOCK: tl.constexpr" if k.is_reduction else "")
+        body = self.header() + self.pre
+        if self.looped:
+            body.append("for roffset in range(0, rnumel, RBLOCK):")
+            loop_head = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
+            loop_head += unravel("r", "rindex", k.rranges)
+            body += ["    " + line for line in loop_head + self.loop]
+            body += self.post
+        origins = ", ".join(dict.fromkeys(k.origins))
+        src = [
+            "import triton",
+            "import triton.language as tl",
+            "",
+            "",
+            "@triton.jit",
+            f"def {k.name}({params}, {consts}):",
+            f"    # fused: {origins}" if origins else "    # fused: (none)",
+        ]
+        src += ["    " + line for line in body]
+        grid = (math.ceil(k.xnumel / self.xblock),)
+        meta = {"XBLOCK": self.xblock, "num_warps": self.warps}
+        if k.is_reduction:
+            meta["RBLOCK"] = self.rblock
+        return RenderedKernel(k.name, "triton", "\n".join(src) + "\n", tuple(self.args), grid, meta)
+
+
+def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:
+    lines = []
+    for i in range(len(sizes)):
+        stride = math.prod(sizes[i + 1:])
+        code = flat if stride == 1 else f"({flat} // {stride})"
+        if i > 0:
+            code = f"{code} % {sizes[i]}"
+        lines.append(f"{prefix}{i} = {code}")
+    return lines

@@ -1,0 +1,95 @@
+"""Decomposition rules: one registry, every rule addressable by name.
+
+The table handed to AOTAutograd is PyTorch's core-ATen decompositions plus the
+rules named here. A rule is either taken from ``torch._decomp`` (origin
+"torch") for an op that is core ATen but that our lowering prefers as smaller
+ops (softmax, layer_norm, ...), or written here (origin "crucible"). A fuzzer
+can look a rule up with ``RULES[name]`` and check it against the op it replaces.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch._decomp import core_aten_decompositions, decomposition_table
+
+aten = torch.ops.aten
+
+
+@dataclass(frozen=True)
+class DecompRule:
+    name: str
+    op: Any  # the OpOverload it replaces
+    fn: Callable[..., Any]
+    origin: str  # "torch" | "crucible"
+
+
+RULES: dict[str, DecompRule] = {}
+
+
+def rule(name: str, op: Any) -> Callable[[Callable], Callable]:
+    def wrap(fn: Callable) -> Callable:
+        if name in RULES:
+            raise ValueError(f"decomposition rule {name!r} is defined twice")
+        RULES[name] = DecompRule(name, op, fn, "crucible")
+        return fn
+
+    return wrap
+
+
+# Core-ATen ops that our lowering wants as smaller pieces, decomposed by torch's own rules.
+_TORCH_RULES = [
+    aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
+    aten.native_group_norm.default,
+    aten.gelu.default, aten.silu.default, aten.mish.default,
+    aten.hardswish.default, aten.hardsigmoid.default, aten.hardtanh.default, aten.leaky_relu.default,
+    aten.elu.default, aten.softplus.default, aten.std.correction, aten.addcmul.default,
+    aten.addcdiv.default, aten.lerp.Scalar, aten.lerp.Tensor, aten.logit.default, aten.masked_fill.Scalar,
+    aten.masked_fill.Tensor, aten.rsub.Scalar, aten.clamp.Tensor, aten.hardshrink.default,
+    aten.softshrink.default, aten.threshold.default, aten.xlogy.Tensor, aten.log_sigmoid_forward.default,
+    aten.glu.default, aten.nan_to_num.default, aten.native_dropout.default,
+    aten._softmax_backward_data.default, aten._log_softmax_backward_data.default,
+    aten.native_layer_norm_backward.default, aten.gelu_backward.default, aten.silu_backward.default,
+    aten.tanh_backward.default, aten.sigmoid_backward.default, aten.threshold_backward.default,
+    aten.hardswish_backward.default, aten.native_group_norm_backward.default,
+]
+for _op in _TORCH_RULES:
+    if _op in decomposition_table:
+        _name = f"torch:{_op.name()}"
+        RULES[_name] = DecompRule(_name, _op, decomposition_table[_op], "torch")
+
+
+@rule("crucible:var_mean_to_var_and_mean", aten.var_mean.dim)
+def var_mean_dim(x: torch.Tensor, dim: Any = None, unbiased: bool = True, keepdim: bool = False) -> Any:
+    return aten.var_mean.correction(x, dim, correction=1 if unbiased else 0, keepdim=keepdim)
+
+
+@rule("crucible:mish_from_softplus_tanh", aten.mish.default)
+def mish(x: torch.Tensor) -> torch.Tensor:
+    return x * torch.tanh(torch.nn.functional.softplus(x))
+
+
+@rule("crucible:batch_norm_inference", aten._native_batch_norm_legit_no_training.default)
+def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: torch.Tensor,
+                         running_var: torch.Tensor, momentum: float, eps: float) -> Any:
+    # Pure and functional (torch's rule re-enters the mutating training op).
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    invstd = torch.rsqrt(running_var.to(acc) + eps)
+    out = (x.to(acc) - running_mean.to(acc).reshape(shape)) * invstd.reshape(shape)
+    if weight is not None:
+        out = out * weight.to(acc).reshape(shape)
+    if bias is not None:
+        out = out + bias.to(acc).reshape(shape)
+    empty = x.new_empty((0,))
+    return out.to(x.dtype), empty, empty
+
+
+def decomposition_table_for_compiler() -> dict[Any, Callable]:
+    """core-ATen table + every rule in RULES (our own win over torch's for the same op)."""
+    table = dict(core_aten_decompositions())
+    for r in sorted(RULES.values(), key=lambda r: r.origin != "torch"):
+        table[r.op] = r.fn
+    return table

@@ -1,0 +1,134 @@
+"""The lowered graph: buffers, computed loop nodes and extern calls, in order.
+
+Lowering produces it from an ATen FX graph; the scheduler groups its computed
+nodes into kernels; the wrapper turns the whole into a Python call function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from compiler.ir import Expr, linear_index, render_expr, xvar
+from compiler.report import ExternReason
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for size in reversed(shape):
+        strides.append(acc)
+        acc *= max(size, 1)
+    return tuple(reversed(strides))
+
+
+def numel(shape: tuple[int, ...]) -> int:
+    out = 1
+    for s in shape:
+        out *= s
+    return out
+
+
+@dataclass
+class Buffer:
+    """A named allocation. Inputs keep the caller's strides; ours are contiguous."""
+
+    name: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    kind: str  # "input" | "computed" | "extern"
+
+    @property
+    def numel(self) -> int:
+        return numel(self.shape)
+
+    @property
+    def storage_size(self) -> int:
+        """Elements spanned from offset 0 (what a kernel may touch)."""
+        if any(s == 0 for s in self.shape):
+            return 0
+        return 1 + sum((n - 1) * st for n, st in zip(self.shape, self.stride))
+
+
+@dataclass(frozen=True)
+class View:
+    """A strided view of a buffer: how outputs and extern arguments see buffers."""
+
+    buffer: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    dtype: torch.dtype
+
+
+@dataclass
+class ComputedNode:
+    """A realized loop: one value per output element, optionally reducing over rranges."""
+
+    buffer: Buffer
+    rranges: tuple[int, ...]  # reduction sizes; () for a pointwise node
+    body: Expr  # the element value over XVAR(d) (and RVAR(j) under a REDUCE)
+    origins: tuple[str, ...] = ()  # ATen ops whose computation this node holds
+
+    @property
+    def name(self) -> str:
+        return self.buffer.name
+
+    @property
+    def ranges(self) -> tuple[int, ...]:
+        return self.buffer.shape
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.rranges)
+
+    def store_index(self) -> Expr:
+        return linear_index([xvar(d) for d in range(len(self.ranges))], self.buffer.stride)
+
+    def __str__(self) -> str:
+        kind = f"reduction over {list(self.rranges)}" if self.rranges else "pointwise"
+        return (f"{self.name}: {str(self.buffer.dtype).replace('torch.', '')}{list(self.ranges)} {kind} "
+                f"= {render_expr(self.body)}")
+
+
+@dataclass
+class ExternNode:
+    """An ATen call the compiler does not generate code for."""
+
+    name: str
+    op: Any  # torch._ops.OpOverload
+    args: tuple  # View / python values / nested lists of them
+    kwargs: dict
+    outputs: list[Buffer | None]  # one per tensor in the flattened result (None: not a tensor)
+    result_is_sequence: bool
+    reason: ExternReason
+    message: str = ""
+
+    def __str__(self) -> str:
+        outs = ", ".join(b.name for b in self.outputs if b is not None)
+        return f"{outs} = extern {self.op} ({self.reason.value}: {self.message})"
+
+
+@dataclass
+class LoweredGraph:
+    inputs: list[Buffer | None]  # one per placeholder; None for non-tensor inputs
+    nodes: list[ComputedNode | ExternNode] = field(default_factory=list)
+    outputs: list[Any] = field(default_factory=list)  # View | python value, per graph output
+    device: torch.device = torch.device("cpu")
+
+    def buffers(self) -> dict[str, Buffer]:
+        out = {b.name: b for b in self.inputs if b is not None}
+        for node in self.nodes:
+            if isinstance(node, ComputedNode):
+                out[node.name] = node.buffer
+            else:
+                out.update({b.name: b for b in node.outputs if b is not None})
+        return out
+
+    def __str__(self) -> str:
+        lines = [f"inputs: {', '.join(b.name for b in self.inputs if b is not None)}"]
+        lines += [str(n) for n in self.nodes]
+        lines.append(f"outputs: {self.outputs}")
+        return "\n".join(lines)

@@ -1,0 +1,289 @@
+"""The loop-level IR: one op enum and one small frozen expression node.
+
+An ``Expr`` computes one element of a loop nest. Leaves are constants, loop
+variables (``XVAR``/``RVAR``: the n-th output / reduction dimension of the loop
+the expression belongs to) and loads from named buffers at an index expression.
+Everything is plain data: printable, hashable, comparable, cacheable; renderers
+pattern-match on ``Expr.op``. Index expressions are ordinary int64 expressions.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import torch
+
+
+class Op(enum.Enum):
+    # leaves
+    CONST = "const"  # arg: python scalar
+    XVAR = "xvar"  # arg: output (outer) dimension number
+    RVAR = "rvar"  # arg: reduction dimension number
+    LOAD = "load"  # arg: buffer name; src: (index,)
+    # unary
+    NEG = "neg"
+    ABS = "abs"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    SIN = "sin"
+    COS = "cos"
+    ERF = "erf"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    ISNAN = "isnan"
+    NOT = "not"  # logical not of a bool
+    BITNOT = "bitnot"
+    CAST = "cast"  # arg: target torch.dtype (the node's dtype)
+    # binary
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"  # true division on floats, C-style truncation on integers
+    FLOORDIV = "floordiv"  # floor division (python semantics)
+    MOD = "mod"  # C-style remainder (sign of the dividend)
+    MAX = "max"  # NaN-propagating maximum
+    MIN = "min"
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+    AND = "and"  # logical, on bools
+    OR = "or"
+    BITAND = "bitand"
+    BITOR = "bitor"
+    BITXOR = "bitxor"
+    SHL = "shl"
+    SHR = "shr"
+    # ternary
+    WHERE = "where"
+    # reduction over every RVAR of the loop; arg: ReduceOp
+    REDUCE = "reduce"
+
+
+class ReduceOp(enum.Enum):
+    SUM = "sum"
+    PROD = "prod"
+    MAX = "max"
+    MIN = "min"
+    ARGMAX = "argmax"
+    ARGMIN = "argmin"
+
+
+UNARY = frozenset({Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.ERF, Op.FLOOR,
+                   Op.CEIL, Op.ISNAN, Op.NOT, Op.BITNOT, Op.CAST})
+BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN, Op.EQ, Op.NE, Op.LT,
+                    Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.BITAND, Op.BITOR, Op.BITXOR, Op.SHL, Op.SHR})
+COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
+
+
+@dataclass(frozen=True, eq=False)
+class Expr:
+    op: Op
+    dtype: torch.dtype
+    src: tuple[Expr, ...] = ()
+    arg: Any = None
+    _hash: int = field(default=0, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_hash", hash((self.op, self.dtype, self.src, self.arg)))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Expr) or self._hash != other._hash:
+            return False
+        return (self.op, self.dtype, self.arg, self.src) == (other.op, other.dtype, other.arg, other.src)
+
+    def __repr__(self) -> str:
+        return render_expr(self)
+
+    def walk(self) -> Iterator[Expr]:
+        """Every distinct sub-expression, operands before users."""
+        seen: set[Expr] = set()
+        stack: list[tuple[Expr, bool]] = [(self, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if expanded:
+                yield node
+                continue
+            if node in seen:
+                continue
+            seen.add(node)
+            stack.append((node, True))
+            stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+
+
+INDEX_DTYPE = torch.int64
+
+
+def const(value: Any, dtype: torch.dtype) -> Expr:
+    if dtype.is_floating_point:
+        value = float(value)
+    elif dtype == torch.bool:
+        value = bool(value)
+    else:
+        value = int(value)
+    return Expr(Op.CONST, dtype, (), value)
+
+
+def xvar(dim: int) -> Expr:
+    return Expr(Op.XVAR, INDEX_DTYPE, (), dim)
+
+
+def rvar(dim: int) -> Expr:
+    return Expr(Op.RVAR, INDEX_DTYPE, (), dim)
+
+
+def load(buffer: str, index: Expr, dtype: torch.dtype) -> Expr:
+    return Expr(Op.LOAD, dtype, (index,), buffer)
+
+
+def cast(value: Expr, dtype: torch.dtype) -> Expr:
+    if value.dtype == dtype:
+        return value
+    if value.op is Op.CONST:
+        return const(value.arg, dtype)
+    return Expr(Op.CAST, dtype, (value,), dtype)
+
+
+def unary(op: Op, value: Expr, dtype: torch.dtype | None = None) -> Expr:
+    return Expr(op, dtype or value.dtype, (value,))
+
+
+def binary(op: Op, a: Expr, b: Expr, dtype: torch.dtype | None = None) -> Expr:
+    if dtype is None:
+        dtype = torch.bool if op in COMPARISONS else a.dtype
+    return Expr(op, dtype, (a, b))
+
+
+def where(cond: Expr, a: Expr, b: Expr) -> Expr:
+    return Expr(Op.WHERE, a.dtype, (cond, a, b))
+
+
+def reduce(op: ReduceOp, value: Expr, dtype: torch.dtype) -> Expr:
+    return Expr(Op.REDUCE, dtype, (value,), op)
+
+
+# --- affine index arithmetic ------------------------------------------------
+# Index expressions are built in a canonical affine form (sum of coef * var, then
+# a constant) so that equal indexing is structurally equal: fusion matches a
+# consumer's load against its producer's store by plain ==.
+
+Affine = dict  # {Expr (XVAR/RVAR or other int expr): coefficient, None: constant}
+
+
+def to_affine(expr: Expr) -> Affine | None:
+    """Decompose an int expression into {term: coef, None: const}; None if not affine."""
+    if expr.op is Op.CONST:
+        return {None: int(expr.arg)}
+    if expr.op in (Op.XVAR, Op.RVAR):
+        return {expr: 1}
+    if expr.op in (Op.ADD, Op.SUB):
+        a, b = to_affine(expr.src[0]), to_affine(expr.src[1])
+        if a is None or b is None:
+            return None
+        sign = 1 if expr.op is Op.ADD else -1
+        out = dict(a)
+        for k, v in b.items():
+            out[k] = out.get(k, 0) + sign * v
+        return out
+    if expr.op is Op.MUL:
+        a, b = to_affine(expr.src[0]), to_affine(expr.src[1])
+        if a is None or b is None:
+            return None
+        if set(a) == {None}:
+            a, b = b, a
+        if set(b) != {None}:
+            return None
+        return {k: v * b[None] for k, v in a.items()}
+    return None
+
+
+def from_affine(terms: Affine) -> Expr:
+    """Canonical expression for an affine map (terms sorted, zero terms dropped)."""
+    items = [(k, v) for k, v in terms.items() if k is not None and v != 0]
+    items.sort(key=lambda kv: (kv[0].op.value, kv[0].arg if kv[0].op in (Op.XVAR, Op.RVAR) else 0,
+                               kv[0]._hash))
+    out: Expr | None = None
+    for var, coef in items:
+        term = var if coef == 1 else binary(Op.MUL, var, const(coef, INDEX_DTYPE))
+        out = term if out is None else binary(Op.ADD, out, term)
+    c = terms.get(None, 0)
+    if out is None:
+        return const(c, INDEX_DTYPE)
+    return binary(Op.ADD, out, const(c, INDEX_DTYPE)) if c else out
+
+
+def linear_index(indices: list[Expr], strides: tuple[int, ...], offset: int = 0) -> Expr:
+    """offset + sum(index_i * stride_i), canonical when every index is affine."""
+    total: Affine = {None: offset}
+    rest: list[Expr] = []
+    for idx, stride in zip(indices, strides):
+        if stride == 0:
+            continue
+        aff = to_affine(idx)
+        if aff is None:
+            rest.append(binary(Op.MUL, idx, const(stride, INDEX_DTYPE)) if stride != 1 else idx)
+            continue
+        for k, v in aff.items():
+            total[k] = total.get(k, 0) + v * stride
+    out = from_affine(total)
+    for r in rest:
+        out = binary(Op.ADD, r, out)
+    return out
+
+
+def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
+    """Replace sub-expressions; loads' indices are re-canonicalized."""
+    memo: dict[Expr, Expr] = {}
+
+    def go(e: Expr) -> Expr:
+        hit = mapping.get(e)
+        if hit is not None:
+            return hit
+        done = memo.get(e)
+        if done is not None:
+            return done
+        if not e.src:
+            out = e
+        else:
+            src = tuple(go(s) for s in e.src)
+            if e.op is Op.LOAD:
+                aff = to_affine(src[0])
+                if aff is not None:
+                    src = (from_affine(aff),)
+            out = e if src == e.src else Expr(e.op, e.dtype, src, e.arg)
+        memo[e] = out
+        return out
+
+    return go(expr)
+
+
+def loads(expr: Expr) -> list[Expr]:
+    return [e for e in expr.walk() if e.op is Op.LOAD]
+
+
+def render_expr(expr: Expr) -> str:
+    """A compact one-line rendering for debugging and IR dumps."""
+    if expr.op is Op.CONST:
+        return repr(expr.arg)
+    if expr.op is Op.XVAR:
+        return f"x{expr.arg}"
+    if expr.op is Op.RVAR:
+        return f"r{expr.arg}"
+    if expr.op is Op.LOAD:
+        return f"{expr.arg}[{render_expr(expr.src[0])}]"
+    if expr.op is Op.CAST:
+        return f"{str(expr.dtype).replace('torch.', '')}({render_expr(expr.src[0])})"
+    if expr.op is Op.REDUCE:
+        return f"{expr.arg.value}_r({render_expr(expr.src[0])})"
+    return f"{expr.op.value}({', '.join(render_expr(s) for s in expr.src)})"

@@ -1,0 +1,297 @@
+"""Lowering: an ATen FX graph -> a LoweredGraph of loop nodes and extern calls.
+
+During lowering every FX value is a ``TensorValue``:
+
+* ``Lazy``: an unrealized pointwise expression over its own XVARs. Consumers inline
+  it, which is how pointwise chains fuse and how producers fuse into reductions.
+* ``Strided``: a strided window onto a buffer. Views of buffers stay ``Strided``
+  (new sizes/strides/offset), so views never materialize.
+
+Lowering rules live in ``compiler.lowerings`` and are registered in ``LOWERINGS``.
+A rule raises ``Unsupported`` to have the op run as an extern call instead.
+"""
+
+from __future__ import annotations
+
+import operator
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from compiler import ir
+from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, numel
+from compiler.ir import Expr, Op
+from compiler.report import ExternReason
+
+aten = torch.ops.aten
+
+# A realized expression with more operations than this is not inlined twice.
+MAX_INLINE_OPS = 64
+
+
+class Unsupported(Exception):
+    """A lowering rule declines this call; the op becomes an extern call."""
+
+    def __init__(self, reason: ExternReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class SymbolicShapes(Exception):
+    """The graph has symbolic sizes; this compiler specializes on static shapes."""
+
+
+@dataclass(frozen=True)
+class Lazy:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    expr: Expr  # over XVAR(0..len(shape)-1)
+
+
+@dataclass(frozen=True)
+class Strided:
+    buffer: str
+    shape: tuple[int, ...]
+    stride: tuple[int, ...]
+    offset: int
+    dtype: torch.dtype
+
+    def view(self) -> View:
+        return View(self.buffer, self.shape, self.stride, self.offset, self.dtype)
+
+
+TensorValue = Lazy | Strided
+LoweringRule = Callable[..., Any]
+LOWERINGS: dict[Any, LoweringRule] = {}
+
+
+def register(*ops: Any) -> Callable[[LoweringRule], LoweringRule]:
+    """Register a rule for OpOverloads or whole OpOverloadPackets."""
+
+    def wrap(fn: LoweringRule) -> LoweringRule:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+
+    return wrap
+
+
+def find_rule(target: Any) -> LoweringRule | None:
+    if target in LOWERINGS:
+        return LOWERINGS[target]
+    packet = getattr(target, "overloadpacket", None)
+    return LOWERINGS.get(packet)
+
+
+def read(value: TensorValue, index: list[Expr]) -> Expr:
+    """The element of ``value`` at ``index`` (one int64 expression per dim)."""
+    if isinstance(value, Lazy):
+        if not value.shape:
+            return value.expr
+        return ir.substitute(value.expr, {ir.xvar(d): idx for d, idx in enumerate(index)})
+    flat = ir.linear_index(index, value.stride, value.offset)
+    return ir.load(value.buffer, flat, value.dtype)
+
+
+def identity_index(shape: tuple[int, ...]) -> list[Expr]:
+    return [ir.xvar(d) if n != 1 else ir.const(0, ir.INDEX_DTYPE) for d, n in enumerate(shape)]
+
+
+def as_expr(value: TensorValue) -> Expr:
+    return read(value, identity_index(value.shape))
+
+
+def broadcast_read(value: TensorValue, out_shape: tuple[int, ...]) -> Expr:
+    """Read ``value`` broadcast to ``out_shape``, indexed by the output's XVARs."""
+    lead = len(out_shape) - len(value.shape)
+    index = []
+    for d, n in enumerate(value.shape):
+        index.append(ir.const(0, ir.INDEX_DTYPE) if n == 1 else ir.xvar(lead + d))
+    return read(value, index)
+
+
+def count_ops(expr: Expr) -> int:
+    return sum(1 for e in expr.walk() if e.src)
+
+
+class GraphLowering:
+    """Walks an ATen FX graph once, building a LoweredGraph."""
+
+    def __init__(self, gm: torch.fx.GraphModule, device: torch.device) -> None:
+        self.gm = gm
+        self.graph = LoweredGraph(inputs=[], device=device)
+        self._counter = 0
+        self.origin: str = ""
+        self.user_counts: dict[torch.fx.Node, int] = {}
+        self.expr_origins: dict[Expr, str] = {}  # top expression of each lazy result -> its ATen op
+
+    # --- naming and realization --------------------------------------------
+    def new_name(self, prefix: str = "buf") -> str:
+        self._counter += 1
+        return f"{prefix}{self._counter}"
+
+    def realize(self, value: TensorValue) -> Strided:
+        if isinstance(value, Strided):
+            return value
+        shape = value.shape
+        buf = Buffer(self.new_name(), value.dtype, shape, contiguous_strides(shape), "computed")
+        self.graph.nodes.append(ComputedNode(buf, (), value.expr, self.origins_of(value.expr)))
+        return Strided(buf.name, shape, buf.stride, 0, value.dtype)
+
+    def origins_of(self, body: Expr) -> tuple[str, ...]:
+        """ATen ops whose lazy results were inlined into ``body``, in program order."""
+        found = [self.expr_origins[e] for e in body.walk() if e in self.expr_origins]
+        return tuple(dict.fromkeys(found or [self.origin]))
+
+    def realize_contiguous(self, value: TensorValue) -> Strided:
+        """A dense row-major buffer holding ``value`` (copies non-contiguous views)."""
+        if isinstance(value, Strided) and value.stride == contiguous_strides(value.shape):
+            return value
+        if isinstance(value, Strided):
+            value = Lazy(value.shape, value.dtype, as_expr(value))
+        return self.realize(value)
+
+    def reduction(self, value: TensorValue, dims: list[int], keepdim: bool, op: ir.ReduceOp,
+                  acc_dtype: torch.dtype, out_dtype: torch.dtype) -> Strided:
+        """Reduce ``value`` over ``dims``: one realized reduction node."""
+        shape = value.shape
+        dims = sorted({d % len(shape) for d in dims}) if shape else []
+        out_shape: list[int] = []
+        index: list[Expr] = []
+        rranges: list[int] = []
+        for d, n in enumerate(shape):
+            if d in dims:
+                index.append(ir.rvar(len(rranges)) if n != 1 else ir.const(0, ir.INDEX_DTYPE))
+                rranges.append(n)
+                if keepdim:
+                    out_shape.append(1)
+            else:
+                index.append(ir.xvar(len(out_shape)) if n != 1 else ir.const(0, ir.INDEX_DTYPE))
+                out_shape.append(n)
+        body = read(value, index)
+        out_shape_t = tuple(out_shape)
+        buf = Buffer(self.new_name(), out_dtype, out_shape_t, contiguous_strides(out_shape_t), "computed")
+        is_arg = op in (ir.ReduceOp.ARGMAX, ir.ReduceOp.ARGMIN)
+        reduced = ir.reduce(op, body if is_arg else ir.cast(body, acc_dtype), acc_dtype)
+        self.graph.nodes.append(ComputedNode(buf, tuple(rranges), ir.cast(reduced, out_dtype),
+                                             self.origins_of(body)))
+        return Strided(buf.name, out_shape_t, buf.stride, 0, out_dtype)
+
+    # --- the walk ------------------------------------------------------------
+    def run(self) -> LoweredGraph:
+        env: dict[torch.fx.Node, Any] = {}
+        for node in self.gm.graph.nodes:
+            self.user_counts[node] = len(node.users)
+            if node.op == "placeholder":
+                env[node] = self.lower_placeholder(node)
+            elif node.op == "call_function":
+                self.origin = str(getattr(node.target, "__name__", node.target))
+                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                value = self.maybe_realize(node, self.lower_call(node, args, kwargs))
+                for v in value if isinstance(value, (list, tuple)) else [value]:
+                    if isinstance(v, Lazy):
+                        self.expr_origins.setdefault(v.expr, self.origin)
+                env[node] = value
+            elif node.op == "output":
+                outs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+                self.graph.outputs = [self.output_value(v) for v in outs]
+            else:
+                raise NotImplementedError(f"FX node kind {node.op!r} ({node.name}) is not supported")
+        return self.graph
+
+    def lower_placeholder(self, node: torch.fx.Node) -> Any:
+        val = node.meta.get("val")
+        if not isinstance(val, torch.Tensor):
+            self.graph.inputs.append(None)
+            if isinstance(val, torch.SymInt) or val is None:
+                raise SymbolicShapes(f"input {node.name} is a symbolic scalar ({val!r})")
+            return val
+        check_static(val, node.name)
+        name = f"arg{len(self.graph.inputs)}"
+        buf = Buffer(name, val.dtype, tuple(val.shape), tuple(val.stride()), "input")
+        self.graph.inputs.append(buf)
+        # offsets are relative to the tensor's first element (what data_ptr points at)
+        return Strided(name, buf.shape, buf.stride, 0, val.dtype)
+
+    def lower_call(self, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
+        val = node.meta.get("val")
+        for t in _tensors(val):
+            check_static(t, node.name)
+        if node.target is operator.getitem:
+            return args[0][args[1]]
+        rule = find_rule(node.target)
+        if rule is None:
+            return self.extern(node, args, kwargs, ExternReason.NO_LOWERING, "no lowering rule")
+        try:
+            return rule(self, node, *args, **kwargs)
+        except Unsupported as why:
+            return self.extern(node, args, kwargs, why.reason, why.message)
+
+    def maybe_realize(self, node: torch.fx.Node, value: Any) -> Any:
+        """Realize big lazy expressions that several users would otherwise recompute."""
+        if isinstance(value, Lazy) and len(node.users) > 1 and count_ops(value.expr) > MAX_INLINE_OPS:
+            return self.realize(value)
+        return value
+
+    def extern(self, node: torch.fx.Node, args: tuple, kwargs: dict, reason: ExternReason,
+               message: str) -> Any:
+        def to_arg(v: Any) -> Any:
+            if isinstance(v, (Lazy, Strided)):
+                return self.realize(v).view()
+            if isinstance(v, (list, tuple)):
+                return type(v)(to_arg(x) for x in v)
+            return v
+
+        val = node.meta.get("val")
+        flat = list(val) if isinstance(val, (list, tuple)) else [val]
+        outputs: list[Buffer | None] = []
+        for t in flat:
+            if isinstance(t, torch.Tensor):
+                shape = tuple(t.shape)
+                outputs.append(Buffer(self.new_name(), t.dtype, shape, contiguous_strides(shape), "extern"))
+            else:
+                outputs.append(None)
+        name = self.new_name("extern")
+        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args)), to_arg(dict(kwargs)),
+                                           outputs, isinstance(val, (list, tuple)), reason, message))
+        values = [Strided(b.name, b.shape, b.stride, 0, b.dtype) if b is not None else None for b in outputs]
+        return values if isinstance(val, (list, tuple)) else values[0]
+
+    def output_value(self, value: Any) -> Any:
+        if isinstance(value, (Lazy, Strided)):
+            return self.realize(value).view()
+        if isinstance(value, (list, tuple)):
+            return type(value)(self.output_value(v) for v in value)
+        return value
+
+
+def _tensors(val: Any) -> list[torch.Tensor]:
+    if isinstance(val, torch.Tensor):
+        return [val]
+    if isinstance(val, (list, tuple)):
+        return [t for v in val for t in _tensors(v)]
+    return []
+
+
+def check_static(t: torch.Tensor, where: str) -> None:
+    for s in list(t.shape) + list(t.stride()) + [t.storage_offset()]:
+        if not isinstance(s, int):
+            raise SymbolicShapes(f"{where} has symbolic size/stride {tuple(t.shape)}")
+
+
+def lower(gm: torch.fx.GraphModule, device: torch.device) -> LoweredGraph:
+    import compiler.lowerings  # noqa: F401  (registers the rules)
+
+    return GraphLowering(gm, device).run()
+
+
+def full_numel(value: TensorValue) -> int:
+    return numel(value.shape)
+
+
+__all__ = ["Lazy", "Strided", "TensorValue", "Unsupported", "SymbolicShapes", "GraphLowering", "lower",
+           "register", "read", "as_expr", "broadcast_read", "identity_index", "Op"]

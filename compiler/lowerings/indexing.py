@@ -1,0 +1,207 @@
+"""Creation and indexing lowerings: full/arange, cat, constant_pad_nd, gather, index.
+
+Reads that select between inputs (cat, pad) clamp the index they pass to each
+input into its bounds, so a lane whose value is not selected never touches
+memory outside the input; the select itself is a ``where``.
+Data-dependent indices (gather, index) are clamped too: an out-of-range index
+reads a valid element instead of faulting (ATen would raise; we document it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from compiler import ir
+from compiler.ir import Expr, Op
+from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, Unsupported, broadcast_read, read, register
+from compiler.lowerings.pointwise import out_meta
+from compiler.report import ExternReason
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+I64 = ir.INDEX_DTYPE
+
+
+def c64(v: int) -> Expr:
+    return ir.const(v, I64)
+
+
+def clamp_index(idx: Expr, size: int) -> Expr:
+    return ir.binary(Op.MIN, ir.binary(Op.MAX, idx, c64(0)), c64(max(size - 1, 0)))
+
+
+def _filled(node: Any, value: Any) -> Lazy:
+    shape, dtype = out_meta(node)
+    if dtype.is_complex:
+        raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "complex fill")
+    return Lazy(shape, dtype, ir.const(value, dtype))
+
+
+@register(aten.full.default)
+def lower_full(ctx: GraphLowering, node: Any, size: Any, value: Any, **kwargs: Any) -> Lazy:
+    return _filled(node, value)
+
+
+@register(aten.full_like)
+def lower_full_like(ctx: GraphLowering, node: Any, x: Any, value: Any, **kwargs: Any) -> Lazy:
+    return _filled(node, value)
+
+
+@register(aten.zeros.default, aten.zeros_like, aten.empty.memory_format, aten.empty_like, aten.empty_strided,
+          aten.new_empty, aten.new_zeros, aten.new_empty_strided)
+def lower_zeros(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> Lazy:
+    # empty* has undefined contents; zeros are a valid choice and cost nothing until used.
+    return _filled(node, 0)
+
+
+@register(aten.ones.default, aten.ones_like, aten.new_ones)
+def lower_ones(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> Lazy:
+    return _filled(node, 1)
+
+
+@register(aten.scalar_tensor)
+def lower_scalar_tensor(ctx: GraphLowering, node: Any, value: Any, **kwargs: Any) -> Lazy:
+    return _filled(node, value)
+
+
+@register(aten.fill.Scalar)
+def lower_fill(ctx: GraphLowering, node: Any, x: Any, value: Any) -> Lazy:
+    return _filled(node, value)
+
+
+@register(aten.arange.start_step, aten.arange.start, aten.arange.default)
+def lower_arange(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> Lazy:
+    shape, dtype = out_meta(node)
+    nums = [a for a in args if isinstance(a, (int, float))]
+    start, step = 0, 1
+    if len(nums) >= 2:
+        start = nums[0]
+    if len(nums) == 3:
+        step = nums[2]
+    if dtype.is_floating_point:
+        value = ir.binary(Op.ADD, ir.binary(Op.MUL, ir.cast(ir.xvar(0), torch.float64), ir.const(step, torch.float64)),
+                          ir.const(start, torch.float64))
+        return Lazy(shape, dtype, ir.cast(value, dtype))
+    return Lazy(shape, dtype, ir.cast(ir.from_affine({ir.xvar(0): int(step), None: int(start)}), dtype))
+
+
+@register(prims.iota)
+def lower_iota(ctx: GraphLowering, node: Any, length: int, *, start: int, step: int, **kwargs: Any) -> Lazy:
+    shape, dtype = out_meta(node)
+    return Lazy(shape, dtype, ir.cast(ir.from_affine({ir.xvar(0): step, None: start}), dtype))
+
+
+@register(aten.cat)
+def lower_cat(ctx: GraphLowering, node: Any, tensors: list[TensorValue], dim: int = 0) -> Lazy:
+    shape, dtype = out_meta(node)
+    dim = dim % len(shape)
+    parts = [t for t in tensors if not (len(t.shape) == 1 and t.shape[0] == 0)]
+    if not parts:
+        return Lazy(shape, dtype, ir.const(0, dtype))
+    index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
+    value: Expr | None = None
+    offsets, start = [], 0
+    for t in parts:
+        offsets.append(start)
+        start += t.shape[dim]
+    for t, off in reversed(list(zip(parts, offsets))):
+        local = list(index)
+        local[dim] = clamp_index(ir.from_affine({index[dim]: 1, None: -off}) if index[dim].op is Op.XVAR
+                                 else c64(-off), t.shape[dim])
+        here = ir.cast(read(t, local), dtype)
+        if value is None:
+            value = here
+        else:
+            upper = ir.binary(Op.LT, index[dim], c64(off + t.shape[dim]))
+            value = ir.where(upper, here, value)
+    assert value is not None
+    return Lazy(shape, dtype, value)
+
+
+@register(aten.constant_pad_nd)
+def lower_constant_pad(ctx: GraphLowering, node: Any, x: TensorValue, pad: list[int], value: Any = 0) -> Lazy:
+    shape, dtype = out_meta(node)
+    nd = len(shape)
+    index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
+    valid: Expr | None = None
+    local = list(index)
+    for i in range(len(pad) // 2):
+        d = nd - 1 - i
+        before = pad[2 * i]
+        src = ir.from_affine({index[d]: 1, None: -before}) if index[d].op is Op.XVAR else c64(-before)
+        inside = ir.binary(Op.AND, ir.binary(Op.GE, src, c64(0)), ir.binary(Op.LT, src, c64(x.shape[d])))
+        valid = inside if valid is None else ir.binary(Op.AND, valid, inside)
+        local[d] = clamp_index(src, x.shape[d])
+    body = ir.cast(read(x, local), dtype)
+    if valid is None:
+        return Lazy(shape, dtype, body)
+    return Lazy(shape, dtype, ir.where(valid, body, ir.const(value, dtype)))
+
+
+def _wrap_index(idx: Expr, size: int) -> Expr:
+    idx = ir.cast(idx, I64)
+    neg = ir.binary(Op.LT, idx, c64(0))
+    wrapped = ir.where(neg, ir.binary(Op.ADD, idx, c64(size)), idx)
+    return clamp_index(wrapped, size)
+
+
+@register(aten.gather)
+def lower_gather(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index: TensorValue,
+                 sparse_grad: bool = False) -> Lazy:
+    shape, dtype = out_meta(node)
+    dim = dim % max(len(x.shape), 1)
+    out_index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
+    picked = _wrap_index(read(index, out_index), x.shape[dim])
+    local = list(out_index)
+    local[dim] = picked
+    return Lazy(shape, dtype, read(x, local))
+
+
+@register(aten.index_select)
+def lower_index_select(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index: TensorValue) -> Lazy:
+    shape, dtype = out_meta(node)
+    dim = dim % max(len(x.shape), 1)
+    out_index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
+    idx_shape_index = [out_index[dim]] if index.shape else []
+    local = list(out_index)
+    local[dim] = _wrap_index(read(index, idx_shape_index), x.shape[dim])
+    return Lazy(shape, dtype, read(x, local))
+
+
+@register(aten.embedding)
+def lower_embedding(ctx: GraphLowering, node: Any, weight: TensorValue, indices: TensorValue, *rest: Any) -> Lazy:
+    shape, dtype = out_meta(node)
+    nidx = len(indices.shape)
+    out_index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
+    row = _wrap_index(read(indices, out_index[:nidx]), weight.shape[0])
+    return Lazy(shape, dtype, read(weight, [row, out_index[nidx]]))
+
+
+@register(aten.index.Tensor)
+def lower_index(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any]) -> Lazy:
+    shape, dtype = out_meta(node)
+    if any(isinstance(i, (Lazy, Strided)) and i.dtype == torch.bool for i in indices):
+        raise Unsupported(ExternReason.UNSUPPORTED_ARGS, "boolean mask indexing has a data-dependent shape")
+    indices = list(indices) + [None] * (len(x.shape) - len(indices))
+    used = [d for d, i in enumerate(indices) if i is not None]
+    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[d].shape) for d in used]))
+    adjacent = used == list(range(used[0], used[-1] + 1))
+    first = used[0] if adjacent else 0
+    out_index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
+    bidx = out_index[first:first + len(bshape)]
+    rest = out_index[:first] + out_index[first + len(bshape):]
+    local: list[Expr] = []
+    it = iter(rest)
+    for d, i in enumerate(indices):
+        if i is None:
+            local.append(next(it))
+        else:
+            lead = len(bshape) - len(i.shape)
+            sub = [c64(0) if n == 1 else bidx[lead + j] for j, n in enumerate(i.shape)]
+            local.append(_wrap_index(read(i, sub), x.shape[d]))
+    return Lazy(shape, dtype, read(x, local))
+
+
+__all__ = ["broadcast_read"]

@@ -1,0 +1,218 @@
+"""Reduction lowerings: sum, mean, prod, amax/amin, argmax/argmin, any/all, var.
+
+Every reduction realizes one node whose body is read at (XVAR kept dims, RVAR
+reduced dims); the scheduler fuses producers (inlined in the body) and
+consumers (matching indexing) around it. Accumulation is in float32 (float64
+for float64) and int64 for integer sums, like ATen.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from compiler import ir
+from compiler.ir import ReduceOp
+from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, register
+from compiler.lowerings.pointwise import V, out_meta, pointwise
+
+aten = torch.ops.aten
+
+
+def _dims(x: TensorValue, dims: Any) -> list[int]:
+    nd = len(x.shape)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        return list(range(nd))
+    if isinstance(dims, int):
+        dims = [dims]
+    return sorted({d % max(nd, 1) for d in dims}) if nd else []
+
+
+def acc_dtype_for(dtype: torch.dtype) -> torch.dtype:
+    if dtype == torch.float64:
+        return torch.float64
+    if dtype.is_floating_point:
+        return torch.float32
+    return torch.int64
+
+
+def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], keepdim: bool, op: ReduceOp,
+              acc: torch.dtype, out_dtype: torch.dtype | None = None) -> TensorValue:
+    """One reduction, with the degenerate sizes (nothing or a single element reduced) made pointwise."""
+    out_dtype = out_dtype or out_meta(node)[1]
+    rnumel = math.prod(x.shape[d] for d in dims)
+    if rnumel == 1 or rnumel == 0:
+        identity = {ReduceOp.SUM: 0, ReduceOp.PROD: 1, ReduceOp.ARGMAX: 0, ReduceOp.ARGMIN: 0,
+                    ReduceOp.MAX: -math.inf, ReduceOp.MIN: math.inf}[op]
+        shape = tuple(1 if d in dims else n for d, n in enumerate(x.shape) if keepdim or d not in dims)
+        if rnumel == 0 or op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+            return Lazy(shape, out_dtype, ir.const(identity, out_dtype))
+        from compiler.lowerings.views import reshape
+
+        return Lazy(shape, out_dtype, ir.cast(_as_lazy(reshape(ctx, x, shape)), out_dtype))
+    return ctx.reduction(x, dims, keepdim, op, acc, out_dtype)
+
+
+def _as_lazy(x: TensorValue) -> ir.Expr:
+    from compiler.lowering import as_expr
+
+    return as_expr(x)
+
+
+def _source(ctx: GraphLowering, x: TensorValue, dtype: torch.dtype | None) -> TensorValue:
+    if dtype is None or dtype == x.dtype:
+        return x
+    from compiler.lowering import as_expr
+
+    return Lazy(x.shape, dtype, ir.cast(as_expr(x), dtype))
+
+
+@register(aten.sum.dim_IntList, aten.sum.default)
+def lower_sum(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, keepdim: bool = False,
+              dtype: torch.dtype | None = None) -> TensorValue:
+    out = out_meta(node)[1]
+    x = _source(ctx, x, dtype)
+    return reduce_to(ctx, node, x, _dims(x, dims), keepdim, ReduceOp.SUM, acc_dtype_for(out))
+
+
+@register(aten.prod.dim_int, aten.prod.default)
+def lower_prod(ctx: GraphLowering, node: Any, x: TensorValue, dim: Any = None, keepdim: bool = False,
+               dtype: torch.dtype | None = None) -> TensorValue:
+    out = out_meta(node)[1]
+    x = _source(ctx, x, dtype)
+    return reduce_to(ctx, node, x, _dims(x, dim), keepdim, ReduceOp.PROD, acc_dtype_for(out))
+
+
+@register(aten.mean.dim, aten.mean.default)
+def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, keepdim: bool = False,
+               dtype: torch.dtype | None = None) -> TensorValue:
+    out = out_meta(node)[1]
+    x = _source(ctx, x, dtype)
+    d = _dims(x, dims)
+    total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc_dtype_for(out), acc_dtype_for(out))
+    count = math.prod(x.shape[i] for i in d)
+    return pointwise(node, lambda s: s / count if count else s * math.nan, total, compute=acc_dtype_for(out))
+
+
+def _minmax(op: ReduceOp):
+    def rule(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, keepdim: bool = False
+             ) -> TensorValue:
+        return reduce_to(ctx, node, x, _dims(x, dims), keepdim, op, x.dtype if x.dtype != torch.bool
+                         else torch.int32)
+
+    return rule
+
+
+register(aten.amax)(_minmax(ReduceOp.MAX))
+register(aten.amin)(_minmax(ReduceOp.MIN))
+register(aten.max.default)(_minmax(ReduceOp.MAX))
+register(aten.min.default)(_minmax(ReduceOp.MIN))
+
+
+def _arg(op: ReduceOp):
+    def rule(ctx: GraphLowering, node: Any, x: TensorValue, dim: int | None = None, keepdim: bool = False
+             ) -> TensorValue:
+        if dim is None and keepdim:
+            dims = list(range(len(x.shape)))
+        elif dim is None:
+            from compiler.lowerings.views import reshape
+
+            x, dims = reshape(ctx, x, (math.prod(x.shape),)), [0]
+        else:
+            dims = _dims(x, dim)
+        return reduce_to(ctx, node, x, dims, keepdim, op, torch.int64)
+
+    return rule
+
+
+register(aten.argmax)(_arg(ReduceOp.ARGMAX))
+register(aten.argmin)(_arg(ReduceOp.ARGMIN))
+
+
+def _minmax_dim(value_op: ReduceOp, index_op: ReduceOp):
+    def rule(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, keepdim: bool = False) -> list:
+        dims = _dims(x, dim)
+        values = reduce_to(ctx, node, x, dims, keepdim, value_op, x.dtype, x.dtype)
+        indices = reduce_to(ctx, node, x, dims, keepdim, index_op, torch.int64, torch.int64)
+        return [values, indices]
+
+    return rule
+
+
+register(aten.max.dim)(_minmax_dim(ReduceOp.MAX, ReduceOp.ARGMAX))
+register(aten.min.dim)(_minmax_dim(ReduceOp.MIN, ReduceOp.ARGMIN))
+
+
+def _truth(ctx: GraphLowering, x: TensorValue) -> TensorValue:
+    from compiler.lowering import as_expr
+
+    e = as_expr(x)
+    nonzero = ir.binary(ir.Op.NE, e, ir.const(0, e.dtype)) if e.dtype != torch.bool else e
+    return Lazy(x.shape, torch.int32, ir.cast(nonzero, torch.int32))
+
+
+def _anyall(op: ReduceOp):
+    def rule(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, keepdim: bool = False
+             ) -> TensorValue:
+        truth = _truth(ctx, x)
+        d = _dims(x, dims)
+        if math.prod(x.shape[i] for i in d) == 0:
+            return pointwise(node, lambda: V(ir.const(op is ReduceOp.MIN, torch.bool)), compute=torch.bool)
+        return reduce_to(ctx, node, truth, d, keepdim, op, torch.int32)
+
+    return rule
+
+
+register(aten.any)(_anyall(ReduceOp.MAX))
+register(aten.all)(_anyall(ReduceOp.MIN))
+
+
+def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correction: Any, keepdim: bool
+             ) -> tuple[TensorValue, TensorValue]:
+    """Two-pass variance (mean first, then squared deviations): numerically sound, and
+    both reductions fuse into one kernel when the reduction fits a block."""
+    from compiler.lowering import as_expr, broadcast_read
+
+    if not x.dtype.is_floating_point:
+        from compiler.lowering import Unsupported
+        from compiler.report import ExternReason
+
+        raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "var of a non-float tensor")
+    d = _dims(x, dims)
+    acc = acc_dtype_for(x.dtype)
+    n = math.prod(x.shape[i] for i in d)
+    corr = 1 if correction is None else correction
+    total = reduce_to(ctx, node, x, d, True, ReduceOp.SUM, acc, acc)
+    mean_kd = Lazy(total.shape, acc, ir.cast(as_expr(total), acc) if n == 0 else
+                   ir.binary(ir.Op.DIV, as_expr(total), ir.const(n, acc)))
+    dev = ir.binary(ir.Op.SUB, ir.cast(as_expr(x), acc), broadcast_read(mean_kd, x.shape))
+    sq = Lazy(x.shape, acc, ir.binary(ir.Op.MUL, dev, dev))
+    ssq = reduce_to(ctx, node, sq, d, keepdim, ReduceOp.SUM, acc, acc)
+    denom = max(n - corr, 0)
+    var = Lazy(ssq.shape, x.dtype, ir.cast(ir.binary(ir.Op.DIV, as_expr(ssq), ir.const(denom, acc)), x.dtype))
+    if keepdim:
+        mean = Lazy(mean_kd.shape, x.dtype, ir.cast(mean_kd.expr, x.dtype))
+    else:
+        from compiler.lowerings.views import reshape
+
+        mean_flat = reshape(ctx, mean_kd, var.shape)
+        mean = Lazy(var.shape, x.dtype, ir.cast(as_expr(mean_flat), x.dtype))
+    return var, mean
+
+
+@register(aten.var.correction)
+def lower_var(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, *, correction: Any = None,
+              keepdim: bool = False) -> TensorValue:
+    return variance(ctx, node, x, dims, correction, keepdim)[0]
+
+
+@register(aten.var_mean.correction)
+def lower_var_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, *, correction: Any = None,
+                   keepdim: bool = False) -> list:
+    var, mean = variance(ctx, node, x, dims, correction, keepdim)
+    return [var, mean]
+
+
+__all__ = ["Strided"]

@@ -1,0 +1,198 @@
+"""View lowerings: views are index maps, never copies.
+
+A view of a ``Strided`` value gets new sizes/strides/offset; a view of a ``Lazy``
+value substitutes its loop variables. Only a reshape that cannot be expressed
+either way (a lazy value split across dims, or a non-viewable strided layout)
+realizes its input first, like ``torch.reshape`` copies.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from compiler import ir
+from compiler.ir import Expr
+from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, identity_index, read, register
+
+aten = torch.ops.aten
+IndexMap = Callable[[list[Expr]], list[Expr]]
+
+
+def view_map(ctx: GraphLowering, value: TensorValue, shape: tuple[int, ...], index_fn: IndexMap) -> TensorValue:
+    """The value seen through ``index_fn`` (new index -> old index) at ``shape``."""
+    new_index = [ir.xvar(d) for d in range(len(shape))]
+    old_index = index_fn(new_index)
+    if isinstance(value, Lazy):
+        expr = read(value, index_fn(identity_index(shape)))
+        return Lazy(shape, value.dtype, expr)
+    flat = ir.linear_index(old_index, value.stride, value.offset)
+    aff = ir.to_affine(flat)
+    if aff is None or any(k is not None and k.op is not ir.Op.XVAR for k in aff):
+        return view_map(ctx, ctx.realize_contiguous(value), shape, index_fn)
+    strides = tuple(aff.get(ir.xvar(d), 0) for d in range(len(shape)))
+    return Strided(value.buffer, shape, strides, aff.get(None, 0), value.dtype)
+
+
+def _wrap(dim: int, ndim: int) -> int:
+    return dim % max(ndim, 1)
+
+
+@register(aten.permute)
+def lower_permute(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int]) -> TensorValue:
+    nd = len(x.shape)
+    dims = [_wrap(d, nd) for d in dims]
+    shape = tuple(x.shape[d] for d in dims)
+
+    def fn(new: list[Expr]) -> list[Expr]:
+        old: list[Expr] = [None] * nd  # type: ignore[list-item]
+        for i, d in enumerate(dims):
+            old[d] = new[i]
+        return old
+
+    return view_map(ctx, x, shape, fn)
+
+
+@register(aten.transpose.int)
+def lower_transpose(ctx: GraphLowering, node: Any, x: TensorValue, d0: int, d1: int) -> TensorValue:
+    nd = len(x.shape)
+    if nd == 0:
+        return x
+    dims = list(range(nd))
+    d0, d1 = _wrap(d0, nd), _wrap(d1, nd)
+    dims[d0], dims[d1] = dims[d1], dims[d0]
+    return lower_permute(ctx, node, x, dims)
+
+
+@register(aten.t)
+def lower_t(ctx: GraphLowering, node: Any, x: TensorValue) -> TensorValue:
+    return x if len(x.shape) < 2 else lower_transpose(ctx, node, x, 0, 1)
+
+
+@register(aten.expand)
+def lower_expand(ctx: GraphLowering, node: Any, x: TensorValue, sizes: list[int], implicit: bool = False
+                 ) -> TensorValue:
+    lead = len(sizes) - len(x.shape)
+    shape = tuple(x.shape[i - lead] if s == -1 else s for i, s in enumerate(sizes))
+
+    def fn(new: list[Expr]) -> list[Expr]:
+        return [ir.const(0, ir.INDEX_DTYPE) if n == 1 else new[lead + j] for j, n in enumerate(x.shape)]
+
+    return view_map(ctx, x, shape, fn)
+
+
+@register(aten.unsqueeze)
+def lower_unsqueeze(ctx: GraphLowering, node: Any, x: TensorValue, dim: int) -> TensorValue:
+    dim = dim % (len(x.shape) + 1)
+    shape = x.shape[:dim] + (1,) + x.shape[dim:]
+    return view_map(ctx, x, shape, lambda new: new[:dim] + new[dim + 1:])
+
+
+@register(aten.squeeze)
+def lower_squeeze(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None) -> TensorValue:
+    nd = len(x.shape)
+    if dims is None:
+        drop = {d for d, n in enumerate(x.shape) if n == 1}
+    else:
+        dims = [dims] if isinstance(dims, int) else dims
+        drop = {_wrap(d, nd) for d in dims if nd and x.shape[_wrap(d, nd)] == 1}
+    keep = [d for d in range(nd) if d not in drop]
+    shape = tuple(x.shape[d] for d in keep)
+
+    def fn(new: list[Expr]) -> list[Expr]:
+        it = iter(new)
+        return [ir.const(0, ir.INDEX_DTYPE) if d in drop else next(it) for d in range(nd)]
+
+    return view_map(ctx, x, shape, fn)
+
+
+@register(aten.slice.Tensor)
+def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, start: Any = None,
+                end: Any = None, step: int = 1) -> TensorValue:
+    dim = _wrap(dim, len(x.shape))
+    n = x.shape[dim]
+    begin, stop, _ = slice(start, end, 1).indices(n)  # clamps like Python slicing
+    length = max(0, (stop - begin + step - 1) // step)
+    shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
+
+    def fn(new: list[Expr]) -> list[Expr]:
+        old = list(new)
+        old[dim] = ir.from_affine({new[dim]: step, None: begin} if new[dim].op is not ir.Op.CONST
+                                  else {None: begin + step * new[dim].arg})
+        return old
+
+    return view_map(ctx, x, shape, fn)
+
+
+@register(aten.select.int)
+def lower_select(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index: int) -> TensorValue:
+    dim = _wrap(dim, len(x.shape))
+    index = index % x.shape[dim]
+    shape = x.shape[:dim] + x.shape[dim + 1:]
+    return view_map(ctx, x, shape, lambda new: new[:dim] + [ir.const(index, ir.INDEX_DTYPE)] + new[dim:])
+
+
+def _only_unit_dims_change(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
+    return [n for n in old if n != 1] == [n for n in new if n != 1]
+
+
+def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> TensorValue:
+    if shape == x.shape:
+        return x
+    if _only_unit_dims_change(x.shape, shape):
+        old_dims = [d for d, n in enumerate(x.shape) if n != 1]
+        new_dims = [d for d, n in enumerate(shape) if n != 1]
+
+        def fn(new: list[Expr]) -> list[Expr]:
+            old = [ir.const(0, ir.INDEX_DTYPE)] * len(x.shape)
+            for o, nd in zip(old_dims, new_dims):
+                old[o] = new[nd]
+            return old
+
+        return view_map(ctx, x, shape, fn)
+    if isinstance(x, Lazy):
+        x = ctx.realize(x)
+    assert isinstance(x, Strided)
+    try:
+        meta = torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta").view(shape)
+    except RuntimeError:
+        x = ctx.realize_contiguous(x)
+        meta = torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta").view(shape)
+    return Strided(x.buffer, tuple(meta.shape), tuple(meta.stride()), x.offset, x.dtype)
+
+
+@register(aten.view.default, aten._unsafe_view, aten.reshape)
+def lower_view(ctx: GraphLowering, node: Any, x: TensorValue, sizes: list[int]) -> TensorValue:
+    return reshape(ctx, x, tuple(node.meta["val"].shape))
+
+
+@register(aten.as_strided)
+def lower_as_strided(ctx: GraphLowering, node: Any, x: TensorValue, size: list[int], stride: list[int],
+                     storage_offset: int | None = None) -> TensorValue:
+    base = ctx.realize(x) if isinstance(x, Lazy) else x
+    offset = base.offset if storage_offset is None else storage_offset
+    return Strided(base.buffer, tuple(size), tuple(stride), offset, base.dtype)
+
+
+@register(aten.split_with_sizes)
+def lower_split_with_sizes(ctx: GraphLowering, node: Any, x: TensorValue, sizes: list[int], dim: int = 0
+                           ) -> list[TensorValue]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(lower_slice(ctx, node, x, dim, start, start + size, 1))
+        start += size
+    return out
+
+
+@register(aten.split.Tensor)
+def lower_split(ctx: GraphLowering, node: Any, x: TensorValue, size: int, dim: int = 0) -> list[TensorValue]:
+    n = x.shape[_wrap(dim, len(x.shape))]
+    sizes = [min(size, n - s) for s in range(0, n, size)] or [0]
+    return lower_split_with_sizes(ctx, node, x, sizes, dim)
+
+
+@register(aten.unbind.int)
+def lower_unbind(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0) -> list[TensorValue]:
+    dim = _wrap(dim, len(x.shape))
+    return [lower_select(ctx, node, x, dim, i) for i in range(x.shape[dim])]

@@ -1,0 +1,129 @@
+"""The compiler pipeline for one ATen graph, as named passes called in order.
+
+    lower -> schedule -> render -> load -> wrap
+
+Each pass is timed and can be dumped (``CRUCIBLE_DEBUG`` / ``CRUCIBLE_DUMP_DIR``).
+An exception inside a pass becomes a ``CompilerError`` naming the pass and the
+graph; the backend decides whether that raises (strict) or falls back to eager.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from compiler import debug
+from compiler.codegen.base import Renderer, RenderedKernel
+from compiler.graph import LoweredGraph
+from compiler.lowering import lower
+from compiler.report import ExternReport, GraphReport, KernelReport
+from compiler.runtime import KernelLauncher
+from compiler.scheduler import Kernel, Schedule, schedule
+from compiler.wrapper import Wrapper, generate_wrapper
+
+_graph_ids = itertools.count()
+
+
+class CompilerError(RuntimeError):
+    """An internal error while compiling a graph, with the failing pass and the graph."""
+
+    def __init__(self, pass_name: str, graph_id: int, cause: BaseException, graph_code: str) -> None:
+        self.pass_name = pass_name
+        self.graph_id = graph_id
+        self.graph_code = graph_code
+        super().__init__(f"crucible: pass {pass_name!r} failed on graph {graph_id}: "
+                         f"{type(cause).__name__}: {cause}\n--- graph ---\n{graph_code}")
+
+
+def graph_device(gm: torch.fx.GraphModule) -> torch.device:
+    devices = set()
+    for node in gm.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder" and isinstance(val, torch.Tensor):
+            devices.add(val.device)
+    if not devices:
+        for node in gm.graph.nodes:
+            val = node.meta.get("val")
+            if isinstance(val, torch.Tensor):
+                devices.add(val.device)
+    cuda = [d for d in devices if d.type == "cuda"]
+    return cuda[0] if cuda else torch.device("cpu")
+
+
+def make_renderer(codegen: str, device: torch.device) -> Renderer:
+    if codegen == "triton":
+        from compiler.codegen.triton import TritonRenderer
+
+        return TritonRenderer(interpret=device.type != "cuda")
+    if codegen == "cpp":
+        if device.type != "cpu":
+            raise ValueError(f"codegen 'cpp' runs on CPU tensors; this graph's tensors are on {device}")
+        try:
+            from compiler.codegen.cpp import CppRenderer
+        except ImportError as why:
+            raise NotImplementedError("the C++ codegen is not available in this build; "
+                                      "use options={'codegen': 'triton'}") from why
+        return CppRenderer()
+    raise ValueError(f"unknown codegen {codegen!r}")
+
+
+def make_launcher(renderer: Renderer, rendered: RenderedKernel, device: torch.device) -> Any:
+    if rendered.codegen == "triton":
+        return KernelLauncher(rendered, interpret=device.type != "cuda")
+    from compiler.codegen.cpp import CppLauncher
+
+    return CppLauncher(rendered)
+
+
+class GraphCompilation:
+    """One graph through every pass; fills a GraphReport as it goes."""
+
+    def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str) -> None:
+        self.gm = gm
+        self.codegen = codegen
+        self.graph_id = next(_graph_ids)
+        self.device = graph_device(gm)
+        self.report = GraphReport(self.graph_id, kind, sum(1 for n in gm.graph.nodes
+                                                           if n.op == "call_function"), codegen)
+
+    def run_pass(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            out = fn(*args)
+        except Exception as why:
+            self.report.failed_pass = name
+            raise CompilerError(name, self.graph_id, why, self.gm.code) from why
+        self.report.pass_seconds[name] = time.perf_counter() - start
+        debug.after_pass(self, name, out)
+        return out
+
+    def compile(self) -> Wrapper:
+        debug.graph_start(self)
+        lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device)
+        sched: Schedule = self.run_pass("schedule", schedule, lowered)
+        renderer = self.run_pass("select_renderer", make_renderer, self.codegen, self.device)
+        kernels = [s for s in sched.steps if isinstance(s, Kernel)]
+        rendered: dict[str, RenderedKernel] = self.run_pass(
+            "render", lambda: {k.name: renderer.render(k) for k in kernels})
+        launchers = self.run_pass(
+            "load", lambda: {n: make_launcher(renderer, r, self.device) for n, r in rendered.items()})
+        wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, lowered, sched, rendered, launchers)
+        self.fill_report(lowered, sched, rendered)
+        debug.graph_done(self, wrapper, rendered)
+        return wrapper
+
+    def fill_report(self, lowered: LoweredGraph, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
+        for step in sched.steps:
+            if isinstance(step, Kernel):
+                r = rendered[step.name]
+                kind = "reduction" if step.is_reduction else "pointwise"
+                ir_ops = sorted({e.op.value for st in step.stores for e in st.value.walk() if e.src})
+                self.report.kernels.append(KernelReport(step.name, r.codegen, tuple(dict.fromkeys(step.origins)),
+                                                        r.source, kind, tuple(ir_ops)))
+            else:
+                self.report.externs.append(ExternReport(str(step.op), step.reason, step.message))
+        self.report.refused_fusions = list(sched.refusals)

@@ -1,0 +1,351 @@
+"""Scheduling: group computed nodes into kernels, decide stores, merge loops.
+
+A kernel iterates over outer dims ``ranges`` (XVARs) and, for reductions, the
+reduced dims ``rranges`` (RVARs). Size-1 dims never appear. Nodes join the open
+kernel in program order when their iteration space fits:
+
+* pointwise at "xr" level: shape == ranges + rranges (a reduction's input side),
+* pointwise at "x" level: shape == ranges (a reduction's output side / epilogue),
+* a reduction with the same ranges and rranges.
+
+A node reading a buffer produced inside the kernel gets the producer's value
+directly when it reads the element the producer stores at the same iteration
+point (structural equality of index expressions); any other read of a
+kernel-local buffer would cross programs, so the fusion is refused with a reason.
+A buffer is stored only if something outside its kernel reads it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler import ir
+from compiler.graph import ComputedNode, ExternNode, LoweredGraph, View, numel
+from compiler.ir import Expr, Op
+from compiler.report import FusionRefusal
+
+# Reductions up to this many elements keep a whole row in one block ("persistent"),
+# which lets several reductions and their consumers share one kernel.
+MAX_PERSISTENT_RNUMEL = 32768
+
+
+@dataclass
+class Store:
+    buffer: str
+    index: Expr
+    value: Expr
+    level: str  # "x" (one value per outer point) | "xr" (one per outer x reduction point)
+
+
+@dataclass
+class Kernel:
+    name: str
+    ranges: tuple[int, ...]
+    rranges: tuple[int, ...] = ()
+    stores: list[Store] = field(default_factory=list)  # every fused node, stored or not
+    node_names: list[str] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
+    # produced buffer -> (store index, value, level), for register reuse inside the kernel
+    produced: dict[str, tuple[Expr, Expr, str]] = field(default_factory=dict)
+
+    @property
+    def is_reduction(self) -> bool:
+        return bool(self.rranges)
+
+    @property
+    def persistent(self) -> bool:
+        return numel(self.rranges) <= MAX_PERSISTENT_RNUMEL
+
+    @property
+    def xnumel(self) -> int:
+        return numel(self.ranges)
+
+    @property
+    def rnumel(self) -> int:
+        return numel(self.rranges)
+
+    def live_stores(self) -> list[Store]:
+        return [s for s in self.stores if s.buffer in self.kept]
+
+    kept: set[str] = field(default_factory=set)
+    buffer_sizes: dict[str, int] = field(default_factory=dict)  # elements each buffer spans
+
+    def __str__(self) -> str:
+        head = f"kernel {self.name} ranges={list(self.ranges)} rranges={list(self.rranges)}"
+        lines = [head]
+        for s in self.stores:
+            mark = "store" if s.buffer in self.kept else "local"
+            lines.append(f"  {mark} {s.buffer}[{ir.render_expr(s.index)}] ({s.level}) = {ir.render_expr(s.value)}")
+        return "\n".join(lines)
+
+
+Step = Kernel | ExternNode
+
+
+@dataclass
+class Schedule:
+    steps: list[Step]
+    refusals: list[FusionRefusal]
+
+
+def _canonical(node: ComputedNode) -> tuple[tuple[int, ...], tuple[int, ...], dict[Expr, Expr], dict[Expr, Expr]]:
+    """Non-unit outer dims, non-unit reduced dims, and the var renumbering into them."""
+    outer, xmap = [], {}
+    for d, n in enumerate(node.ranges):
+        xmap[ir.xvar(d)] = len(outer) if n != 1 else None
+        if n != 1:
+            outer.append(n)
+    red, rmap = [], {}
+    for j, n in enumerate(node.rranges):
+        rmap[ir.rvar(j)] = len(red) if n != 1 else None
+        if n != 1:
+            red.append(n)
+    return tuple(outer), tuple(red), xmap, rmap
+
+
+def _var(make, i: int | None) -> Expr:
+    return ir.const(0, ir.INDEX_DTYPE) if i is None else make(i)
+
+
+class Scheduler:
+    """Greedy fusion. A node may join any kernel placed after the last producer of
+    its inputs (not only the newest), so work that an extern call separates in
+    program order, like a saved activation recomputed after a matmul, still fuses."""
+
+    def __init__(self, graph: LoweredGraph) -> None:
+        self.graph = graph
+        self.steps: list[Step] = []
+        self.refusals: list[FusionRefusal] = []
+        self.producer: dict[str, int] = {}  # buffer -> index of the step that makes it
+
+    def run(self) -> Schedule:
+        for node in self.graph.nodes:
+            if isinstance(node, ExternNode):
+                self.steps.append(node)
+                for b in node.outputs:
+                    if b is not None:
+                        self.producer[b.name] = len(self.steps) - 1
+            elif numel(node.ranges) == 0:
+                continue  # nothing to compute; the wrapper allocates the empty buffer
+            else:
+                self.add(node)
+        self.decide_stores()
+        sizes = {name: buf.storage_size for name, buf in self.graph.buffers().items()}
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                merge_loops(step)
+                step.buffer_sizes = sizes
+        return Schedule(self.steps, self.refusals)
+
+    def new_kernel(self, ranges: tuple[int, ...], rranges: tuple[int, ...]) -> Kernel:
+        index = sum(1 for s in self.steps if isinstance(s, Kernel))
+        return Kernel(f"kernel{index}", ranges, rranges)
+
+    def add(self, node: ComputedNode) -> None:
+        outer, red, xmap, rmap = _canonical(node)
+        deps = {e.arg for e in ir.loads(node.body)}
+        earliest = max((self.producer.get(d, -1) for d in deps), default=-1)
+        first_refusal = None
+        for pos in range(len(self.steps) - 1, max(earliest, 0) - 1, -1):
+            k = self.steps[pos]
+            if not isinstance(k, Kernel):
+                continue
+            why = self.try_fuse(k, node, outer, red, xmap, rmap)
+            if why is None:
+                self.producer[node.name] = pos
+                return
+            if first_refusal is None:
+                first_refusal = FusionRefusal(k.node_names[-1], node.name, why)
+        if first_refusal is not None:
+            self.refusals.append(first_refusal)
+        k = self.new_kernel(outer, red)
+        why = self.try_fuse(k, node, outer, red, xmap, rmap)
+        assert why is None, why
+        self.steps.append(k)
+        self.producer[node.name] = len(self.steps) - 1
+
+    def try_fuse(self, k: Kernel, node: ComputedNode, outer: tuple[int, ...], red: tuple[int, ...],
+                 xmap: dict[Expr, Expr], rmap: dict[Expr, Expr]) -> str | None:
+        """Add ``node`` to kernel ``k`` and return None, or return why it cannot join."""
+        upgrade = False
+        if red:  # a reduction
+            if k.is_reduction:
+                if (outer, red) != (k.ranges, k.rranges):
+                    return f"reduction space {outer}|{red} differs from kernel {k.ranges}|{k.rranges}"
+            elif k.stores and k.ranges not in (outer, outer + red):
+                return f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}"
+            elif k.stores and k.ranges == outer + red and numel(red) > MAX_PERSISTENT_RNUMEL:
+                return "reduction too large to keep a row in one block; producers are not fused"
+            upgrade = not k.is_reduction
+            level = "x"
+            mapping = {v: _var(ir.xvar, i) for v, i in xmap.items()} | {v: _var(ir.rvar, i) for v, i in rmap.items()}
+        elif not k.stores or outer == k.ranges:
+            level = "x"
+            mapping = {v: _var(ir.xvar, i) for v, i in xmap.items()}
+        elif k.is_reduction and outer == k.ranges + k.rranges:
+            if not k.persistent:
+                return "consumer at the reduction's input shape needs a persistent (single-block) reduction"
+            level = "xr"
+            nx = len(k.ranges)
+            mapping = {v: (_var(ir.xvar, i) if i is None or i < nx else ir.rvar(i - nx)) for v, i in xmap.items()}
+        else:
+            return f"iteration space {outer} does not match kernel {k.ranges}|{k.rranges}"
+        if red and k.is_reduction and not k.persistent and self.reads_local(k, node):
+            return "a looped reduction cannot consume another reduction of the same kernel"
+        value = ir.substitute(node.body, mapping)
+        value, why = self.forward_locals(k, value)
+        if why:
+            return why
+        index = ir.substitute(node.store_index(), mapping)
+        index = ir.from_affine(ir.to_affine(index)) if ir.to_affine(index) is not None else index
+        if upgrade and k.stores:
+            self.upgrade(k, outer, red)
+        if red:
+            k.ranges, k.rranges = outer, red
+        elif not k.stores:
+            k.ranges = outer
+        k.stores.append(Store(node.name, index, value, level))
+        k.produced[node.name] = (index, value, level)
+        k.node_names.append(node.name)
+        k.origins.extend(o for o in node.origins if o)
+        return None
+
+    @staticmethod
+    def upgrade(k: Kernel, outer: tuple[int, ...], red: tuple[int, ...]) -> None:
+        """Turn a pointwise kernel into a reduction kernel's x or xr level."""
+        if k.ranges == outer:
+            level, mapping = "x", {}
+        else:
+            nx = len(outer)
+            level = "xr"
+            mapping = {ir.xvar(i): ir.rvar(i - nx) for i in range(nx, nx + len(red))}
+
+        def move(e: Expr) -> Expr:
+            return _resite(e, mapping) if mapping else e
+
+        k.stores = [Store(s.buffer, move(s.index), ir.substitute(s.value, mapping), level) for s in k.stores]
+        k.produced = {s.buffer: (s.index, s.value, level) for s in k.stores}
+
+    def reads_local(self, k: Kernel, node: ComputedNode) -> bool:
+        return any(e.arg in k.produced for e in ir.loads(node.body))
+
+    def forward_locals(self, k: Kernel, value: Expr) -> tuple[Expr, str | None]:
+        """Replace loads of kernel-local buffers with the producer's value."""
+        mapping: dict[Expr, Expr] = {}
+        for e in ir.loads(value):
+            hit = k.produced.get(e.arg)
+            if hit is None:
+                continue
+            index, produced_value, _level = hit
+            if e.src[0] != index:
+                return value, (f"reads kernel-local {e.arg} at {ir.render_expr(e.src[0])}, "
+                               f"produced at {ir.render_expr(index)}")
+            mapping[e] = ir.cast(produced_value, e.dtype)
+        return (ir.substitute(value, mapping) if mapping else value), None
+
+    def decide_stores(self) -> None:
+        needed: set[str] = set()
+        owner: dict[str, Kernel] = {}
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                for s in step.stores:
+                    owner[s.buffer] = step
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                for s in step.stores:
+                    for e in ir.loads(s.value):
+                        if owner.get(e.arg) is not step:
+                            needed.add(e.arg)
+            else:
+                needed.update(_views_in((step.args, step.kwargs)))
+        needed.update(_views_in(self.graph.outputs))
+        for step in self.steps:
+            if isinstance(step, Kernel):
+                step.kept = {s.buffer for s in step.stores if s.buffer in needed}
+
+
+def _views_in(obj: object) -> set[str]:
+    if isinstance(obj, View):
+        return {obj.buffer}
+    if isinstance(obj, (list, tuple)):
+        return set().union(*[_views_in(o) for o in obj]) if obj else set()
+    if isinstance(obj, dict):
+        return _views_in(list(obj.values()))
+    return set()
+
+
+# --- loop merging ---------------------------------------------------------------
+
+def _var_sites(k: Kernel) -> tuple[list[Expr], set[Expr]]:
+    """Affine index sites, and the vars used anywhere else (which block merging)."""
+    sites: list[Expr] = []
+    index_nodes: set[Expr] = set()
+    values = [s.value for s in k.stores]
+    for s in k.stores:
+        sites.append(s.index)
+    for v in values:
+        for e in v.walk():
+            if e.op is Op.LOAD:
+                sites.append(e.src[0])
+    blocked: set[Expr] = set()
+    for site in sites:
+        if ir.to_affine(site) is None:
+            blocked.update(e for e in site.walk() if e.op in (Op.XVAR, Op.RVAR))
+        else:
+            index_nodes.update(site.walk())
+    for v in values:
+        for e in v.walk():
+            if e in index_nodes or e.op is Op.LOAD:
+                continue
+            blocked.update(s for s in e.src if s.op in (Op.XVAR, Op.RVAR))
+    return sites, blocked
+
+
+def _try_merge(k: Kernel, kind: Op) -> bool:
+    sizes = list(k.ranges if kind is Op.XVAR else k.rranges)
+    make = ir.xvar if kind is Op.XVAR else ir.rvar
+    sites, blocked = _var_sites(k)
+    affs = [ir.to_affine(s) for s in sites]
+    for i in range(len(sizes) - 1):
+        outer_v, inner_v = make(i), make(i + 1)
+        if outer_v in blocked or inner_v in blocked:
+            continue
+        if all(a is None or a.get(outer_v, 0) == a.get(inner_v, 0) * sizes[i + 1] for a in affs):
+            mapping: dict[Expr, Expr] = {}
+            for d in range(len(sizes)):
+                if d == i:
+                    # outer*inner_size + inner == merged var; the outer coefficient is absorbed
+                    mapping[make(d)] = ir.const(0, ir.INDEX_DTYPE)
+                elif d > i:
+                    mapping[make(d)] = make(d - 1)
+            mapping[inner_v] = make(i)
+            # outer var's coefficient equals inner's * size: dropping it and renaming inner keeps
+            # sum(coef*var) identical as a function of the merged var.
+            k.stores = [Store(s.buffer, _resite(s.index, mapping), ir.substitute(s.value, mapping), s.level)
+                        for s in k.stores]
+            sizes[i:i + 2] = [sizes[i] * sizes[i + 1]]
+            if kind is Op.XVAR:
+                k.ranges = tuple(sizes)
+            else:
+                k.rranges = tuple(sizes)
+            return True
+    return False
+
+
+def _resite(index: Expr, mapping: dict[Expr, Expr]) -> Expr:
+    out = ir.substitute(index, mapping)
+    aff = ir.to_affine(out)
+    return ir.from_affine(aff) if aff is not None else out
+
+
+def merge_loops(k: Kernel) -> None:
+    """Merge adjacent dims that every access walks contiguously (fewer div/mods)."""
+    k.produced = {}
+    while _try_merge(k, Op.XVAR):
+        pass
+    while _try_merge(k, Op.RVAR):
+        pass
+
+
+def schedule(graph: LoweredGraph) -> Schedule:
+    return Scheduler(graph).run()

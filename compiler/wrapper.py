@@ -1,0 +1,154 @@
+"""The generated Python wrapper: allocate buffers, launch kernels, call externs.
+
+The wrapper is Python source (readable, dumpable, runnable as a repro) whose
+globals hold the kernel launchers, the extern ops and the non-tensor constants.
+Buffers that die are handed to later allocations of the same dtype and size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from compiler.codegen.base import RenderedKernel
+from compiler.graph import Buffer, ExternNode, LoweredGraph, View
+from compiler.scheduler import Kernel, Schedule
+
+
+@dataclass
+class Wrapper:
+    source: str
+    call: Callable[[list], Any]
+
+
+class _WrapperWriter:
+    def __init__(self, graph: LoweredGraph, schedule: Schedule, rendered: dict[str, RenderedKernel],
+                 launchers: dict[str, Any]) -> None:
+        self.graph = graph
+        self.schedule = schedule
+        self.rendered = rendered
+        self.buffers = graph.buffers()
+        self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device}
+        self.lines: list[str] = []
+        self.consts: list[Any] = []
+        self.globals["consts"] = self.consts
+        self.free: dict[tuple, list[str]] = {}
+        self.no_reuse: set[str] = set()
+
+    def const(self, value: Any) -> str:
+        self.consts.append(value)
+        return f"consts[{len(self.consts) - 1}]"
+
+    def view_code(self, v: View) -> str:
+        buf = self.buffers[v.buffer]
+        if (v.shape, v.stride, v.offset) == (buf.shape, buf.stride, 0):
+            return v.buffer
+        # offsets are relative to the buffer's first element, which need not start its storage
+        return (f"torch.as_strided({v.buffer}, {tuple(v.shape)}, {tuple(v.stride)}, "
+                f"{v.buffer}.storage_offset() + {v.offset})")
+
+    def arg_code(self, a: Any) -> str:
+        if isinstance(a, View):
+            return self.view_code(a)
+        if isinstance(a, (list, tuple)) and any(isinstance(x, View) for x in a):
+            inner = ", ".join(self.arg_code(x) for x in a)
+            return f"[{inner}]"
+        return self.const(a)
+
+    def allocate(self, buf: Buffer) -> None:
+        key = (buf.dtype, buf.numel)
+        pool = self.free.get(key)
+        if pool:
+            old = pool.pop()
+            self.lines.append(f"{buf.name} = {old}.view({tuple(buf.shape)})  # reuses {old}")
+            return
+        self.lines.append(f"{buf.name} = torch.empty_strided({tuple(buf.shape)}, {tuple(buf.stride)}, "
+                          f"dtype={buf.dtype}, device=device)")
+
+    def last_uses(self) -> dict[str, int]:
+        last: dict[str, int] = {}
+        for i, step in enumerate(self.schedule.steps):
+            if isinstance(step, Kernel):
+                for name in self.rendered[step.name].args:
+                    last[name] = i
+            else:
+                for name in _view_buffers((step.args, step.kwargs)):
+                    last[name] = i
+                    self.no_reuse.add(name)
+        return last
+
+    def write(self) -> Wrapper:
+        inputs = [b.name if b is not None else f"_unused{i}" for i, b in enumerate(self.graph.inputs)]
+        outputs = _view_buffers(self.graph.outputs)
+        last = self.last_uses()
+        self.lines.append(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args" if inputs else "pass")
+        # buffers no kernel ever computes (0-element outputs, unused results) still need storage
+        stored = {s.buffer for st in self.schedule.steps if isinstance(st, Kernel) for s in st.live_stores()}
+        for name in sorted(outputs - stored, key=_natural):
+            buf = self.buffers[name]
+            if buf.kind == "computed":
+                self.allocate(buf)
+        for i, step in enumerate(self.schedule.steps):
+            if isinstance(step, Kernel):
+                for s in step.live_stores():
+                    self.allocate(self.buffers[s.buffer])
+                r = self.rendered[step.name]
+                self.lines.append(f"launchers[{step.name!r}]({', '.join(r.args)})")
+            else:
+                self.extern(step)
+            for name, at in last.items():
+                buf = self.buffers.get(name)
+                if at == i and buf is not None and buf.kind == "computed" and name not in outputs \
+                        and name not in self.no_reuse:
+                    self.free.setdefault((buf.dtype, buf.numel), []).append(name)
+        outs = ", ".join(self.output_code(o) for o in self.graph.outputs)
+        self.lines.append(f"return ({outs}{',' if len(self.graph.outputs) == 1 else ''})")
+        body = "\n".join("    " + line for line in self.lines)
+        source = f"def call(args):\n{body}\n"
+        namespace = dict(self.globals)
+        exec(compile(source, "<crucible-wrapper>", "exec"), namespace)
+        return Wrapper(source, namespace["call"])
+
+    def output_code(self, o: Any) -> str:
+        if isinstance(o, View):
+            return self.view_code(o)
+        if isinstance(o, (list, tuple)):
+            return "(" + "".join(self.output_code(x) + ", " for x in o) + ")"
+        return self.const(o)
+
+    def extern(self, node: ExternNode) -> None:
+        op = self.const(node.op)
+        args = ", ".join(self.arg_code(a) for a in node.args)
+        kwargs = ", ".join(f"**{{{k!r}: {self.arg_code(v)}}}" for k, v in node.kwargs.items())
+        call = f"{op}({args}{', ' if args and kwargs else ''}{kwargs})"
+        self.lines.append(f"{node.name} = {call}  # {node.reason.value}")
+        for i, buf in enumerate(node.outputs):
+            if buf is None:
+                continue
+            src = f"{node.name}[{i}]" if node.result_is_sequence else node.name
+            self.lines.append(f"{buf.name} = {src}.contiguous()")
+
+
+def _natural(name: str) -> tuple:
+    digits = "".join(c for c in name if c.isdigit())
+    return (name.rstrip("0123456789"), int(digits or 0))
+
+
+def _view_buffers(obj: Any) -> set[str]:
+    if isinstance(obj, View):
+        return {obj.buffer}
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        out: set[str] = set()
+        for o in obj:
+            out |= _view_buffers(o)
+        return out
+    return set()
+
+
+def generate_wrapper(graph: LoweredGraph, schedule: Schedule, rendered: dict[str, RenderedKernel],
+                     launchers: dict[str, Any]) -> Wrapper:
+    return _WrapperWriter(graph, schedule, rendered, launchers).write()
