@@ -191,7 +191,7 @@ def select(entries: list[Entry], suite: str | None = None, source: str | None = 
     return out
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _entries_by_name(origin: Origin) -> tuple[dict[str, Entry], str | None]:
     # A worker runs many entries of one source: list each source once per process.
     load = load_origin(origin.module, origin)

@@ -88,26 +88,24 @@ def _sources_needed(args: argparse.Namespace) -> tuple[bool, list[str] | None]:
 def _entries(args: argparse.Namespace) -> tuple[Any, list]:
     builtin, sources = _sources_needed(args)
     cat = catalog(args.corpus, builtin=builtin, sources=sources)
+    for name, reason in cat.unavailable.items():
+        print(f"source unavailable: {name}: {reason}", file=sys.stderr)
     entries = select(cat.entries, args.suite, args.source, args.tag, args.entry)
     return cat, entries
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    cat, entries = _entries(args)
+    _, entries = _entries(args)
     if args.summary:
         counts = Counter((e.source, e.tier) for e in entries)
         rows = [[src, *[counts[(src, t)] for t in TIERS], sum(counts[(src, t)] for t in TIERS)]
                 for src in sorted({e.source for e in entries})]
         print(tabulate(rows, headers=["source", *TIERS, "total"]))
-        for name, reason in cat.unavailable.items():
-            print(f"unavailable: {name}: {reason}")
         return 0
     rows = [[e.name, e.tier, e.family, ",".join(sorted(e.tags)), e.dtype,
              "-" if e.expected_graphs is None else e.expected_graphs,
              "-" if e.expected_breaks is None else e.expected_breaks] for e in entries]
     print(tabulate(rows, headers=["entry", "tier", "family", "tags", "dtype", "graphs", "breaks"]))
-    for name, reason in cat.unavailable.items():
-        print(f"unavailable: {name}: {reason}", file=sys.stderr)
     return 0
 
 
@@ -126,8 +124,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     target = args.target or default_target()
     cat, entries = _entries(args)
-    for name, reason in cat.unavailable.items():
-        print(f"source unavailable: {name}: {reason}", file=sys.stderr)
     if cat.duplicates():
         print(f"error: duplicate entry names: {sorted(set(cat.duplicates()))}", file=sys.stderr)
         return 2

@@ -1,0 +1,123 @@
+"""The parity oracle passes right results and fails wrong ones, per dtype."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from corpus.entry import ToleranceOverride
+from harness.oracle import ParityOracle, flatten_outputs, outputs_identical
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+def _model(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.tanh(x @ w).softmax(-1)
+
+
+def _runs(dtype: torch.dtype):
+    gen = torch.Generator().manual_seed(0)
+    x64 = torch.randn(16, 32, generator=gen, dtype=torch.float64)
+    w64 = torch.randn(32, 32, generator=gen, dtype=torch.float64) / 4
+    reference = _model(x64, w64)
+    eager = _model(x64.to(dtype), w64.to(dtype))
+    # "Compiled": the same math in another order (transposed matmul, fp32 accumulation):
+    # different rounding, equally correct.
+    compiled = torch.tanh((w64.to(dtype).t() @ x64.to(dtype).t()).t().float()).softmax(-1).to(dtype)
+    return reference, eager, compiled
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_right_result_passes(dtype: torch.dtype) -> None:
+    reference, eager, compiled = _runs(dtype)
+    result = ParityOracle(str(dtype).split(".")[1]).compare(eager, compiled, reference)
+    assert result.passed, result.reason
+    assert result.cosine > 0.99 and result.rmse_ratio is not None
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("wrong", ["perturbed", "swapped", "one_element"])
+def test_wrong_result_fails(dtype: torch.dtype, wrong: str) -> None:
+    reference, eager, compiled = _runs(dtype)
+    if wrong == "perturbed":  # a relative error everywhere, ~10x what the dtype's eager makes
+        scale = {torch.float32: 1e-3, torch.float16: 2e-2, torch.bfloat16: 1e-1}[dtype]
+        compiled = (compiled.double() * (1 + scale)).to(dtype)
+    elif wrong == "swapped":  # a wrong index: two rows exchanged
+        compiled = compiled[[1, 0, *range(2, compiled.shape[0])]]
+    else:  # a single wrong element
+        compiled = compiled.clone()
+        compiled[3, 5] += 0.25
+    result = ParityOracle(str(dtype).split(".")[1]).compare(eager, compiled, reference)
+    assert not result.passed
+    assert "RMSE" in result.reason or "cosine" in result.reason
+
+
+def test_bit_exact_eager_does_not_demand_bit_exact_compiled() -> None:
+    x = torch.randn(64, dtype=torch.float64)
+    eager = x.float()  # exact vs the reference up to float32 rounding
+    compiled = eager * (1 + 1e-7)  # last-bit differences, as from the Triton interpreter
+    assert ParityOracle("float32").compare(eager, compiled, x).passed
+
+
+def test_nan_and_inf_positions_must_match() -> None:
+    eager = torch.tensor([1.0, math.nan, math.inf, -math.inf, 2.0])
+    assert ParityOracle().compare(eager, eager.clone(), eager.double()).passed
+    moved_nan = torch.tensor([math.nan, 1.0, math.inf, -math.inf, 2.0])
+    assert "NaN" in ParityOracle().compare(eager, moved_nan, eager.double()).reason
+    flipped_inf = torch.tensor([1.0, math.nan, -math.inf, math.inf, 2.0])
+    assert "Inf" in ParityOracle().compare(eager, flipped_inf, eager.double()).reason
+    finite_wrong = torch.tensor([1.0, math.nan, math.inf, -math.inf, 3.0])
+    assert not ParityOracle().compare(eager, finite_wrong, eager.double()).passed
+
+
+@dataclasses.dataclass
+class _Output:
+    logits: torch.Tensor
+    extra: tuple
+
+
+def test_nested_outputs_are_flattened_and_every_leaf_checked() -> None:
+    t = torch.randn(3, 4)
+    out = _Output(t, ({"a": t * 2, "skip": None}, [t + 1, 7]))
+    paths = [p for p, _ in flatten_outputs(out)]
+    assert paths == ["out.logits", "out.extra[0].a", "out.extra[1][0]", "out.extra[1][1]"]
+    good = _Output(t.clone(), ({"a": t * 2, "skip": None}, [t + 1, 7]))
+    assert ParityOracle().compare(out, good).passed
+    bad_leaf = _Output(t.clone(), ({"a": t * 2, "skip": None}, [t + 1.5, 7]))
+    assert "out.extra[1][0]" in ParityOracle().compare(out, bad_leaf).reason
+    bad_int = _Output(t.clone(), ({"a": t * 2, "skip": None}, [t + 1, 8]))
+    assert not ParityOracle().compare(out, bad_int).passed
+    assert "structure" in ParityOracle().compare(out, (t,)).reason
+
+
+def test_integer_outputs_compare_exactly_and_shapes_are_checked() -> None:
+    idx = torch.arange(10)
+    assert ParityOracle().compare(idx, idx.clone()).passed
+    assert not ParityOracle().compare(idx, idx.flip(0)).passed
+    assert "shape" in ParityOracle().compare(torch.zeros(2, 3), torch.zeros(3, 2)).reason
+
+
+def test_without_reference_cosine_fallback() -> None:
+    eager = torch.randn(1000)
+    assert ParityOracle().compare(eager, eager + 1e-6 * torch.randn(1000)).passed
+    assert not ParityOracle().compare(eager, torch.randn(1000)).passed
+
+
+def test_tolerance_override_loosens_with_a_reason() -> None:
+    reference, eager, compiled = _runs(torch.float32)
+    compiled = compiled * 1.02
+    assert not ParityOracle("float32").compare(eager, compiled, reference).passed
+    loose = ToleranceOverride(reason="test: known 2% error", rmse_ratio=1e6)
+    assert ParityOracle("float32", loose).compare(eager, compiled, reference).passed
+    with pytest.raises(ValueError):
+        ToleranceOverride(reason=" ")
+
+
+def test_outputs_identical_detects_nondeterminism() -> None:
+    a = torch.tensor([1.0, math.nan])
+    assert outputs_identical((a, {"k": 1}), (a.clone(), {"k": 1}))
+    assert not outputs_identical(a, torch.tensor([1.0 + 1e-7, math.nan]))
+    assert not outputs_identical((a,), (a, a))

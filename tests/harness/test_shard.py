@@ -1,0 +1,41 @@
+"""Sharding is deterministic, covers every entry exactly once and balances by eager time."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from corpus import zoo
+from corpus.entry import Built, Entry
+from harness.runner import parse_shard, shard_entries
+
+
+def _entries() -> list[Entry]:
+    rng = random.Random(0)
+    timed = [Entry(name=f"t/m{i}", source="t", family="f", factory=lambda s: Built(None),
+                   eager_ms=rng.choice([None, 1.0, 50.0, 400.0, 3000.0])) for i in range(60)]
+    return timed + zoo.entries()
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 7])
+def test_shards_partition_the_entries(count: int) -> None:
+    entries = _entries()
+    shards = [shard_entries(entries, i, count) for i in range(1, count + 1)]
+    names = [e.name for shard in shards for e in shard]
+    assert sorted(names) == sorted(e.name for e in entries)  # each exactly once
+    # Deterministic whatever the listing order.
+    shuffled = list(entries)
+    random.Random(1).shuffle(shuffled)
+    assert [{e.name for e in shard_entries(shuffled, i, count)} for i in range(1, count + 1)] == \
+        [{e.name for e in shard} for shard in shards]
+    if count > 1:
+        cost = [sum(e.eager_ms or 100.0 for e in shard) for shard in shards]
+        assert max(cost) - min(cost) <= 3000.0  # within the largest single entry
+
+
+def test_parse_shard() -> None:
+    assert parse_shard("2/4") == (2, 4)
+    for bad in ("0/4", "5/4", "x", "1/"):
+        with pytest.raises(ValueError):
+            parse_shard(bad)

@@ -1,0 +1,135 @@
+"""Every status the harness reports, from planted entries of an external corpus run via the CLI.
+
+A segfault, a hang and an allocation beyond the memory limit each take down or
+stall their worker; the run must record them and go on with the other entries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+PLANTED = """
+    import ctypes
+    import time
+
+    import torch
+    from torch import nn
+
+    from corpus.entry import Built, Entry, ExpectedFailure
+
+
+    def _entry(name, forward, devices=("cpu",), **kw):
+        return Entry(name=f"planted/{name}", source="planted", family="planted", tier="smoke",
+                     devices=devices, factory=lambda scale: Built(forward, (torch.randn(4, 4),)), **kw)
+
+
+    def ok(x):
+        return x.sin() + 1
+
+
+    def segfault(x):
+        ctypes.string_at(0)  # reads address 0: SIGSEGV
+        return x
+
+
+    def hang(x):
+        time.sleep(3600)
+        return x
+
+
+    def oom(x):
+        return torch.ones(4 * 1024**3, dtype=torch.uint8)  # 4 GiB, beyond the 1.5 GiB limit
+
+
+    def eager_error(x):
+        raise ValueError("planted eager failure")
+
+
+    _calls = [0]
+
+
+    def nondeterministic(x):
+        _calls[0] += 1
+        return x + _calls[0]
+
+
+    def wrong_when_compiled(x):
+        # Dynamo traces the True branch; eager runs the False one.
+        return x * 2 if torch.compiler.is_compiling() else x
+
+
+    class Unbuildable(nn.Module):
+        def __init__(self):
+            super().__init__()
+            raise RuntimeError("planted build failure")
+
+
+    def entries():
+        return [
+            _entry("ok", ok),
+            _entry("segfault", segfault),
+            _entry("hang", hang),
+            _entry("oom", oom),
+            _entry("eager_error", eager_error),
+            _entry("nondeterministic", nondeterministic),
+            _entry("wrong_when_compiled", wrong_when_compiled),
+            _entry("expected_wrong", wrong_when_compiled,
+                   expected_failures=(ExpectedFailure("aot_*", "fail_accuracy", "planted"),)),
+            Entry(name="planted/unbuildable", source="planted", family="planted", tier="smoke",
+                  factory=lambda scale: Built(Unbuildable(), ())),
+            _entry("cuda_only", ok, devices=("cuda",)),
+        ]
+"""
+
+EXPECTED = {
+    "planted/ok": "pass",
+    "planted/segfault": "crash",
+    "planted/hang": "timeout",
+    "planted/oom": "oom",
+    "planted/eager_error": "eager_fail",
+    "planted/nondeterministic": "eager_nondeterministic",
+    "planted/wrong_when_compiled": "fail_accuracy",
+    "planted/expected_wrong": "xfail",
+    "planted/unbuildable": "eager_fail",
+    "planted/cuda_only": "skipped",
+}
+
+
+def test_planted_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, cli, make_corpus, load_json) -> None:
+    corpus_dir = make_corpus(tmp_path / "planted", {"planted.py": PLANTED})
+    out = tmp_path / "run.json"
+    proc = cli("run", "--corpus", str(corpus_dir), "--suite", "planted", "--target", "aot_eager", "-j", "2",
+               "--timeout", "12", "--mem-limit-mb", "1500", "--db", "r.sqlite", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    doc = load_json(out)
+    statuses = {name: e["status"] for name, e in doc["by_name"].items()}
+    assert statuses == EXPECTED
+    by_name = doc["by_name"]
+    assert "SIGSEGV" in by_name["planted/segfault"]["error"]
+    assert by_name["planted/segfault"]["phase"] == "eager"
+    assert "timed out" in by_name["planted/hang"]["error"]
+    assert "planted eager failure" in by_name["planted/eager_error"]["error"]
+    assert by_name["planted/wrong_when_compiled"]["max_abs_err"] > 0
+    assert by_name["planted/ok"]["graphs"] == 1 and by_name["planted/ok"]["capture_coverage"] == 1.0
+    # The report counts eager failures out of the pass rate and clusters the failures.
+    assert "failures by error signature" in proc.stdout
+    assert doc["run"]["finished"] and doc["run"]["target"] == "aot_eager"
+
+
+def test_compile_and_run_failures_of_a_backend(tmp_path: Path, cli, make_corpus, load_json) -> None:
+    relu = """
+        import torch
+        from corpus.entry import Built, Entry
+        def entries():
+            return [Entry(name="relu/relu", source="relu", family="f", tier="smoke",
+                          factory=lambda scale: Built(torch.relu, (torch.randn(8),)))]
+    """
+    corpus_dir = make_corpus(tmp_path / "relu", {"relu.py": relu})
+    for backend, status in (("relu_compile_error_TESTING_ONLY", "fail_compile"),
+                            ("relu_runtime_error_TESTING_ONLY", "fail_run"),
+                            ("no_such_backend", "fail_compile")):
+        out = tmp_path / f"{backend}.json"
+        proc = cli("run", "--corpus", str(corpus_dir), "--suite", "relu", "--target", backend,
+                   "--db", "r.sqlite", "--json", str(out), "--no-report")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert load_json(out)["entries"][0]["status"] == status, backend

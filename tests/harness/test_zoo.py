@@ -1,0 +1,54 @@
+"""The graph-break zoo: Dynamo's graph and break counts, asserted against the installed torch."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from corpus import zoo
+from corpus.entry import TIERS
+from harness.capture import analyze_capture
+from harness.execute import DTYPES, _cast, _prepare
+
+ENTRIES = zoo.entries()
+
+
+def test_zoo_is_large_unique_and_smoke() -> None:
+    assert len(ENTRIES) >= 40
+    names = [e.name for e in ENTRIES]
+    assert len(names) == len(set(names))
+    assert all(e.tier == TIERS[0] and e.source == "zoo" for e in ENTRIES)
+    assert all(e.expected_graphs is not None and e.expected_breaks is not None for e in ENTRIES)
+    # The zoo exercises breaks, not just full graphs.
+    assert sum(e.expected_breaks > 0 for e in ENTRIES) >= 8
+
+
+@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name.split("/")[1])
+def test_expected_graphs_and_breaks(entry) -> None:
+    graphs, breaks = zoo.expected_counts(entry, torch.__version__)
+    built = entry.build("small")
+    dtype = DTYPES[entry.dtype]
+    model, args = _prepare(built.model, "cpu", dtype), _cast(built.inputs, "cpu", dtype)
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            capture, _ = analyze_capture(model, args, {})
+    finally:
+        torch._dynamo.reset()
+    assert (capture.graphs, capture.graph_breaks) == (graphs, breaks), [b.reason for b in capture.breaks]
+    assert len(capture.breaks) == capture.graph_breaks
+    if breaks:
+        # Every break carries a reason and a category; breaks that end a graph name the user frame.
+        assert all(b.reason and b.category for b in capture.breaks)
+    if graphs == 1 and breaks == 0:
+        assert capture.captured_ops > 0
+
+
+def test_version_override_table_is_consulted() -> None:
+    entry = ENTRIES[0]
+    zoo.VERSION_OVERRIDES["9.99"] = {entry.name: (7, 3)}
+    try:
+        assert zoo.expected_counts(entry, "9.99.1+cpu") == (7, 3)
+        assert zoo.expected_counts(entry, "9.98.0") == (entry.expected_graphs, entry.expected_breaks)
+    finally:
+        del zoo.VERSION_OVERRIDES["9.99"]
