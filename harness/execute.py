@@ -4,6 +4,9 @@ The order is fixed: build -> eager twice -> float64 reference -> capture analysi
 -> compile (first call) -> run (second call) -> parity oracle. ``on_phase`` is
 told each phase as it starts, so the parent process knows where a worker was
 when it crashed, hung or was killed for memory.
+
+Model and compiler code can raise anything, and every exception is a result to
+record, not a harness bug: hence the broad ``except Exception`` clauses.
 """
 
 from __future__ import annotations
@@ -60,10 +63,14 @@ def _copy(model: Any) -> Any:
 
 
 def _innermost(exc: BaseException) -> BaseException:
+    """The root error: Dynamo wraps a backend's exception (BackendCompilerFailed.inner_exception)."""
     seen = set()
-    while exc.__cause__ is not None and id(exc) not in seen:
+    while id(exc) not in seen:
         seen.add(id(exc))
-        exc = exc.__cause__
+        inner = getattr(exc, "inner_exception", None) or exc.__cause__
+        if not isinstance(inner, BaseException):
+            break
+        exc = inner
     return exc
 
 
@@ -192,15 +199,17 @@ def _compile_and_compare(entry: Entry, target: Target, model: Any, args: tuple, 
     try:
         check_available(target)
         with reports as rep:
-            compiled = compile_model(target, _copy(model))
-            start = time.perf_counter()
-            out = _call(compiled, args, kwargs, entry.seed)
-            _synchronize(device)
-            result["compile_s"] = time.perf_counter() - start
+            try:
+                compiled = compile_model(target, _copy(model))
+                start = time.perf_counter()
+                out = _call(compiled, args, kwargs, entry.seed)
+                _synchronize(device)
+                result["compile_s"] = time.perf_counter() - start
+            finally:  # graphs compiled before a failure still count
+                if rep is not None:
+                    result["kernels"], result["externs"] = len(rep.kernels), len(rep.externs)
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.FAIL_COMPILE if is_compile_error(exc) else Status.FAIL_RUN, exc)
-    if rep is not None:
-        result["kernels"], result["externs"] = len(rep.kernels), len(rep.externs)
 
     phase("run")
     try:

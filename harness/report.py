@@ -16,7 +16,7 @@ def error_signature(error: str | None) -> str:
     if not error:
         return "(no message)"
     text = error.splitlines()[0]
-    text = re.sub(r"0x[0-9a-fA-F]+", "0x?", text)
+    text = re.sub(r"0x[0-9a-fA-F]+", "<addr>", text)
     text = re.sub(r"(/[\w.\-]+)+", "<path>", text)
     text = re.sub(r"'[^']*'|\"[^\"]*\"", "'?'", text)
     text = re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", text)

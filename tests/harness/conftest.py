@@ -56,3 +56,15 @@ def make_corpus():
 @pytest.fixture(name="load_json")
 def load_json_fixture():
     return load_json
+
+
+@pytest.fixture
+def spawn_cli(tmp_path: Path):
+    """Start the CLI without waiting, in its own session (so the test can kill the whole run)."""
+
+    def start(*args: str) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "harness", *args], cwd=tmp_path, env=cli_env(),
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+
+    return start
