@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 namespace crucible {
 
@@ -85,5 +86,182 @@ inline T min_propagate_nan(T a, T b) {
   if (b != b) return b;
   return a < b ? a : b;
 }
+
+// --- helpers the C++ renderer (compiler/codegen/cpp.py) emits -----------------------------
+// All are branch-free selects where the renderer needs them inside vectorized loops.
+
+// NaN-propagating max/min as selects (vectorizable; same results as the functions above).
+template <typename T>
+inline T max_nan(T a, T b) { return ((a > b) | (a != a)) ? a : b; }
+
+template <typename T>
+inline T min_nan(T a, T b) { return ((a < b) | (a != a)) ? a : b; }
+
+// Integer division and remainder: C semantics (truncation, sign of the dividend), with the two
+// cases C leaves undefined (and x86 traps on) defined: division by zero gives 0, and
+// INT_MIN / -1 wraps. ATen raises on an integer division by zero; a kernel cannot.
+template <typename T>
+inline T div_trunc(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0) - a;
+  }
+  return b == T(0) ? T(0) : T(a / b);
+}
+
+template <typename T>
+inline T mod_trunc(T a, T b) {
+  if constexpr (std::is_signed_v<T>) {
+    if (b == T(-1)) return T(0);
+  }
+  return b == T(0) ? T(0) : T(a % b);
+}
+
+// Python floor division.
+template <typename T>
+inline T div_floor(T a, T b) {
+  T q = div_trunc(a, b);
+  if constexpr (std::is_signed_v<T>) {
+    if (b != T(0) && mod_trunc(a, b) != T(0) && ((a < T(0)) != (b < T(0)))) q = T(q - 1);
+  }
+  return q;
+}
+
+// Shifts like ATen: a shift by a negative amount or by the bit width or more gives 0
+// (left) or the sign fill (right) instead of undefined behaviour.
+template <typename T>
+inline T shift_left(T a, T b) {
+  constexpr int bits = int(sizeof(T) * 8);
+  using U = std::make_unsigned_t<T>;
+  if (b < T(0) || b >= T(bits)) return T(0);
+  return T(U(a) << b);
+}
+
+template <typename T>
+inline T shift_right(T a, T b) {
+  constexpr int bits = int(sizeof(T) * 8);
+  if (b < T(0) || b >= T(bits)) return T(a >> (bits - 1));
+  return T(a >> b);
+}
+
+// exp for float32 that g++ vectorizes (std::exp is a libm call it cannot vectorize without
+// -ffast-math). Cephes' expf: Cody-Waite reduction by ln2, a degree-6 polynomial, and a scale
+// by 2^k applied in two steps so subnormal results are right. About 1 ulp, like ATen's
+// vectorized exp (Sleef, 1 ulp); NaN, +-inf, overflow and underflow as std::exp.
+inline float exp_f32(float x) {
+  const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
+  const float k = std::floor(xc * 1.44269504088896341f + 0.5f);
+  float r = xc - k * 0.693359375f;
+  r = r + k * 2.12194440e-4f;
+  const float z = r * r;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * z + r;
+  p = p + 1.0f;
+  const int32_t ki = int32_t(k);
+  const int32_t k1 = ki >> 1;
+  const int32_t k2 = ki - k1;
+  const float s1 = float_from_bits(uint32_t(k1 + 127) << 23);
+  const float s2 = float_from_bits(uint32_t(k2 + 127) << 23);
+  const float y = (p * s1) * s2;
+  return x != x ? x : y;
+}
+
+// Reduction lanes: a reduction keeps L independent accumulators (one per lane of the
+// vectorized inner loop) and folds them at the end, in a fixed order (results do not depend
+// on the vector width the compiler picks).
+template <typename T, int L>
+inline T fold_sum(const T* lanes) {
+  T tmp[L];
+  for (int j = 0; j < L; ++j) tmp[j] = lanes[j];
+  for (int width = L / 2; width >= 1; width /= 2)
+    for (int j = 0; j < width; ++j) tmp[j] = tmp[j] + tmp[j + width];
+  return tmp[0];
+}
+
+template <typename T, int L>
+inline T fold_prod(const T* lanes) {
+  T acc = lanes[0];
+  for (int j = 1; j < L; ++j) acc = acc * lanes[j];
+  return acc;
+}
+
+template <typename T, int L>
+inline T fold_max(const T* lanes) {
+  T acc = lanes[0];
+  for (int j = 1; j < L; ++j) acc = max_nan(acc, lanes[j]);
+  return acc;
+}
+
+template <typename T, int L>
+inline T fold_min(const T* lanes) {
+  T acc = lanes[0];
+  for (int j = 1; j < L; ++j) acc = min_nan(acc, lanes[j]);
+  return acc;
+}
+
+// argmax/argmin lanes hold (value, flat index); index -1 marks an empty lane. ATen's rules:
+// the first NaN wins, otherwise the extreme value, ties to the lowest index.
+template <bool IsMax, typename T>
+inline bool arg_better(T v, int64_t i, T best, int64_t best_i) {
+  if (best_i < 0) return i >= 0;
+  if (i < 0) return false;
+  const bool v_nan = v != v, best_nan = best != best;
+  if (best_nan || v_nan) return v_nan && (!best_nan || i < best_i);
+  if (v == best) return i < best_i;
+  return IsMax ? v > best : v < best;
+}
+
+template <bool IsMax, typename T, int L>
+inline int64_t fold_arg(const T* values, const int64_t* indices) {
+  T best = values[0];
+  int64_t best_i = indices[0];
+  for (int j = 1; j < L; ++j) {
+    if (arg_better<IsMax>(values[j], indices[j], best, best_i)) {
+      best = values[j];
+      best_i = indices[j];
+    }
+  }
+  return best_i < 0 ? 0 : best_i;
+}
+
+// Cascade summation for long rows: the lanes are flushed into level 0 every block, and a
+// level holding FAN partial sums is carried into the next, so the error grows with
+// log(n) blocks rather than n (ATen's CPU sum is a cascade too).
+template <typename T, int L>
+struct SumCascade {
+  static constexpr int LEVELS = 6;
+  static constexpr int FAN = 16;
+  T level[LEVELS][L] = {};
+  int count[LEVELS] = {};
+
+  void push(T* lanes) {
+    for (int j = 0; j < L; ++j) {
+      level[0][j] = level[0][j] + lanes[j];
+      lanes[j] = T(0);
+    }
+    for (int i = 0; i + 1 < LEVELS && ++count[i] == FAN; ++i) {
+      count[i] = 0;
+      for (int j = 0; j < L; ++j) {
+        level[i + 1][j] = level[i + 1][j] + level[i][j];
+        level[i][j] = T(0);
+      }
+    }
+  }
+
+  T total(T* lanes) {
+    push(lanes);
+    T sums[L];
+    for (int j = 0; j < L; ++j) {
+      T s = T(0);
+      for (int i = 0; i < LEVELS; ++i) s = s + level[i][j];
+      sums[j] = s;
+    }
+    return fold_sum<T, L>(sums);
+  }
+};
 
 }  // namespace crucible

@@ -1,0 +1,464 @@
+"""The C++ kernel writer behind ``CppRenderer``: loop nests, passes and expressions.
+
+Expressions become ``const`` locals in the innermost scope that has their inputs:
+x-level values of a reduction kernel (they depend on outer indices and reduction
+results only) are computed once per outer point, xr-level values inside the loop of
+the pass that needs them. See ``compiler.codegen.cpp`` for the overall scheme.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from compiler import cpp_build, ir
+from compiler.codegen.base import RenderedKernel
+from compiler.codegen.cpp import (
+    CALL,
+    CASCADE_BLOCK,
+    FOLD,
+    FROM_FLOAT,
+    INFIX,
+    INNER_TILE,
+    INT_CALL,
+    LANE_BYTES,
+    PARALLEL_MIN_WORK,
+    TO_FLOAT,
+    compute_dtype,
+    ctype,
+    cvalue_type,
+    literal,
+    reduce_init,
+)
+from compiler.ir import Expr, Op, ReduceOp
+from compiler.scheduler import Kernel, Store
+
+
+class Scope:
+    """Lines of one block plus the values computed in it (visible to nested blocks)."""
+
+    def __init__(self, parent: Scope | None) -> None:
+        self.parent = parent
+        self.lines: list[str] = []
+        self.names: dict[Expr, str] = {}
+
+    def find(self, e: Expr) -> str | None:
+        scope: Scope | None = self
+        while scope is not None:
+            hit = scope.names.get(e)
+            if hit is not None:
+                return hit
+            scope = scope.parent
+        return None
+
+
+def block(head: str, body: list[str], pragma: str | None = None) -> list[str]:
+    out = [pragma] if pragma else []
+    return out + [head + " {"] + ["  " + line for line in body] + ["}"]
+
+
+def threads() -> int:
+    return max(1, torch.get_num_threads())
+
+
+class KernelWriter:
+    def __init__(self, k: Kernel) -> None:
+        self.k = k
+        self.live = k.live_stores()
+        self.params: dict[str, str] = {}
+        self.args: list[str] = []
+        self.written = {s.buffer for s in self.live}
+        self.counter = 0
+        self._xr: dict[Expr, bool] = {}
+        self.root = Scope(None)
+        self.scope = self.root
+        self.xscope: Scope | None = None  # per outer point, in reduction kernels
+
+    # --- names ----------------------------------------------------------------------------
+    def fresh(self, prefix: str = "t") -> str:
+        self.counter += 1
+        return f"{prefix}{self.counter - 1}"
+
+    def param(self, buffer: str) -> str:
+        if buffer not in self.params:
+            name = cpp_build.sanitize_identifier(f"p_{buffer}")
+            taken = set(self.params.values())
+            base, n = name, 1
+            while name in taken:
+                name, n = f"{base}_{n}", n + 1
+            self.params[buffer] = name
+            self.args.append(buffer)
+        return self.params[buffer]
+
+    def is_xr(self, e: Expr) -> bool:
+        """Depends on a reduction index outside any REDUCE."""
+        hit = self._xr.get(e)
+        if hit is None:
+            if e.op is Op.RVAR:
+                hit = True
+            elif e.op is Op.REDUCE:
+                hit = False
+            else:
+                hit = any(self.is_xr(s) for s in e.src)
+            self._xr[e] = hit
+        return hit
+
+    # --- expressions --------------------------------------------------------------------------
+    def value(self, e: Expr) -> str:
+        op = e.op
+        if op is Op.CONST:
+            return literal(e.arg, e.dtype)
+        if op is Op.XVAR:
+            return f"x{e.arg}"
+        if op is Op.RVAR:
+            return f"r{e.arg}"
+        hit = self.scope.find(e)
+        if hit is not None:
+            return hit
+        if op is Op.REDUCE:
+            raise ValueError(f"cpp renderer: reduction {ir.render_expr(e)} used before its pass")
+        target = self.xscope if self.xscope is not None and not self.is_xr(e) else self.scope
+        saved, self.scope = self.scope, target
+        try:
+            code = self.op_code(e)
+        finally:
+            self.scope = saved
+        if code.isidentifier() or code.startswith(("INT64_", "std::numeric_limits")):
+            target.names[e] = code
+            return code
+        name = self.fresh()
+        target.lines.append(f"const {cvalue_type(e.dtype)} {name} = {code};")
+        target.names[e] = name
+        return name
+
+    def index_code(self, e: Expr) -> str:
+        aff = ir.to_affine(e)
+        if aff is None:
+            return self.value(e)
+        terms = []
+        for var, coef in aff.items():
+            if var is None or coef == 0:
+                continue
+            name = self.value(var)
+            terms.append(name if coef == 1 else f"{name} * {coef}")
+        const = aff.get(None, 0)
+        if const or not terms:
+            terms.append(str(const))
+        return " + ".join(terms).replace("+ -", "- ")
+
+    def op_code(self, e: Expr) -> str:
+        op = e.op
+        if op is Op.LOAD:
+            buf = self.param(e.arg)
+            code = f"{buf}[{self.index_code(e.src[0])}]"
+            return f"{TO_FLOAT[e.dtype]}({code})" if e.dtype in TO_FLOAT else code
+        a = [self.value(s) for s in e.src]
+        src_dt = compute_dtype(e.src[0].dtype)
+        dt = compute_dtype(e.dtype)
+        t = cvalue_type(e.dtype)
+        is_float = dt.is_floating_point
+        if op is Op.CAST:
+            return self.cast(a[0], e.src[0].dtype, e.dtype)
+        if op in INFIX:
+            return f"{a[0]} {INFIX[op]} {a[1]}"
+        if op is Op.DIV:
+            if is_float or _safe_divisor(e.src[1]):
+                return f"{a[0]} / {a[1]}"
+            return f"crucible::div_trunc<{t}>({a[0]}, {a[1]})"
+        if op is Op.MOD:
+            if is_float:
+                return f"std::fmod({a[0]}, {a[1]})"
+            if _safe_divisor(e.src[1]):
+                return f"{a[0]} % {a[1]}"
+            return f"crucible::mod_trunc<{t}>({a[0]}, {a[1]})"
+        if op in INT_CALL:
+            if is_float:
+                return f"std::floor({a[0]} / {a[1]})"
+            return f"{INT_CALL[op]}<{t}>({a[0]}, {a[1]})"
+        if op in (Op.MAX, Op.MIN):
+            fn = "max_nan" if op is Op.MAX else "min_nan"
+            return f"crucible::{fn}<{t}>({a[0]}, {a[1]})"
+        if op is Op.WHERE:
+            return f"{a[0]} ? {a[1]} : {a[2]}"
+        if op is Op.NEG:
+            return f"-{a[0]}"
+        if op is Op.ABS:
+            return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
+        if op is Op.EXP:
+            return f"crucible::exp_f32({a[0]})" if dt == torch.float32 else f"std::exp({a[0]})"
+        if op is Op.RSQRT:
+            return f"{literal(1, dt)} / std::sqrt({a[0]})"
+        if op in CALL:
+            return f"{CALL[op]}({a[0]})"
+        if op is Op.ISNAN:
+            return f"{a[0]} != {a[0]}" if src_dt.is_floating_point else "false"
+        if op is Op.NOT:
+            return f"!{a[0]}"
+        if op is Op.BITNOT:
+            return f"!{a[0]}" if dt == torch.bool else f"~{a[0]}"
+        raise ValueError(f"cpp renderer: no code for {op}")
+
+    def cast(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:
+        if dst == torch.bool:
+            return code if src == torch.bool else f"{code} != 0"
+        if dst in FROM_FLOAT:
+            inner = code if compute_dtype(src) == torch.float32 else f"static_cast<float>({code})"
+            return f"{TO_FLOAT[dst]}({FROM_FLOAT[dst]}({inner}))"
+        if compute_dtype(src) == compute_dtype(dst):
+            return code
+        return f"static_cast<{cvalue_type(dst)}>({code})"
+
+    def store(self, s: Store) -> None:
+        buf = self.param(s.buffer)
+        value = self.value(s.value)
+        index = self.index_code(s.index)
+        dt = s.value.dtype
+        if dt in FROM_FLOAT:
+            value = f"{FROM_FLOAT[dt]}({value})"
+        self.scope.lines.append(f"{buf}[{index}] = {value};")
+
+    # --- kernels ------------------------------------------------------------------------------
+    def write(self) -> RenderedKernel:
+        body = self.reduction() if self.k.is_reduction else self.pointwise()
+        return self.assemble(body)
+
+    def work_per_element(self) -> int:
+        return max(1, sum(1 for s in self.live for e in s.value.walk() if e.src))
+
+    def inner_simd_ok(self, var: Expr) -> bool:
+        """Every access is contiguous or invariant along ``var`` (worth forcing vectorization)."""
+        sites = [s.index for s in self.live] + [e.src[0] for s in self.live for e in ir.loads(s.value)]
+        for site in sites:
+            aff = ir.to_affine(site)
+            if aff is None:
+                if any(v == var for v in site.walk()):
+                    return False
+            elif aff.get(var, 0) not in (0, 1):
+                return False
+        return True
+
+    def pointwise(self) -> list[str]:
+        k = self.k
+        body = Scope(self.root)
+        self.scope = body
+        for s in self.live:
+            self.store(s)
+        self.scope = self.root
+        n = len(k.ranges)
+        if n == 0:
+            return body.lines
+        parallel = k.xnumel * self.work_per_element() >= PARALLEL_MIN_WORK and k.xnumel > 1
+        inner = n - 1
+        simd = self.inner_simd_ok(ir.xvar(inner))
+        size = k.ranges[inner]
+        outer_points = math.prod(k.ranges[:inner])
+        tiled = parallel and n >= 2 and outer_points < 4 * threads() and size >= 2 * INNER_TILE
+        if tiled:
+            lo, hi = f"xt * {INNER_TILE}", f"std::min<int64_t>(xt * {INNER_TILE} + {INNER_TILE}, {size})"
+        else:
+            lo, hi = "0", str(size)
+        var = f"x{inner}"
+        if n == 1 and parallel:
+            pragma = "#pragma omp parallel for simd schedule(static)" if simd else \
+                "#pragma omp parallel for schedule(static)"
+        else:
+            pragma = "#pragma omp simd" if simd else None
+        lines = block(f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var})", body.lines, pragma)
+        heads = [f"for (int64_t x{d} = 0; x{d} < {k.ranges[d]}; ++x{d})" for d in range(inner)]
+        if tiled:
+            heads.append(f"for (int64_t xt = 0; xt < {-(-size // INNER_TILE)}; ++xt)")
+        for depth, head in reversed(list(enumerate(heads))):
+            pragma = None
+            if depth == 0 and parallel:
+                collapse = f" collapse({len(heads)})" if len(heads) > 1 else ""
+                pragma = f"#pragma omp parallel for{collapse} schedule(static)"
+            lines = block(head, lines, pragma)
+        return lines
+
+    # --- reductions ---------------------------------------------------------------------------
+    def reduction(self) -> list[str]:
+        k = self.k
+        reduces: list[Expr] = []
+        seen: set[Expr] = set()
+        for s in self.live:
+            for e in s.value.walk():
+                if e.op is Op.REDUCE and e not in seen:
+                    seen.add(e)
+                    reduces.append(e)
+        depth: dict[Expr, int] = {}
+        for e in reduces:  # walk() yields operands first, so inner reductions come first
+            depth[e] = 1 + max((depth[d] for d in e.src[0].walk() if d.op is Op.REDUCE), default=0)
+
+        def pass_of(s: Store) -> int:
+            return 1 + max((depth[d] for d in s.value.walk() if d.op is Op.REDUCE), default=0)
+
+        xr_stores = [s for s in self.live if s.level == "xr" or self.is_xr(s.value)]
+        x_stores = [s for s in self.live if s not in xr_stores]
+        passes = max([*depth.values(), *(pass_of(s) for s in xr_stores)], default=0)
+        xscope = Scope(self.root)
+        self.xscope = self.scope = xscope
+        for p in range(1, passes + 1):
+            self.emit_pass([e for e in reduces if depth[e] == p], [s for s in xr_stores if pass_of(s) == p])
+        self.scope = xscope
+        for s in x_stores:
+            self.store(s)
+        self.scope, self.xscope = self.root, None
+        if not k.ranges:
+            return xscope.lines
+        unravel = []
+        for i, size in enumerate(k.ranges):
+            stride = math.prod(k.ranges[i + 1:])
+            code = "xi" if stride == 1 else f"(xi / {stride})"
+            if i > 0:
+                code = f"{code} % {size}"
+            unravel.append(f"const int64_t x{i} = {code};")
+        work = k.xnumel * k.rnumel * max(1, len(reduces)) * passes
+        pragma = "#pragma omp parallel for schedule(static)" if k.xnumel > 1 and work >= PARALLEL_MIN_WORK \
+            else None
+        return block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", unravel + xscope.lines, pragma)
+
+    def emit_pass(self, reduces: list[Expr], stores: list[Store]) -> None:
+        """One loop over the reduced dims computing ``reduces`` and the xr-level ``stores``."""
+        k = self.k
+        xscope = self.scope
+        rr = k.rranges
+        last = len(rr) - 1
+        widest = max([1] + [_size(compute_dtype(e.dtype)) for e in reduces]
+                     + [_size(compute_dtype(e.src[0].dtype)) for e in reduces])
+        lanes = min(LANE_BYTES // widest, 1 << (rr[last].bit_length() - 1))
+        main = rr[last] // lanes * lanes
+        accs: list[tuple[Expr, str]] = []
+        cascade = k.rnumel > CASCADE_BLOCK * lanes
+        head: list[str] = [f"// pass over the reduced dims: {', '.join(e.arg.value for e in reduces) or 'stores'}"]
+        for e in reduces:
+            acc = self.fresh("acc")
+            accs.append((e, acc))
+            head += self.acc_decl(e, acc, lanes, cascade)
+        flush = cascade and any(_cascaded(e) for e in reduces)
+        if flush:
+            head.append("int flush = 0;")
+
+        def body(lane: str, rvar: str) -> list[str]:
+            scope = Scope(xscope)
+            self.scope = scope
+            scope.lines.append(f"const int64_t r{last} = {rvar};")
+            for e, acc in accs:
+                self.accumulate(e, acc, lane)
+            for s in stores:
+                self.store(s)
+            self.scope = xscope
+            return scope.lines
+
+        main_body = body("j", "rb + j")
+        tail_body = body(f"r{last} - {main}", "rt")
+        loop = []
+        if main:
+            inner = block(f"for (int64_t j = 0; j < {lanes}; ++j)", main_body)
+            if flush:
+                push = [f"{acc}_c.push({acc});" for e, acc in accs if _cascaded(e)]
+                inner += block(f"if (++flush == {CASCADE_BLOCK})", ["flush = 0;", *push])
+            loop += block(f"for (int64_t rb = 0; rb < {main}; rb += {lanes})", inner)
+        if main < rr[last]:
+            loop += block(f"for (int64_t rt = {main}; rt < {rr[last]}; ++rt)", tail_body)
+        for d in reversed(range(last)):
+            loop = block(f"for (int64_t r{d} = 0; r{d} < {rr[d]}; ++r{d})", loop)
+        xscope.lines += head + loop
+        for e, acc in accs:
+            name = self.fresh("red")
+            xscope.lines.append(f"const {cvalue_type(e.dtype)} {name} = {self.fold(e, acc, lanes, cascade)};")
+            xscope.names[e] = name
+
+    def acc_decl(self, e: Expr, acc: str, lanes: int, cascade: bool) -> list[str]:
+        op: ReduceOp = e.arg
+        if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+            vt = cvalue_type(e.src[0].dtype)
+            return [f"{vt} {acc}[{lanes}];", f"int64_t {acc}_i[{lanes}];",
+                    (f"for (int j = 0; j < {lanes}; ++j) {{ {acc}[j] = {reduce_init(op, e.src[0].dtype)}; "
+                    f"{acc}_i[j] = -1; }}")]
+        t = cvalue_type(e.dtype)
+        lines = [f"{t} {acc}[{lanes}];",
+                 f"for (int j = 0; j < {lanes}; ++j) {acc}[j] = {reduce_init(op, e.dtype)};"]
+        if cascade and _cascaded(e):
+            lines.append(f"crucible::SumCascade<{t}, {lanes}> {acc}_c;")
+        return lines
+
+    def accumulate(self, e: Expr, acc: str, lane: str) -> None:
+        op: ReduceOp = e.arg
+        src = e.src[0]
+        v = self.value(src)
+        lines = self.scope.lines
+        slot = f"{acc}[{lane}]"
+        if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+            flat = " + ".join(f"r{d} * {math.prod(self.k.rranges[d + 1:])}" if d < len(self.k.rranges) - 1
+                              else f"r{d}" for d in range(len(self.k.rranges)))
+            cmp = ">" if op is ReduceOp.ARGMAX else "<"
+            take = self.fresh("take")
+            nan = f"!({slot} != {slot}) & (({v} != {v}) | ({v} {cmp} {slot}))"
+            lines.append(f"const bool {take} = ({acc}_i[{lane}] < 0) | ({nan});")
+            lines.append(f"{slot} = {take} ? {v} : {slot};")
+            lines.append(f"{acc}_i[{lane}] = {take} ? ({flat}) : {acc}_i[{lane}];")
+            return
+        t = cvalue_type(e.dtype)
+        if compute_dtype(src.dtype) != compute_dtype(e.dtype):
+            v = f"static_cast<{t}>({v})"
+        if op is ReduceOp.SUM:
+            lines.append(f"{slot} = {slot} + {v};")
+        elif op is ReduceOp.PROD:
+            lines.append(f"{slot} = {slot} * {v};")
+        else:
+            fn = "max_nan" if op is ReduceOp.MAX else "min_nan"
+            lines.append(f"{slot} = crucible::{fn}<{t}>({slot}, {v});")
+
+    def fold(self, e: Expr, acc: str, lanes: int, cascade: bool) -> str:
+        op: ReduceOp = e.arg
+        if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
+            vt = cvalue_type(e.src[0].dtype)
+            return f"crucible::fold_arg<{str(op is ReduceOp.ARGMAX).lower()}, {vt}, {lanes}>({acc}, {acc}_i)"
+        if cascade and _cascaded(e):
+            return f"{acc}_c.total({acc})"
+        return f"{FOLD[op]}<{cvalue_type(e.dtype)}, {lanes}>({acc})"
+
+    # --- the function -----------------------------------------------------------------------
+    def assemble(self, body: list[str]) -> RenderedKernel:
+        k = self.k
+        symbol = cpp_build.sanitize_identifier(k.name)
+        params = []
+        for buf in self.args:
+            dtype = self.buffer_dtype(buf)
+            const = "" if buf in self.written else "const "
+            params.append(f"{const}{ctype(dtype)}* __restrict__ {self.params[buf]}")
+        origins = cpp_build.safe_comment(", ".join(dict.fromkeys(k.origins))) or "(none)"
+        shape = f"ranges {list(k.ranges)}" + (f", reduced {list(k.rranges)}" if k.rranges else "")
+        lines = [
+            "// Generated by crucible's C++ renderer.",
+            f"// {cpp_build.safe_comment(k.name)}: {shape}",
+            f"// fused: {origins}",
+            '#include "cpp_prelude.h"',
+            "",
+            f'extern "C" void {symbol}({", ".join(params)}) {{',
+        ]
+        lines += ["  " + line for line in body]
+        lines.append("}")
+        return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", tuple(self.args), (), {"symbol": symbol})
+
+    def buffer_dtype(self, buf: str) -> torch.dtype:
+        for s in self.live:
+            if s.buffer == buf:
+                return s.value.dtype
+            for e in ir.loads(s.value):
+                if e.arg == buf:
+                    return e.dtype
+        raise KeyError(buf)
+
+
+def _safe_divisor(e: Expr) -> bool:
+    return e.op is Op.CONST and int(e.arg) not in (0, -1)
+
+
+def _size(dtype: torch.dtype) -> int:
+    return 1 if dtype == torch.bool else dtype.itemsize
+
+
+def _cascaded(e: Expr) -> bool:
+    return e.arg is ReduceOp.SUM and compute_dtype(e.dtype).is_floating_point
