@@ -42,7 +42,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--target", help="eager, crucible-triton, crucible-interpret, crucible-cpp or a Dynamo "
                                     "backend (default: crucible-triton with CUDA, else crucible-interpret)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="device for eager and Dynamo-backend targets")
-    p.add_argument("-j", "--jobs", type=int, default=1, help="parallel worker processes")
+    p.add_argument("-j", "--jobs", type=int, default=None,
+                   help="parallel worker processes (default: CPU cores up to 8 on CPU targets, 1 on CUDA)")
     p.add_argument("--shard", metavar="i/n", help="run shard i of n (1-based, deterministic)")
     p.add_argument("--resume", action="store_true", help="continue the latest unfinished matching run")
     p.add_argument("--run-id", help="name the run (shards of one run share an id; merge joins them)")
@@ -120,7 +121,7 @@ def _default_mem_limit(jobs: int) -> int | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.report import render_report
     from harness.runner import RunRequest, execute_run, parse_shard, shard_entries
-    from harness.targets import default_target
+    from harness.targets import default_target, parse_target
 
     target = args.target or default_target()
     cat, entries = _entries(args)
@@ -135,6 +136,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not entries:
         print("no entries selected", file=sys.stderr)
         return 2
+    if args.jobs is None:
+        args.jobs = 1 if parse_target(target, args.device).device == "cuda" else min(8, os.cpu_count() or 1)
     print(f"running {len(entries)} entries of suite {args.suite} on {target} with {args.jobs} worker(s)",
           file=sys.stderr)
     request = RunRequest(

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+import torch
+
+from corpus.entry import Built, Entry
+from harness.execute import execute_entry
+from harness.targets import parse_target
+
 PLANTED = """
     import ctypes
     import time
@@ -116,20 +123,20 @@ def test_planted_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, cli, 
     assert doc["run"]["finished"] and doc["run"]["target"] == "aot_eager"
 
 
-def test_compile_and_run_failures_of_a_backend(tmp_path: Path, cli, make_corpus, load_json) -> None:
-    relu = """
-        import torch
-        from corpus.entry import Built, Entry
-        def entries():
-            return [Entry(name="relu/relu", source="relu", family="f", tier="smoke",
-                          factory=lambda scale: Built(torch.relu, (torch.randn(8),)))]
-    """
-    corpus_dir = make_corpus(tmp_path / "relu", {"relu.py": relu})
-    for backend, status in (("relu_compile_error_TESTING_ONLY", "fail_compile"),
-                            ("relu_runtime_error_TESTING_ONLY", "fail_run"),
-                            ("no_such_backend", "fail_compile")):
-        out = tmp_path / f"{backend}.json"
-        proc = cli("run", "--corpus", str(corpus_dir), "--suite", "relu", "--target", backend,
-                   "--db", "r.sqlite", "--json", str(out), "--no-report")
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        assert load_json(out)["entries"][0]["status"] == status, backend
+@pytest.mark.parametrize(("target", "status"), [
+    ("relu_compile_error_TESTING_ONLY", "fail_compile"),  # Dynamo's test backends that fail on relu
+    ("relu_runtime_error_TESTING_ONLY", "fail_run"),
+    ("relu_accuracy_error_TESTING_ONLY", "fail_accuracy"),
+    ("no_such_backend", "fail_compile"),
+    ("aot_eager", "pass"),
+])
+def test_compile_run_and_accuracy_failures_of_a_backend(target: str, status: str) -> None:
+    entry = Entry(name="relu/relu", source="relu", family="f", tier="smoke",
+                  factory=lambda scale: Built(torch.relu, (torch.randn(8),)))
+    result = execute_entry(entry, parse_target(target))
+    assert result["status"] == status, result.get("error")
+    assert result["graphs"] == 1 and result["graph_breaks"] == 0
+    if status != "pass":
+        assert result["error"]
+    if target == "no_such_backend":
+        assert "unknown target" in result["error"]
