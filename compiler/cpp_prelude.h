@@ -5,6 +5,7 @@
 // both (it uses float arithmetic that an FMA or reassociation would change).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -249,6 +250,16 @@ struct SumCascade {
         level[i + 1][j] = level[i + 1][j] + level[i][j];
         level[i][j] = T(0);
       }
+    }
+  }
+
+  // Each lane is its own result (one accumulator per outer point): lanes[j] = lane j's sum.
+  void finish(T* lanes) {
+    push(lanes);
+    for (int j = 0; j < L; ++j) {
+      T s = T(0);
+      for (int i = 0; i < LEVELS; ++i) s = s + level[i][j];
+      lanes[j] = s;
     }
   }
 

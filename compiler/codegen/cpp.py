@@ -159,5 +159,7 @@ class CppLauncher:
 
 
 # -fwrapv: integer overflow wraps like ATen's instead of being undefined behaviour the optimizer
-# may exploit. Wider vectors: the tuning default on AVX-512 hosts is 256-bit.
-EXTRA_FLAGS = ("-fwrapv",)
+# may exploit. -fno-trapping-math: floating-point exceptions are not observable from torch, and
+# without it g++ will not vectorize floor/ceil/float-int conversions (so neither exp_f32); values
+# are unchanged (unlike -ffast-math, it allows no reassociation and keeps NaN/inf/-0.0 semantics).
+EXTRA_FLAGS = ("-fwrapv", "-fno-trapping-math")

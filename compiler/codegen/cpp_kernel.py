@@ -296,6 +296,8 @@ class KernelWriter:
         xr_stores = [s for s in self.live if s.level == "xr" or self.is_xr(s.value)]
         x_stores = [s for s in self.live if s not in xr_stores]
         passes = max([*depth.values(), *(pass_of(s) for s in xr_stores)], default=0)
+        if passes == 1 and not xr_stores and self.column_layout():
+            return self.column_reduction(reduces, x_stores)
         xscope = Scope(self.root)
         self.xscope = self.scope = xscope
         for p in range(1, passes + 1):
@@ -317,6 +319,68 @@ class KernelWriter:
         pragma = "#pragma omp parallel for schedule(static)" if k.xnumel > 1 and work >= PARALLEL_MIN_WORK \
             else None
         return block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", unravel + xscope.lines, pragma)
+
+    def column_layout(self) -> bool:
+        """The inputs are contiguous along the last outer dim and not along the reduced ones
+        (a reduction over a leading dim): vectorize across outer points instead of lanes."""
+        k = self.k
+        if not k.ranges or k.ranges[-1] < 4:
+            return False
+        xl, rl = ir.xvar(len(k.ranges) - 1), ir.rvar(len(k.rranges) - 1)
+        affs = [ir.to_affine(e.src[0]) for s in self.live for e in ir.loads(s.value)]
+        along_x = any(a is not None and a.get(xl, 0) == 1 for a in affs)
+        along_r = any(a is not None and a.get(rl, 0) == 1 for a in affs)
+        return along_x and not along_r
+
+    def column_reduction(self, reduces: list[Expr], x_stores: list[Store]) -> list[str]:
+        """Per tile of ``xb`` consecutive points of the last outer dim: loop over the reduced
+        dims, and inside, over the tile (contiguous loads, one accumulator per point)."""
+        k = self.k
+        last, size, rr = len(k.ranges) - 1, k.ranges[-1], k.rranges
+        widest = max([1] + [_size(compute_dtype(e.dtype)) for e in reduces]
+                     + [_size(compute_dtype(e.src[0].dtype)) for e in reduces])
+        xb = min(LANE_BYTES // widest, 1 << (size.bit_length() - 1))
+        ntiles = -(-size // xb)
+        head = [f"const int64_t base = (w % {ntiles}) * {xb};",
+                f"const int64_t width = std::min<int64_t>({xb}, {size} - base);"]
+        for i in range(last):
+            stride = math.prod(k.ranges[i + 1:last]) * ntiles
+            head.append(f"const int64_t x{i} = (w / {stride})" + (f" % {k.ranges[i]};" if i else ";"))
+        cascade = k.rnumel > CASCADE_BLOCK
+        accs = []
+        for e in reduces:
+            acc = self.fresh("acc")
+            accs.append((e, acc))
+            head += self.acc_decl(e, acc, xb, cascade)
+        self.xscope = None
+        scope = Scope(self.root)
+        self.scope = scope
+        scope.lines.append(f"const int64_t x{last} = base + j;")
+        for e, acc in accs:
+            self.accumulate(e, acc, "j")
+        loop = block("for (int64_t j = 0; j < width; ++j)", scope.lines)
+        flush = [f"{acc}_c.push({acc});" for e, acc in accs if cascade and _cascaded(e)]
+        if flush:
+            head.append("int flush = 0;")
+            loop += block(f"if (++flush == {CASCADE_BLOCK})", ["flush = 0;", *flush])
+        for d in reversed(range(len(rr))):
+            loop = block(f"for (int64_t r{d} = 0; r{d} < {rr[d]}; ++r{d})", loop)
+        finish = [f"{acc}_c.finish({acc});" for e, acc in accs if cascade and _cascaded(e)]
+        out = Scope(self.root)
+        self.scope = out
+        out.lines.append(f"const int64_t x{last} = base + j;")
+        for e, acc in accs:
+            arg = e.arg in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)
+            out.names[e] = f"{acc}_i[j]" if arg else f"{acc}[j]"
+        for s in x_stores:
+            self.store(s)
+        self.scope = self.root
+        body = head + loop + finish + block("for (int64_t j = 0; j < width; ++j)", out.lines)
+        items = math.prod(k.ranges[:last]) * ntiles
+        work = k.xnumel * k.rnumel * max(1, len(reduces))
+        pragma = "#pragma omp parallel for schedule(static)" if items > 1 and work >= PARALLEL_MIN_WORK \
+            else None
+        return block(f"for (int64_t w = 0; w < {items}; ++w)", body, pragma)
 
     def emit_pass(self, reduces: list[Expr], stores: list[Store]) -> None:
         """One loop over the reduced dims computing ``reduces`` and the xr-level ``stores``."""

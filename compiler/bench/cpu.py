@@ -1,0 +1,142 @@
+"""CPU benchmark: eager vs Inductor (its C++ backend) vs Crucible's C++ codegen.
+
+    python -m compiler.bench.cpu [--repeat N] [--only NAME ...] [--quick]
+
+For each case: the median run time over ``--repeat`` timed calls after warmup, and the
+cold compile time (the first call, with fresh cache directories for both compilers and
+``torch._dynamo.reset()``). Ratios: Crucible/eager and Crucible/Inductor run time
+(below 1 = Crucible faster) and Crucible/Inductor cold compile time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+
+
+@dataclass
+class Case:
+    name: str
+    build: Callable[[], tuple[Callable, tuple]]  # -> (function or module, inputs)
+
+
+def pointwise_chain(n: int) -> tuple[Callable, tuple]:
+    def chain(x: torch.Tensor, y: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid((x * 1.5 + y).relu() - z)  # mul, add, relu, sub, sigmoid
+
+    return chain, tuple(torch.randn(n) for _ in range(3))
+
+
+def softmax(rows: int, cols: int) -> tuple[Callable, tuple]:
+    return (lambda x: torch.softmax(x, dim=-1)), (torch.randn(rows, cols),)
+
+
+def layer_norm(rows: int, cols: int) -> tuple[Callable, tuple]:
+    w, b = torch.randn(cols), torch.randn(cols)
+    return (lambda x: F.layer_norm(x, (cols,), w, b)), (torch.randn(rows, cols),)
+
+
+def mlp() -> tuple[Callable, tuple]:
+    model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
+                                torch.nn.GELU(approximate="tanh"), torch.nn.Linear(1024, 10)).eval()
+    return model, (torch.randn(256, 512),)
+
+
+def cnn() -> tuple[Callable, tuple]:
+    nn = torch.nn
+    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+                          nn.Conv2d(16, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10)).eval()
+    return model, (torch.randn(32, 3, 64, 64),)
+
+
+CASES = [
+    Case("pointwise chain 16M", lambda: pointwise_chain(16 * 1024 * 1024)),
+    Case("softmax 8192x1024", lambda: softmax(8192, 1024)),
+    Case("softmax 1024x8192", lambda: softmax(1024, 8192)),
+    Case("layer_norm 8192x1024", lambda: layer_norm(8192, 1024)),
+    Case("layer_norm 1024x8192", lambda: layer_norm(1024, 8192)),
+    Case("MLP 256x512", mlp),
+    Case("CNN 32x3x64x64", cnn),
+]
+
+
+def median_ms(fn: Callable, inputs: tuple, repeat: int, warmup: int = 3) -> float:
+    for _ in range(warmup):
+        fn(*inputs)
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn(*inputs)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def compiled(fn: Callable, inputs: tuple, backend: str) -> tuple[Callable, float]:
+    """A freshly compiled ``fn`` and its cold compile time in seconds (first call)."""
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    if backend == "crucible":
+        import compiler  # noqa: F401  (registers the backend)
+        from compiler import cpp_build
+
+        cpp_build.clear_memory_cache()
+    opt = torch.compile(fn, backend=backend)
+    start = time.perf_counter()
+    opt(*inputs)
+    return opt, time.perf_counter() - start
+
+
+def run_case(case: Case, repeat: int) -> dict:
+    fn, inputs = case.build()
+    row: dict = {"case": case.name}
+    with torch.no_grad():
+        expected = fn(*inputs)
+        row["eager ms"] = median_ms(fn, inputs, repeat)
+        for backend, env in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("crucible", "CRUCIBLE_CACHE_DIR")):
+            with tempfile.TemporaryDirectory(prefix=f"bench-{backend}-") as cache:
+                old = os.environ.get(env)
+                os.environ[env] = cache
+                try:
+                    opt, cold = compiled(fn, inputs, backend)
+                    torch.testing.assert_close(opt(*inputs), expected, rtol=1e-3, atol=1e-3)
+                    row[f"{backend} ms"] = median_ms(opt, inputs, repeat)
+                    row[f"{backend} compile s"] = cold
+                finally:
+                    if old is None:
+                        os.environ.pop(env, None)
+                    else:
+                        os.environ[env] = old
+    row["crucible/eager"] = row["crucible ms"] / row["eager ms"]
+    row["crucible/inductor"] = row["crucible ms"] / row["inductor ms"]
+    row["compile crucible/inductor"] = row["crucible compile s"] / row["inductor compile s"]
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repeat", type=int, default=20, help="timed calls per measurement (median)")
+    parser.add_argument("--only", nargs="*", help="run the cases whose name contains one of these")
+    args = parser.parse_args(argv)
+    cases = [c for c in CASES if not args.only or any(o in c.name for o in args.only)]
+    rows = []
+    for case in cases:
+        rows.append(run_case(case, args.repeat))
+        print(f"done: {case.name}", flush=True)
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; run time = median of "
+          f"{args.repeat} calls after 3 warmup calls; compile = first call with empty caches")
+    print(tabulate(rows, headers="keys", floatfmt=".3g"))
+
+
+if __name__ == "__main__":
+    main()
