@@ -11,7 +11,8 @@ Public API:
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -60,4 +61,4 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str =
     return run
 
 
-__all__ = ["crucible_backend", "inspect", "compile_graph", "collect_reports", "CompileReport", "GraphReport"]
+__all__ = ["CompileReport", "GraphReport", "collect_reports", "compile_graph", "crucible_backend", "inspect"]

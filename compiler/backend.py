@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx
@@ -60,7 +61,8 @@ def _boxed(call: Callable[[list], Any]) -> Callable:
 
 def _fallback(report: GraphReport, reason: FallbackReason, err: CompilerError) -> None:
     report.fallback = reason
-    report.fallback_message = str(err.__cause__ or err).splitlines()[0]
+    cause = err.__cause__ or err
+    report.fallback_message = f"{type(cause).__name__}: {cause}".splitlines()[0]
     report.failed_pass = err.pass_name
     publish(report)
 

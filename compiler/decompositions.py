@@ -9,8 +9,9 @@ can look a rule up with ``RULES[name]`` and check it against the op it replaces.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table

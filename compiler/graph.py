@@ -38,7 +38,7 @@ class Buffer:
     dtype: torch.dtype
     shape: tuple[int, ...]
     stride: tuple[int, ...]
-    kind: str  # "input" | "computed" | "extern"
+    kind: str  # "input" | "constant" | "computed" | "extern"
 
     @property
     def numel(self) -> int:
@@ -116,10 +116,13 @@ class LoweredGraph:
     inputs: list[Buffer | None]  # one per placeholder; None for non-tensor inputs
     nodes: list[ComputedNode | ExternNode] = field(default_factory=list)
     outputs: list[Any] = field(default_factory=list)  # View | python value, per graph output
-    device: torch.device = torch.device("cpu")
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # tensors the graph module holds
 
     def buffers(self) -> dict[str, Buffer]:
         out = {b.name: b for b in self.inputs if b is not None}
+        for name, t in self.constants.items():
+            out[name] = Buffer(name, t.dtype, tuple(t.shape), tuple(t.stride()), "constant")
         for node in self.nodes:
             if isinstance(node, ComputedNode):
                 out[node.name] = node.buffer

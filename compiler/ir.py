@@ -10,8 +10,9 @@ pattern-match on ``Expr.op``. Index expressions are ordinary int64 expressions.
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any
 
 import torch
 

@@ -14,8 +14,9 @@ A rule raises ``Unsupported`` to have the op run as an extern call instead.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.fx
@@ -196,6 +197,8 @@ class GraphLowering:
                     if isinstance(v, Lazy):
                         self.expr_origins.setdefault(v.expr, self.origin)
                 env[node] = value
+            elif node.op == "get_attr":
+                env[node] = self.lower_constant(node)
             elif node.op == "output":
                 outs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
                 self.graph.outputs = [self.output_value(v) for v in outs]
@@ -216,6 +219,17 @@ class GraphLowering:
         self.graph.inputs.append(buf)
         # offsets are relative to the tensor's first element (what data_ptr points at)
         return Strided(name, buf.shape, buf.stride, 0, val.dtype)
+
+    def lower_constant(self, node: torch.fx.Node) -> Any:
+        """A tensor attribute of the graph module (e.g. a lifted ``torch.tensor([...])``)."""
+        value = self.gm
+        for part in str(node.target).split("."):
+            value = getattr(value, part)
+        if not isinstance(value, torch.Tensor):
+            return value
+        name = f"const{len(self.graph.constants)}"
+        self.graph.constants[name] = value
+        return Strided(name, tuple(value.shape), tuple(value.stride()), 0, value.dtype)
 
     def lower_call(self, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
         val = node.meta.get("val")
@@ -241,7 +255,7 @@ class GraphLowering:
                message: str) -> Any:
         def to_arg(v: Any) -> Any:
             if isinstance(v, (Lazy, Strided)):
-                return self.realize(v).view()
+                return self.realize_viewable(v).view()
             if isinstance(v, (list, tuple)):
                 return type(v)(to_arg(x) for x in v)
             return v
@@ -261,9 +275,14 @@ class GraphLowering:
         values = [Strided(b.name, b.shape, b.stride, 0, b.dtype) if b is not None else None for b in outputs]
         return values if isinstance(val, (list, tuple)) else values[0]
 
+    def realize_viewable(self, value: TensorValue) -> Strided:
+        """A buffer view torch can express (as_strided takes no negative strides)."""
+        out = self.realize(value)
+        return self.realize_contiguous(out) if any(s < 0 for s in out.stride) else out
+
     def output_value(self, value: Any) -> Any:
         if isinstance(value, (Lazy, Strided)):
-            return self.realize(value).view()
+            return self.realize_viewable(value).view()
         if isinstance(value, (list, tuple)):
             return type(value)(self.output_value(v) for v in value)
         return value
@@ -293,5 +312,18 @@ def full_numel(value: TensorValue) -> int:
     return numel(value.shape)
 
 
-__all__ = ["Lazy", "Strided", "TensorValue", "Unsupported", "SymbolicShapes", "GraphLowering", "lower",
-           "register", "read", "as_expr", "broadcast_read", "identity_index", "Op"]
+__all__ = [
+    "GraphLowering",
+    "Lazy",
+    "Op",
+    "Strided",
+    "SymbolicShapes",
+    "TensorValue",
+    "Unsupported",
+    "as_expr",
+    "broadcast_read",
+    "identity_index",
+    "lower",
+    "read",
+    "register",
+]

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.fx
 
 from compiler import debug
-from compiler.codegen.base import Renderer, RenderedKernel
+from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.graph import LoweredGraph
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport

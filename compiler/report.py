@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 import enum
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 from tabulate import tabulate
 

@@ -7,8 +7,9 @@ Buffers that die are handed to later allocations of the same dtype and size.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
@@ -30,7 +31,8 @@ class _WrapperWriter:
         self.schedule = schedule
         self.rendered = rendered
         self.buffers = graph.buffers()
-        self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device}
+        self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device,
+                                        **graph.constants}
         self.lines: list[str] = []
         self.consts: list[Any] = []
         self.globals["consts"] = self.consts
@@ -108,7 +110,7 @@ class _WrapperWriter:
         body = "\n".join("    " + line for line in self.lines)
         source = f"def call(args):\n{body}\n"
         namespace = dict(self.globals)
-        exec(compile(source, "<crucible-wrapper>", "exec"), namespace)
+        exec(compile(source, "<crucible-wrapper>", "exec"), namespace)  # noqa: S102  (our own generated code)
         return Wrapper(source, namespace["call"])
 
     def output_code(self, o: Any) -> str:

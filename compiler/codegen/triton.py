@@ -18,7 +18,7 @@ import math
 import torch
 
 from compiler import ir
-from compiler.codegen.base import Renderer, RenderedKernel
+from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
@@ -236,7 +236,9 @@ class _KernelWriter:
         if dst == torch.bool:
             return f"{code} != 0"
         if dst in (torch.float16, torch.bfloat16):
-            return f"({code}).to({TL_DTYPE[dst]}).to(tl.float32)"  # round like an fp16 tensor would
+            # round like a 16-bit tensor would; via fp32 (the interpreter's fp64->bf16 is wrong)
+            via = ".to(tl.float32)" if src == torch.float64 else ""
+            return f"({code}){via}.to({TL_DTYPE[dst]}).to(tl.float32)"
         return f"({code}).to({TL_DTYPE[dst]})"
 
     def load(self, e: Expr) -> str:
@@ -315,6 +317,12 @@ class _KernelWriter:
                 section = self.post if self.after_reduce(store.value) else self.pre
             ptr = self.param(store.buffer)
             index = self.index_code(store.index)
+            # a store whose address ignores a loop dim still needs a pointer block of the full shape
+            ux, ur = self.uses(store.index)
+            if not ux:
+                index += " + 0 * xindex"
+            if store.level == "xr" and not ur:
+                index += " + 0 * rindex"
             mask = "xmask & rmask" if store.level == "xr" else "xmask"
             shape = "[XBLOCK, RBLOCK]" if store.level == "xr" else ("[XBLOCK, 1]" if k.is_reduction else "[XBLOCK]")
             if store.value.op is Op.CONST:

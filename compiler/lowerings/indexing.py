@@ -15,7 +15,16 @@ import torch
 
 from compiler import ir
 from compiler.ir import Expr, Op
-from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, Unsupported, broadcast_read, read, register
+from compiler.lowering import (
+    GraphLowering,
+    Lazy,
+    Strided,
+    TensorValue,
+    Unsupported,
+    broadcast_read,
+    read,
+    register,
+)
 from compiler.lowerings.pointwise import out_meta
 from compiler.report import ExternReason
 
@@ -81,8 +90,9 @@ def lower_arange(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> La
     if len(nums) == 3:
         step = nums[2]
     if dtype.is_floating_point:
-        value = ir.binary(Op.ADD, ir.binary(Op.MUL, ir.cast(ir.xvar(0), torch.float64), ir.const(step, torch.float64)),
-                          ir.const(start, torch.float64))
+        acc = torch.float64 if dtype == torch.float64 else torch.float32
+        value = ir.binary(Op.ADD, ir.binary(Op.MUL, ir.cast(ir.xvar(0), acc), ir.const(step, acc)),
+                          ir.const(start, acc))
         return Lazy(shape, dtype, ir.cast(value, dtype))
     return Lazy(shape, dtype, ir.cast(ir.from_affine({ir.xvar(0): int(step), None: int(start)}), dtype))
 

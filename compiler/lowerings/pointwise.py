@@ -9,7 +9,8 @@ from primitives, so every renderer's op table stays small and interpreter-safe.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
@@ -84,9 +85,11 @@ class V:
         return V(ir.unary(op, self.e))
 
 
-def sel(cond: V, a: V | float, b: V | float) -> V:
-    ref = a if isinstance(a, V) else b
-    assert isinstance(ref, V)
+def sel(cond: V, a: V | float, b: V | float, like: V | None = None) -> V:
+    """where(cond, a, b); python numbers take the dtype of the other arm (or ``like``)."""
+    ref = a if isinstance(a, V) else b if isinstance(b, V) else like
+    if ref is None:
+        raise TypeError("sel() needs a tensor arm or like=")
     return V(ir.where(cond.e, ref._c(a), ref._c(b)))
 
 
@@ -141,7 +144,7 @@ def atan(x: V) -> V:
     big = a > 2.414213562373095
     mid = a > 0.4142135623730950
     t = sel(big, -1 / a, sel(mid, (a - 1) / (a + 1), a))
-    base = sel(big, math.pi / 2, sel(mid, math.pi / 4, 0.0))
+    base = sel(big, math.pi / 2, sel(mid, math.pi / 4, 0.0, like=x))
     z = t * t
     poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * t + t
     r = base + poly
@@ -151,13 +154,12 @@ def atan(x: V) -> V:
 def atan2(y: V, x: V) -> V:
     r = atan(y / x)
     r = sel(x < 0, sel(y < 0, r - math.pi, r + math.pi), r)
-    r = sel(x.eq(0), sel(y > 0, math.pi / 2, sel(y < 0, -math.pi / 2, 0.0)), r)
+    r = sel(x.eq(0), sel(y > 0, math.pi / 2, sel(y < 0, -math.pi / 2, 0.0, like=y)), r)
     return r
 
 
 def sign(x: V) -> V:
-    zero = x * 0
-    return sel(x > 0, zero + 1, sel(x < 0, zero - 1, x))  # keeps NaN and -0.0
+    return sel(x > 0, 1, sel(x < 0, -1, x, like=x), like=x)  # keeps NaN and -0.0
 
 
 def round_half_even(x: V) -> V:
@@ -166,7 +168,7 @@ def round_half_even(x: V) -> V:
     half = f * 0.5
     f_even = half.u(Op.FLOOR).eq(half)
     up = sel(diff > 0.5, f + 1, sel(diff < 0.5, f, sel(f_even, f, f + 1)))
-    return up
+    return sel(up.eq(0), x * 0, up)  # -0.3 rounds to -0.0, like ATen
 
 
 def trunc(x: V) -> V:
@@ -268,7 +270,7 @@ for _op, _fn in FLOAT_UNARY.items():
 SAME_TYPE_UNARY: dict[Any, Callable[[V], V]] = {
     aten.neg: lambda x: -x,
     aten.abs: vabs,
-    aten.relu: lambda x: sel(x > 0, x, x * 0) if x.e.dtype != torch.bool else x,
+    aten.relu: lambda x: sel(x < 0, 0, x) if x.e.dtype != torch.bool else x,  # NaN and -0.0 pass through
     aten.sign: sign,
     aten.sgn: sign,
     aten.floor: lambda x: x.u(Op.FLOOR) if x.e.dtype.is_floating_point else x,

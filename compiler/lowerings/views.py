@@ -8,7 +8,8 @@ realizes its input first, like ``torch.reshape`` copies.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -196,3 +197,21 @@ def lower_split(ctx: GraphLowering, node: Any, x: TensorValue, size: int, dim: i
 def lower_unbind(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0) -> list[TensorValue]:
     dim = _wrap(dim, len(x.shape))
     return [lower_select(ctx, node, x, dim, i) for i in range(x.shape[dim])]
+
+
+@register(aten.flip)
+def lower_flip(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int]) -> TensorValue:
+    flipped = {_wrap(d, len(x.shape)) for d in dims}
+
+    def fn(new: list[Expr]) -> list[Expr]:
+        out = []
+        for d, idx in enumerate(new):
+            if d in flipped and idx.op is not ir.Op.CONST:
+                out.append(ir.from_affine({idx: -1, None: x.shape[d] - 1}))
+            elif d in flipped:
+                out.append(ir.const(x.shape[d] - 1 - idx.arg, ir.INDEX_DTYPE))
+            else:
+                out.append(idx)
+        return out
+
+    return view_map(ctx, x, x.shape, fn)

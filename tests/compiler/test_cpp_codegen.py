@@ -1,0 +1,219 @@
+"""The C++ codegen: three-way parity (eager, Triton interpreter, C++) on fused graphs,
+kernel cache behaviour, and hostile names that must not break the generated source.
+
+Op-level and module-level parity for every codegen lives in the shared test bodies
+(``codegen`` parameter); this file holds what is specific to the C++ renderer.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from compiler import cpp_build, ir
+from compiler.codegen.cpp import CppLauncher, CppRenderer
+from compiler.scheduler import Kernel, Store
+from tests.compiler.parity import LOW_PRECISION, assert_close, upcast
+
+
+def compiled_run(fn: Callable, inputs: tuple, codegen: str) -> tuple[object, compiler.CompileReport]:
+    torch._dynamo.reset()
+    opt = torch.compile(fn, backend="crucible", options={"codegen": codegen, "strict": True})
+    with compiler.collect_reports() as report:
+        out = opt(*inputs)
+    return out, report
+
+
+def three_way(fn: Callable, *inputs: torch.Tensor) -> compiler.CompileReport:
+    """Eager, the Triton interpreter and C++ agree; both codegens render the same kernels."""
+    expected = fn(*inputs)
+    low = any(t.dtype in LOW_PRECISION for t in inputs)
+    reference = fn(*upcast(inputs)) if low else None
+    cpp, cpp_report = compiled_run(fn, inputs, "cpp")
+    triton, triton_report = compiled_run(fn, inputs, "triton")
+    assert_close(cpp, expected, reference=reference)
+    assert_close(triton, expected, reference=reference)
+    assert_close(cpp, triton, loosen=2.0, reference=reference)
+    assert not cpp_report.fallbacks and not cpp_report.externs
+    cpp_kernels = [(k.name, k.kind, k.ops) for g in cpp_report.graphs for k in g.kernels]
+    triton_kernels = [(k.name, k.kind, k.ops) for g in triton_report.graphs for k in g.kernels]
+    assert cpp_kernels == triton_kernels  # same scheduled kernels, only the rendering differs
+    assert all(k.codegen == "cpp" for g in cpp_report.graphs for k in g.kernels)
+    return cpp_report
+
+
+def chain(x, y, z):
+    return torch.sigmoid((x * 1.5 + y).relu() - z) * torch.tanh(x)
+
+
+def softmax(x):
+    return torch.softmax(x, dim=-1)
+
+
+def layer_norm(x, w, b):
+    return F.layer_norm(x, (x.shape[-1],), w, b)
+
+
+def leading_dim_reductions(x):
+    return x.sum(0), x.amax(1), x.mean((0, 2)), x.argmin(0)
+
+
+def argmax_nan(x):
+    return x.argmax(-1), x.argmin(-1), x.amax(-1), x.max(-1)
+
+
+def broadcast_strided(x, bias, y):
+    return (x.t() * bias + y[:, ::2]).relu(), x.t().sum(-1)
+
+
+def test_pointwise_chain():
+    report = three_way(chain, torch.randn(1000), torch.randn(1000), torch.randn(1000))
+    assert [k.kind for g in report.graphs for k in g.kernels] == ["pointwise"]
+
+
+def test_softmax_one_kernel():
+    x = torch.randn(37, 129) * 10
+    x[3, 7] = float("inf")
+    x[5] = float("-inf")
+    report = three_way(softmax, x)
+    assert len(report.graphs[0].kernels) == 1
+
+
+def test_layer_norm_one_kernel():
+    report = three_way(layer_norm, torch.randn(24, 300) + 3, torch.randn(300), torch.randn(300))
+    assert len(report.graphs[0].kernels) == 1
+
+
+def test_reductions_over_leading_dims():
+    three_way(leading_dim_reductions, torch.randn(33, 40, 7))
+
+
+def test_argmax_nan_and_ties():
+    x = torch.randn(6, 70)
+    x[0, 5] = x[0, 9] = float("nan")  # the first NaN wins
+    x[1, :] = 1.0  # ties: the lowest index
+    x[2, 3] = x[2, 60] = 50.0
+    x[3, 64:] = float("nan")  # NaN only in the tail of a row
+    x[4, :] = float("-inf")
+    three_way(argmax_nan, x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_low_precision_inputs(dtype):
+    x = (torch.randn(16, 200) * 4).to(dtype)
+    w, b = torch.randn(200).to(dtype), torch.randn(200).to(dtype)
+    three_way(lambda x, w, b: (softmax(x), layer_norm(x, w, b), (x * 3 - 1).sigmoid(), x.sum(0)), x, w, b)
+
+
+def test_broadcast_and_non_contiguous_inputs():
+    x = torch.randn(50, 12)
+    y = torch.randn(12, 100)
+    three_way(broadcast_strided, x, torch.randn(12, 1), y)
+    three_way(lambda x: (x * 2).exp(), torch.randn(30, 40)[5:25, ::3])
+
+
+def test_long_row_sum_is_accurate():
+    x = torch.rand(3, 1 << 20) + 1.0
+    got, _ = compiled_run(lambda x: x.sum(-1), (x,), "cpp")
+    reference = x.double().sum(-1)
+    eager_err = (x.sum(-1).double() - reference).abs().max()
+    cpp_err = (got.double() - reference).abs().max()
+    assert cpp_err <= max(4 * eager_err, 1e-6 * reference.abs().max())
+
+
+def test_integer_division_semantics():
+    a = torch.tensor([7, -7, 7, -7, 0, 123456789], dtype=torch.int64)
+    b = torch.tensor([2, 2, -2, -2, 3, -10], dtype=torch.int64)
+
+    def f(a, b):
+        return torch.div(a, b, rounding_mode="trunc"), a // b, a % b, torch.fmod(a, b), a << 3, a >> 1
+
+    got, _ = compiled_run(f, (a, b), "cpp")
+    for g, e in zip(got, f(a, b)):
+        assert torch.equal(g, e)
+
+
+def test_cpu_tensors_default_to_cpp():
+    report = compiler.inspect(lambda x: (x + 1).relu().sum(-1), torch.randn(8, 16))
+    assert report.graphs and all(g.codegen == "cpp" for g in report.graphs)
+    kernels = [k for g in report.graphs for k in g.kernels]
+    assert kernels and all(k.codegen == "cpp" and 'extern "C"' in k.source for k in kernels)
+
+
+# --- cache ---------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(tmp_path / "cache"))
+    cpp_build.clear_memory_cache()
+    cpp_build.stats.reset()
+    yield tmp_path / "cache" / "cpp"
+    cpp_build.clear_memory_cache()
+
+
+def test_second_compile_does_not_run_the_compiler(fresh_cache):
+    x = torch.randn(10, 33)
+    first, _ = compiled_run(softmax, (x,), "cpp")
+    assert cpp_build.stats.compiles == 1
+    second, _ = compiled_run(softmax, (x,), "cpp")  # same process: the loaded library
+    cpp_build.clear_memory_cache()
+    third, _ = compiled_run(softmax, (x,), "cpp")  # as a new process would: the disk cache
+    assert cpp_build.stats.compiles == 1
+    assert cpp_build.stats.memory_hits >= 1 and cpp_build.stats.disk_hits >= 1
+    assert torch.equal(first, second) and torch.equal(first, third)
+
+
+def test_truncated_cache_entry_is_rebuilt(fresh_cache):
+    x = torch.randn(10, 33)
+    expected, _ = compiled_run(softmax, (x,), "cpp")
+    libraries = list(fresh_cache.glob("*.so"))
+    assert len(libraries) == 1
+    libraries[0].write_bytes(libraries[0].read_bytes()[:100])
+    cpp_build.clear_memory_cache()
+    cpp_build.stats.reset()
+    got, _ = compiled_run(softmax, (x,), "cpp")
+    assert cpp_build.stats.rebuilds == 1 and cpp_build.stats.compiles == 1
+    assert torch.equal(got, expected)
+
+
+# --- hostile names -------------------------------------------------------------------------------
+
+HOSTILE = "evil */ #error injected\n??/ \\"
+
+
+def test_hostile_module_and_parameter_names():
+    model = torch.nn.Module()
+    inner = torch.nn.Module()
+    inner.register_parameter(HOSTILE.replace(".", ""), torch.nn.Parameter(torch.randn(8)))
+    model.add_module(HOSTILE, inner)
+
+    def forward(x):
+        return torch.softmax(x * getattr(getattr(model, HOSTILE), HOSTILE), dim=-1)
+
+    x = torch.randn(4, 8)
+    got, report = compiled_run(forward, (x,), "cpp")
+    torch.testing.assert_close(got, forward(x))
+    assert report.graphs[0].kernels
+
+
+def test_hostile_names_in_a_kernel_stay_in_comments_and_identifiers():
+    """Buffer names, kernel name and origins straight from a graph: the source still compiles."""
+    src, out = 'in */ "x"\n#define', "out\n*/ y"
+    value = ir.binary(ir.Op.ADD, ir.load(src, ir.xvar(0), torch.float32), ir.const(1.0, torch.float32))
+    k = Kernel(f"kernel */ {HOSTILE}", (5,), stores=[Store(out, ir.xvar(0), value, "x")],
+               origins=[HOSTILE, "*/ int boom;"], kept={out})
+    rendered = CppRenderer().render(k)
+    for line in rendered.source.splitlines():
+        if any(word in line for word in ("error", "define", "boom", "evil")):
+            assert line.startswith("//") and "*/" not in line and "\\" not in line, line
+    a, b = torch.arange(5.0), torch.empty(5)
+    launcher = CppLauncher(rendered)
+    args = {src: a, out: b}
+    launcher(*[args[name] for name in rendered.args])
+    assert torch.equal(b, a + 1)
+    assert isinstance(launcher.fn, ctypes._CFuncPtr)

@@ -1,0 +1,29 @@
+"""Project-wide test options.
+
+``--device cuda`` runs the compiler's parity tests on CUDA tensors with compiled
+Triton kernels and enables tests marked ``gpu``; the default (cpu) runs Triton
+kernels in Triton's interpreter and the C++ codegen.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--device", default="cpu", choices=("cpu", "cuda"),
+                     help="device for compiler parity tests; cuda also enables tests marked gpu")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("--device") == "cuda":
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU: run with --device cuda")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def device(request: pytest.FixtureRequest) -> str:
+    return request.config.getoption("--device")
