@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", action="store_true", help="counts per source and tier, and unavailable sources")
 
     p = sub.add_parser("run", help="run entries on a target and store the results")
-    _add_selection(p, "smoke")
+    _add_selection(p, None)
     p.add_argument("--target", help="eager, crucible-triton, crucible-interpret, crucible-cpp or a Dynamo "
                                     "backend (default: crucible-triton with CUDA, else crucible-interpret)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="device for eager and Dynamo-backend targets")
@@ -124,6 +124,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.targets import default_target, parse_target
 
     target = args.target or default_target()
+    if args.suite is None:  # naming entries picks them from every tier
+        args.suite = "all" if args.entry else "smoke"
     cat, entries = _entries(args)
     if cat.duplicates():
         print(f"error: duplicate entry names: {sorted(set(cat.duplicates()))}", file=sys.stderr)
@@ -136,6 +138,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not entries:
         print("no entries selected", file=sys.stderr)
         return 2
+    if parse_target(target, args.device).device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            print(f"error: target {target} needs a CUDA GPU and none is available", file=sys.stderr)
+            return 2
     if args.jobs is None:
         args.jobs = 1 if parse_target(target, args.device).device == "cuda" else min(8, os.cpu_count() or 1)
     print(f"running {len(entries)} entries of suite {args.suite} on {target} with {args.jobs} worker(s)",

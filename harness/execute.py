@@ -114,6 +114,9 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
     if target.device not in entry.devices:
         result.update(status=Status.SKIPPED, error=f"entry does not run on {target.device}")
         return result
+    if target.device == "cuda" and not torch.cuda.is_available():
+        result.update(status=Status.SKIPPED, error=f"{target.name} needs a CUDA GPU and none is available")
+        return result
     torch._dynamo.reset()
     try:
         with torch.no_grad():

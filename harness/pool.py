@@ -103,6 +103,7 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
         if target.device == "cpu":
             _limit_memory(config.mem_limit_mb)
         try:
+            conn.send(("phase", task.name, "load"))
             entry = find_entry(task.name, task.origin)
             result = execute_entry(entry, target, lambda p, n=task.name: conn.send(("phase", n, p)),
                                    capture=config.capture)
@@ -182,11 +183,14 @@ class WorkerPool:
             return ""
 
     def _dispatch(self, slot: _Slot, task: Task) -> None:
-        slot.task, slot.phase = task, "build"
+        slot.task, slot.phase = task, "load"
         slot.started = time.monotonic()
         slot.deadline = slot.started + self.config.timeout_s
         slot.log_offset = os.path.getsize(slot.log_path) if os.path.exists(slot.log_path) else 0
-        slot.conn.send(task)
+        try:
+            slot.conn.send(task)
+        except OSError:
+            pass  # the worker just died: the next wait() sees EOF and records it
 
     def _died(self, slot: _Slot, status: str, message: str) -> dict:
         task = slot.task
@@ -253,6 +257,10 @@ class WorkerPool:
         if kind == "ready":
             slot.ready, slot.failed_starts = True, 0
         elif kind == "phase":
+            if slot.phase == "load" and payload == "build":
+                # Listing the entry's source (once per worker, slow for some sources) is
+                # not the entry's time: its deadline starts when it is built.
+                slot.deadline = time.monotonic() + self.config.timeout_s
             slot.phase = payload
             on_phase(name, payload)
         elif kind == "done":

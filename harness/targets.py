@@ -83,11 +83,11 @@ def _crucible_backend() -> Callable[..., Any]:
         try:
             module = importlib.import_module("compiler.backend")
             return module.crucible_backend
-        except Exception as import_error:
+        except Exception as import_error:  # noqa: BLE001 -- a half-written compiler can raise anything
             raise TargetUnavailable(
                 f"the crucible backend is unavailable: lookup failed ({lookup_error}); "
                 f"importing compiler.backend failed ({type(import_error).__name__}: {import_error})"
-            ) from import_error
+            ) from None  # the message already names both causes
 
 
 def resolve_backend(target: Target) -> Callable[..., Any] | str:

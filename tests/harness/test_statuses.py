@@ -140,3 +140,30 @@ def test_compile_run_and_accuracy_failures_of_a_backend(target: str, status: str
         assert result["error"]
     if target == "no_such_backend":
         assert "unknown target" in result["error"]
+
+
+def test_crucible_target_without_the_compiler_is_a_clear_fail_compile(monkeypatch) -> None:
+    import sys
+
+    import torch._dynamo
+
+    def no_backend(name):
+        raise KeyError(name)
+
+    monkeypatch.setattr(torch._dynamo, "lookup_backend", no_backend)
+    monkeypatch.setitem(sys.modules, "compiler.backend", None)  # import fails
+    entry = Entry(name="relu/relu", source="relu", family="f", tier="smoke",
+                  factory=lambda scale: Built(torch.relu, (torch.randn(8),)))
+    result = execute_entry(entry, parse_target("crucible-cpp"))
+    assert result["status"] == "fail_compile"
+    assert "crucible backend is unavailable" in result["error"]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
+def test_cuda_target_on_a_cpu_machine_is_skipped(cli) -> None:
+    entry = Entry(name="relu/relu", source="relu", family="f", tier="smoke",
+                  factory=lambda scale: Built(torch.relu, (torch.randn(8),)))
+    result = execute_entry(entry, parse_target("crucible-triton"))
+    assert result["status"] == "skipped" and "CUDA" in result["error"]
+    proc = cli("run", "--source", "zoo", "--target", "crucible-triton")
+    assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
