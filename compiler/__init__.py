@@ -36,6 +36,16 @@ def inspect(fn: Callable, *example_inputs: Any, **options: Any) -> CompileReport
     return report
 
 
+def trace_aten(fn: Callable, *example_inputs: Any) -> torch.fx.GraphModule:
+    """``fn`` as a bare FX graph of ATen ops after Crucible's decompositions (with shape metadata)."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.decompositions import decomposition_table_for_compiler
+
+    return make_fx(fn, decomposition_table=decomposition_table_for_compiler(), tracing_mode="fake")(
+        *example_inputs)
+
+
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str = "triton",
                   strict: bool = True) -> Callable:
     """Compile a bare FX graph of ATen ops; returns ``fn(*inputs)``.
@@ -51,7 +61,8 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str =
 
     if any("val" not in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function")):
         mode = FakeTensorMode(allow_non_fake_inputs=True)
-        FakeTensorProp(gm, mode).propagate(*example_inputs)
+        FakeTensorProp(gm, mode).propagate_dont_convert_inputs(
+            *[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
     boxed = compile_aten_graph(gm, example_inputs, options=Options(codegen=codegen, strict=strict),
                                kind="inference")
 

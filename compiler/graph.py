@@ -118,6 +118,7 @@ class LoweredGraph:
     outputs: list[Any] = field(default_factory=list)  # View | python value, per graph output
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # tensors the graph module holds
+    single_output: bool = False  # the FX graph returns one value, not a tuple
 
     def buffers(self) -> dict[str, Buffer]:
         out = {b.name: b for b in self.inputs if b is not None}

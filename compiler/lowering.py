@@ -201,7 +201,8 @@ class GraphLowering:
                 env[node] = self.lower_constant(node)
             elif node.op == "output":
                 outs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
-                self.graph.outputs = [self.output_value(v) for v in outs]
+                self.graph.single_output = not isinstance(outs, (list, tuple))
+                self.graph.outputs = [self.output_value(v) for v in ([outs] if self.graph.single_output else outs)]
             else:
                 raise NotImplementedError(f"FX node kind {node.op!r} ({node.name}) is not supported")
         return self.graph

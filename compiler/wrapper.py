@@ -78,7 +78,10 @@ class _WrapperWriter:
             else:
                 for name in _view_buffers((step.args, step.kwargs)):
                     last[name] = i
-                    self.no_reuse.add(name)
+                    if _may_alias(step.op):
+                        self.no_reuse.add(name)  # its result may be a view of this buffer
+                if _may_alias(step.op):
+                    self.no_reuse.update(b.name for b in step.outputs if b is not None)
         return last
 
     def write(self) -> Wrapper:
@@ -102,11 +105,14 @@ class _WrapperWriter:
                 self.extern(step)
             for name, at in last.items():
                 buf = self.buffers.get(name)
-                if at == i and buf is not None and buf.kind == "computed" and name not in outputs \
+                if at == i and buf is not None and buf.kind in ("computed", "extern") and name not in outputs \
                         and name not in self.no_reuse:
                     self.free.setdefault((buf.dtype, buf.numel), []).append(name)
         outs = ", ".join(self.output_code(o) for o in self.graph.outputs)
-        self.lines.append(f"return ({outs}{',' if len(self.graph.outputs) == 1 else ''})")
+        if self.graph.single_output:
+            self.lines.append(f"return {outs}")
+        else:
+            self.lines.append(f"return ({outs}{',' if len(self.graph.outputs) == 1 else ''})")
         body = "\n".join("    " + line for line in self.lines)
         source = f"def call(args):\n{body}\n"
         namespace = dict(self.globals)
@@ -131,6 +137,14 @@ class _WrapperWriter:
                 continue
             src = f"{node.name}[{i}]" if node.result_is_sequence else node.name
             self.lines.append(f"{buf.name} = {src}.contiguous()")
+
+
+def _may_alias(op: Any) -> bool:
+    """Whether an extern op's result may share storage with an argument (schema alias info)."""
+    schema = getattr(op, "_schema", None)
+    if schema is None:
+        return True
+    return any(r.alias_info is not None for r in schema.returns)
 
 
 def _natural(name: str) -> tuple:

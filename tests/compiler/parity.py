@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -12,10 +13,10 @@ from compiler.report import CompileReport
 # Per-dtype tolerances against eager. Interpreter and C++ math differ from ATen's
 # in the last bits (exp, erf, fused fp32 intermediates of fp16 chains).
 TOLERANCES = {
-    torch.float32: dict(rtol=2e-5, atol=2e-5),
-    torch.float64: dict(rtol=1e-7, atol=1e-7),
-    torch.float16: dict(rtol=2e-3, atol=2e-3),
-    torch.bfloat16: dict(rtol=2e-2, atol=2e-2),
+    torch.float32: {"rtol": 2e-5, "atol": 2e-5},
+    torch.float64: {"rtol": 1e-7, "atol": 1e-7},
+    torch.float16: {"rtol": 2e-3, "atol": 2e-3},
+    torch.bfloat16: {"rtol": 2e-2, "atol": 2e-2},
 }
 
 

@@ -1,0 +1,113 @@
+"""Unsupported ops, compiler errors and options: the documented fallbacks and reasons."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compiler
+from compiler.pipeline import CompilerError
+from compiler.report import ExternReason, FallbackReason
+
+
+def test_unlowered_op_runs_as_extern_with_reason(codegen: str, device: str) -> None:
+    x = torch.randn(4, 5, device=device)
+    fn = lambda a: torch.cumsum(a.sin(), 1) * 2
+    report = compiler.inspect(fn, x, codegen=codegen, strict=True)
+    (ext,) = report.externs
+    assert "cumsum" in ext.op and ext.reason is ExternReason.LIBRARY_KERNEL
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen})
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_no_lowering_rule_reason(codegen: str, device: str) -> None:
+    x = torch.rand(3, 4, device=device) + 0.5
+    report = compiler.inspect(lambda a: torch.special.digamma(a) + 1, x, codegen=codegen, strict=True)
+    assert [e.reason for e in report.externs] == [ExternReason.NO_LOWERING]
+
+
+@pytest.fixture
+def broken_lowering(monkeypatch: pytest.MonkeyPatch):
+    from compiler.lowering import LOWERINGS
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("planted bug in the sin lowering")
+
+    monkeypatch.setitem(LOWERINGS, torch.ops.aten.sin, explode)
+
+
+def test_compiler_error_falls_back_to_eager_with_report(broken_lowering, codegen: str, device: str) -> None:
+    x = torch.randn(8, device=device)
+    fn = lambda a: a.sin() + 1
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen})
+    with compiler.collect_reports() as report, pytest.warns(UserWarning, match="falls back to eager"):
+        out = compiled(x)
+    torch.testing.assert_close(out, fn(x))
+    (graph,) = report.fallbacks
+    assert graph.fallback is FallbackReason.COMPILER_ERROR
+    assert graph.failed_pass == "lower" and "planted bug" in graph.fallback_message
+
+
+def test_strict_mode_raises_with_pass_and_graph(broken_lowering, codegen: str, device: str) -> None:
+    compiled = torch.compile(lambda a: a.sin() + 1, backend="crucible",
+                             options={"codegen": codegen, "strict": True})
+    with pytest.raises(Exception) as info:
+        compiled(torch.randn(8, device=device))
+    err = info.value
+    while err is not None and not isinstance(err, CompilerError):
+        err = err.__cause__ or err.__context__
+    assert isinstance(err, CompilerError)
+    assert err.pass_name == "lower" and "aten.sin" in err.graph_code
+
+
+def test_symbolic_shapes_fall_back_not_wrong(codegen: str, device: str) -> None:
+    fn = lambda a: a * 2 + 1
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen}, dynamic=True)
+    with compiler.collect_reports() as report, pytest.warns(UserWarning):
+        out = compiled(torch.randn(5, device=device))
+    torch.testing.assert_close(out, fn(torch.ones(5, device=device)) * 0 + out)  # shape/dtype sane
+    assert report.fallbacks and report.fallbacks[0].fallback is FallbackReason.SYMBOLIC_SHAPES
+    x = torch.randn(7, device=device)
+    torch.testing.assert_close(compiled(x), fn(x))
+
+
+def test_unknown_option_is_a_clear_error() -> None:
+    compiled = torch.compile(lambda a: a + 1, backend="crucible", options={"codgen": "cpp"})
+    with pytest.raises(Exception, match="unknown crucible option"):
+        compiled(torch.randn(3))
+
+
+def test_bad_codegen_value_is_a_clear_error() -> None:
+    compiled = torch.compile(lambda a: a + 1, backend="crucible", options={"codegen": "cuda"})
+    with pytest.raises(Exception, match="codegen must be one of"):
+        compiled(torch.randn(3))
+
+
+def test_backend_registered_without_import() -> None:
+    import subprocess
+    import sys
+
+    code = ("import torch\nf = torch.compile(lambda a: a * 3, backend='crucible', "
+            "options={'codegen': 'triton', 'strict': True})\nprint(float(f(torch.ones(2)).sum()))")
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().endswith("6.0")
+
+
+def test_debug_and_dump(tmp_path, monkeypatch: pytest.MonkeyPatch, capfd, codegen: str, device: str) -> None:
+    monkeypatch.setenv("CRUCIBLE_DEBUG", "3")
+    monkeypatch.setenv("CRUCIBLE_DUMP_DIR", str(tmp_path))
+    compiler.inspect(lambda a: torch.softmax(a, -1), torch.randn(4, 8, device=device), codegen=codegen)
+    err = capfd.readouterr().err
+    assert "after lower" in err and "after schedule" in err and "kernel0" in err
+    (graph_dir,) = [p for p in tmp_path.iterdir() if p.name.startswith("graph_")]
+    names = {p.name for p in graph_dir.iterdir()}
+    assert {"00_aten_graph.py", "01_lower.txt", "02_schedule.txt", "wrapper.py", "repro.py"} <= names
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(graph_dir / "repro.py")], check=False, capture_output=True, text=True,
+                         timeout=300, env={**__import__("os").environ, "CRUCIBLE_DEBUG": "0"})
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "outputs match eager" in run.stdout

@@ -1,0 +1,89 @@
+"""Fusion and memory assertions, read from the compile report (they can fail)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import compiler
+from compiler.graph import ComputedNode
+from compiler.lowering import lower
+from compiler.pipeline import GraphCompilation
+from compiler.scheduler import schedule
+
+
+def report_for(fn, *inputs, codegen: str) -> compiler.CompileReport:
+    return compiler.inspect(fn, *inputs, codegen=codegen, strict=True)
+
+
+def test_pointwise_chain_is_one_kernel(codegen: str, device: str) -> None:
+    x = torch.randn(64, 33, device=device)
+    y = torch.randn(33, device=device)
+    report = report_for(lambda a, b: torch.sigmoid((a + b) * 2 - 1).exp().relu(), x, y, codegen=codegen)
+    assert len(report.kernels) == 1 and report.kernels[0].kind == "pointwise"
+    assert not report.externs
+
+
+def test_softmax_last_dim_is_one_kernel(codegen: str, device: str) -> None:
+    report = report_for(lambda a: torch.softmax(a, -1), torch.randn(16, 100, device=device), codegen=codegen)
+    assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction"
+
+
+def test_layer_norm_is_one_kernel(codegen: str, device: str) -> None:
+    w, b = torch.randn(64, device=device), torch.randn(64, device=device)
+    report = report_for(lambda a: F.layer_norm(a, (64,), w, b), torch.randn(8, 64, device=device),
+                        codegen=codegen)
+    assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction"
+
+
+def test_pure_view_is_no_kernel(codegen: str, device: str) -> None:
+    report = report_for(lambda a: a.transpose(0, 1)[2:].unsqueeze(-1), torch.randn(5, 6, device=device),
+                        codegen=codegen)
+    assert report.kernels == [] and report.externs == []
+
+
+def test_producer_fuses_into_reduction(codegen: str, device: str) -> None:
+    report = report_for(lambda a, b: ((a * b).exp() + 1).sum(-1), torch.randn(8, 40, device=device),
+                        torch.randn(40, device=device), codegen=codegen)
+    assert len(report.kernels) == 1
+
+
+def test_refused_fusion_has_a_reason(codegen: str, device: str) -> None:
+    # a reduction over dim 0 then a consumer at the input shape: the consumer reads the
+    # reduction across rows that other programs own, so it cannot join that kernel
+    x = torch.randn(6, 9, device=device)
+    report = report_for(lambda a: a - a.sum(0), x, codegen=codegen)
+    assert len(report.kernels) == 2
+    refused = [r for g in report.graphs for r in g.refused_fusions]
+    assert refused and all(r.reason for r in refused)
+
+
+def _aten_graph(fn, *inputs):
+    return compiler.trace_aten(fn, *inputs)
+
+
+def test_dead_intermediates_are_not_stored() -> None:
+    """Inside one kernel, values other kernels never read stay in registers."""
+    gm = _aten_graph(lambda a: torch.softmax(a, -1), torch.randn(4, 10))
+    lowered = lower(gm, torch.device("cpu"))
+    sched = schedule(lowered)
+    computed = [n for n in lowered.nodes if isinstance(n, ComputedNode)]
+    (kernel,) = [s for s in sched.steps if hasattr(s, "stores")]
+    assert len(kernel.stores) == len(computed) >= 3
+    assert len(kernel.live_stores()) == 1
+
+
+def test_dead_buffers_are_reused(codegen: str, device: str) -> None:
+    # a chain with externs in between: each intermediate dies before the next allocation
+    def chain(a, w):
+        for _ in range(4):
+            a = torch.relu(a @ w) * 2
+        return a
+
+    x, w = torch.randn(16, 16, device=device), torch.randn(16, 16, device=device)
+    report = report_for(chain, x, w, codegen=codegen)
+    assert len(report.externs) == 4
+    gm = _aten_graph(chain, x, w)
+    wrapper = GraphCompilation(gm, codegen, "inference").compile()
+    assert "# reuses" in wrapper.source
+    torch.testing.assert_close(wrapper.call([x, w]), chain(x, w))
