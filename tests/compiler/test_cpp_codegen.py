@@ -173,7 +173,11 @@ def test_truncated_cache_entry_is_rebuilt(fresh_cache):
     expected, _ = compiled_run(softmax, (x,), "cpp")
     libraries = list(fresh_cache.glob("*.so"))
     assert len(libraries) == 1
-    libraries[0].write_bytes(libraries[0].read_bytes()[:100])
+    # a new file, as a crashed writer would leave it (truncating the loaded file in place
+    # would pull pages from under this process's mapping)
+    damaged = libraries[0].with_suffix(".damaged")
+    damaged.write_bytes(libraries[0].read_bytes()[:100])
+    damaged.replace(libraries[0])
     cpp_build.clear_memory_cache()
     cpp_build.stats.reset()
     got, _ = compiled_run(softmax, (x,), "cpp")
@@ -209,8 +213,13 @@ def test_hostile_names_in_a_kernel_stay_in_comments_and_identifiers():
                origins=[HOSTILE, "*/ int boom;"], kept={out})
     rendered = CppRenderer().render(k)
     for line in rendered.source.splitlines():
-        if any(word in line for word in ("error", "define", "boom", "evil")):
-            assert line.startswith("//") and "*/" not in line and "\\" not in line, line
+        code = line.strip()
+        if code.startswith("//"):
+            assert "\\" not in code and "*/" not in code and "??" not in code, line
+        elif code.startswith("#"):
+            assert code == '#include "cpp_prelude.h"' or code.startswith("#pragma omp"), line
+        else:
+            assert '"' not in code.replace('extern "C"', ""), line
     a, b = torch.arange(5.0), torch.empty(5)
     launcher = CppLauncher(rendered)
     args = {src: a, out: b}
