@@ -420,6 +420,13 @@ def inplace_ops(x):
     return y
 
 
+@zoo("input_mutation", 1, 0, family="mutation")
+def input_mutation(x):
+    """In-place update of an input tensor (functionalized by AOTAutograd)."""
+    x.mul_(2)
+    return x + 1
+
+
 @zoo("buffer_mutation", 1, 0, family="mutation")
 class BufferMutation(nn.Module):
     """A module that updates its own buffer in forward."""

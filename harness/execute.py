@@ -107,6 +107,11 @@ def _call(model: Any, args: tuple, kwargs: dict, seed: int) -> Any:
     return model(*args, **kwargs)
 
 
+def _fresh(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    # A model may mutate its inputs in place: every run gets its own copy.
+    return _copy(args), _copy(kwargs)
+
+
 def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] = lambda p: None,
                   capture: bool = True) -> dict[str, Any]:
     """Run ``entry`` on ``target``; returns a result record (see harness.store for fields)."""
@@ -154,9 +159,10 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
     phase("eager")
     try:
         first = _copy(model)  # copied outside the op counter: copying dispatches ops too
-        eager_ops, eager_out = count_eager_ops(lambda *a, **k: _call(first, a, k, entry.seed), args, kwargs)
+        eager_ops, eager_out = count_eager_ops(lambda *a, **k: _call(first, a, k, entry.seed),
+                                               *_fresh(args, kwargs))
         _synchronize(device)
-        eager_again = _call(_copy(model), args, kwargs, entry.seed)
+        eager_again = _call(_copy(model), *_fresh(args, kwargs), entry.seed)
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.EAGER_FAIL, exc)
     deterministic = outputs_identical(eager_out, eager_again)
@@ -176,7 +182,7 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         phase("capture")
         try:
             torch._dynamo.reset()
-            cap, _ = analyze_capture(_copy(model), args, kwargs)
+            cap, _ = analyze_capture(_copy(model), *_fresh(args, kwargs))
             cap.eager_ops = eager_ops
             result.update(graphs=cap.graphs, graph_breaks=cap.graph_breaks,
                           capture_coverage=cap.coverage, captured_ops=cap.captured_ops, eager_ops=eager_ops,
@@ -204,8 +210,9 @@ def _compile_and_compare(entry: Entry, target: Target, model: Any, args: tuple, 
         with reports as rep:
             try:
                 compiled = compile_model(target, _copy(model))
+                call_args, call_kwargs = _fresh(args, kwargs)
                 start = time.perf_counter()
-                out = _call(compiled, args, kwargs, entry.seed)
+                out = _call(compiled, call_args, call_kwargs, entry.seed)
                 _synchronize(device)
                 result["compile_s"] = time.perf_counter() - start
             finally:  # graphs compiled before a failure still count
@@ -216,8 +223,9 @@ def _compile_and_compare(entry: Entry, target: Target, model: Any, args: tuple, 
 
     phase("run")
     try:
+        call_args, call_kwargs = _fresh(args, kwargs)
         start = time.perf_counter()
-        _call(compiled, args, kwargs, entry.seed)
+        _call(compiled, call_args, call_kwargs, entry.seed)
         _synchronize(device)
         result["run_s"] = time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001

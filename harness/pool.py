@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import signal
 import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -142,7 +143,6 @@ class _Slot:
     started: float = 0.0
     log_offset: int = 0
     failed_starts: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 class WorkerPool:
@@ -152,7 +152,7 @@ class WorkerPool:
         self.config = config
         self.jobs = max(1, jobs)
         self._ctx = mp.get_context("spawn")
-        self._logdir = tempfile.mkdtemp(prefix="crucible-workers-")
+        self._logdir = ""
 
     def _start(self, slot: _Slot) -> None:
         parent_conn, child_conn = self._ctx.Pipe()
@@ -203,6 +203,7 @@ class WorkerPool:
     def run(self, tasks: list[Task], on_result: Callable[[dict], None],
             on_phase: Callable[[str, str], None] = lambda name, phase: None) -> None:
         pending = list(reversed(tasks))
+        self._logdir = tempfile.mkdtemp(prefix="crucible-workers-")
         slots = [_Slot(i, os.path.join(self._logdir, f"worker-{i}.log")) for i in range(min(self.jobs, len(tasks)))]
         try:
             for slot in slots:
@@ -237,6 +238,8 @@ class WorkerPool:
                     except OSError:
                         pass
                 self._stop(slot, kill=slot.task is not None)
+            # Crashed entries already carry their log tail in their result.
+            shutil.rmtree(self._logdir, ignore_errors=True)
 
     def _receive(self, slot: _Slot, on_result: Callable[[dict], None],
                  on_phase: Callable[[str, str], None]) -> None:

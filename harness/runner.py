@@ -105,7 +105,10 @@ class Progress:
         status = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
         current = ", ".join(f"{n} [{p}]" for n, p in list(self.running.items())[:2])
         line = f"[{self.done}/{self.total}] {time.monotonic() - self.started:.0f}s {status} | {current}"
-        width = os.get_terminal_size(self.stream.fileno()).columns if self.live else 120
+        try:
+            width = os.get_terminal_size(self.stream.fileno()).columns
+        except (OSError, ValueError):
+            width = 120
         self.stream.write("\r\033[K" + line[: width - 1])
         self.stream.flush()
 
