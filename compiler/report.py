@@ -112,24 +112,26 @@ class CompileReport:
         return "\n\n".join(str(g) for g in self.graphs)
 
 
-_collectors = threading.local()
+# Process-wide, not thread-local: autograd compiles a CUDA backward graph on its own thread.
+_collectors: list[CompileReport] = []
+_collectors_lock = threading.Lock()
 
 
 @contextlib.contextmanager
 def collect_reports() -> Iterator[CompileReport]:
-    """Collect the GraphReport of every graph compiled inside the block."""
-    stack = getattr(_collectors, "stack", None)
-    if stack is None:
-        stack = _collectors.stack = []
+    """Collect the GraphReport of every graph compiled inside the block (any thread)."""
     report = CompileReport()
-    stack.append(report)
+    with _collectors_lock:
+        _collectors.append(report)
     try:
         yield report
     finally:
-        stack.remove(report)
+        with _collectors_lock:
+            _collectors.remove(report)
 
 
 def publish(graph: GraphReport) -> None:
     """Hand a finished GraphReport to every active collector."""
-    for report in getattr(_collectors, "stack", ()):
-        report.graphs.append(graph)
+    with _collectors_lock:
+        for report in _collectors:
+            report.graphs.append(graph)
