@@ -85,6 +85,7 @@ _CATEGORIES: tuple[tuple[str, str], ...] = (
     ("numpy", "numpy"),
     ("generator", "generators"),
     ("yield", "generators"),
+    ("fake tensor", "fake tensor propagation"),  # an op Dynamo could not run on fake tensors
     ("exception", "exceptions"),
     ("try", "exceptions"),
     ("raise", "exceptions"),

@@ -22,7 +22,7 @@ SLOW = """
         def build(scale):
             with LOG.open("a") as f:  # one line per build: proves what ran twice
                 f.write(name + "\\n")
-            time.sleep(1.0)
+            time.sleep(0.5)
             return Built(lambda x: x * 2, (torch.ones(3),))
         return build
 

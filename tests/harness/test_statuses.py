@@ -106,7 +106,7 @@ def test_planted_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, cli, 
     corpus_dir = make_corpus(tmp_path / "planted", {"planted.py": PLANTED})
     out = tmp_path / "run.json"
     proc = cli("run", "--corpus", str(corpus_dir), "--suite", "planted", "--target", "aot_eager", "-j", "2",
-               "--timeout", "12", "--mem-limit-mb", "1500", "--db", "r.sqlite", "--json", str(out))
+               "--timeout", "8", "--mem-limit-mb", "1500", "--db", "r.sqlite", "--json", str(out))
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = load_json(out)
     statuses = {name: e["status"] for name, e in doc["by_name"].items()}

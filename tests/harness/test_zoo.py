@@ -52,3 +52,26 @@ def test_version_override_table_is_consulted() -> None:
         assert zoo.expected_counts(entry, "9.98.0") == (entry.expected_graphs, entry.expected_breaks)
     finally:
         del zoo.VERSION_OVERRIDES["9.99"]
+
+
+def test_break_reason_carries_dynamo_type_category_and_user_frame() -> None:
+    entry = next(e for e in ENTRIES if e.name == "zoo/item_branch")
+    built = entry.build("small")
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            capture, _ = analyze_capture(built.model, built.inputs, {})
+    finally:
+        torch._dynamo.reset()
+    (only,) = capture.breaks
+    assert "item()" in only.reason and only.category == "data-dependent"
+    assert only.frame.startswith("zoo.py:") and only.frame.endswith("in item_branch")
+    if _registry_shipped():
+        assert only.reason.startswith("GB")  # Dynamo's stable graph-break id
+    assert 0 < capture.captured_ops < 10
+
+
+def _registry_shipped() -> bool:
+    from harness.capture import _gb_registry
+
+    return bool(_gb_registry())
