@@ -153,7 +153,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         resume=args.resume, jobs=args.jobs, shard=args.shard, timeout_s=args.timeout,
         mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else _default_mem_limit(args.jobs),
         device=args.device, capture=not args.no_capture)
-    run_id = execute_run(request)
+    try:
+        run_id = execute_run(request)
+    except KeyboardInterrupt:
+        print("\ninterrupted: finished entries are stored; continue with --resume", file=sys.stderr)
+        return 130
     with ResultStore(args.db) as store:
         if args.json:
             Path(args.json).write_text(json.dumps(export_json(store, run_id), indent=1, default=str))
