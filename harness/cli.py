@@ -177,10 +177,11 @@ def load_run(ref: str | None, db: str) -> tuple[dict, list[dict]]:
         run.setdefault("metadata", {k: v for k, v in run.items() if k not in ("id", "suite", "target")})
         return run, doc["entries"]
     run_id = ref
-    if ref and (ref.endswith(".sqlite") or ".sqlite:" in ref or Path(ref).is_file()):
-        db, _, run_id = ref.partition(".sqlite:") if ".sqlite:" in ref else (ref, "", "")
-        db = db + ".sqlite" if ".sqlite:" in ref else db
-        run_id = run_id or None
+    if ref and ".sqlite:" in ref:  # FILE.sqlite:RUN_ID
+        stem, _, run_id = ref.partition(".sqlite:")
+        db = stem + ".sqlite"
+    elif ref and (ref.endswith(".sqlite") or Path(ref).is_file()):  # a database: its latest run
+        db, run_id = ref, None
     if not Path(db).exists():
         raise SystemExit(f"no results database at {db}")
     with ResultStore(db) as store:
