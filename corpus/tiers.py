@@ -1,0 +1,195 @@
+"""Corpus metadata files and data-driven tier selection.
+
+Two kinds of files live in ``corpus/data``:
+
+* ``<source>.json`` - the catalog of a source: which models/ops exist, their natural
+  input size and a parameter count taken without running anything (meta device or tiny
+  config). Written by ``crucible corpus check --catalog`` so that listing never has to
+  import timm/transformers or enumerate op_db.
+* ``measured/<source>.jsonl`` - one line per entry written by ``crucible corpus check``
+  as soon as that entry finishes: eager status at scale "small" on the CPU, parameter
+  count, eager time, error. The last line for a name wins, so a re-check appends.
+
+Tiers are derived from these numbers (``assign_tiers``), never kept by hand.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DATA_DIR = Path(__file__).parent / "data"
+MEASURED_DIR = DATA_DIR / "measured"
+
+# Eager statuses written by the check; only "ok" entries can be in smoke or nightly-cpu.
+OK = "ok"
+
+# --- thresholds (eager at scale "small", one CPU thread) ------------------------------
+# The compiler under test runs Triton's interpreter, roughly 100-1000x slower than eager,
+# plus a few seconds of compile time per graph. Smoke must fit 10 minutes on 2 cores, so a
+# smoke entry may take a few ms in eager; the cost model below keeps the sum in budget.
+SMOKE_MAX_EAGER_MS = 4.0
+SMOKE_MAX_PARAMS = 3_000_000
+SMOKE_COMPILE_S = 4.0  # assumed fixed compile cost per entry in the interpreter target
+SMOKE_INTERPRETER_FACTOR = 500.0  # interpreter time / eager time
+SMOKE_BUDGET_S = 2 * 8 * 60.0  # 2 workers x 8 minutes, leaving slack under 10 minutes
+# How many smoke entries each source contributes at most (the zoo picks its own tiers).
+SMOKE_QUOTA = {"timm": 24, "transformers": 24, "torchvision": 8, "opinfo": 24}
+# nightly-cpu: whatever a CPU night can afford at reduced input sizes.
+NIGHTLY_CPU_MAX_EAGER_MS = 250.0
+NIGHTLY_CPU_MAX_PARAMS = 60_000_000
+# Fallback for entries never measured: only the parameter count (from the catalog) is
+# known, so they can reach nightly-cpu when small, never smoke.
+UNMEASURED_CPU_MAX_PARAMS = 5_000_000
+# Models too large even for one GPU at full size are only in "full".
+GPU_MAX_PARAMS = 3_000_000_000
+
+
+def load_catalog(source: str) -> dict[str, Any] | None:
+    """The catalog of ``source``, or None when it was never generated."""
+    path = DATA_DIR / f"{source}.json"
+    if not path.exists():
+        return None
+    return json.loads(path.read_text())
+
+
+def write_catalog(source: str, catalog: dict[str, Any]) -> Path:
+    DATA_DIR.mkdir(parents=True, exist_ok=True)
+    path = DATA_DIR / f"{source}.json"
+    path.write_text(json.dumps(catalog, indent=1, sort_keys=True) + "\n")
+    return path
+
+
+def measured_path(source: str) -> Path:
+    return MEASURED_DIR / f"{source}.jsonl"
+
+
+def load_measurements(source: str) -> dict[str, dict[str, Any]]:
+    """name -> the latest check record of that entry (empty when never checked)."""
+    path = measured_path(source)
+    records: dict[str, dict[str, Any]] = {}
+    if not path.exists():
+        return records
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # a line cut short by a killed run
+            continue
+        records[record["name"]] = record
+    return records
+
+
+def append_measurement(source: str, record: dict[str, Any]) -> None:
+    """Append one check record at once, so an interrupted check loses nothing."""
+    MEASURED_DIR.mkdir(parents=True, exist_ok=True)
+    with measured_path(source).open("a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+        f.flush()
+
+
+@dataclass(frozen=True)
+class Metadata:
+    """What tiers are decided from, for one entry."""
+
+    name: str
+    family: str
+    params: int | None  # measured, else from the catalog
+    eager_ms: float | None  # measured only
+    status: str | None  # None when never checked
+
+
+def smoke_cost_s(eager_ms: float) -> float:
+    """Estimated seconds of one smoke entry through the interpreter target."""
+    return SMOKE_COMPILE_S + eager_ms * SMOKE_INTERPRETER_FACTOR / 1000.0
+
+
+def _is_smoke_candidate(m: Metadata) -> bool:
+    return (
+        m.status == OK
+        and m.eager_ms is not None
+        and m.eager_ms <= SMOKE_MAX_EAGER_MS
+        and (m.params or 0) <= SMOKE_MAX_PARAMS
+    )
+
+
+def pick_smoke(source: str, metas: Iterable[Metadata]) -> set[str]:
+    """Cheapest entries of each family, round-robin over families, within quota and budget.
+
+    Round-robin keeps every family represented before any family gets a second entry.
+    """
+    quota = SMOKE_QUOTA.get(source, 10)
+    budget = SMOKE_BUDGET_S * quota / sum(SMOKE_QUOTA.values())
+    by_family: dict[str, list[Metadata]] = {}
+    for m in metas:
+        if _is_smoke_candidate(m):
+            by_family.setdefault(m.family, []).append(m)
+    queues = [sorted(v, key=lambda m: (m.eager_ms, m.params or 0, m.name)) for _, v in sorted(by_family.items())]
+    chosen: set[str] = set()
+    spent = 0.0
+    while len(chosen) < quota and any(queues):
+        for queue in queues:
+            if not queue or len(chosen) >= quota:
+                continue
+            m = queue.pop(0)
+            cost = smoke_cost_s(m.eager_ms or 0.0)
+            if spent + cost > budget:
+                continue
+            chosen.add(m.name)
+            spent += cost
+    return chosen
+
+
+def tier_of(m: Metadata, smoke: set[str]) -> str:
+    """The smallest suite an entry belongs to (see the README's corpus section)."""
+    if m.name in smoke:
+        return "smoke"
+    if m.status is None:  # never measured: parameter count is the only evidence
+        if m.params is not None and m.params <= UNMEASURED_CPU_MAX_PARAMS:
+            return "nightly-cpu"
+        if m.params is not None and m.params > GPU_MAX_PARAMS:
+            return "full"
+        return "nightly-gpu"
+    if m.status == "timeout" and m.params is not None and m.params <= GPU_MAX_PARAMS:
+        return "nightly-gpu"  # too slow for the CPU check, a GPU run may manage
+    if m.status != OK:
+        return "full"  # known broken in eager: listed, run only by the full suite
+    params = m.params or 0
+    if params > GPU_MAX_PARAMS:
+        return "full"
+    if (m.eager_ms or 0.0) <= NIGHTLY_CPU_MAX_EAGER_MS and params <= NIGHTLY_CPU_MAX_PARAMS:
+        return "nightly-cpu"
+    return "nightly-gpu"
+
+
+def assign_tiers(source: str, catalog_params: dict[str, int | None], families: dict[str, str]) -> dict[str, Metadata]:
+    """Metadata with tiers for every entry name of ``source``: name -> (Metadata, tier).
+
+    ``catalog_params`` maps every entry name to its catalog parameter count (or None);
+    ``families`` maps it to its family. Returns name -> Metadata; use ``tiers_for``.
+    """
+    measured = load_measurements(source)
+    metas: dict[str, Metadata] = {}
+    for name, params in catalog_params.items():
+        rec = measured.get(name)
+        if rec is not None:
+            metas[name] = Metadata(
+                name=name,
+                family=families[name],
+                params=rec.get("params", params),
+                eager_ms=rec.get("eager_ms"),
+                status=rec.get("status"),
+            )
+        else:
+            metas[name] = Metadata(name=name, family=families[name], params=params, eager_ms=None, status=None)
+    return metas
+
+
+def tiers_for(source: str, metas: dict[str, Metadata]) -> dict[str, str]:
+    smoke = pick_smoke(source, metas.values())
+    return {name: tier_of(m, smoke) for name, m in metas.items()}

@@ -1,0 +1,38 @@
+"""A source whose optional package is missing reports itself instead of failing."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+
+import pytest
+
+MISSING = {
+    "corpus.timm_models": "timm",
+    "corpus.transformers_models": "transformers",
+    "corpus.torchvision_models": "torchvision",
+    "corpus.opinfo_ops": "expecttest",
+}
+
+
+@pytest.mark.parametrize("module_name", sorted(MISSING))
+def test_missing_package_makes_source_unavailable(module_name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    module = importlib.import_module(module_name)
+    real_find_spec = importlib.util.find_spec
+    package = MISSING[module_name]
+
+    def find_spec(name: str, *args: object, **kwargs: object) -> object:
+        return None if name == package else real_find_spec(name, *args, **kwargs)
+
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
+    reason = module.unavailable()
+    assert reason and package in reason
+    assert module.entries() == []
+
+
+@pytest.mark.parametrize("module_name", sorted(MISSING))
+def test_installed_package_makes_source_available(module_name: str) -> None:
+    module = importlib.import_module(module_name)
+    if importlib.util.find_spec(MISSING[module_name]) is None:
+        pytest.skip(f"{MISSING[module_name]} is not installed here")
+    assert module.unavailable() is None
