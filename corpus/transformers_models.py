@@ -3,7 +3,7 @@
 Names are ``transformers/<model_type>``; the family is the model type. Each entry builds
 the type's base model class (``MODEL_MAPPING_NAMES``, else its first task head) from the
 type's default config shrunk to a tiny one by ``shrink_config_dict`` (2 layers, hidden
-32, vocab 1024; see transformers_shrink), with random weights and no hub access.
+32, vocab 1024; see the shrinker below), with random weights and no hub access.
 Inputs follow the model's ``main_input_name``: token ids plus attention mask (plus
 decoder ids for encoder-decoders), pixel values, audio features or raw waveforms.
 Scale "small" uses short sequences and shrunk images; "full" a longer sequence, batch 2
@@ -25,7 +25,206 @@ from typing import Any
 
 from corpus.entry import Built, Entry
 from corpus.tiers import assign_tiers, load_catalog, tiers_for
-from corpus.transformers_shrink import SMALL_IMAGE, shrink_config_dict
+
+# --- the config shrinker --------------------------------------------------------------
+# A type's default config describes the released model (Llama: 32 layers of 4096).
+# shrink_config_dict caps the sizes every family names the same way (layers, hidden sizes,
+# heads, vocabulary), recursing into sub-configs (text_config, vision_config, ...);
+# FAMILY_FIXES holds the per-type exceptions, each with the reason it is needed.
+LAYERS = 2
+HIDDEN = 32
+HEADS = 4
+KV_HEADS = 2
+INTERMEDIATE = 64
+VOCAB = 1024
+SMALL_IMAGE = 32
+
+_LAYER_KEYS = {
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers", "decoder_layers",
+    "num_encoder_layers", "num_decoder_layers", "num_blocks", "depth", "num_hidden_groups",
+    "text_layers", "vision_layers", "num_text_layers", "num_vision_layers", "num_stacks",
+}
+_HIDDEN_KEYS = {
+    "hidden_size", "d_model", "n_embd", "dim", "embed_dim", "hidden_dim", "embedding_size",
+    "projection_dim", "word_embed_proj_dim", "d_embed", "hidden_size_per_head_x_heads",
+    "encoder_hidden_size", "text_hidden_size", "vision_hidden_size", "cross_attention_hidden_size",
+}
+_HEAD_KEYS = {
+    "num_attention_heads", "n_head", "n_heads", "encoder_attention_heads", "decoder_attention_heads",
+    "num_heads", "num_encoder_attention_heads", "num_decoder_attention_heads",
+}
+_KV_HEAD_KEYS = {"num_key_value_heads", "n_kv_heads", "multi_query_group_num", "num_kv_heads"}
+_INTERMEDIATE_KEYS = {
+    "intermediate_size", "ffn_dim", "encoder_ffn_dim", "decoder_ffn_dim", "n_inner", "d_ff",
+    "dim_feedforward", "moe_intermediate_size", "shared_expert_intermediate_size", "ffn_hidden_size",
+    "mlp_dim", "encoder_ffn_embed_dim", "decoder_ffn_embed_dim",
+}
+_EXPERT_KEYS = {"num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"}
+_LIST_DEPTH_KEYS = {"depths", "num_layers_per_stage", "layers_per_block"}
+_LIST_WIDTH_KEYS = {"hidden_sizes", "embed_dims", "widths", "channels"}
+_LIST_HEAD_KEYS = {"num_heads", "num_attention_heads"}
+
+# Per model type: config keys to force after the generic pass, and why.
+FAMILY_FIXES: dict[str, tuple[dict[str, Any], str]] = {
+    "reformer": ({"axial_pos_shape": [4, 4], "axial_pos_embds_dim": [16, 16]},
+                 "axial position shape must multiply to the sequence length, dims to the hidden size"),
+    "funnel": ({"block_sizes": [1, 1], "d_head": 8}, "block_sizes replace num_hidden_layers"),
+    "longformer": ({"attention_window": 8}, "the window must be even and divide the padded sequence"),
+    "led": ({"attention_window": 8}, "the window must be even and divide the padded sequence"),
+    "big_bird": ({"attention_type": "original_full"}, "block-sparse attention needs long sequences"),
+    "bigbird_pegasus": ({"attention_type": "original_full"}, "block-sparse attention needs long sequences"),
+    "transfo-xl": ({"cutoffs": [100, 500], "div_val": 1}, "adaptive softmax cutoffs must lie below vocab"),
+}
+
+
+def _cap(value: Any, limit: int) -> Any:
+    return min(value, limit) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else value
+
+
+def _is_config_dict(value: Any) -> bool:
+    return isinstance(value, dict) and "model_type" in value
+
+
+def shrink_config_dict(d: dict[str, Any], image_size: int | None) -> dict[str, Any]:
+    """A shrunk copy of a config dict (``config.to_dict()``); sub-configs recursively.
+
+    ``image_size`` replaces image sizes when given (scale "small"); None keeps them.
+    """
+    out = dict(d)
+    for key, value in d.items():
+        if _is_config_dict(value):
+            out[key] = shrink_config_dict(value, image_size)
+        elif key in _LAYER_KEYS:
+            out[key] = _cap(value, LAYERS)
+        elif key in _HIDDEN_KEYS:
+            out[key] = _cap(value, HIDDEN)
+        elif key in _HEAD_KEYS and isinstance(value, int):
+            out[key] = _cap(value, HEADS)
+        elif key in _KV_HEAD_KEYS:
+            out[key] = _cap(value, KV_HEADS)
+        elif key in _INTERMEDIATE_KEYS:
+            out[key] = _cap(value, INTERMEDIATE)
+        elif key in _EXPERT_KEYS:
+            out[key] = _cap(value, 4)
+        elif key in ("mamba_n_heads", "mamba_n_groups", "n_groups") and isinstance(value, int):
+            out[key] = _cap(value, 1 if key != "mamba_n_heads" else 4)
+        elif key in ("num_experts_per_tok", "top_k", "moe_topk"):
+            out[key] = _cap(value, 2)
+        elif key == "vocab_size":
+            out[key] = _cap(value, VOCAB)
+        elif key == "head_dim" and isinstance(value, int):
+            out[key] = None  # recomputed below from the shrunk hidden size
+        elif key in _LIST_DEPTH_KEYS and isinstance(value, list):
+            out[key] = [1 for _ in value]
+        elif key in _LIST_WIDTH_KEYS and isinstance(value, list) and all(isinstance(v, int) for v in value):
+            out[key] = [16 * 2**i for i in range(len(value))]
+        elif key in _LIST_HEAD_KEYS and isinstance(value, list):
+            out[key] = [min(v, 2**i) for i, v in enumerate(value)] if all(isinstance(v, int) for v in value) else value
+        elif key == "conv_dim" and isinstance(value, list):
+            out[key] = [HIDDEN for _ in value]  # wav2vec2-style feature extractor widths
+        elif key in ("num_conv_pos_embeddings", "num_conv_pos_embedding_groups") and isinstance(value, int):
+            out[key] = _cap(value, 16 if key == "num_conv_pos_embeddings" else 2)
+        elif key == "window_size" and isinstance(value, int) and image_size is not None:
+            out[key] = _cap(value, 4)  # windows must fit the shrunk image's patch grid
+        elif key == "max_source_positions" and isinstance(value, int):
+            out[key] = _cap(value, 32)  # Whisper reads exactly 2x this many frames
+        elif key == "image_size" and image_size is not None and isinstance(value, int) and value > image_size:
+            out[key] = image_size
+    _fix_token_ids(out)
+    _fix_heads(out, d)
+    _fix_per_layer_lists(out, d)
+    _fix_rope(out)
+    if _layers(out) != _layers(d) or out.get("depths") != d.get("depths"):
+        for key in ("out_features", "out_indices"):  # backbone stages of the unshrunk depth
+            if key in out:
+                out[key] = None
+    fixes = FAMILY_FIXES.get(d.get("model_type", ""))
+    if fixes:
+        out.update(fixes[0])
+    return out
+
+
+def _layers(d: dict[str, Any]) -> int | None:
+    return next((d[k] for k in sorted(_LAYER_KEYS) if isinstance(d.get(k), int)), None)
+
+
+def _fix_per_layer_lists(out: dict[str, Any], original: dict[str, Any]) -> None:
+    """Lists with one item per layer (``layer_types``, ...) must match the new depth.
+
+    The first occurrence of each distinct item is kept, so a hybrid model (attention and
+    mamba layers, sliding and full attention) keeps one layer of every kind; the depth
+    grows to hold them when needed.
+    """
+    before, after = _layers(original), _layers(out)
+    if not before or not after or before == after:
+        return
+    depth = after
+    for key, value in original.items():
+        if isinstance(value, list) and len(value) == before and key not in _LIST_DEPTH_KEYS:
+            kept = list(dict.fromkeys(v for v in value if isinstance(v, (str, int, float, bool))))
+            if len(kept) != len(set(map(repr, value))):  # unhashable or mixed items: plain cut
+                kept = value[:after]
+            depth = max(depth, len(kept))
+    for key, value in original.items():
+        if isinstance(value, list) and len(value) == before and key not in _LIST_DEPTH_KEYS:
+            distinct = list(dict.fromkeys(value)) if all(isinstance(v, (str, int, float, bool)) for v in value) else []
+            kept = distinct if distinct and len(distinct) <= depth else value[:depth]
+            out[key] = (kept + value[len(kept):])[:depth] if len(kept) < depth else kept[:depth]
+    for key in _LAYER_KEYS:
+        if out.get(key) == after and original.get(key) == before:
+            out[key] = depth
+
+
+def _fix_rope(out: dict[str, Any]) -> None:
+    """Multimodal RoPE splits head_dim/2 into three sections; rescale them to the new head."""
+    rope = out.get("rope_parameters") or out.get("rope_scaling")
+    head_dim = out.get("head_dim")
+    if not isinstance(head_dim, int):
+        hidden, heads = out.get("hidden_size"), out.get("num_attention_heads")
+        head_dim = hidden // heads if isinstance(hidden, int) and isinstance(heads, int) and heads else None
+    if isinstance(rope, dict) and isinstance(rope.get("mrope_section"), list) and head_dim:
+        sections = len(rope["mrope_section"])
+        half = head_dim // 2
+        base = [half // sections] * sections
+        base[0] += half - sum(base)
+        out["rope_parameters" if "rope_parameters" in out else "rope_scaling"] = {**rope, "mrope_section": base}
+
+
+def _fix_heads(out: dict[str, Any], original: dict[str, Any]) -> None:
+    """Keep head counts consistent with the shrunk hidden size (head_dim, kv groups)."""
+    hidden = next((out[k] for k in ("hidden_size", "d_model", "n_embd", "dim") if isinstance(out.get(k), int)), None)
+    heads = next((out[k] for k in ("num_attention_heads", "n_head", "n_heads", "num_heads")
+                  if isinstance(out.get(k), int)), None)
+    if "head_dim" in original and isinstance(original["head_dim"], int):
+        out["head_dim"] = (hidden // heads) if hidden and heads else 8
+    for key in _KV_HEAD_KEYS:
+        if isinstance(out.get(key), int) and heads and heads % out[key]:
+            out[key] = 1
+    for key in ("d_kv", "attention_head_size", "kv_channels", "qk_rope_head_dim", "qk_nope_head_dim",
+                "v_head_dim", "d_head"):
+        if isinstance(out.get(key), int):
+            out[key] = min(out[key], 8)
+    if isinstance(out.get("kv_lora_rank"), int):
+        out["kv_lora_rank"] = min(out["kv_lora_rank"], 16)
+    if isinstance(out.get("q_lora_rank"), int):
+        out["q_lora_rank"] = min(out["q_lora_rank"], 16)
+
+
+def _fix_token_ids(out: dict[str, Any]) -> None:
+    """Special token ids past the shrunk vocabulary would index out of the embedding."""
+    vocab = out.get("vocab_size")
+    if not isinstance(vocab, int):
+        return
+    for key, value in list(out.items()):
+        if not key.endswith("token_id") and not key.endswith("token_ids") and key != "image_token_index":
+            continue
+        if isinstance(value, int) and value >= vocab:
+            out[key] = vocab - 1
+        elif isinstance(value, list):
+            out[key] = [v if not isinstance(v, int) or v < vocab else vocab - 1 for v in value]
+
+
+# --- entries ---------------------------------------------------------------------------
 
 SOURCE = "transformers"
 SEQ = {"small": 16, "full": 128}
