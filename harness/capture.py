@@ -59,11 +59,12 @@ class CaptureResult:
     breaks: list[GraphBreak] = field(default_factory=list)
     captured_ops: int = 0  # ATen ops run inside captured graphs
     eager_ops: int = 0  # ATen ops of the whole eager run
+    uncounted_graphs: int = 0  # graphs whose ops could not be counted (see run_graph)
 
     @property
     def coverage(self) -> float | None:
-        if self.eager_ops == 0:
-            return None
+        if self.eager_ops == 0 or self.uncounted_graphs:
+            return None  # unknown rather than wrong
         return min(1.0, self.captured_ops / self.eager_ops)
 
 
@@ -183,7 +184,15 @@ def analyze_capture(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[
             graph_reasons.append((why.reason, _user_frame(list(getattr(why, "user_stack", None) or []))))
 
         def run_graph(*args: Any) -> Any:
-            with counter:
+            try:
+                with counter:
+                    return gm.forward(*args)
+            except NotImplementedError as exc:
+                # Older torch refuses higher-order ops (torch.cond, ...) under a user
+                # dispatch mode: run the graph uncounted and report coverage as unknown.
+                if "HigherOrderOperator" not in str(exc):
+                    raise
+                result.uncounted_graphs += 1
                 return gm.forward(*args)
 
         return run_graph
