@@ -281,7 +281,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--source", action="append", choices=CHECKED_SOURCES,
                         help="check only this source (repeatable); default: all")
     parser.add_argument("--match", help="only entries whose name matches this glob")
-    parser.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
+    parser.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per entry")
     parser.add_argument("--tasks-per-worker", type=int, default=TASKS_PER_WORKER,
                         help="replace a worker after this many entries (raise it for cheap op entries)")

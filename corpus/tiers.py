@@ -155,8 +155,8 @@ def tier_of(m: Metadata, smoke: set[str]) -> str:
         if m.params is not None and m.params > GPU_MAX_PARAMS:
             return "full"
         return "nightly-gpu"
-    if m.status == "timeout" and m.params is not None and m.params <= GPU_MAX_PARAMS:
-        return "nightly-gpu"  # too slow for the CPU check, a GPU run may manage
+    if m.status in ("timeout", "skipped") and (m.params or 0) <= GPU_MAX_PARAMS:
+        return "nightly-gpu"  # too slow or too large for the CPU check; a GPU run may manage
     if m.status != OK:
         return "full"  # known broken in eager: listed, run only by the full suite
     params = m.params or 0

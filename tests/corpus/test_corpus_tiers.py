@@ -49,6 +49,7 @@ def test_smoke_total_budget_fits_ten_minutes_on_two_cores() -> None:
         (_meta("s/huge", params=tiers.GPU_MAX_PARAMS + 1, eager_ms=None), "full"),
         (_meta("s/broken", status="eager_fail"), "full"),
         (_meta("s/timeout", status="timeout", eager_ms=None), "nightly-gpu"),
+        (_meta("s/too-big-for-cpu", status="skipped", params=2 * 10**9, eager_ms=None), "nightly-gpu"),
         (_meta("s/unmeasured-small", params=1000, eager_ms=None, status=None), "nightly-cpu"),
         (_meta("s/unmeasured-big", params=10**8, eager_ms=None, status=None), "nightly-gpu"),
         (_meta("s/unmeasured-unknown", params=None, eager_ms=None, status=None), "nightly-gpu"),
