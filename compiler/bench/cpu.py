@@ -70,57 +70,64 @@ CASES = [
 ]
 
 
-def median_ms(fn: Callable, inputs: tuple, repeat: int, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn(*inputs)
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn(*inputs)
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
-
-
-def compiled(fn: Callable, inputs: tuple, backend: str) -> tuple[Callable, float]:
-    """A freshly compiled ``fn`` and its cold compile time in seconds (first call)."""
-    import torch._dynamo
-
-    torch._dynamo.reset()
+def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str) -> tuple[Callable, float]:
+    """``fn`` compiled by ``backend`` with an empty cache directory, and the seconds its first
+    call took (tracing, compiling, building, loading)."""
     if backend == "crucible":
         import compiler  # noqa: F401  (registers the backend)
         from compiler import cpp_build
 
         cpp_build.clear_memory_cache()
-    opt = torch.compile(fn, backend=backend)
-    start = time.perf_counter()
-    opt(*inputs)
-    return opt, time.perf_counter() - start
+    old = os.environ.get(cache_env)
+    with tempfile.TemporaryDirectory(prefix=f"bench-{backend}-") as cache:
+        os.environ[cache_env] = cache
+        try:
+            opt = torch.compile(fn, backend=backend)
+            start = time.perf_counter()
+            opt(*inputs)
+            return opt, time.perf_counter() - start
+        finally:
+            if old is None:
+                os.environ.pop(cache_env, None)
+            else:
+                os.environ[cache_env] = old
+
+
+def median_ms(variants: dict[str, Callable], inputs: tuple, repeat: int, warmup: int = 3) -> dict[str, float]:
+    """Median wall time per variant. Variants are timed in interleaved rounds, so load from
+    other processes on a shared machine hits them alike."""
+    for fn in variants.values():
+        for _ in range(warmup):
+            fn(*inputs)
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(repeat):
+        for name, fn in variants.items():
+            start = time.perf_counter()
+            fn(*inputs)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
 def run_case(case: Case, repeat: int) -> dict:
+    import torch._dynamo
+
     fn, inputs = case.build()
     row: dict = {"case": case.name}
     with torch.no_grad():
         expected = fn(*inputs)
-        row["eager ms"] = median_ms(fn, inputs, repeat)
-        for backend, env in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("crucible", "CRUCIBLE_CACHE_DIR")):
-            with tempfile.TemporaryDirectory(prefix=f"bench-{backend}-") as cache:
-                old = os.environ.get(env)
-                os.environ[env] = cache
-                try:
-                    opt, cold = compiled(fn, inputs, backend)
-                    torch.testing.assert_close(opt(*inputs), expected, rtol=1e-3, atol=1e-3)
-                    row[f"{backend} ms"] = median_ms(opt, inputs, repeat)
-                    row[f"{backend} compile s"] = cold
-                finally:
-                    if old is None:
-                        os.environ.pop(env, None)
-                    else:
-                        os.environ[env] = old
+        torch._dynamo.reset()
+        inductor, row["inductor compile s"] = compile_cold(fn, inputs, "inductor", "TORCHINDUCTOR_CACHE_DIR")
+        crucible, row["crucible compile s"] = compile_cold(fn, inputs, "crucible", "CRUCIBLE_CACHE_DIR")
+        for opt in (inductor, crucible):
+            torch.testing.assert_close(opt(*inputs), expected, rtol=1e-3, atol=1e-3)
+        ms = median_ms({"eager": fn, "inductor": inductor, "crucible": crucible}, inputs, repeat)
+    row.update({f"{name} ms": t for name, t in ms.items()})
     row["crucible/eager"] = row["crucible ms"] / row["eager ms"]
     row["crucible/inductor"] = row["crucible ms"] / row["inductor ms"]
     row["compile crucible/inductor"] = row["crucible compile s"] / row["inductor compile s"]
-    return row
+    columns = ["case", "eager ms", "inductor ms", "crucible ms", "crucible/eager", "crucible/inductor",
+               "inductor compile s", "crucible compile s", "compile crucible/inductor"]
+    return {c: row[c] for c in columns}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -134,7 +141,8 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(run_case(case, args.repeat))
         print(f"done: {case.name}", flush=True)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; run time = median of "
-          f"{args.repeat} calls after 3 warmup calls; compile = first call with empty caches")
+          f"{args.repeat} interleaved calls after 3 warmup calls; compile = first call with empty caches "
+          "(the first case also pays each compiler's one-time start-up)")
     print(tabulate(rows, headers="keys", floatfmt=".3g"))
 
 
