@@ -217,7 +217,7 @@ inline bool arg_better(T v, int64_t i, T best, int64_t best_i) {
 }
 
 template <bool IsMax, typename T, int L>
-inline int64_t fold_arg(const T* values, const int64_t* indices) {
+inline int64_t fold_arg(const T* values, const int64_t* indices, T* best_value = nullptr) {
   T best = values[0];
   int64_t best_i = indices[0];
   for (int j = 1; j < L; ++j) {
@@ -226,6 +226,7 @@ inline int64_t fold_arg(const T* values, const int64_t* indices) {
       best_i = indices[j];
     }
   }
+  if (best_value != nullptr) *best_value = best;
   return best_i < 0 ? 0 : best_i;
 }
 

@@ -63,6 +63,12 @@ PARALLEL_MIN_WORK = 1 << 16
 LANE_BYTES = 128  # reduction lanes per accumulator: 32 floats / 16 doubles (several vector registers)
 CASCADE_BLOCK = 256  # lane iterations between flushes of a float sum into its cascade
 INNER_TILE = 1 << 14  # a long innermost dim is split into tiles when the outer dims are too few to share
+# A reduction at least this long with fewer outer points than SPLIT_MAX_XNUMEL is cut into
+# chunks reduced in parallel (at most SPLIT_MAX_CHUNKS; fixed at render time, not by the
+# thread count, so results do not depend on it).
+SPLIT_MIN_RNUMEL = 1 << 16
+SPLIT_MAX_CHUNKS = 64
+SPLIT_MAX_XNUMEL = 8
 
 
 def compute_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -24,6 +24,9 @@ from compiler.codegen.cpp import (
     INT_CALL,
     LANE_BYTES,
     PARALLEL_MIN_WORK,
+    SPLIT_MAX_CHUNKS,
+    SPLIT_MAX_XNUMEL,
+    SPLIT_MIN_RNUMEL,
     TO_FLOAT,
     compute_dtype,
     ctype,
@@ -74,6 +77,8 @@ class KernelWriter:
         self.root = Scope(None)
         self.scope = self.root
         self.xscope: Scope | None = None  # per outer point, in reduction kernels
+        self.split_decls: list[str] = []  # partial-result arrays of a split reduction
+        self.split_finals: list[tuple[Expr, str, str]] = []
 
     # --- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "t") -> str:
@@ -298,27 +303,64 @@ class KernelWriter:
         passes = max([*depth.values(), *(pass_of(s) for s in xr_stores)], default=0)
         if passes == 1 and not xr_stores and self.column_layout():
             return self.column_reduction(reduces, x_stores)
+        split = self.split_count() if passes == 1 and not xr_stores else 1
+        if split > 1:
+            return self.split_reduction(reduces, x_stores, split)
         xscope = Scope(self.root)
         self.xscope = self.scope = xscope
         for p in range(1, passes + 1):
-            self.emit_pass([e for e in reduces if depth[e] == p], [s for s in xr_stores if pass_of(s) == p])
+            self.emit_pass([e for e in reduces if depth[e] == p], [s for s in xr_stores if pass_of(s) == p], split)
         self.scope = xscope
         for s in x_stores:
             self.store(s)
         self.scope, self.xscope = self.root, None
         if not k.ranges:
             return xscope.lines
-        unravel = []
-        for i, size in enumerate(k.ranges):
-            stride = math.prod(k.ranges[i + 1:])
-            code = "xi" if stride == 1 else f"(xi / {stride})"
-            if i > 0:
-                code = f"{code} % {size}"
-            unravel.append(f"const int64_t x{i} = {code};")
         work = k.xnumel * k.rnumel * max(1, len(reduces)) * passes
         pragma = "#pragma omp parallel for schedule(static)" if k.xnumel > 1 and work >= PARALLEL_MIN_WORK \
             else None
-        return block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", unravel + xscope.lines, pragma)
+        return block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", self.unravel_x() + xscope.lines, pragma)
+
+    def unravel_x(self) -> list[str]:
+        lines = []
+        for i, size in enumerate(self.k.ranges):
+            stride = math.prod(self.k.ranges[i + 1:])
+            code = "xi" if stride == 1 else f"(xi / {stride})"
+            if i > 0:
+                code = f"{code} % {size}"
+            lines.append(f"const int64_t x{i} = {code};")
+        return lines
+
+    def split_reduction(self, reduces: list[Expr], x_stores: list[Store], split: int) -> list[str]:
+        """Few outer points, long rows: one parallel loop over (outer point, chunk of the
+        reduced space) computing partial results, then a fold per outer point."""
+        k = self.k
+        self.split_decls, self.split_finals = [], []
+        chunk_scope = Scope(self.root)
+        self.xscope = self.scope = chunk_scope
+        self.emit_pass(reduces, [], split)
+        final_scope = Scope(self.root)
+        self.xscope = self.scope = final_scope
+        for e, name, line in self.split_finals:
+            final_scope.lines.append(line)
+            final_scope.names[e] = name
+        for s in x_stores:
+            self.store(s)
+        self.scope, self.xscope = self.root, None
+        unravel = self.unravel_x()
+        chunks = block(f"for (int64_t c = 0; c < {split}; ++c)", unravel + chunk_scope.lines)
+        pragma = "#pragma omp parallel for collapse(2) schedule(static)"
+        return (self.split_decls + block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", chunks, pragma)
+                + block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", unravel + final_scope.lines))
+
+    def split_count(self) -> int:
+        """Chunks of the reduced space reduced in parallel: a power of two, or 1 when there are
+        enough outer points to share or the rows are short."""
+        k = self.k
+        if k.xnumel >= SPLIT_MAX_XNUMEL or k.rnumel < SPLIT_MIN_RNUMEL:
+            return 1
+        chunks = min(SPLIT_MAX_CHUNKS, k.rnumel // (SPLIT_MIN_RNUMEL // 4), k.rranges[0])
+        return 1 << (chunks.bit_length() - 1) if chunks >= 2 else 1
 
     def column_layout(self) -> bool:
         """The inputs are contiguous along the last outer dim and not along the reduced ones
@@ -382,8 +424,13 @@ class KernelWriter:
             else None
         return block(f"for (int64_t w = 0; w < {items}; ++w)", body, pragma)
 
-    def emit_pass(self, reduces: list[Expr], stores: list[Store]) -> None:
-        """One loop over the reduced dims computing ``reduces`` and the xr-level ``stores``."""
+    def emit_pass(self, reduces: list[Expr], stores: list[Store], split: int = 1) -> None:
+        """One loop over the reduced dims computing ``reduces`` and the xr-level ``stores``.
+
+        With ``split`` > 1 the first reduced dim is cut into that many chunks reduced in
+        parallel (for kernels with too few outer points to share): each chunk folds its lanes
+        into a partial result and the partials are folded in chunk order, so the result does
+        not depend on the thread count."""
         k = self.k
         xscope = self.scope
         rr = k.rranges
@@ -391,10 +438,22 @@ class KernelWriter:
         widest = max([1] + [_size(compute_dtype(e.dtype)) for e in reduces]
                      + [_size(compute_dtype(e.src[0].dtype)) for e in reduces])
         lanes = min(LANE_BYTES // widest, 1 << (rr[last].bit_length() - 1))
-        main = rr[last] // lanes * lanes
         accs: list[tuple[Expr, str]] = []
-        cascade = k.rnumel > CASCADE_BLOCK * lanes
+        cascade = k.rnumel // split > CASCADE_BLOCK * lanes
         head: list[str] = [f"// pass over the reduced dims: {', '.join(e.arg.value for e in reduces) or 'stores'}"]
+        if split > 1:
+            chunk = -(-rr[0] // split)
+            if last == 0:
+                chunk = -(-chunk // lanes) * lanes
+            head += [f"const int64_t lo = c * {chunk};", f"const int64_t hi = std::min<int64_t>(lo + {chunk}, {rr[0]});"]
+            lo, hi = "lo", "hi"
+        else:
+            lo, hi = "0", str(rr[0])
+        if last == 0 and split > 1:
+            head.append(f"const int64_t main_end = lo + (hi - lo) / {lanes} * {lanes};")
+            main_lo, main_hi, tail_hi = lo, "main_end", hi
+        else:
+            main_lo, main_hi, tail_hi = "0", str(rr[last] // lanes * lanes), str(rr[last])
         for e in reduces:
             acc = self.fresh("acc")
             accs.append((e, acc))
@@ -415,23 +474,45 @@ class KernelWriter:
             return scope.lines
 
         main_body = body("j", "rb + j")
-        tail_body = body(f"r{last} - {main}", "rt")
-        loop = []
-        if main:
-            inner = block(f"for (int64_t j = 0; j < {lanes}; ++j)", main_body)
-            if flush:
-                push = [f"{acc}_c.push({acc});" for e, acc in accs if _cascaded(e)]
-                inner += block(f"if (++flush == {CASCADE_BLOCK})", ["flush = 0;", *push])
-            loop += block(f"for (int64_t rb = 0; rb < {main}; rb += {lanes})", inner)
-        if main < rr[last]:
-            loop += block(f"for (int64_t rt = {main}; rt < {rr[last]}; ++rt)", tail_body)
+        tail_body = body(f"r{last} - {main_hi}", "rt")
+        inner = block(f"for (int64_t j = 0; j < {lanes}; ++j)", main_body)
+        if flush:
+            push = [f"{acc}_c.push({acc});" for e, acc in accs if _cascaded(e)]
+            inner += block(f"if (++flush == {CASCADE_BLOCK})", ["flush = 0;", *push])
+        loop = block(f"for (int64_t rb = {main_lo}; rb < {main_hi}; rb += {lanes})", inner)
+        if main_hi != tail_hi:
+            loop += block(f"for (int64_t rt = {main_hi}; rt < {tail_hi}; ++rt)", tail_body)
         for d in reversed(range(last)):
-            loop = block(f"for (int64_t r{d} = 0; r{d} < {rr[d]}; ++r{d})", loop)
-        xscope.lines += head + loop
+            bounds = (lo, hi) if d == 0 else ("0", str(rr[d]))
+            loop = block(f"for (int64_t r{d} = {bounds[0]}; r{d} < {bounds[1]}; ++r{d})", loop)
+        if split == 1:
+            xscope.lines += head + loop
+            for e, acc in accs:
+                name = self.fresh("red")
+                xscope.lines.append(f"const {cvalue_type(e.dtype)} {name} = {self.fold(e, acc, lanes, cascade)};")
+                xscope.names[e] = name
+            return
+        # split: this scope is the body of the parallel loop over (outer point, chunk); the
+        # caller declares the partial arrays and folds them per outer point afterwards
+        parts = []
         for e, acc in accs:
             name = self.fresh("red")
-            xscope.lines.append(f"const {cvalue_type(e.dtype)} {name} = {self.fold(e, acc, lanes, cascade)};")
-            xscope.names[e] = name
+            arg = e.arg in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)
+            vt = cvalue_type(e.src[0].dtype if arg else e.dtype)
+            total = f"{self.k.xnumel * split}"
+            self.split_decls.append(f"{vt} {name}_part[{total}];")
+            slot = f"{name}_part[xi * {split} + c]"
+            if arg:
+                self.split_decls.append(f"int64_t {name}_part_i[{total}];")
+                parts.append(f"{name}_part_i[xi * {split} + c] = {self.fold(e, acc, lanes, cascade, '&' + slot)};")
+                is_max = str(e.arg is ReduceOp.ARGMAX).lower()
+                final = f"crucible::fold_arg<{is_max}, {vt}, {split}>({name}_part + xi * {split}, " \
+                        f"{name}_part_i + xi * {split})"
+            else:
+                parts.append(f"{slot} = {self.fold(e, acc, lanes, cascade)};")
+                final = f"{FOLD[e.arg]}<{vt}, {split}>({name}_part + xi * {split})"
+            self.split_finals.append((e, name, f"const {cvalue_type(e.dtype)} {name} = {final};"))
+        xscope.lines += head + loop + parts
 
     def acc_decl(self, e: Expr, acc: str, lanes: int, cascade: bool) -> list[str]:
         op: ReduceOp = e.arg
@@ -474,11 +555,12 @@ class KernelWriter:
             fn = "max_nan" if op is ReduceOp.MAX else "min_nan"
             lines.append(f"{slot} = crucible::{fn}<{t}>({slot}, {v});")
 
-    def fold(self, e: Expr, acc: str, lanes: int, cascade: bool) -> str:
+    def fold(self, e: Expr, acc: str, lanes: int, cascade: bool, best_value: str = "nullptr") -> str:
         op: ReduceOp = e.arg
         if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
             vt = cvalue_type(e.src[0].dtype)
-            return f"crucible::fold_arg<{str(op is ReduceOp.ARGMAX).lower()}, {vt}, {lanes}>({acc}, {acc}_i)"
+            is_max = str(op is ReduceOp.ARGMAX).lower()
+            return f"crucible::fold_arg<{is_max}, {vt}, {lanes}>({acc}, {acc}_i, {best_value})"
         if cascade and _cascaded(e):
             return f"{acc}_c.total({acc})"
         return f"{FOLD[op]}<{cvalue_type(e.dtype)}, {lanes}>({acc})"
