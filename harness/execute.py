@@ -142,7 +142,15 @@ def _fail(result: dict, status: str, exc: BaseException) -> None:
 
 def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str], None],
              capture: bool) -> None:
+    clock = {"phase": None, "start": time.perf_counter()}
+
     def phase(name: str) -> None:
+        # Seconds per phase (build_s, eager_s, reference_s, capture_s) show where an
+        # entry's wall time goes; compile_s and run_s are measured around the calls.
+        now = time.perf_counter()
+        if clock["phase"] in ("build", "eager", "reference", "capture"):
+            result[f"{clock['phase']}_s"] = now - clock["start"]
+        clock.update(phase=name, start=now)
         result["phase"] = name
         on_phase(name)
 

@@ -88,7 +88,8 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
 
     target = parse_target(config.target, config.device)
     apply_env(target)  # before torch/triton are imported
-    import torch  # noqa: F401  (imported once, before the first deadline starts)
+    # torch and Dynamo take seconds to import: once per worker, before the first deadline.
+    import torch._dynamo  # noqa: F401
 
     from corpus.registry import find_entry
     from harness.execute import describe_error, execute_entry
@@ -143,6 +144,7 @@ class _Slot:
     started: float = 0.0
     log_offset: int = 0
     failed_starts: int = 0
+    load_s: float | None = None
 
 
 class WorkerPool:
@@ -183,7 +185,7 @@ class WorkerPool:
             return ""
 
     def _dispatch(self, slot: _Slot, task: Task) -> None:
-        slot.task, slot.phase = task, "load"
+        slot.task, slot.phase, slot.load_s = task, "load", None
         slot.started = time.monotonic()
         slot.deadline = slot.started + self.config.timeout_s
         slot.log_offset = os.path.getsize(slot.log_path) if os.path.exists(slot.log_path) else 0
@@ -264,9 +266,11 @@ class WorkerPool:
                 # Listing the entry's source (once per worker, slow for some sources) is
                 # not the entry's time: its deadline starts when it is built.
                 slot.deadline = time.monotonic() + self.config.timeout_s
+                slot.load_s = time.monotonic() - slot.started
             slot.phase = payload
             on_phase(name, payload)
         elif kind == "done":
             payload.setdefault("wall_s", time.monotonic() - slot.started)
+            payload.setdefault("load_s", slot.load_s)
             slot.task = None
             on_result(payload)

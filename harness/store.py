@@ -21,7 +21,7 @@ DEFAULT_DB = "crucible-results.sqlite"
 RESULT_COLUMNS = (
     "name", "suite", "target", "status", "phase", "graphs", "graph_breaks", "capture_coverage",
     "captured_ops", "eager_ops", "max_abs_err", "max_rel_err", "rmse_ratio", "cosine", "compile_s",
-    "run_s", "wall_s", "kernels", "externs", "reference", "error", "error_detail", "capture_error",
+    "run_s", "wall_s", "load_s", "build_s", "eager_s", "reference_s", "capture_s", "kernels", "externs", "reference", "error", "error_detail", "capture_error",
 )
 
 _TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
@@ -46,6 +46,16 @@ class ResultStore:
         self.db = sqlite3.connect(self.path, timeout=30)
         self.db.row_factory = sqlite3.Row
         self.db.executescript(_SCHEMA)
+        self._add_missing_columns()
+
+    def _add_missing_columns(self) -> None:
+        # A database written by an older harness gains the columns added since.
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
+        with self.db:
+            for column in RESULT_COLUMNS:
+                if column not in have:
+                    kind = "TEXT" if column in _TEXT_COLUMNS else "REAL"
+                    self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
         self.db.close()

@@ -69,3 +69,16 @@ def test_report_summarizes_breaks_and_clusters_failures(tmp_path: Path, cli) -> 
     assert " 2 " in cluster_line
     proc = cli("report", "--db", "r.sqlite")
     assert proc.returncode == 0 and "failures by error signature" in proc.stdout
+
+
+def test_an_older_database_gains_new_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    db = tmp_path / "old.sqlite"
+    with sqlite3.connect(db) as conn:  # a results table from before capture_s existed
+        conn.execute("CREATE TABLE results (run_id TEXT NOT NULL, name TEXT, status TEXT, break_reasons TEXT, "
+                     "recorded REAL, PRIMARY KEY (run_id, name))")
+    with ResultStore(db) as store:
+        store.create_run("R", "smoke", "eager", {})
+        store.record("R", {**_result("zoo/a", "pass"), "capture_s": 1.5})
+        assert store.results("R")[0]["capture_s"] == 1.5

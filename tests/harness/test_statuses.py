@@ -118,6 +118,7 @@ def test_planted_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, cli, 
     assert "planted eager failure" in by_name["planted/eager_error"]["error"]
     assert by_name["planted/wrong_when_compiled"]["max_abs_err"] > 0
     assert by_name["planted/ok"]["graphs"] == 1 and by_name["planted/ok"]["capture_coverage"] == 1.0
+    assert all(by_name["planted/ok"][f"{p}_s"] >= 0 for p in ("load", "build", "eager", "capture", "compile", "run"))
     # The report counts eager failures out of the pass rate and clusters the failures.
     assert "failures by error signature" in proc.stdout
     assert doc["run"]["finished"] and doc["run"]["target"] == "aot_eager"
