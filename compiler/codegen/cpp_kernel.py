@@ -78,6 +78,8 @@ class KernelWriter:
         self.scope = self.root
         self.xscope: Scope | None = None  # per outer point, in reduction kernels
         self.split_decls: list[str] = []  # partial-result arrays of a split reduction
+        self.row_buffers: dict[Expr, tuple[int, str]] = {}  # xr value -> (pass computing it, buffer)
+        self.pass_number = 1
         self.split_finals: list[tuple[Expr, str, str]] = []
 
     # --- names ----------------------------------------------------------------------------
@@ -308,8 +310,12 @@ class KernelWriter:
             return self.split_reduction(reduces, x_stores, split)
         xscope = Scope(self.root)
         self.xscope = self.scope = xscope
-        for p in range(1, passes + 1):
-            self.emit_pass([e for e in reduces if depth[e] == p], [s for s in xr_stores if pass_of(s) == p], split)
+        plan = [([e for e in reduces if depth[e] == p], [s for s in xr_stores if pass_of(s) == p])
+                for p in range(1, passes + 1)]
+        self.plan_row_buffers(plan)
+        for p, (pass_reduces, pass_stores) in enumerate(plan, start=1):
+            self.pass_number = p
+            self.emit_pass(pass_reduces, pass_stores, split)
         self.scope = xscope
         for s in x_stores:
             self.store(s)
@@ -320,6 +326,35 @@ class KernelWriter:
         pragma = "#pragma omp parallel for schedule(static)" if k.xnumel > 1 and work >= PARALLEL_MIN_WORK \
             else None
         return block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", self.unravel_x() + xscope.lines, pragma)
+
+    def plan_row_buffers(self, plan: list[tuple[list[Expr], list[Store]]]) -> None:
+        """Keep expensive xr-level values (exp, log, ...) that a later pass needs again in a
+        row buffer per outer point instead of recomputing them (softmax: exp(x - max) from the
+        sum pass to the store pass). Cheap values are recomputed (rows stay in cache)."""
+        seen_in: list[set[Expr]] = []
+        for pass_reduces, pass_stores in plan:
+            roots = [e.src[0] for e in pass_reduces] + [s.value for s in pass_stores]
+            seen_in.append(self.xr_nodes(roots))
+        for p, nodes in enumerate(seen_in, start=1):
+            for n in sorted(nodes, key=lambda e: ir.render_expr(e)):  # a stable order: same source every time
+                fits = self.k.rnumel * _size(compute_dtype(n.dtype)) <= ROW_BUFFER_BYTES
+                if fits and n.op in EXPENSIVE and n not in self.row_buffers \
+                        and any(n in later for later in seen_in[p:]):
+                    name = self.fresh("row")
+                    self.row_buffers[n] = (p, name)
+                    self.scope.lines.append(f"{cvalue_type(n.dtype)} {name}[{self.k.rnumel}];")
+
+    def xr_nodes(self, roots: list[Expr]) -> set[Expr]:
+        """The xr-level nodes a pass evaluates for ``roots`` (not looking inside reductions)."""
+        out: set[Expr] = set()
+        stack = [r for r in roots]
+        while stack:
+            e = stack.pop()
+            if e in out or e.op is Op.REDUCE or not self.is_xr(e):
+                continue
+            out.add(e)
+            stack.extend(e.src)
+        return out
 
     def unravel_x(self) -> list[str]:
         lines = []
@@ -462,14 +497,22 @@ class KernelWriter:
         if flush:
             head.append("int flush = 0;")
 
+        flat = " + ".join(f"r{d} * {math.prod(rr[d + 1:])}" if d < last else f"r{d}" for d in range(last + 1))
+
         def body(lane: str, rvar: str) -> list[str]:
             scope = Scope(xscope)
             self.scope = scope
             scope.lines.append(f"const int64_t r{last} = {rvar};")
+            mine = [(n, row) for n, (home, row) in self.row_buffers.items() if home == self.pass_number]
+            for n, (home, row) in self.row_buffers.items():
+                if home < self.pass_number:
+                    scope.names[n] = f"{row}[{flat}]"
             for e, acc in accs:
                 self.accumulate(e, acc, lane)
             for s in stores:
                 self.store(s)
+            for n, row in mine:
+                scope.lines.append(f"{row}[{flat}] = {self.value(n)};")
             self.scope = xscope
             return scope.lines
 
@@ -596,6 +639,11 @@ class KernelWriter:
                 if e.arg == buf:
                     return e.dtype
         raise KeyError(buf)
+
+
+# xr-level values worth keeping in a row buffer rather than recomputing in a later pass
+EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.SQRT, Op.RSQRT, Op.DIV})
+ROW_BUFFER_BYTES = 64 * 1024  # on the stack of each thread, per buffered value
 
 
 def _safe_divisor(e: Expr) -> bool:
