@@ -177,12 +177,19 @@ class WorkerPool:
         return code
 
     def _log_tail(self, slot: _Slot) -> str:
+        """The worker's output since the entry started: a crash's traceback (innermost frame first)."""
         try:
             with open(slot.log_path, "rb") as f:
                 f.seek(slot.log_offset)
-                return f.read()[-3000:].decode(errors="replace")
+                text = f.read()[-200_000:].decode(errors="replace")
         except OSError:
             return ""
+        # faulthandler lists every extension module after the traceback: noise here.
+        lines = [line for line in text.splitlines() if not line.startswith("Extension modules:")]
+        # Keep the start of the fault report (the innermost frames are printed first).
+        start = next((i for i, line in enumerate(lines) if line.startswith("Fatal Python error")), None)
+        kept = "\n".join(lines[start:] if start is not None else lines)
+        return kept[:4000] if start is not None else kept[-4000:]
 
     def _dispatch(self, slot: _Slot, task: Task) -> None:
         slot.task, slot.phase, slot.load_s = task, "load", None

@@ -114,6 +114,8 @@ def test_planted_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, cli, 
     by_name = doc["by_name"]
     assert "SIGSEGV" in by_name["planted/segfault"]["error"]
     assert by_name["planted/segfault"]["phase"] == "eager"
+    # The worker's fault report names the crashing Python frame.
+    assert "in segfault" in by_name["planted/segfault"]["error_detail"]
     assert "timed out" in by_name["planted/hang"]["error"]
     assert "planted eager failure" in by_name["planted/eager_error"]["error"]
     assert by_name["planted/wrong_when_compiled"]["max_abs_err"] > 0
