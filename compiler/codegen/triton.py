@@ -60,7 +60,9 @@ def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
     if dtype.is_floating_point:
         return "float('-inf')" if lowest else "float('inf')"
     info = torch.iinfo(torch.int32 if dtype == torch.bool else dtype)
-    return str(info.min if lowest else info.max)
+    if lowest:
+        return f"({info.min + 1} - 1)"  # the literal -2**63 would not parse as an int64 constant
+    return str(info.max)
 
 
 BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
