@@ -50,7 +50,12 @@ def load_module(source: str, stem: str) -> Any:
 
 
 class KernelLauncher:
-    """A loaded kernel plus its launch facts; ``launcher(*tensors)`` runs it."""
+    """A loaded kernel plus its launch facts; ``launcher(*tensors)`` runs it.
+
+    When the renderer offered alternative launch configs (compiled GPU kernels),
+    the first call times each one on the real arguments and keeps the fastest.
+    A kernel is a pure function of its inputs into buffers it alone writes, so
+    running it several times is harmless."""
 
     def __init__(self, rendered: RenderedKernel, interpret: bool) -> None:
         self.rendered = rendered
@@ -62,10 +67,33 @@ class KernelLauncher:
 
             fn = interpreted(fn)
         self.fn = fn
-        self.grid = rendered.grid
-        self.meta = dict(rendered.meta)
+        self.configs = [(rendered.grid, dict(rendered.meta))] + [(g, dict(m)) for g, m in rendered.alternatives]
         if interpret:
-            self.meta.pop("num_warps", None)
+            for _, meta in self.configs:
+                meta.pop("num_warps", None)
+        self.grid, self.meta = self.configs[0]
+        self.tuned = len(self.configs) == 1
 
     def __call__(self, *args: Any) -> None:
+        if not self.tuned:
+            self.tune(args)
         self.fn[self.grid](*args, **self.meta)
+
+    def tune(self, args: tuple) -> None:
+        from triton.testing import do_bench
+
+        timings = []
+        for grid, meta in self.configs:
+            def launch(grid=grid, meta=meta) -> None:
+                self.fn[grid](*args, **meta)
+
+            try:
+                timings.append((do_bench(launch, warmup=3, rep=10, return_mode="median"), grid, meta))
+            except Exception:  # noqa: BLE001  (a config that does not compile, e.g. out of resources)
+                continue
+        if timings:
+            _, self.grid, self.meta = min(timings, key=lambda t: t[0])
+        self.tuned = True
+        if config.debug_level() >= 1:
+            table = ", ".join(f"{m} {t * 1e3:.1f}us" for t, _, m in timings)
+            print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)

@@ -23,6 +23,7 @@ class RenderedKernel:
     args: tuple[str, ...]  # buffer names, in parameter order
     grid: tuple[int, ...]
     meta: dict = field(default_factory=dict)  # constexprs / launch options (num_warps, ...)
+    alternatives: tuple = ()  # further (grid, meta) launch configs the runtime may time and pick from
 
 
 class Renderer:

@@ -82,21 +82,30 @@ class TritonRenderer(Renderer):
         self.interpret = interpret
 
     # --- tiling ------------------------------------------------------------------
-    def tiles(self, k: Kernel) -> tuple[int, int, int]:
-        """(XBLOCK, RBLOCK, num_warps)."""
-        budget = 65536 if self.interpret else 4096
+    def tiles(self, k: Kernel) -> list[tuple[int, int, int]]:
+        """Candidate (XBLOCK, RBLOCK, num_warps), best guess first.
+
+        The interpreter gets one config with few, large programs. On the GPU the
+        runtime times the candidates once per kernel and keeps the fastest."""
         if not k.is_reduction:
-            cap = 65536 if self.interpret else 1024
-            return min(next_pow2(k.xnumel), cap), 1, 4
-        if k.persistent:
-            rblock = next_pow2(k.rnumel)
-        else:
-            rblock = 8192 if self.interpret else 2048
-        xblock = max(1, min(next_pow2(k.xnumel), budget // rblock))
-        warps = max(2, min(16, (xblock * rblock) // 256))
-        if rblock >= 16384:
-            warps = 32 if not self.interpret else warps
-        return xblock, rblock, warps
+            if self.interpret:
+                return [(min(next_pow2(k.xnumel), 65536), 1, 4)]
+            block = min(next_pow2(k.xnumel), 1024)
+            return [(block, 1, 4)] + ([(2048, 1, 8)] if k.xnumel >= 1 << 20 else [])
+        if self.interpret:
+            rblock = next_pow2(k.rnumel) if k.persistent else 8192
+            return [(max(1, min(next_pow2(k.xnumel), 65536 // rblock)), rblock, 4)]
+        if not k.persistent:
+            return [(1, 2048, 8), (1, 4096, 16), (2, 1024, 8)]
+        rblock = next_pow2(k.rnumel)
+        out = []
+        for budget in (4096, 2048, 8192, 16384):
+            xblock = max(1, min(next_pow2(k.xnumel), budget // rblock))
+            for warps in (max(2, min(32, xblock * rblock // 256)), max(2, min(32, xblock * rblock // 512))):
+                cfg = (xblock, rblock, warps)
+                if cfg not in out:
+                    out.append(cfg)
+        return out[:6]
 
     def render(self, k: Kernel) -> RenderedKernel:
         self.check_ops(k)
@@ -107,7 +116,7 @@ class _KernelWriter:
     def __init__(self, renderer: TritonRenderer, k: Kernel) -> None:
         self.r = renderer
         self.k = k
-        self.xblock, self.rblock, self.warps = renderer.tiles(k)
+        self.configs = renderer.tiles(k)
         self.looped = k.is_reduction and not k.persistent
         self.pre: list[str] = []
         self.loop: list[str] = []
@@ -378,11 +387,15 @@ class _KernelWriter:
             f"    # fused: {origins}" if origins else "    # fused: (none)",
         ]
         src += ["    " + line for line in body]
-        grid = (math.ceil(k.xnumel / self.xblock),)
-        meta = {"XBLOCK": self.xblock, "num_warps": self.warps}
-        if k.is_reduction:
-            meta["RBLOCK"] = self.rblock
-        return RenderedKernel(k.name, "triton", "\n".join(src) + "\n", tuple(self.args), grid, meta)
+        launches = []
+        for xblock, rblock, warps in self.configs:
+            meta = {"XBLOCK": xblock, "num_warps": warps}
+            if k.is_reduction:
+                meta["RBLOCK"] = rblock
+            launches.append(((math.ceil(k.xnumel / xblock),), meta))
+        grid, meta = launches[0]
+        return RenderedKernel(k.name, "triton", "\n".join(src) + "\n", tuple(self.args), grid, meta,
+                              tuple(launches[1:]))
 
 
 def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:
