@@ -12,7 +12,7 @@ nothing (performance goals are read from the table, not from tests).
 from __future__ import annotations
 
 import argparse
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
