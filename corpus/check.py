@@ -82,10 +82,23 @@ def output_tensors(value: Any) -> list:
     return []
 
 
-def _same(a: list, b: list) -> bool:
+def _same_tensor(x: Any, y: Any) -> bool:
+    """Bitwise-equal, where NaN equals NaN (torch.equal says NaN != NaN)."""
     import torch
 
-    return len(a) == len(b) and all(torch.equal(x, y) for x, y in zip(a, b))
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    if x.is_quantized:
+        x, y = x.dequantize(), y.dequantize()
+    if x.is_complex():
+        x, y = torch.view_as_real(x.to(torch.complex64)), torch.view_as_real(y.to(torch.complex64))
+    if x.is_floating_point():
+        return bool(((x == y) | (x.isnan() & y.isnan())).all())
+    return torch.equal(x, y)
+
+
+def _same(a: list, b: list) -> bool:
+    return len(a) == len(b) and all(_same_tensor(x, y) for x, y in zip(a, b))
 
 
 def _error(exc: BaseException) -> str:
@@ -148,13 +161,13 @@ def _source_entries(source: str) -> list:
     return module.entries()
 
 
-def _todo(sources: list[str], match: str | None, recheck: bool, limit: int | None) -> list[tuple[str, str]]:
+def _todo(sources: list[str], match: list[str] | None, recheck: bool, limit: int | None) -> list[tuple[str, str]]:
     todo = []
     for source in sources:
         done = set() if recheck else set(load_measurements(source))
         entries = [e for e in _source_entries(source) if e.name not in done]
         if match:
-            entries = [e for e in entries if fnmatch.fnmatchcase(e.name, match)]
+            entries = [e for e in entries if any(fnmatch.fnmatchcase(e.name, m) for m in match)]
         too_big = [e for e in entries if (e.params or 0) > CHECK_MAX_PARAMS]
         big_names = {e.name for e in too_big}
         for e in too_big:
@@ -280,7 +293,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="crucible corpus check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--source", action="append", choices=CHECKED_SOURCES,
                         help="check only this source (repeatable); default: all")
-    parser.add_argument("--match", help="only entries whose name matches this glob")
+    parser.add_argument("--match", action="append", help="only entries whose name matches this glob (repeatable)")
     parser.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per entry")
     parser.add_argument("--tasks-per-worker", type=int, default=TASKS_PER_WORKER,

@@ -29,6 +29,15 @@ RANDOM_OPS = (
     "dropout", "bernoulli", "normal", "rand", "multinomial", "uniform", "cauchy", "exponential",
     "geometric", "log_normal", "empty", "rrelu", "fractional_max_pool", "lowrank",
 )
+# Ops that cannot be an entry here, with why (the catalog lists them with the reason).
+EXCLUDED_OPS = {
+    "allclose": "returns a Python bool, not a tensor",
+    "equal": "returns a Python bool, not a tensor",
+    "item": "returns a Python number, not a tensor",
+    "broadcast_shapes": "returns a shape, not a tensor",
+    "to_sparse": "returns a sparse tensor",
+    "jiterator": "jiterator ops run on CUDA/ROCm only",
+}
 # OpInfo class -> family, for ops without a namespace prefix (linalg., fft., ...).
 _CLASS_FAMILY = {
     "UnaryUfuncInfo": "unary",
@@ -95,6 +104,10 @@ def catalog() -> dict[str, Any]:
         label = f"{name}-{variant}" if variant else name
         if any(word in name for word in RANDOM_OPS):
             skipped[label] = "random or uninitialised output"
+            continue
+        excluded = next((why for word, why in EXCLUDED_OPS.items() if name.startswith(word)), None)
+        if excluded:
+            skipped[label] = excluded
             continue
         supported = op.supported_dtypes("cpu")
         for dtype_name, count in DTYPE_SAMPLES:

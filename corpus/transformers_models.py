@@ -106,6 +106,10 @@ def shrink_config_dict(d: dict[str, Any], image_size: int | None) -> dict[str, A
             out[key] = _cap(value, INTERMEDIATE)
         elif key in _EXPERT_KEYS:
             out[key] = _cap(value, 4)
+        elif key in ("n_group", "topk_group") and isinstance(value, int):
+            out[key] = 1  # MoE routing groups must divide the (capped) expert count
+        elif key == "rotary_dim" and isinstance(value, int):
+            out[key] = _cap(value, 4)  # at most the shrunk head dimension (8)
         elif key in ("mamba_n_heads", "mamba_n_groups", "n_groups") and isinstance(value, int):
             out[key] = _cap(value, 1 if key != "mamba_n_heads" else 4)
         elif key in ("num_experts_per_tok", "top_k", "moe_topk"):
@@ -206,6 +210,13 @@ def _fix_heads(out: dict[str, Any], original: dict[str, Any]) -> None:
             out[key] = min(out[key], 8)
     if isinstance(out.get("kv_lora_rank"), int):
         out["kv_lora_rank"] = min(out["kv_lora_rank"], 16)
+        # Multi-head latent attention expands every head from the latent: no kv groups,
+        # and the derived query head size must follow the shrunk parts.
+        for key in _KV_HEAD_KEYS:
+            if isinstance(out.get(key), int) and heads:
+                out[key] = heads
+        if isinstance(out.get("qk_head_dim"), int):
+            out["qk_head_dim"] = (out.get("qk_nope_head_dim") or 0) + (out.get("qk_rope_head_dim") or 0)
     if isinstance(out.get("q_lora_rank"), int):
         out["q_lora_rank"] = min(out["q_lora_rank"], 16)
 
