@@ -200,6 +200,37 @@ def test_truncated_cache_entry_is_rebuilt(fresh_cache):
     assert torch.equal(got, expected)
 
 
+NEW_PROCESS = """
+import torch
+import compiler
+from compiler import cpp_build
+x = torch.randn(8, 300)
+report = compiler.inspect(lambda x: (torch.softmax(x, -1), x.sum(0)), x)
+print(cpp_build.stats.compiles)
+print("\\n".join(k.source for g in report.graphs for k in g.kernels))
+"""
+
+
+def test_new_process_same_source_and_disk_hits(tmp_path):
+    """Generated source is the same in every process (no hash-seed-dependent order), so a
+    second process finds every kernel in the disk cache."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    runs = []
+    for seed in ("1", "2"):
+        env = dict(os.environ, CRUCIBLE_CACHE_DIR=str(tmp_path), PYTHONHASHSEED=seed)
+        done = subprocess.run([sys.executable, "-c", NEW_PROCESS], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=300, check=True)
+        compiles, source = done.stdout.split("\n", 1)
+        runs.append((int(compiles), source))
+    assert runs[0][0] >= 2 and runs[1][0] == 0
+    assert runs[0][1] == runs[1][1]
+
+
 # --- hostile names -------------------------------------------------------------------------------
 
 HOSTILE = "evil */ #error injected\n??/ \\"
