@@ -11,8 +11,11 @@ as loop nests that g++ vectorizes and OpenMP spreads over cores:
   point the reductions are computed in *passes* over the reduced dims: a pass holds
   every reduction whose inputs are ready (softmax: max; exp-sum; then the xr-level
   store; layer_norm: mean; variance; normalize). Values of the reduced space
-  (``xr`` level) are recomputed in each pass that needs them (they are cheap next to
-  the memory traffic, and rows stay in cache between passes).
+  (``xr`` level) that a later pass needs again are recomputed when cheap (rows stay in
+  cache between passes) and kept in a per-thread row buffer when expensive (softmax's exp).
+* Reductions over a leading dim (inputs contiguous along the outer dim) vectorize across
+  a tile of outer points instead; reductions with few outer points and long rows are cut
+  into chunks reduced in parallel and folded in chunk order (independent of thread count).
 * A reduction keeps ``L`` lane accumulators (one per element of the vectorized inner
   loop), folded in a fixed order at the end; float sums flush their lanes into a
   cascade every block, so long rows keep log-like error growth like ATen's cascade
