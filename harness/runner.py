@@ -77,7 +77,13 @@ def run_metadata(suite: str, target: str, seed: int | None, shard: str | None,
 
 @dataclass
 class Progress:
-    """A live one-line progress display on stderr (only when it is a terminal)."""
+    """A live one-line progress display on stderr.
+
+    On a terminal the line is redrawn in place; otherwise (CI logs, pipes) the same
+    line is printed at most every ``LOG_EVERY_S`` seconds, so logs stay short.
+    """
+
+    LOG_EVERY_S = 30.0
 
     total: int
     stream: TextIO = sys.stderr
@@ -88,6 +94,7 @@ class Progress:
 
     def __post_init__(self) -> None:
         self.live = self.stream.isatty()
+        self.logged = time.monotonic()
 
     def phase(self, name: str, phase: str) -> None:
         self.running[name] = phase
@@ -99,12 +106,19 @@ class Progress:
         self.running.pop(result["name"], None)
         self._draw()
 
-    def _draw(self) -> None:
-        if not self.live:
-            return
+    def _line(self) -> str:
         status = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
         current = ", ".join(f"{n} [{p}]" for n, p in list(self.running.items())[:2])
-        line = f"[{self.done}/{self.total}] {time.monotonic() - self.started:.0f}s {status} | {current}"
+        return f"[{self.done}/{self.total}] {time.monotonic() - self.started:.0f}s {status} | {current}"
+
+    def _draw(self) -> None:
+        if not self.live:
+            if time.monotonic() - self.logged >= self.LOG_EVERY_S:
+                self.logged = time.monotonic()
+                self.stream.write(self._line() + "\n")
+                self.stream.flush()
+            return
+        line = self._line()
         try:
             width = os.get_terminal_size(self.stream.fileno()).columns
         except (OSError, ValueError):

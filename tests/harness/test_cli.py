@@ -48,3 +48,13 @@ def test_progress_is_one_line_updated_in_place() -> None:
 def test_unknown_suite_is_an_error_not_a_traceback(capsys) -> None:
     assert cli.main(["list", "--suite", "no-such-suite", "--source", "zoo"]) == 2
     assert "unknown suite" in capsys.readouterr().err
+
+
+def test_progress_off_a_terminal_prints_seldom() -> None:
+    stream = io.StringIO()
+    progress = Progress(total=3, stream=stream)
+    progress.finished({"name": "zoo/a", "status": "pass"})
+    assert stream.getvalue() == ""  # not yet LOG_EVERY_S seconds
+    progress.logged -= Progress.LOG_EVERY_S
+    progress.finished({"name": "zoo/b", "status": "pass"})
+    assert stream.getvalue().count("\n") == 1 and "[2/3]" in stream.getvalue()
