@@ -335,11 +335,13 @@ class KernelWriter:
         for pass_reduces, pass_stores in plan:
             roots = [e.src[0] for e in pass_reduces] + [s.value for s in pass_stores]
             seen_in.append(self.xr_nodes(roots))
+        budget = 4 * ROW_BUFFER_BYTES  # all buffers of a kernel, per thread
         for p, nodes in enumerate(seen_in, start=1):
             for n in sorted(nodes, key=lambda e: ir.render_expr(e)):  # a stable order: same source every time
-                fits = self.k.rnumel * _size(compute_dtype(n.dtype)) <= ROW_BUFFER_BYTES
-                if fits and n.op in EXPENSIVE and n not in self.row_buffers \
+                size = self.k.rnumel * _size(compute_dtype(n.dtype))
+                if size <= min(ROW_BUFFER_BYTES, budget) and n.op in EXPENSIVE and n not in self.row_buffers \
                         and any(n in later for later in seen_in[p:]):
+                    budget -= size
                     name = self.fresh("row")
                     self.row_buffers[n] = (p, name)
                     self.scope.lines.append(f"{cvalue_type(n.dtype)} {name}[{self.k.rnumel}];")
