@@ -54,7 +54,10 @@ class Buffer:
 
 @dataclass(frozen=True)
 class View:
-    """A strided view of a buffer: how outputs and extern arguments see buffers."""
+    """A strided window onto a buffer (offset relative to the buffer's first element).
+
+    Lowering calls it ``Strided``: views of buffers stay views; the wrapper turns the
+    ones that reach outputs and extern calls into ``torch.as_strided``."""
 
     buffer: str
     shape: tuple[int, ...]

@@ -52,16 +52,8 @@ class Lazy:
     expr: Expr  # over XVAR(0..len(shape)-1)
 
 
-@dataclass(frozen=True)
-class Strided:
-    buffer: str
-    shape: tuple[int, ...]
-    stride: tuple[int, ...]
-    offset: int
-    dtype: torch.dtype
-
-    def view(self) -> View:
-        return View(self.buffer, self.shape, self.stride, self.offset, self.dtype)
+# A strided window onto a buffer is exactly what the wrapper sees as a View.
+Strided = View
 
 
 TensorValue = Lazy | Strided
@@ -256,7 +248,7 @@ class GraphLowering:
                message: str) -> Any:
         def to_arg(v: Any) -> Any:
             if isinstance(v, (Lazy, Strided)):
-                return self.realize_viewable(v).view()
+                return self.realize_viewable(v)
             if isinstance(v, (list, tuple)):
                 return type(v)(to_arg(x) for x in v)
             return v
@@ -283,7 +275,7 @@ class GraphLowering:
 
     def output_value(self, value: Any) -> Any:
         if isinstance(value, (Lazy, Strided)):
-            return self.realize_viewable(value).view()
+            return self.realize_viewable(value)
         if isinstance(value, (list, tuple)):
             return type(value)(self.output_value(v) for v in value)
         return value
