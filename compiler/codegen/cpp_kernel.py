@@ -61,10 +61,6 @@ def block(head: str, body: list[str], pragma: str | None = None) -> list[str]:
     return out + [head + " {"] + ["  " + line for line in body] + ["}"]
 
 
-def threads() -> int:
-    return max(1, torch.get_num_threads())
-
-
 class KernelWriter:
     def __init__(self, k: Kernel) -> None:
         self.k = k
@@ -260,7 +256,7 @@ class KernelWriter:
         simd = self.inner_simd_ok(ir.xvar(inner))
         size = k.ranges[inner]
         outer_points = math.prod(k.ranges[:inner])
-        tiled = parallel and n >= 2 and outer_points < 4 * threads() and size >= 2 * INNER_TILE
+        tiled = parallel and n >= 2 and outer_points < TILE_MAX_OUTER and size >= 2 * INNER_TILE
         if tiled:
             lo, hi = f"xt * {INNER_TILE}", f"std::min<int64_t>(xt * {INNER_TILE} + {INNER_TILE}, {size})"
         else:
@@ -646,6 +642,9 @@ class KernelWriter:
 # xr-level values worth keeping in a row buffer rather than recomputing in a later pass
 EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.SQRT, Op.RSQRT, Op.DIV})
 ROW_BUFFER_BYTES = 64 * 1024  # on the stack of each thread, per buffered value
+# Fewer outer points than this leave threads idle, so a long innermost dim is tiled. A constant,
+# not the thread count: the source (and the cache key) must not depend on the thread setting.
+TILE_MAX_OUTER = 16
 
 
 def _safe_divisor(e: Expr) -> bool:
