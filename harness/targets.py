@@ -26,8 +26,8 @@ class Target:
     device: str  # "cpu" | "cuda"
     backend: str | None  # Dynamo backend name; None for eager
     options: dict = field(default_factory=dict)
-    # Environment a worker needs before importing torch/triton (the Triton
-    # interpreter is chosen per process; see DESIGN.md).
+    # Environment a worker needs before importing torch/triton. The crucible targets
+    # need none: the compiler runs CPU kernels in Triton's interpreter by itself.
     env: dict = field(default_factory=dict)
 
     @property
@@ -50,7 +50,7 @@ def parse_target(name: str, device: str | None = None) -> Target:
     if name == "crucible-triton":
         return Target(name, "cuda", "crucible", CRUCIBLE_TARGETS[name])
     if name == "crucible-interpret":
-        return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name], env={"TRITON_INTERPRET": "1"})
+        return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
     if name == "crucible-cpp":
         return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
     return Target(name, device or "cpu", name)
