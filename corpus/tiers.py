@@ -118,18 +118,26 @@ def _is_smoke_candidate(m: Metadata) -> bool:
     )
 
 
-def pick_smoke(source: str, metas: Iterable[Metadata]) -> set[str]:
-    """Cheapest entries of each family, round-robin over families, within quota and budget.
+def pick_smoke(
+    source: str, metas: Iterable[Metadata], groups: dict[str, str] | None = None,
+    excluded: Iterable[str] = (),
+) -> set[str]:
+    """Cheapest entries of each group, round-robin over groups, within quota and budget.
 
-    Round-robin keeps every family represented before any family gets a second entry.
+    Round-robin keeps every group (the family unless the source says otherwise, e.g.
+    modality for transformers) represented before any group gets a second entry. Eager
+    times are rounded to 0.1 ms when ordering so measurement noise does not reshuffle
+    the suite between checks; ties go by name.
     """
     quota = SMOKE_QUOTA.get(source, 10)
     budget = SMOKE_BUDGET_S * quota / sum(SMOKE_QUOTA.values())
-    by_family: dict[str, list[Metadata]] = {}
+    skip = set(excluded)
+    by_group: dict[str, list[Metadata]] = {}
     for m in metas:
-        if _is_smoke_candidate(m):
-            by_family.setdefault(m.family, []).append(m)
-    queues = [sorted(v, key=lambda m: (m.eager_ms, m.params or 0, m.name)) for _, v in sorted(by_family.items())]
+        if _is_smoke_candidate(m) and m.name not in skip:
+            by_group.setdefault((groups or {}).get(m.name, m.family), []).append(m)
+    queues = [sorted(v, key=lambda m: (round(m.eager_ms or 0.0, 1), m.params or 0, m.name))
+              for _, v in sorted(by_group.items())]
     chosen: set[str] = set()
     spent = 0.0
     while len(chosen) < quota and any(queues):
@@ -168,10 +176,8 @@ def tier_of(m: Metadata, smoke: set[str]) -> str:
 
 
 def assign_tiers(source: str, catalog_params: dict[str, int | None], families: dict[str, str]) -> dict[str, Metadata]:
-    """Metadata with tiers for every entry name of ``source``: name -> (Metadata, tier).
-
-    ``catalog_params`` maps every entry name to its catalog parameter count (or None);
-    ``families`` maps it to its family. Returns name -> Metadata; use ``tiers_for``.
+    """name -> Metadata for every entry of ``source``: measured numbers where the check
+    recorded them, else the catalog's parameter count. ``tiers_for`` turns them into tiers.
     """
     measured = load_measurements(source)
     metas: dict[str, Metadata] = {}
@@ -190,6 +196,12 @@ def assign_tiers(source: str, catalog_params: dict[str, int | None], families: d
     return metas
 
 
-def tiers_for(source: str, metas: dict[str, Metadata]) -> dict[str, str]:
-    smoke = pick_smoke(source, metas.values())
+def tiers_for(
+    source: str, metas: dict[str, Metadata], groups: dict[str, str] | None = None,
+    smoke_excluded: Iterable[str] = (),
+) -> dict[str, str]:
+    """name -> tier. ``groups`` spreads smoke over groups other than the family;
+    ``smoke_excluded`` names entries that must not be in smoke (CPU-only ones: smoke
+    also runs on the GPU)."""
+    smoke = pick_smoke(source, metas.values(), groups, smoke_excluded)
     return {name: tier_of(m, smoke) for name, m in metas.items()}

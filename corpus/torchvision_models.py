@@ -180,7 +180,8 @@ def _entries() -> tuple[Entry, ...]:
         {n: models[m]["params"] for n, m in names.items()},
         {n: models[m]["family"] for n, m in names.items()},
     )
-    tiers = tiers_for(SOURCE, metas)
+    cpu_only = [n for n, m in names.items() if models[m]["task"] == "quantized"]
+    tiers = tiers_for(SOURCE, metas, smoke_excluded=cpu_only)
     result = []
     for name, model_name in names.items():
         info = models[model_name]

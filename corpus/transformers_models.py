@@ -462,7 +462,9 @@ def _entries() -> tuple[Entry, ...]:
     models = _models()
     names = {f"{SOURCE}/{m}": m for m in models}
     metas = assign_tiers(SOURCE, {n: models[m]["params"] for n, m in names.items()}, {n: m for n, m in names.items()})
-    tiers = tiers_for(SOURCE, metas)
+    # One family per model type: spread smoke over modalities instead.
+    groups = {n: "+".join(models[m]["tags"]) for n, m in names.items()}
+    tiers = tiers_for(SOURCE, metas, groups=groups)
     result = []
     for name, model_type in names.items():
         info = models[model_type]
