@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from compiler import ir
+from compiler.graph import numel
 from compiler.ir import Expr, Op
 from compiler.lowering import (
     GraphLowering,
@@ -107,7 +108,9 @@ def lower_iota(ctx: GraphLowering, node: Any, length: int, *, start: int, step: 
 def lower_cat(ctx: GraphLowering, node: Any, tensors: list[TensorValue], dim: int = 0) -> Lazy:
     shape, dtype = out_meta(node)
     dim = dim % len(shape)
-    parts = [t for t in tensors if not (len(t.shape) == 1 and t.shape[0] == 0)]
+    # Empty parts add nothing, and reading one (even at a clamped index) touches no valid
+    # memory: drop them (legacy 1-d empties and parts of size 0 along the cat dim alike).
+    parts = [t for t in tensors if numel(t.shape) > 0]
     if not parts:
         return Lazy(shape, dtype, ir.const(0, dtype))
     index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]

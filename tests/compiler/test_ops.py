@@ -232,3 +232,11 @@ def test_nan_inf_propagation(dtype: torch.dtype, codegen: str, device: str) -> N
     x = torch.tensor([[1.0, math.nan, -math.inf], [math.inf, 2.0, -0.0]], device=device, dtype=dtype)
     check_parity(lambda t: (torch.maximum(t, t.flip(1)), t.amax(1), t.amin(0), torch.relu(t), t.clamp(-1, 1),
                             t.sum(1)), (x,), codegen)
+
+
+def test_cat_with_empty_input(codegen: str, device: str) -> None:
+    """Regression: an input empty along the cat dim (no storage) was read at a clamped index 0,
+    which crashed the interpreter with a segfault (found on transformers/dinov3_vit)."""
+    x = make((4, 7), F32, "any", device)
+    empty = torch.empty(0, 7, device=device)
+    check_parity(lambda a, e: torch.cat([a[:1], e, a.cos()], dim=0), (x, empty), codegen)
