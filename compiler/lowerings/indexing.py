@@ -136,6 +136,8 @@ def lower_cat(ctx: GraphLowering, node: Any, tensors: list[TensorValue], dim: in
 @register(aten.constant_pad_nd)
 def lower_constant_pad(ctx: GraphLowering, node: Any, x: TensorValue, pad: list[int], value: Any = 0) -> Lazy:
     shape, dtype = out_meta(node)
+    if numel(x.shape) == 0:  # all padding: never read the input, it has no storage
+        return Lazy(shape, dtype, ir.const(value, dtype))
     nd = len(shape)
     index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
     valid: Expr | None = None

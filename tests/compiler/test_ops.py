@@ -240,3 +240,4 @@ def test_cat_with_empty_input(codegen: str, device: str) -> None:
     x = make((4, 7), F32, "any", device)
     empty = torch.empty(0, 7, device=device)
     check_parity(lambda a, e: torch.cat([a[:1], e, a.cos()], dim=0), (x, empty), codegen)
+    check_parity(lambda e: F.pad(e, (0, 0, 1, 2), value=3.0), (empty,), codegen)
