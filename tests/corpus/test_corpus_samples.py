@@ -56,3 +56,20 @@ def test_sample_builds_and_runs_deterministically(module_name: str, name: str) -
         assert torch.equal(a, b), f"{name}: two seeded builds differ"
     floats = [t for t in first if t.is_floating_point()]
     assert all(torch.isfinite(t.float()).all() for t in floats[:4]), f"{name}: non-finite output"
+
+
+FULL_SCALE = [
+    ("corpus.timm_models", "timm/test_vit", (2, 3, 160, 160)),
+    ("corpus.torchvision_models", "torchvision/squeezenet1_1", (2, 3, 224, 224)),
+    ("corpus.transformers_models", "transformers/bert", (2, 128)),
+]
+
+
+@pytest.mark.parametrize(("module_name", "name", "shape"), FULL_SCALE, ids=[n for _, n, _ in FULL_SCALE])
+def test_full_scale_uses_the_natural_input_size(module_name: str, name: str, shape: tuple[int, ...]) -> None:
+    torch.set_num_threads(1)
+    built = _entry(module_name, name).build("full")
+    first_input = output_tensors([built.inputs, built.kwargs])[0]
+    assert tuple(first_input.shape) == shape
+    with torch.no_grad():
+        assert output_tensors(built.model(*built.inputs, **built.kwargs))
