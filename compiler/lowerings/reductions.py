@@ -15,8 +15,10 @@ import torch
 
 from compiler import ir
 from compiler.ir import ReduceOp
-from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, register
+from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, Unsupported, register
 from compiler.lowerings.pointwise import V, out_meta, pointwise
+from compiler.report import ExternReason
+from compiler.scheduler import MAX_PERSISTENT_RNUMEL
 
 aten = torch.ops.aten
 
@@ -52,6 +54,10 @@ def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], ke
         from compiler.lowerings.views import reshape
 
         return Lazy(shape, out_dtype, ir.cast(_as_lazy(reshape(ctx, x, shape)), out_dtype))
+    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > MAX_PERSISTENT_RNUMEL:
+        # index tracking is written for rows held in one block; longer rows stay with ATen
+        raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > "
+                                                          f"{MAX_PERSISTENT_RNUMEL} elements")
     return ctx.reduction(x, dims, keepdim, op, acc, out_dtype)
 
 
@@ -176,9 +182,6 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
     from compiler.lowering import as_expr, broadcast_read
 
     if not x.dtype.is_floating_point:
-        from compiler.lowering import Unsupported
-        from compiler.report import ExternReason
-
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "var of a non-float tensor")
     d = _dims(x, dims)
     acc = acc_dtype_for(x.dtype)

@@ -241,3 +241,10 @@ def test_cat_with_empty_input(codegen: str, device: str) -> None:
     empty = torch.empty(0, 7, device=device)
     check_parity(lambda a, e: torch.cat([a[:1], e, a.cos()], dim=0), (x, empty), codegen)
     check_parity(lambda e: F.pad(e, (0, 0, 1, 2), value=3.0), (empty,), codegen)
+
+
+def test_argmax_of_a_long_row_stays_correct(codegen: str, device: str) -> None:
+    """Rows past the persistent limit: argmax runs as an extern call with a reason, never fails."""
+    x = make((2, 40000), F32, "any", device)
+    report = check_parity(lambda t: (t.argmax(-1), t.amax(-1)), (x,), codegen, max_externs=1)
+    assert [e.reason.value for e in report.externs] == ["unsupported_args"]
