@@ -77,6 +77,22 @@ FAMILY_FIXES: dict[str, tuple[dict[str, Any], str]] = {
 }
 
 
+# Multimodal-RoPE text models split each head's rotary dimensions into sections fixed in
+# the modeling code (e.g. [16, 24, 24]) when the config names none: they get one head of
+# the size those sections expect.
+_MROPE_TEXT_TYPES = {
+    "qwen2_vl_text", "qwen2_5_vl_text", "glm4v_text", "glm4v_moe_text", "glm_image_text", "glm_ocr_text",
+    "paddleocr_vl_text",
+}
+_MROPE_HALF_HEAD_TYPES = {"glm4v_text", "glm_image_text", "glm_ocr_text"}  # sections span half a head
+for _type in _MROPE_TEXT_TYPES:
+    _head = 64 if _type in _MROPE_HALF_HEAD_TYPES else 128
+    FAMILY_FIXES[_type] = (
+        {"hidden_size": _head, "num_attention_heads": 1, "num_key_value_heads": 1, "head_dim": _head},
+        f"multimodal RoPE sections are sized for a {_head}-wide head",
+    )
+
+
 def _cap(value: Any, limit: int) -> Any:
     return min(value, limit) if isinstance(value, int) and not isinstance(value, bool) and value > 0 else value
 
