@@ -352,8 +352,8 @@ def _as_int(value: Any, default: int) -> int:
 RECIPES = {
     "input_ids": ("text", "text+image"),
     "pixel_values": ("image", "text+image"),
-    "input_features": ("audio_features",),
-    "input_values": ("audio_values",),
+    "input_features": ("audio_features", "audio_features_channels_first"),
+    "input_values": ("audio_values", "audio_values_one_channel"),
 }
 
 
@@ -378,15 +378,19 @@ def make_inputs(model: Any, scale: str, recipe: str) -> dict[str, Any]:
         size = _as_int(_find(config, "image_size", "img_size"), 224)
         channels = _as_int(_find(config, "num_channels", "in_channels"), 3)
         kwargs["pixel_values"] = torch.randn(batch, channels, size, size)
-    if recipe == "audio_features":
+    if recipe.startswith("audio_features"):
         mel = _as_int(_find(config, "num_mel_bins", "feature_size", "input_feat_per_channel"), 80)
         source_positions = _find(config, "max_source_positions")
         if getattr(config, "model_type", "") == "whisper" and source_positions:
             kwargs["input_features"] = torch.randn(batch, mel, 2 * source_positions)  # exact length
+        elif recipe.endswith("channels_first"):
+            kwargs["input_features"] = torch.randn(batch, mel, seq * 4)
         else:
             kwargs["input_features"] = torch.randn(batch, seq * 4, mel)
     if recipe == "audio_values":
         kwargs["input_values"] = torch.randn(batch, AUDIO_SAMPLES[scale])
+    if recipe == "audio_values_one_channel":  # codecs take (batch, channels, samples)
+        kwargs["input_values"] = torch.randn(batch, 1, AUDIO_SAMPLES[scale])
     if getattr(config, "is_encoder_decoder", False) and "decoder_input_ids" in params:
         kwargs["decoder_input_ids"] = torch.randint(0, vocab, (batch, max(seq // 2, 4)))
     if "use_cache" in params:
