@@ -164,14 +164,17 @@ class GraphLowering:
             else:
                 index.append(ir.xvar(len(out_shape)) if n != 1 else ir.const(0, ir.INDEX_DTYPE))
                 out_shape.append(n)
-        body = read(value, index)
-        out_shape_t = tuple(out_shape)
-        buf = Buffer(self.new_name(), out_dtype, out_shape_t, contiguous_strides(out_shape_t), "computed")
+        return self.reduce_body(tuple(out_shape), tuple(rranges), read(value, index), op, acc_dtype, out_dtype)
+
+    def reduce_body(self, out_shape: tuple[int, ...], rranges: tuple[int, ...], body: Expr, op: ir.ReduceOp,
+                    acc_dtype: torch.dtype, out_dtype: torch.dtype) -> Strided:
+        """A reduction node: ``body`` over XVAR(out dims) and RVAR(reduced dims), reduced over the RVARs
+        (windowed reductions such as pooling build their own body)."""
+        buf = Buffer(self.new_name(), out_dtype, out_shape, contiguous_strides(out_shape), "computed")
         is_arg = op in (ir.ReduceOp.ARGMAX, ir.ReduceOp.ARGMIN)
         reduced = ir.reduce(op, body if is_arg else ir.cast(body, acc_dtype), acc_dtype)
-        self.graph.nodes.append(ComputedNode(buf, tuple(rranges), ir.cast(reduced, out_dtype),
-                                             self.origins_of(body)))
-        return Strided(buf.name, out_shape_t, buf.stride, 0, out_dtype)
+        self.graph.nodes.append(ComputedNode(buf, rranges, ir.cast(reduced, out_dtype), self.origins_of(body)))
+        return Strided(buf.name, out_shape, buf.stride, 0, out_dtype)
 
     # --- the walk ------------------------------------------------------------
     def run(self) -> LoweredGraph:

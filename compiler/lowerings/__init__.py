@@ -7,19 +7,19 @@ from typing import Any
 import torch
 
 from compiler.lowering import GraphLowering, Unsupported, register
-from compiler.lowerings import indexing, pointwise, reductions, views  # noqa: F401
+from compiler.lowerings import indexing, pointwise, pooling, reductions, views  # noqa: F401
 from compiler.report import ExternReason
 
 aten = torch.ops.aten
 
 # Ops a vendor library does better than generated loops: matmul, convolution,
-# attention, pooling windows. They run as extern calls with this reason.
+# attention, pooling backward. They run as extern calls with this reason.
 LIBRARY_OPS = [
     aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
     aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_efficient_attention,
-    aten._scaled_dot_product_flash_attention_for_cpu, aten.max_pool2d_with_indices,
-    aten.max_pool2d_with_indices_backward, aten.avg_pool2d, aten.avg_pool2d_backward,
-    aten._adaptive_avg_pool2d, aten._adaptive_avg_pool2d_backward, aten._native_batch_norm_legit,
+    aten._scaled_dot_product_flash_attention_for_cpu,
+    aten.max_pool2d_with_indices_backward, aten.avg_pool2d_backward,
+    aten._adaptive_avg_pool2d_backward, aten._native_batch_norm_legit,
     aten.native_batch_norm_backward, aten.sort, aten.topk, aten.cumsum, aten.cumprod,
     aten.scatter_add, aten.index_put, aten.scatter, aten.scatter_reduce, aten.embedding_dense_backward,
 ]

@@ -248,3 +248,23 @@ def test_argmax_of_a_long_row_stays_correct(codegen: str, device: str) -> None:
     x = make((2, 40000), F32, "any", device)
     report = check_parity(lambda t: (t.argmax(-1), t.amax(-1)), (x,), codegen, max_externs=1)
     assert [e.reason.value for e in report.externs] == ["unsupported_args"]
+
+
+POOLS = [
+    OpCase("max_pool", lambda x: F.max_pool2d(x, 3, 2, 1)),
+    OpCase("max_pool_indices", lambda x: F.max_pool2d(x, 2, return_indices=True)),
+    OpCase("max_pool_ceil_dilated", lambda x: F.max_pool2d(x, 3, 2, 1, dilation=2, ceil_mode=True)),
+    OpCase("avg_pool", lambda x: F.avg_pool2d(x, 3, 2, 1)),
+    OpCase("avg_pool_exclude_pad", lambda x: F.avg_pool2d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False)),
+    OpCase("avg_pool_divisor", lambda x: F.avg_pool2d(x, 2, divisor_override=3)),
+    OpCase("adaptive_avg_pool_global", lambda x: F.adaptive_avg_pool2d(x, 1)),
+    OpCase("adaptive_avg_pool_even", lambda x: F.adaptive_avg_pool2d(x, (3, 2))),
+    OpCase("bn_relu_pool", lambda x: F.max_pool2d(torch.relu(x * 2 - 1), 2)),
+]
+
+
+@pytest.mark.parametrize("case", POOLS, ids=[c.name for c in POOLS])
+@pytest.mark.parametrize("dtype", [F32, F16], ids=["float32", "float16"])
+def test_pooling(case: OpCase, dtype: torch.dtype, codegen: str, device: str) -> None:
+    x = make((2, 3, 9, 8), dtype, "any", device)
+    check_parity(case.fn, (x,), codegen)

@@ -1,0 +1,161 @@
+"""2-d pooling as windowed reductions: max (with indices), average, adaptive average.
+
+A pooled element is a reduction over the window (the RVARs) of the input read at
+``out * stride - pad + window * dilation``. Window positions outside the input
+read a clamped, valid address and are replaced by the reduction's identity
+(``-inf`` for max, ``0`` for sums), so nothing reads out of bounds. Producers
+(batch norm, ReLU) inline into the window read like into any reduction.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from compiler import ir
+from compiler.ir import Expr, Op, ReduceOp
+from compiler.lowering import GraphLowering, Lazy, TensorValue, Unsupported, as_expr, read, register
+from compiler.lowerings.indexing import c64, clamp_index
+from compiler.lowerings.pointwise import out_meta
+from compiler.lowerings.reductions import acc_dtype_for
+from compiler.report import ExternReason
+
+aten = torch.ops.aten
+
+
+def _pair(value: Any, default: tuple[int, int]) -> tuple[int, int]:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return default
+    if isinstance(value, int):
+        return (value, value)
+    return (value[0], value[0]) if len(value) == 1 else (value[0], value[1])
+
+
+def _var(make: Any, dim: int, size: int) -> Expr:
+    return make(dim) if size != 1 else c64(0)
+
+
+class Window:
+    """Index arithmetic of one pooling window over the last two dims of ``x``."""
+
+    def __init__(self, x: TensorValue, out_shape: tuple[int, ...], kernel: tuple[int, int],
+                 stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int] = (1, 1)) -> None:
+        if len(x.shape) not in (3, 4):
+            raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"pooling input of rank {len(x.shape)}")
+        self.x, self.out_shape, self.kernel = x, out_shape, kernel
+        self.lead = len(x.shape) - 2
+        self.height, self.width = x.shape[-2], x.shape[-1]
+        oh = _var(ir.xvar, self.lead, out_shape[-2])
+        ow = _var(ir.xvar, self.lead + 1, out_shape[-1])
+        self.kh, self.kw = _var(ir.rvar, 0, kernel[0]), _var(ir.rvar, 1, kernel[1])
+        self.ih = _affine(oh, stride[0], self.kh, dilation[0], -padding[0])
+        self.iw = _affine(ow, stride[1], self.kw, dilation[1], -padding[1])
+
+    @property
+    def rranges(self) -> tuple[int, int]:
+        return self.kernel
+
+    def lead_index(self) -> list[Expr]:
+        return [_var(ir.xvar, d, self.out_shape[d]) for d in range(self.lead)]
+
+    def valid(self) -> Expr:
+        checks = [ir.binary(Op.GE, self.ih, c64(0)), ir.binary(Op.LT, self.ih, c64(self.height)),
+                  ir.binary(Op.GE, self.iw, c64(0)), ir.binary(Op.LT, self.iw, c64(self.width))]
+        out = checks[0]
+        for c in checks[1:]:
+            out = ir.binary(Op.AND, out, c)
+        return out
+
+    def value(self, fill: Any, dtype: torch.dtype) -> Expr:
+        """The input at the window position, ``fill`` where the window leaves the input."""
+        index = self.lead_index() + [clamp_index(self.ih, self.height), clamp_index(self.iw, self.width)]
+        loaded = ir.cast(read(self.x, index), dtype)
+        return ir.where(self.valid(), loaded, ir.const(fill, dtype))
+
+
+def _affine(out: Expr, stride: int, window: Expr, dilation: int, offset: int) -> Expr:
+    terms: dict = {None: offset}
+    for var, coef in ((out, stride), (window, dilation)):
+        if var.op is Op.CONST:
+            terms[None] += var.arg * coef
+        else:
+            terms[var] = terms.get(var, 0) + coef
+    return ir.from_affine(terms)
+
+
+@register(aten.max_pool2d_with_indices)
+def lower_max_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, kernel_size: Any, stride: Any = None,
+                     padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> list:
+    kernel = _pair(kernel_size, (1, 1))
+    win = Window(x, tuple(node.meta["val"][0].shape), kernel, _pair(stride, kernel), _pair(padding, (0, 0)),
+                 _pair(dilation, (1, 1)))
+    lowest = -math.inf if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
+    body = win.value(lowest, x.dtype)
+    out_shape = win.out_shape
+    if math.prod(kernel) == 1:
+        values: TensorValue = Lazy(out_shape, x.dtype, body)
+        kh = kw = c64(0)
+    else:
+        values = ctx.reduce_body(out_shape, win.rranges, body, ReduceOp.MAX, x.dtype, x.dtype)
+        arg = ctx.reduce_body(out_shape, win.rranges, body, ReduceOp.ARGMAX, torch.int64, torch.int64)
+        flat = as_expr(arg)
+        kh = ir.binary(Op.FLOORDIV, flat, c64(kernel[1]))
+        kw = ir.binary(Op.MOD, flat, c64(kernel[1]))
+    # indices are flat positions in the input plane, as ATen returns them
+    ih = ir.substitute(win.ih, {win.kh: kh} if win.kh.op is not Op.CONST else {})
+    iw = ir.substitute(win.iw, {win.kw: kw} if win.kw.op is not Op.CONST else {})
+    index = ir.binary(Op.ADD, ir.binary(Op.MUL, ih, c64(win.width)), iw)
+    return [values, Lazy(out_shape, torch.int64, index)]
+
+
+def _avg_pool(ctx: GraphLowering, node: Any, x: TensorValue, kernel: tuple[int, int], stride: tuple[int, int],
+              padding: tuple[int, int], count_include_pad: bool, divisor_override: int | None) -> TensorValue:
+    out_shape, out_dtype = out_meta(node)
+    if not x.dtype.is_floating_point:
+        raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "integer average pooling")
+    win = Window(x, out_shape, kernel, stride, padding)
+    acc = acc_dtype_for(x.dtype)
+    total = ctx.reduce_body(out_shape, win.rranges, win.value(0, acc), ReduceOp.SUM, acc, acc)
+    if divisor_override:
+        divisor: Expr = ir.const(divisor_override, acc)
+    else:
+        divisor = ir.cast(_window_count(win, stride, padding, kernel, count_include_pad), acc)
+    return Lazy(out_shape, out_dtype, ir.cast(ir.binary(Op.DIV, as_expr(total), divisor), out_dtype))
+
+
+def _window_count(win: Window, stride: tuple[int, int], padding: tuple[int, int], kernel: tuple[int, int],
+                  count_include_pad: bool) -> Expr:
+    """Elements ATen divides by for each output position (its avg_pool2d rule)."""
+    sizes = []
+    for axis, extent in ((0, win.height), (1, win.width)):
+        out = _var(ir.xvar, win.lead + axis, win.out_shape[-2 + axis])
+        start = _affine(out, stride[axis], c64(0), 1, -padding[axis])
+        end = ir.binary(Op.MIN, ir.binary(Op.ADD, start, c64(kernel[axis])), c64(extent + padding[axis]))
+        if count_include_pad:
+            sizes.append(ir.binary(Op.SUB, end, start))
+        else:
+            lo = ir.binary(Op.MAX, start, c64(0))
+            hi = ir.binary(Op.MIN, end, c64(extent))
+            sizes.append(ir.binary(Op.SUB, hi, lo))
+    return ir.binary(Op.MUL, sizes[0], sizes[1])
+
+
+@register(aten.avg_pool2d)
+def lower_avg_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, kernel_size: Any, stride: Any = None,
+                     padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                     divisor_override: int | None = None) -> TensorValue:
+    kernel = _pair(kernel_size, (1, 1))
+    return _avg_pool(ctx, node, x, kernel, _pair(stride, kernel), _pair(padding, (0, 0)), count_include_pad,
+                     divisor_override)
+
+
+@register(aten._adaptive_avg_pool2d)
+def lower_adaptive_avg_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, output_size: Any) -> TensorValue:
+    out_h, out_w = _pair(output_size, (1, 1))
+    height, width = x.shape[-2], x.shape[-1]
+    if out_h == 0 or out_w == 0 or height % out_h or width % out_w:
+        raise Unsupported(ExternReason.UNSUPPORTED_ARGS, "adaptive pooling with uneven windows")
+    kernel = (height // out_h, width // out_w)
+    return _avg_pool(ctx, node, x, kernel, kernel, (0, 0), True, None)
