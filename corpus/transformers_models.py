@@ -193,6 +193,10 @@ def _fix_per_layer_lists(out: dict[str, Any], original: dict[str, Any]) -> None:
     for key in _LAYER_KEYS:
         if out.get(key) == after and original.get(key) == before:
             out[key] = depth
+    # Per-layer overrides keyed by layer index: drop those of layers that no longer exist.
+    per_layer = original.get("per_layer_config")
+    if isinstance(per_layer, dict):
+        out["per_layer_config"] = {k: v for k, v in per_layer.items() if str(k).isdigit() and int(k) < depth}
 
 
 def _fix_rope(out: dict[str, Any]) -> None:
