@@ -10,6 +10,7 @@ chosen from (corpus.tiers), and the list of entries broken in eager, with why.
     crucible corpus check --source timm --recheck --match 'timm/resnet*'
     crucible corpus check --catalog            # regenerate corpus/data/<source>.json
     crucible corpus check --report             # failures recorded so far, no running
+    crucible corpus check --compact            # drop superseded and stale records
 """
 
 from __future__ import annotations
@@ -27,7 +28,13 @@ import traceback
 from typing import Any
 
 from corpus import SOURCES
-from corpus.tiers import append_measurement, load_catalog, load_measurements, write_catalog
+from corpus.tiers import (
+    append_measurement,
+    compact_measurements,
+    load_catalog,
+    load_measurements,
+    write_catalog,
+)
 
 # Sources this module checks (the hand-written zoo is checked by its own tests).
 CHECKED_SOURCES = ("torchvision", "timm", "transformers", "opinfo")
@@ -257,7 +264,9 @@ def report(sources: list[str]) -> int:
 
     rows, failures = [], []
     for source in sources:
-        records = load_measurements(source)
+        current = {e.name for e in _source_entries(source)}
+        # Records of entries no longer in the catalog (an op dropped, a model renamed) are stale.
+        records = {n: r for n, r in load_measurements(source).items() if n in current}
         statuses: dict[str, int] = {}
         for r in records.values():
             statuses[r["status"]] = statuses.get(r["status"], 0) + 1
@@ -303,11 +312,18 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--catalog", action="store_true",
                         help="regenerate the catalogs (corpus/data/<source>.json) instead of checking")
     parser.add_argument("--report", action="store_true", help="only print the recorded results")
+    parser.add_argument("--compact", action="store_true",
+                        help="rewrite the records keeping the latest per current entry (no check running)")
     args = parser.parse_args(argv)
     sources = args.source or list(CHECKED_SOURCES)
     os.environ.update(OFFLINE_ENV)
     if args.catalog:
         write_catalogs(sources)
+        return 0
+    if args.compact:
+        for source in sources:
+            kept = compact_measurements(source, [e.name for e in _source_entries(source)])
+            print(f"{source}: {kept} records kept")
         return 0
     if not args.report:
         todo = _todo(sources, args.match, args.recheck, args.limit)

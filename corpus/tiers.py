@@ -97,6 +97,21 @@ def append_measurement(source: str, record: dict[str, Any]) -> None:
         f.flush()
 
 
+def compact_measurements(source: str, names: Iterable[str]) -> int:
+    """Rewrite ``source``'s records keeping the latest one per current entry name.
+
+    Not safe while another check appends to the same file; run it on its own.
+    """
+    keep = set(names)
+    records = [r for n, r in sorted(load_measurements(source).items()) if n in keep]
+    path = measured_path(source)
+    if path.exists():
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r, sort_keys=True) + "\n" for r in records))
+        tmp.replace(path)
+    return len(records)
+
+
 @dataclass(frozen=True)
 class Metadata:
     """What tiers are decided from, for one entry."""

@@ -84,7 +84,17 @@ def test_run_checks_writes_each_record_at_once(tmp_path, monkeypatch: pytest.Mon
 
 def test_report_prints_recorded_failures(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     monkeypatch.setattr(tiers, "MEASURED_DIR", tmp_path)
-    tiers.append_measurement("timm", {"name": "timm/x", "status": "eager_fail", "error": "ValueError: nope"})
+    tiers.append_measurement("timm", {"name": "timm/resnet18", "status": "eager_fail", "error": "ValueError: nope"})
+    tiers.append_measurement("timm", {"name": "timm/gone", "status": "eager_fail", "error": "stale"})
     assert check.main(["--report", "--source", "timm"]) == 0
     out = capsys.readouterr().out
-    assert "timm/x" in out and "ValueError: nope" in out
+    assert "timm/resnet18" in out and "ValueError: nope" in out
+    assert "timm/gone" not in out  # a record of an entry no longer listed is stale
+
+
+def test_compact_keeps_the_latest_record_of_current_entries(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tiers, "MEASURED_DIR", tmp_path)
+    for record in ({"name": "s/a", "status": "timeout"}, {"name": "s/a", "status": "ok"}, {"name": "s/old", "status": "ok"}):
+        tiers.append_measurement("s", record)
+    assert tiers.compact_measurements("s", ["s/a", "s/b"]) == 1
+    assert (tmp_path / "s.jsonl").read_text().splitlines() == ['{"name": "s/a", "status": "ok"}']
