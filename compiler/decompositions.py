@@ -90,9 +90,16 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
     return out.to(x.dtype), empty, empty
 
 
+# Core-ATen rules we do not apply: torch's rule for CPU flash attention returns the attention
+# weights where the op returns its logsumexp (wrong shape as a second output).
+KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]
+
+
 def decomposition_table_for_compiler() -> dict[Any, Callable]:
     """core-ATen table + every rule in RULES (our own win over torch's for the same op)."""
     table = dict(core_aten_decompositions())
+    for op in KEEP_AS_EXTERN:
+        table.pop(op, None)
     for r in sorted(RULES.values(), key=lambda r: r.origin != "torch"):
         table[r.op] = r.fn
     return table

@@ -122,6 +122,7 @@ class LoweredGraph:
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # tensors the graph module holds
     single_output: bool = False  # the FX graph returns one value, not a tuple
+    moved_inputs: list[str] = field(default_factory=list)  # inputs on another device, copied first
 
     def buffers(self) -> dict[str, Buffer]:
         out = {b.name: b for b in self.inputs if b is not None}

@@ -213,6 +213,9 @@ class GraphLowering:
         name = f"arg{len(self.graph.inputs)}"
         buf = Buffer(name, val.dtype, tuple(val.shape), tuple(val.stride()), "input")
         self.graph.inputs.append(buf)
+        if val.device != self.graph.device:
+            # e.g. a CPU scalar tensor in a CUDA graph: kernels need it on the graph's device
+            self.graph.moved_inputs.append(name)
         # offsets are relative to the tensor's first element (what data_ptr points at)
         return Strided(name, buf.shape, buf.stride, 0, val.dtype)
 
@@ -224,6 +227,9 @@ class GraphLowering:
         if not isinstance(value, torch.Tensor):
             return value
         name = f"const{len(self.graph.constants)}"
+        if value.device != self.graph.device:
+            value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                        device=self.graph.device).copy_(value)
         self.graph.constants[name] = value
         return Strided(name, tuple(value.shape), tuple(value.stride()), 0, value.dtype)
 
@@ -234,6 +240,8 @@ class GraphLowering:
         if node.target is operator.getitem:
             return args[0][args[1]]
         rule = find_rule(node.target)
+        if any(t.dtype.is_complex for t in _tensors(val) + _tensors(list(args))):
+            return self.extern(node, args, kwargs, ExternReason.UNSUPPORTED_DTYPE, "complex tensors")
         if rule is None:
             return self.extern(node, args, kwargs, ExternReason.NO_LOWERING, "no lowering rule")
         try:
@@ -284,8 +292,9 @@ class GraphLowering:
         return value
 
 
-def _tensors(val: Any) -> list[torch.Tensor]:
-    if isinstance(val, torch.Tensor):
+def _tensors(val: Any) -> list:
+    """Tensors (or lowering values, which carry a dtype too) in a nested structure."""
+    if isinstance(val, (torch.Tensor, Lazy, View)):
         return [val]
     if isinstance(val, (list, tuple)):
         return [t for v in val for t in _tensors(v)]

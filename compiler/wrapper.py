@@ -89,6 +89,9 @@ class _WrapperWriter:
         outputs = _view_buffers(self.graph.outputs)
         last = self.last_uses()
         self.lines.append(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args" if inputs else "pass")
+        for name in self.graph.moved_inputs:
+            self.lines.append(f"{name} = torch.empty_strided({name}.size(), {name}.stride(), dtype={name}.dtype, "
+                              f"device=device).copy_({name})")
         # buffers no kernel ever computes (0-element outputs, unused results) still need storage
         stored = {s.buffer for st in self.schedule.steps if isinstance(st, Kernel) for s in st.live_stores()}
         for name in sorted(outputs - stored, key=_natural):

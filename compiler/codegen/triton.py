@@ -47,7 +47,7 @@ def literal(value: object, dtype: torch.dtype) -> str:
             return "float('inf')" if v > 0 else "float('-inf')"
         return repr(v)
     if dtype == torch.bool:
-        return "1" if value else "0"
+        return "True" if value else "False"  # int1, so `mask & True` stays a mask
     return str(int(value))  # type: ignore[call-overload]
 
 

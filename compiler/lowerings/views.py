@@ -157,7 +157,7 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
     assert isinstance(x, Strided)
     try:
         meta = torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta").view(shape)
-    except RuntimeError:
+    except (RuntimeError, ValueError):  # torch 2.11 raises ValueError for a non-viewable layout
         x = ctx.realize_contiguous(x)
         meta = torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta").view(shape)
     return Strided(x.buffer, tuple(meta.shape), tuple(meta.stride()), x.offset, x.dtype)

@@ -28,6 +28,7 @@ def test_no_lowering_rule_reason(codegen: str, device: str) -> None:
 
 @pytest.fixture
 def broken_lowering(monkeypatch: pytest.MonkeyPatch):
+    import compiler.lowerings  # noqa: F401  (register every rule first, or the import would undo the patch)
     from compiler.lowering import LOWERINGS
 
     def explode(*args, **kwargs):
@@ -111,3 +112,24 @@ def test_debug_and_dump(tmp_path, monkeypatch: pytest.MonkeyPatch, capfd, codege
                          timeout=300, env={**__import__("os").environ, "CRUCIBLE_DEBUG": "0"})
     assert run.returncode == 0, run.stderr[-3000:]
     assert "outputs match eager" in run.stdout
+
+
+def test_complex_ops_run_as_externs(codegen: str, device: str) -> None:
+    """Regression (opinfo fft.fft2): complex values reached the renderer's dtype table."""
+    x = torch.randn(4, 6, device=device)
+    fn = lambda a: torch.fft.fft2(a * 2).abs() + 1
+    report = compiler.inspect(fn, x, codegen=codegen, strict=True)
+    assert any(e.reason is ExternReason.UNSUPPORTED_DTYPE for e in report.externs)
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen, "strict": True})
+    torch.testing.assert_close(compiled(x), fn(x), rtol=1e-4, atol=1e-4)
+
+
+def test_cpu_flash_attention_keeps_its_logsumexp() -> None:
+    """Regression: torch's decomposition returned attention weights as the op's second output."""
+    q, k, v = (torch.randn(2, 2, 3, 4) for _ in range(3))
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+    fn = lambda a, b, c: op(a, b, c)
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": "triton", "strict": True})
+    got, want = compiled(q, k, v), fn(q, k, v)
+    assert [t.shape for t in got] == [t.shape for t in want]
+    torch.testing.assert_close(got[0], want[0])

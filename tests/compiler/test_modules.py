@@ -73,3 +73,11 @@ def test_parameter_gradients_match(codegen: str, device: str) -> None:
     ref(x).square().sum().backward()
     for (name, p), q in zip(model.named_parameters(), ref.parameters()):
         torch.testing.assert_close(p.grad, q.grad, rtol=1e-4, atol=1e-4, msg=lambda m, n=name: f"{n}: {m}")
+
+
+@pytest.mark.gpu
+def test_cpu_scalar_tensor_in_a_cuda_graph() -> None:
+    """Regression (transformers/speech_to_text): a CPU tensor input of a CUDA graph reached a kernel."""
+    x = torch.randn(4, 8, device="cuda")
+    scale = torch.tensor(3.0)
+    check_parity(lambda a, s: a * s + 1, (x, scale), "triton")

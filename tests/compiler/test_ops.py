@@ -268,3 +268,9 @@ POOLS = [
 def test_pooling(case: OpCase, dtype: torch.dtype, codegen: str, device: str) -> None:
     x = make((2, 3, 9, 8), dtype, "any", device)
     check_parity(case.fn, (x,), codegen)
+
+
+def test_reshape_of_a_non_viewable_layout(codegen: str, device: str) -> None:
+    """Regression (attention heads on torch 2.11): merging dims of a permuted tensor copies first."""
+    x = make((2, 4, 5, 8), F32, "any", device)
+    check_parity(lambda t: t.transpose(1, 2).reshape(2, 5, 32) * 2, (x,), codegen)
