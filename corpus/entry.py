@@ -8,8 +8,9 @@ under ``torch.manual_seed(entry.seed)`` so weights and inputs are deterministic.
 from __future__ import annotations
 
 import fnmatch
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 # Tiers, smallest first. An entry's tier is the smallest suite it belongs to;
 # every suite contains the entries of the tiers before it.
