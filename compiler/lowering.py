@@ -262,6 +262,8 @@ class GraphLowering:
                 return self.realize_viewable(v)
             if isinstance(v, (list, tuple)):
                 return type(v)(to_arg(x) for x in v)
+            if isinstance(v, dict):
+                return {k: to_arg(x) for k, x in v.items()}
             return v
 
         val = node.meta.get("val")
@@ -274,7 +276,7 @@ class GraphLowering:
             else:
                 outputs.append(None)
         name = self.new_name("extern")
-        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args)), to_arg(dict(kwargs)),
+        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args)), to_arg(kwargs),
                                            outputs, isinstance(val, (list, tuple)), reason, message))
         values = [Strided(b.name, b.shape, b.stride, 0, b.dtype) if b is not None else None for b in outputs]
         return values if isinstance(val, (list, tuple)) else values[0]

@@ -130,6 +130,8 @@ class Scheduler:
             else:
                 self.add(node)
         self.decide_stores()
+        # a kernel none of whose values anyone reads (dead code the graph kept) is not generated
+        self.steps = [s for s in self.steps if not isinstance(s, Kernel) or s.kept]
         sizes = {name: buf.storage_size for name, buf in self.graph.buffers().items()}
         for step in self.steps:
             if isinstance(step, Kernel):

@@ -133,3 +133,17 @@ def test_cpu_flash_attention_keeps_its_logsumexp() -> None:
     got, want = compiled(q, k, v), fn(q, k, v)
     assert [t.shape for t in got] == [t.shape for t in want]
     torch.testing.assert_close(got[0], want[0])
+
+
+def test_extern_keyword_tensor_arguments_are_realized() -> None:
+    """Regression (transformers/marian): a computed tensor passed by keyword to an extern call
+    reached ATen as a lowering value."""
+    q, k, v = (torch.randn(2, 2, 3, 4) for _ in range(3))
+    mask_src = torch.randn(3, 3)
+    op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default
+
+    def fn(a, b, c, m):
+        return op(a, b, c, attn_mask=torch.where(m > 0, 0.0, -1e4), scale=0.5)[0]
+
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": "triton", "strict": True})
+    torch.testing.assert_close(compiled(q, k, v, mask_src), fn(q, k, v, mask_src))

@@ -87,3 +87,18 @@ def test_dead_buffers_are_reused(codegen: str, device: str) -> None:
     wrapper = GraphCompilation(gm, codegen, "inference").compile()
     assert "# reuses" in wrapper.source
     torch.testing.assert_close(wrapper.call([x, w]), chain(x, w))
+
+
+def test_dead_kernel_is_not_generated(codegen: str) -> None:
+    """Regression (timm/test_vit_relpos): a realized value nobody reads produced a kernel with no
+    parameters, which is not valid Python."""
+    def fn(x):
+        dead = x.sum(0).sin().reshape(-1, 1)  # noqa: F841  (realized by the reshape; nothing reads it)
+        return x * 2
+
+    x = torch.randn(3, 5)
+    gm = _aten_graph(fn, x)
+    assert any("sin" in str(n.target) for n in gm.graph.nodes)
+    wrapper = GraphCompilation(gm, codegen, "inference").compile()
+    torch.testing.assert_close(wrapper.call([x]), x * 2)
+    assert wrapper.source.count("launchers[") == 1
