@@ -357,11 +357,21 @@ def lower_div(ctx: GraphLowering, node: Any, a: Any, b: Any, rounding_mode: str 
     if rounding_mode == "trunc":
         fn = (lambda x, y: trunc(x / y)) if common.is_floating_point else (lambda x, y: x / y)
     elif rounding_mode == "floor":
-        fn = ((lambda x, y: (x / y).u(Op.FLOOR)) if common.is_floating_point
-              else (lambda x, y: V(ir.binary(Op.FLOORDIV, x.e, y.e))))
+        fn = float_floor_div if common.is_floating_point else (lambda x, y: V(ir.binary(Op.FLOORDIV, x.e, y.e)))
     else:
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"rounding_mode={rounding_mode!r}")
     return pointwise(node, fn, a, b)
+
+
+def float_floor_div(x: V, y: V) -> V:
+    """ATen's floor division for floats: from the exact fmod, so a quotient just below an
+    integer is not rounded up to it by the division (floor(x / y) is off by one there)."""
+    mod = V(ir.binary(Op.MOD, x.e, y.e))
+    div = (x - mod) / y
+    div = sel(mod.ne(0) & (y < 0).ne(mod < 0), div - 1, div)
+    floored = div.u(Op.FLOOR)
+    floored = sel(div - floored > 0.5, floored + 1, floored)
+    return sel(y.eq(0), x / y, floored)
 
 
 def python_mod(x: V, y: V) -> V:
@@ -371,16 +381,12 @@ def python_mod(x: V, y: V) -> V:
 
 @register(aten.remainder)
 def lower_remainder(ctx: GraphLowering, node: Any, a: Any, b: Any) -> Lazy:
-    if promote(a, b).is_floating_point:
-        return pointwise(node, lambda x, y: x - (x / y).u(Op.FLOOR) * y, a, b)
-    return pointwise(node, python_mod, a, b)
+    return pointwise(node, python_mod, a, b)  # fmod-based for floats too, like ATen
 
 
 @register(aten.fmod)
 def lower_fmod(ctx: GraphLowering, node: Any, a: Any, b: Any) -> Lazy:
-    if promote(a, b).is_floating_point:
-        return pointwise(node, lambda x, y: x - trunc(x / y) * y, a, b)
-    return pointwise(node, lambda x, y: V(ir.binary(Op.MOD, x.e, y.e)), a, b)
+    return pointwise(node, lambda x, y: V(ir.binary(Op.MOD, x.e, y.e)), a, b)  # C fmod, floats and ints
 
 
 @register(aten.pow)
