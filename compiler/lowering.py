@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from compiler import ir
-from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, numel
+from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides
 from compiler.ir import Expr, Op
 from compiler.report import ExternReason
 
@@ -118,7 +118,6 @@ class GraphLowering:
         self.graph = LoweredGraph(inputs=[], device=device)
         self._counter = 0
         self.origin: str = ""
-        self.user_counts: dict[torch.fx.Node, int] = {}
         self.expr_origins: dict[Expr, str] = {}  # top expression of each lazy result -> its ATen op
 
     # --- naming and realization --------------------------------------------
@@ -180,7 +179,6 @@ class GraphLowering:
     def run(self) -> LoweredGraph:
         env: dict[torch.fx.Node, Any] = {}
         for node in self.gm.graph.nodes:
-            self.user_counts[node] = len(node.users)
             if node.op == "placeholder":
                 env[node] = self.lower_placeholder(node)
             elif node.op == "call_function":
@@ -313,10 +311,6 @@ def lower(gm: torch.fx.GraphModule, device: torch.device) -> LoweredGraph:
     import compiler.lowerings  # noqa: F401  (registers the rules)
 
     return GraphLowering(gm, device).run()
-
-
-def full_numel(value: TensorValue) -> int:
-    return numel(value.shape)
 
 
 __all__ = [

@@ -22,7 +22,6 @@ from compiler.lowering import (
     Strided,
     TensorValue,
     Unsupported,
-    broadcast_read,
     read,
     register,
 )
@@ -218,5 +217,3 @@ def lower_index(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any
             local.append(_wrap_index(read(i, sub), x.shape[d]))
     return Lazy(shape, dtype, read(x, local))
 
-
-__all__ = ["broadcast_read"]

@@ -15,8 +15,17 @@ import torch
 
 from compiler import ir
 from compiler.ir import ReduceOp
-from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, Unsupported, register
+from compiler.lowering import (
+    GraphLowering,
+    Lazy,
+    TensorValue,
+    Unsupported,
+    as_expr,
+    broadcast_read,
+    register,
+)
 from compiler.lowerings.pointwise import V, out_meta, pointwise
+from compiler.lowerings.views import reshape
 from compiler.report import ExternReason
 from compiler.scheduler import MAX_PERSISTENT_RNUMEL
 
@@ -51,9 +60,7 @@ def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], ke
         shape = tuple(1 if d in dims else n for d, n in enumerate(x.shape) if keepdim or d not in dims)
         if rnumel == 0 or op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
             return Lazy(shape, out_dtype, ir.const(identity, out_dtype))
-        from compiler.lowerings.views import reshape
-
-        return Lazy(shape, out_dtype, ir.cast(_as_lazy(reshape(ctx, x, shape)), out_dtype))
+        return Lazy(shape, out_dtype, ir.cast(as_expr(reshape(ctx, x, shape)), out_dtype))
     if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > MAX_PERSISTENT_RNUMEL:
         # index tracking is written for rows held in one block; longer rows stay with ATen
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > "
@@ -61,17 +68,9 @@ def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], ke
     return ctx.reduction(x, dims, keepdim, op, acc, out_dtype)
 
 
-def _as_lazy(x: TensorValue) -> ir.Expr:
-    from compiler.lowering import as_expr
-
-    return as_expr(x)
-
-
 def _source(ctx: GraphLowering, x: TensorValue, dtype: torch.dtype | None) -> TensorValue:
     if dtype is None or dtype == x.dtype:
         return x
-    from compiler.lowering import as_expr
-
     return Lazy(x.shape, dtype, ir.cast(as_expr(x), dtype))
 
 
@@ -123,8 +122,6 @@ def _arg(op: ReduceOp):
         if dim is None and keepdim:
             dims = list(range(len(x.shape)))
         elif dim is None:
-            from compiler.lowerings.views import reshape
-
             x, dims = reshape(ctx, x, (math.prod(x.shape),)), [0]
         else:
             dims = _dims(x, dim)
@@ -152,8 +149,6 @@ register(aten.min.dim)(_minmax_dim(ReduceOp.MIN, ReduceOp.ARGMIN))
 
 
 def _truth(ctx: GraphLowering, x: TensorValue) -> TensorValue:
-    from compiler.lowering import as_expr
-
     e = as_expr(x)
     nonzero = ir.binary(ir.Op.NE, e, ir.const(0, e.dtype)) if e.dtype != torch.bool else e
     return Lazy(x.shape, torch.int32, ir.cast(nonzero, torch.int32))
@@ -179,8 +174,6 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
              ) -> tuple[TensorValue, TensorValue]:
     """Two-pass variance (mean first, then squared deviations): numerically sound, and
     both reductions fuse into one kernel when the reduction fits a block."""
-    from compiler.lowering import as_expr, broadcast_read
-
     if not x.dtype.is_floating_point:
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "var of a non-float tensor")
     d = _dims(x, dims)
@@ -198,8 +191,6 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
     if keepdim:
         mean = Lazy(mean_kd.shape, x.dtype, ir.cast(mean_kd.expr, x.dtype))
     else:
-        from compiler.lowerings.views import reshape
-
         mean_flat = reshape(ctx, mean_kd, var.shape)
         mean = Lazy(var.shape, x.dtype, ir.cast(as_expr(mean_flat), x.dtype))
     return var, mean
@@ -217,5 +208,3 @@ def lower_var_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = No
     var, mean = variance(ctx, node, x, dims, correction, keepdim)
     return [var, mean]
 
-
-__all__ = ["Strided"]
