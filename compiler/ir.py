@@ -90,9 +90,11 @@ class Expr:
     src: tuple[Expr, ...] = ()
     arg: Any = None
     _hash: int = field(default=0, repr=False, compare=False)
+    depth: int = field(default=1, repr=False, compare=False)  # longest path to a leaf
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "_hash", hash((self.op, self.dtype, self.src, self.arg)))
+        object.__setattr__(self, "depth", 1 + max((s.depth for s in self.src), default=0))
 
     def __hash__(self) -> int:
         return self._hash

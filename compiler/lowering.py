@@ -30,6 +30,9 @@ aten = torch.ops.aten
 
 # A realized expression with more operations than this is not inlined twice.
 MAX_INLINE_OPS = 64
+# Lazy values deeper than this are realized: the IR's passes recurse over expressions, and a
+# long op chain (a loop unrolled by Dynamo) must not reach Python's recursion limit.
+MAX_LAZY_DEPTH = 64
 
 
 class Unsupported(Exception):
@@ -250,6 +253,8 @@ class GraphLowering:
     def maybe_realize(self, node: torch.fx.Node, value: Any) -> Any:
         """Realize big lazy expressions that several users would otherwise recompute."""
         if isinstance(value, Lazy) and len(node.users) > 1 and count_ops(value.expr) > MAX_INLINE_OPS:
+            return self.realize(value)
+        if isinstance(value, Lazy) and value.expr.depth > MAX_LAZY_DEPTH:
             return self.realize(value)
         return value
 

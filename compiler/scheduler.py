@@ -24,6 +24,10 @@ from compiler.graph import ComputedNode, ExternNode, LoweredGraph, View, numel
 from compiler.ir import Expr, Op
 from compiler.report import FusionRefusal
 
+# Fusion forwards a producer's value into its consumer's expression; past this depth the
+# consumer starts a new kernel instead (renderers recurse over expressions).
+MAX_FUSED_DEPTH = 192
+
 # Reductions up to this many elements keep a whole row in one block ("persistent"),
 # which lets several reductions and their consumers share one kernel.
 MAX_PERSISTENT_RNUMEL = 32768
@@ -243,7 +247,12 @@ class Scheduler:
                 return value, (f"reads kernel-local {e.arg} at {ir.render_expr(e.src[0])}, "
                                f"produced at {ir.render_expr(index)}")
             mapping[e] = ir.cast(produced_value, e.dtype)
-        return (ir.substitute(value, mapping) if mapping else value), None
+        if not mapping:
+            return value, None
+        fused = ir.substitute(value, mapping)
+        if fused.depth > MAX_FUSED_DEPTH:
+            return value, f"fused expression would be {fused.depth} deep (limit {MAX_FUSED_DEPTH})"
+        return fused, None
 
     def decide_stores(self) -> None:
         needed: set[str] = set()

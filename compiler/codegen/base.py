@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from compiler.ir import Op
+from compiler.ir import Expr, Op
 from compiler.scheduler import Kernel
 
 
@@ -38,3 +38,45 @@ class Renderer:
             for e in store.value.walk():
                 if e.op not in self.OPS:
                     raise ValueError(f"{self.codegen} renderer cannot emit {e.op} (kernel {kernel.name})")
+
+
+class ExprLevels:
+    """Where a value of a reduction kernel lives, memoized per expression.
+
+    ``is_xr``: it varies along the reduced dims (an RVAR outside any REDUCE), so it is
+    computed per reduction element; otherwise once per outer point. ``after_reduce``:
+    it depends on a REDUCE result, so it can only be computed after that reduction.
+    Iterative, because fused expressions can be deeper than Python's recursion limit.
+    """
+
+    def __init__(self) -> None:
+        self._xr: dict[Expr, bool] = {}
+        self._after: dict[Expr, bool] = {}
+
+    def _fill(self, root: Expr) -> None:
+        stack: list[tuple[Expr, bool]] = [(root, False)]
+        while stack:
+            e, ready = stack.pop()
+            if e in self._xr:
+                continue
+            if not ready:
+                stack.append((e, True))
+                stack.extend((s, False) for s in e.src if s not in self._xr)
+                continue
+            if e.op is Op.RVAR:
+                self._xr[e] = True
+            elif e.op is Op.REDUCE:
+                self._xr[e] = False
+            else:
+                self._xr[e] = any(self._xr[s] for s in e.src)
+            self._after[e] = e.op is Op.REDUCE or any(self._after[s] for s in e.src)
+
+    def is_xr(self, e: Expr) -> bool:
+        if e not in self._xr:
+            self._fill(e)
+        return self._xr[e]
+
+    def after_reduce(self, e: Expr) -> bool:
+        if e not in self._after:
+            self._fill(e)
+        return self._after[e]

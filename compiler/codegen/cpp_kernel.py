@@ -13,7 +13,7 @@ import math
 import torch
 
 from compiler import cpp_build, ir
-from compiler.codegen.base import RenderedKernel
+from compiler.codegen.base import ExprLevels, RenderedKernel
 from compiler.codegen.cpp import (
     CALL,
     CASCADE_BLOCK,
@@ -69,7 +69,7 @@ class KernelWriter:
         self.args: list[str] = []
         self.written = {s.buffer for s in self.live}
         self.counter = 0
-        self._xr: dict[Expr, bool] = {}
+        self.levels = ExprLevels()
         self.root = Scope(None)
         self.scope = self.root
         self.xscope: Scope | None = None  # per outer point, in reduction kernels
@@ -96,16 +96,7 @@ class KernelWriter:
 
     def is_xr(self, e: Expr) -> bool:
         """Depends on a reduction index outside any REDUCE."""
-        hit = self._xr.get(e)
-        if hit is None:
-            if e.op is Op.RVAR:
-                hit = True
-            elif e.op is Op.REDUCE:
-                hit = False
-            else:
-                hit = any(self.is_xr(s) for s in e.src)
-            self._xr[e] = hit
-        return hit
+        return self.levels.is_xr(e)
 
     # --- expressions --------------------------------------------------------------------------
     def value(self, e: Expr) -> str:

@@ -18,7 +18,7 @@ import math
 import torch
 
 from compiler import ir
-from compiler.codegen.base import RenderedKernel, Renderer
+from compiler.codegen.base import ExprLevels, RenderedKernel, Renderer
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
@@ -124,8 +124,7 @@ class _KernelWriter:
         self.names: dict[Expr, str] = {}
         self.args: list[str] = []
         self.params: dict[str, str] = {}
-        self._xr: dict[Expr, bool] = {}
-        self._after_reduce: dict[Expr, bool] = {}
+        self.levels = ExprLevels()
         self.counter = 0
 
     # --- helpers --------------------------------------------------------------------
@@ -136,23 +135,10 @@ class _KernelWriter:
         return self.params[buffer]
 
     def is_xr(self, e: Expr) -> bool:
-        hit = self._xr.get(e)
-        if hit is None:
-            if e.op is Op.RVAR:
-                hit = True
-            elif e.op is Op.REDUCE:
-                hit = False
-            else:
-                hit = any(self.is_xr(s) for s in e.src)
-            self._xr[e] = hit
-        return hit
+        return self.levels.is_xr(e)
 
     def after_reduce(self, e: Expr) -> bool:
-        hit = self._after_reduce.get(e)
-        if hit is None:
-            hit = e.op is Op.REDUCE or any(self.after_reduce(s) for s in e.src)
-            self._after_reduce[e] = hit
-        return hit
+        return self.levels.after_reduce(e)
 
     def section(self, e: Expr) -> list[str]:
         if not self.looped:

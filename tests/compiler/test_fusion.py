@@ -102,3 +102,17 @@ def test_dead_kernel_is_not_generated(codegen: str) -> None:
     wrapper = GraphCompilation(gm, codegen, "inference").compile()
     torch.testing.assert_close(wrapper.call([x]), x * 2)
     assert wrapper.source.count("launchers[") == 1
+
+
+def test_long_op_chains_compile(codegen: str, device: str) -> None:
+    """Regression: a 1,400-op pointwise chain (an unrolled loop) hit Python's recursion limit in lowering."""
+    def chain(x):
+        for _ in range(700):
+            x = x * 1.0001 + 0.001
+        return x
+
+    x = torch.randn(64, device=device)
+    report = report_for(chain, x, codegen=codegen)
+    assert 1 < len(report.kernels) < 60 and not report.externs
+    compiled = torch.compile(chain, backend="crucible", options={"codegen": codegen, "strict": True})
+    torch.testing.assert_close(compiled(x), chain(x))
