@@ -8,9 +8,11 @@ emit; lowering never produces others, and ``check_ops`` guards the contract.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from compiler import ir
 from compiler.ir import Expr, Op
 from compiler.scheduler import Kernel
 
@@ -80,3 +82,17 @@ class ExprLevels:
         if e not in self._after:
             self._fill(e)
         return self._after[e]
+
+
+def affine_index_code(index: Expr, name_of: Callable[[Expr], str]) -> str | None:
+    """``index`` as ``a + 3 * b + 7`` (valid C++ and Python), or None when it is not affine.
+
+    ``name_of`` renders a loop variable or other term; both renderers share this text."""
+    aff = ir.to_affine(index)
+    if aff is None:
+        return None
+    terms = [name_of(var) if coef == 1 else f"{coef} * {name_of(var)}"
+             for var, coef in aff.items() if var is not None and coef != 0]
+    if aff.get(None, 0) or not terms:
+        terms.append(str(aff.get(None, 0)))
+    return " + ".join(terms)

@@ -13,7 +13,7 @@ import math
 import torch
 
 from compiler import cpp_build, ir
-from compiler.codegen.base import ExprLevels, RenderedKernel
+from compiler.codegen.base import ExprLevels, RenderedKernel, affine_index_code
 from compiler.codegen.cpp import (
     CALL,
     CASCADE_BLOCK,
@@ -127,19 +127,8 @@ class KernelWriter:
         return name
 
     def index_code(self, e: Expr) -> str:
-        aff = ir.to_affine(e)
-        if aff is None:
-            return self.value(e)
-        terms = []
-        for var, coef in aff.items():
-            if var is None or coef == 0:
-                continue
-            name = self.value(var)
-            terms.append(name if coef == 1 else f"{name} * {coef}")
-        const = aff.get(None, 0)
-        if const or not terms:
-            terms.append(str(const))
-        return " + ".join(terms).replace("+ -", "- ")
+        code = affine_index_code(e, self.value)
+        return code.replace("+ -", "- ") if code is not None else self.value(e)
 
     def op_code(self, e: Expr) -> str:
         op = e.op

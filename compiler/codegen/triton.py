@@ -17,8 +17,7 @@ import math
 
 import torch
 
-from compiler import ir
-from compiler.codegen.base import ExprLevels, RenderedKernel, Renderer
+from compiler.codegen.base import ExprLevels, RenderedKernel, Renderer, affine_index_code
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
@@ -168,18 +167,8 @@ class _KernelWriter:
 
     # --- expressions --------------------------------------------------------------
     def index_code(self, e: Expr) -> str:
-        aff = ir.to_affine(e)
-        if aff is None:
-            return self.expr(e)
-        terms = []
-        for var, coef in aff.items():
-            if var is None or coef == 0:
-                continue
-            name = self.expr(var)
-            terms.append(name if coef == 1 else f"{coef} * {name}")
-        if aff.get(None, 0) or not terms:
-            terms.append(str(aff.get(None, 0)))
-        return " + ".join(terms)
+        code = affine_index_code(e, self.expr)
+        return code if code is not None else self.expr(e)
 
     def expr(self, e: Expr) -> str:
         hit = self.names.get(e)
