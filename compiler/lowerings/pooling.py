@@ -52,6 +52,10 @@ class Window:
         self.kh, self.kw = _var(ir.rvar, 0, kernel[0]), _var(ir.rvar, 1, kernel[1])
         self.ih = _affine(oh, stride[0], self.kh, dilation[0], -padding[0])
         self.iw = _affine(ow, stride[1], self.kw, dilation[1], -padding[1])
+        # axes whose window positions can leave the input (padding, ceil mode) need bounds checks
+        # and clamped reads; the others read in bounds for every output and window position
+        self.h_leaves = _may_leave(out_shape[-2], stride[0], kernel[0], dilation[0], padding[0], self.height)
+        self.w_leaves = _may_leave(out_shape[-1], stride[1], kernel[1], dilation[1], padding[1], self.width)
 
     @property
     def rranges(self) -> tuple[int, int]:
@@ -60,9 +64,14 @@ class Window:
     def lead_index(self) -> list[Expr]:
         return [_var(ir.xvar, d, self.out_shape[d]) for d in range(self.lead)]
 
-    def valid(self) -> Expr:
-        checks = [ir.binary(Op.GE, self.ih, c64(0)), ir.binary(Op.LT, self.ih, c64(self.height)),
-                  ir.binary(Op.GE, self.iw, c64(0)), ir.binary(Op.LT, self.iw, c64(self.width))]
+    def valid(self) -> Expr | None:
+        """Whether the window position is inside the input; None when it always is."""
+        checks = []
+        for leaves, pos, extent in ((self.h_leaves, self.ih, self.height), (self.w_leaves, self.iw, self.width)):
+            if leaves:
+                checks += [ir.binary(Op.GE, pos, c64(0)), ir.binary(Op.LT, pos, c64(extent))]
+        if not checks:
+            return None
         out = checks[0]
         for c in checks[1:]:
             out = ir.binary(Op.AND, out, c)
@@ -70,9 +79,18 @@ class Window:
 
     def value(self, fill: Any, dtype: torch.dtype) -> Expr:
         """The input at the window position, ``fill`` where the window leaves the input."""
-        index = self.lead_index() + [clamp_index(self.ih, self.height), clamp_index(self.iw, self.width)]
-        loaded = ir.cast(read(self.x, index), dtype)
-        return ir.where(self.valid(), loaded, ir.const(fill, dtype))
+        ih = clamp_index(self.ih, self.height) if self.h_leaves else self.ih
+        iw = clamp_index(self.iw, self.width) if self.w_leaves else self.iw
+        loaded = ir.cast(read(self.x, self.lead_index() + [ih, iw]), dtype)
+        valid = self.valid()
+        return loaded if valid is None else ir.where(valid, loaded, ir.const(fill, dtype))
+
+
+def _may_leave(out_size: int, stride: int, kernel: int, dilation: int, padding: int, extent: int) -> bool:
+    """Whether ``out * stride - padding + k * dilation`` leaves ``[0, extent)`` for some output
+    position ``out < out_size`` and window offset ``k < kernel``."""
+    last = (out_size - 1) * stride - padding + (kernel - 1) * dilation
+    return padding > 0 or last >= extent
 
 
 def _affine(out: Expr, stride: int, window: Expr, dilation: int, offset: int) -> Expr:
