@@ -92,11 +92,19 @@ inline T min_propagate_nan(T a, T b) {
 // All are branch-free selects where the renderer needs them inside vectorized loops.
 
 // NaN-propagating max/min as selects (vectorizable; same results as the functions above).
+// Two plain selects: GCC 12 (with -fno-trapping-math) if-converts these inside loop nests, while
+// one select on (a > b) | (a != a) or (a > b || a != a) kept a branch there, unvectorized.
 template <typename T>
-inline T max_nan(T a, T b) { return ((a > b) | (a != a)) ? a : b; }
+inline T max_nan(T a, T b) {
+  const T m = a > b ? a : b;
+  return a != a ? a : m;
+}
 
 template <typename T>
-inline T min_nan(T a, T b) { return ((a < b) | (a != a)) ? a : b; }
+inline T min_nan(T a, T b) {
+  const T m = a < b ? a : b;
+  return a != a ? a : m;
+}
 
 // Integer division and remainder: C semantics (truncation, sign of the dividend), with the two
 // cases C leaves undefined (and x86 traps on) defined: division by zero gives 0, and
@@ -125,6 +133,34 @@ inline T div_floor(T a, T b) {
     if (b != T(0) && mod_trunc(a, b) != T(0) && ((a < T(0)) != (b < T(0)))) q = T(q - 1);
   }
   return q;
+}
+
+// Integer +, -, *, negation of int32/int64 values wrap around like ATen's instead of being
+// undefined behaviour on overflow. Kernels are not built with -fwrapv: it would make the
+// optimizer treat index arithmetic as possibly wrapping and stop vectorizing strided loads.
+template <typename T>
+inline T wrap_add(T a, T b) { using U = std::make_unsigned_t<T>; return T(U(a) + U(b)); }
+
+template <typename T>
+inline T wrap_sub(T a, T b) { using U = std::make_unsigned_t<T>; return T(U(a) - U(b)); }
+
+template <typename T>
+inline T wrap_mul(T a, T b) { using U = std::make_unsigned_t<T>; return T(U(a) * U(b)); }
+
+template <typename T>
+inline T wrap_neg(T a) { using U = std::make_unsigned_t<T>; return T(U(0) - U(a)); }
+
+// + and * for lane folds of any accumulator type (wrapping for int32/int64 accumulators).
+template <typename T>
+inline T fold_plus(T a, T b) {
+  if constexpr (std::is_integral_v<T> && sizeof(T) >= sizeof(int)) return wrap_add(a, b);
+  else return a + b;
+}
+
+template <typename T>
+inline T fold_times(T a, T b) {
+  if constexpr (std::is_integral_v<T> && sizeof(T) >= sizeof(int)) return wrap_mul(a, b);
+  else return a * b;
 }
 
 // Shifts like ATen: a shift by a negative amount or by the bit width or more gives 0
@@ -179,14 +215,14 @@ inline T fold_sum(const T* lanes) {
   T tmp[L];
   for (int j = 0; j < L; ++j) tmp[j] = lanes[j];
   for (int width = L / 2; width >= 1; width /= 2)
-    for (int j = 0; j < width; ++j) tmp[j] = tmp[j] + tmp[j + width];
+    for (int j = 0; j < width; ++j) tmp[j] = fold_plus(tmp[j], tmp[j + width]);
   return tmp[0];
 }
 
 template <typename T, int L>
 inline T fold_prod(const T* lanes) {
   T acc = lanes[0];
-  for (int j = 1; j < L; ++j) acc = acc * lanes[j];
+  for (int j = 1; j < L; ++j) acc = fold_times(acc, lanes[j]);
   return acc;
 }
 

@@ -167,8 +167,8 @@ class CppLauncher:
         self.fn(*[t.data_ptr() for t in tensors])
 
 
-# -fwrapv: integer overflow wraps like ATen's instead of being undefined behaviour the optimizer
-# may exploit. -fno-trapping-math: floating-point exceptions are not observable from torch, and
+# Integer overflow wraps like ATen's through the prelude's wrap_* helpers, not -fwrapv (which
+# blocks vectorizing strided loads, see cpp_prelude.h). -fno-trapping-math: floating-point exceptions are not observable from torch, and
 # without it g++ will not vectorize floor/ceil/float-int conversions (so neither exp_f32); values
 # are unchanged (unlike -ffast-math, it allows no reassociation and keeps NaN/inf/-0.0 semantics).
-EXTRA_FLAGS = ("-fwrapv", "-fno-trapping-math")
+EXTRA_FLAGS = ("-fno-trapping-math",)
