@@ -143,6 +143,8 @@ class KernelWriter:
         is_float = dt.is_floating_point
         if op is Op.CAST:
             return self.cast(a[0], e.src[0].dtype, e.dtype)
+        if op in WRAPPING and dt in WIDE_INTS:
+            return f"crucible::{WRAPPING[op]}<{t}>({a[0]}, {a[1]})"
         if op in INFIX:
             return f"{a[0]} {INFIX[op]} {a[1]}"
         if op is Op.DIV:
@@ -165,7 +167,7 @@ class KernelWriter:
         if op is Op.WHERE:
             return f"{a[0]} ? {a[1]} : {a[2]}"
         if op is Op.NEG:
-            return f"-{a[0]}"
+            return f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS else f"-{a[0]}"
         if op is Op.ABS:
             return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
         if op is Op.EXP:
@@ -222,18 +224,23 @@ class KernelWriter:
         return True
 
     def pointwise(self) -> list[str]:
-        k = self.k
         body = Scope(self.root)
         self.scope = body
         for s in self.live:
             self.store(s)
         self.scope = self.root
-        n = len(k.ranges)
-        if n == 0:
+        if not self.k.ranges:
             return body.lines
-        parallel = k.xnumel * self.work_per_element() >= PARALLEL_MIN_WORK and k.xnumel > 1
+        simd = self.inner_simd_ok(ir.xvar(len(self.k.ranges) - 1))
+        return self.x_nest(body.lines, simd, self.k.xnumel * self.work_per_element())
+
+    def x_nest(self, body: list[str], simd: bool, work: int) -> list[str]:
+        """``body`` inside one loop per outer dim, the innermost dim last (``#pragma omp simd``
+        when ``simd``), the outer loops shared by threads when ``work`` is worth it."""
+        k = self.k
+        n = len(k.ranges)
+        parallel = work >= PARALLEL_MIN_WORK and k.xnumel > 1
         inner = n - 1
-        simd = self.inner_simd_ok(ir.xvar(inner))
         size = k.ranges[inner]
         outer_points = math.prod(k.ranges[:inner])
         tiled = parallel and n >= 2 and outer_points < TILE_MAX_OUTER and size >= 2 * INNER_TILE
@@ -247,7 +254,7 @@ class KernelWriter:
                 "#pragma omp parallel for schedule(static)"
         else:
             pragma = "#pragma omp simd" if simd else None
-        lines = block(f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var})", body.lines, pragma)
+        lines = block(f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var})", body, pragma)
         heads = [f"for (int64_t x{d} = 0; x{d} < {k.ranges[d]}; ++x{d})" for d in range(inner)]
         if tiled:
             heads.append(f"for (int64_t xt = 0; xt < {-(-size // INNER_TILE)}; ++xt)")
@@ -279,6 +286,8 @@ class KernelWriter:
         xr_stores = [s for s in self.live if s.level == "xr" or self.is_xr(s.value)]
         x_stores = [s for s in self.live if s not in xr_stores]
         passes = max([*depth.values(), *(pass_of(s) for s in xr_stores)], default=0)
+        if passes == 1 and not xr_stores and k.ranges and k.rnumel <= WINDOW_MAX_RNUMEL:
+            return self.window_reduction(reduces, x_stores)
         if passes == 1 and not xr_stores and self.column_layout():
             return self.column_reduction(reduces, x_stores)
         split = self.split_count() if passes == 1 and not xr_stores else 1
@@ -302,6 +311,41 @@ class KernelWriter:
         pragma = "#pragma omp parallel for schedule(static)" if k.xnumel > 1 and work >= PARALLEL_MIN_WORK \
             else None
         return block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", self.unravel_x() + xscope.lines, pragma)
+
+    def window_reduction(self, reduces: list[Expr], x_stores: list[Store]) -> list[str]:
+        """Short reductions (pooling windows, a few rows): the outer dims as a loop nest like a
+        pointwise kernel, the innermost vectorized across output points, and per point the whole
+        reduced space in constant-trip loops the C++ compiler unrolls (no per-point index
+        arithmetic, no lane arrays)."""
+        k = self.k
+        xscope = Scope(self.root)
+        self.xscope = xscope
+        head: list[str] = []
+        accs = []
+        for e in reduces:
+            acc = self.fresh("acc")
+            accs.append((e, acc))
+            head += self.acc_decl(e, acc, 1, False)
+        rscope = Scope(xscope)
+        self.scope = rscope
+        for e, acc in accs:
+            self.accumulate(e, acc, "0")
+        loop = rscope.lines
+        for d in reversed(range(len(k.rranges))):
+            loop = block(f"for (int64_t r{d} = 0; r{d} < {k.rranges[d]}; ++r{d})", loop)
+        xscope.lines += head + loop
+        for e, acc in accs:
+            name = self.fresh("red")
+            xscope.lines.append(f"const {cvalue_type(e.dtype)} {name} = {self.fold(e, acc, 1, False)};")
+            xscope.names[e] = name
+        self.scope = xscope
+        for s in x_stores:
+            self.store(s)
+        self.scope, self.xscope = self.root, None
+        inner = ir.xvar(len(k.ranges) - 1)
+        simd = all(_stride_along(s.index, inner) == 1 for s in self.live)
+        work = k.xnumel * k.rnumel * max(1, len(reduces))
+        return self.x_nest(xscope.lines, simd, work)
 
     def plan_row_buffers(self, plan: list[tuple[list[Expr], list[Store]]]) -> None:
         """Keep expensive xr-level values (exp, log, ...) that a later pass needs again in a
@@ -568,7 +612,10 @@ class KernelWriter:
         t = cvalue_type(e.dtype)
         if compute_dtype(src.dtype) != compute_dtype(e.dtype):
             v = f"static_cast<{t}>({v})"
-        if op is ReduceOp.SUM:
+        if op in (ReduceOp.SUM, ReduceOp.PROD) and compute_dtype(e.dtype) in WIDE_INTS:
+            fn = "wrap_add" if op is ReduceOp.SUM else "wrap_mul"
+            lines.append(f"{slot} = crucible::{fn}<{t}>({slot}, {v});")
+        elif op is ReduceOp.SUM:
             lines.append(f"{slot} = {slot} + {v};")
         elif op is ReduceOp.PROD:
             lines.append(f"{slot} = {slot} * {v};")
@@ -619,12 +666,26 @@ class KernelWriter:
         raise KeyError(buf)
 
 
+# Integer ops that overflow (undefined in C++) in the types C++ does not promote: rendered as
+# wrapping helpers. Narrower integers compute in int, where they cannot overflow.
+WRAPPING = {Op.ADD: "wrap_add", Op.SUB: "wrap_sub", Op.MUL: "wrap_mul"}
+WIDE_INTS = frozenset({torch.int32, torch.int64})
+
 # xr-level values worth keeping in a row buffer rather than recomputing in a later pass
 EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.SQRT, Op.RSQRT, Op.DIV})
 ROW_BUFFER_BYTES = 64 * 1024  # on the stack of each thread, per buffered value
 # Fewer outer points than this leave threads idle, so a long innermost dim is tiled. A constant,
 # not the thread count: the source (and the cache key) must not depend on the thread setting.
 TILE_MAX_OUTER = 16
+# Reductions over at most this many elements per output point take the window layout
+# (pooling windows, softmax over a handful of classes).
+WINDOW_MAX_RNUMEL = 64
+
+
+def _stride_along(index: Expr, var: Expr) -> int | None:
+    """The coefficient of ``var`` in an affine ``index``; None when the index is not affine."""
+    aff = ir.to_affine(index)
+    return None if aff is None else aff.get(var, 0)
 
 
 def _safe_divisor(e: Expr) -> bool:

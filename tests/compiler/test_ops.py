@@ -260,6 +260,9 @@ POOLS = [
     OpCase("adaptive_avg_pool_global", lambda x: F.adaptive_avg_pool2d(x, 1)),
     OpCase("adaptive_avg_pool_even", lambda x: F.adaptive_avg_pool2d(x, (3, 2))),
     OpCase("bn_relu_pool", lambda x: F.max_pool2d(torch.relu(x * 2 - 1), 2)),
+    OpCase("max_pool_nan", lambda x: F.max_pool2d(x / x.round(), 3, 1)),
+    OpCase("max_pool_nan_padded", lambda x: F.max_pool2d(x / x.round(), 3, 2, 1, return_indices=True)),
+    OpCase("min_pool_window", lambda x: -F.max_pool2d(-x, (2, 3), (1, 2))),
 ]
 
 
@@ -268,6 +271,25 @@ POOLS = [
 def test_pooling(case: OpCase, dtype: torch.dtype, codegen: str, device: str) -> None:
     x = make((2, 3, 9, 8), dtype, "any", device)
     check_parity(case.fn, (x,), codegen)
+
+
+def test_pooling_inside_the_input_has_no_bounds_checks(codegen: str, device: str) -> None:
+    """Windows that never leave the input (no padding, no ceil-mode overhang) read without masks
+    or clamps; only padded axes get them."""
+    x = make((2, 3, 8, 8), F32, "any", device)
+    report = check_parity(lambda t: F.max_pool2d(t, 2), (x,), codegen)
+    assert not {"where", "ge", "lt", "max", "min"} & set(report.kernels[0].ir_ops)
+    padded = check_parity(lambda t: F.max_pool2d(t, 3, 2, 1), (x,), codegen)
+    assert {"where", "ge", "lt"} <= set(padded.kernels[0].ir_ops)
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, I64], ids=["int32", "int64"])
+def test_integer_overflow_wraps_like_aten(dtype: torch.dtype, codegen: str, device: str) -> None:
+    """Regression: integer +, -, *, negation and sums wrap around on overflow like ATen's
+    (generated C++ must not rely on undefined signed overflow)."""
+    info = torch.iinfo(dtype)
+    x = torch.tensor([[info.max, info.min, info.max - 3, 7]] * 3, device=device, dtype=dtype)
+    check_parity(lambda t: (t + 5, t - 9, t * 3, -t, t.sum(-1), (t * t).sum(0)), (x,), codegen)
 
 
 def test_reshape_of_a_non_viewable_layout(codegen: str, device: str) -> None:
