@@ -121,7 +121,11 @@ class GraphLowering:
         self.graph = LoweredGraph(inputs=[], device=device)
         self._counter = 0
         self.origin: str = ""
-        self.expr_origins: dict[Expr, str] = {}  # top expression of each lazy result -> its ATen op
+        # ATen ops whose computation is inlined in the node being lowered (its own op and the
+        # lazy inputs' ops), and the same for the top expression of each lazy result
+        self.pending: tuple[str, ...] = ()
+        self.node_origins: dict[torch.fx.Node, tuple[str, ...]] = {}
+        self.expr_origins: dict[Expr, tuple[str, ...]] = {}
 
     # --- naming and realization --------------------------------------------
     def new_name(self, prefix: str = "buf") -> str:
@@ -137,9 +141,12 @@ class GraphLowering:
         return Strided(buf.name, shape, buf.stride, 0, value.dtype)
 
     def origins_of(self, body: Expr) -> tuple[str, ...]:
-        """ATen ops whose lazy results were inlined into ``body``, in program order."""
-        found = [self.expr_origins[e] for e in body.walk() if e in self.expr_origins]
-        return tuple(dict.fromkeys(found or [self.origin]))
+        """ATen ops computed by a node holding ``body``, in program order: those of a lazy result
+        realized as is, else those inlined into the node being lowered."""
+        if body in self.expr_origins:
+            return self.expr_origins[body]
+        found = [o for e in body.walk() if e in self.expr_origins for o in self.expr_origins[e]]
+        return tuple(dict.fromkeys([*found, *self.pending]))
 
     def realize_contiguous(self, value: TensorValue) -> Strided:
         """A dense row-major buffer holding ``value`` (copies non-contiguous views)."""
@@ -186,12 +193,16 @@ class GraphLowering:
                 env[node] = self.lower_placeholder(node)
             elif node.op == "call_function":
                 self.origin = str(getattr(node.target, "__name__", node.target))
+                inlined = [o for a in node.all_input_nodes for o in self.node_origins.get(a, ())]
+                self.pending = tuple(dict.fromkeys([*inlined, self.origin]))
                 args = torch.fx.node.map_arg(node.args, lambda n: env[n])
                 kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
                 value = self.maybe_realize(node, self.lower_call(node, args, kwargs))
-                for v in value if isinstance(value, (list, tuple)) else [value]:
-                    if isinstance(v, Lazy):
-                        self.expr_origins.setdefault(v.expr, self.origin)
+                lazy = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, Lazy)]
+                for v in lazy:
+                    self.expr_origins.setdefault(v.expr, self.pending)
+                if lazy:
+                    self.node_origins[node] = self.pending
                 env[node] = value
             elif node.op == "get_attr":
                 env[node] = self.lower_constant(node)

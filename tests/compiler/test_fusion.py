@@ -36,6 +36,18 @@ def test_layer_norm_is_one_kernel(codegen: str, device: str) -> None:
     assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction"
 
 
+def test_report_lists_every_fused_op(codegen: str, device: str) -> None:
+    """Regression: a kernel whose reduction re-indexes its inlined producers (pooling) listed only
+    the last view op; it lists every ATen op computed in it."""
+    bn = torch.nn.BatchNorm2d(3).eval().to(device)
+    model = torch.nn.Sequential(bn, torch.nn.ReLU(), torch.nn.MaxPool2d(2))
+    with torch.no_grad():
+        report = report_for(model, torch.randn(2, 3, 8, 8, device=device), codegen=codegen)
+    assert len(report.kernels) == 1
+    ops = set(report.kernels[0].ops)
+    assert {"relu.default", "max_pool2d_with_indices.default", "mul.Tensor", "add.Tensor"} <= ops, ops
+
+
 def test_pure_view_is_no_kernel(codegen: str, device: str) -> None:
     report = report_for(lambda a: a.transpose(0, 1)[2:].unsqueeze(-1), torch.randn(5, 6, device=device),
                         codegen=codegen)
