@@ -17,6 +17,7 @@ from corpus import SOURCES
 from corpus.entry import TIERS
 from corpus.registry import catalog, select
 from harness.store import DEFAULT_DB, ResultStore, export_json
+from harness.targets import REFERENCE_CHOICES
 
 
 def _add_selection(p: argparse.ArgumentParser, default_suite: str | None) -> None:
@@ -54,6 +55,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--mem-limit-mb", type=int, default=None,
                    help="address-space limit per entry on CPU targets (default: RAM / jobs)")
     p.add_argument("--no-capture", action="store_true", help="skip capture analysis (graphs, breaks, coverage)")
+    p.add_argument("--reference", choices=REFERENCE_CHOICES, default="auto",
+                   help="where the float64 reference runs: auto (the target's device, CPU if that fails), "
+                        "cpu, device, or none (compare with eager only); default auto")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end")
 
     p = sub.add_parser("report", help="print the report of a run (default: the latest)")
@@ -152,7 +156,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         suite=args.suite, target=target, entries=entries, catalog=cat, db=args.db, run_id=args.run_id,
         resume=args.resume, jobs=args.jobs, shard=args.shard, timeout_s=args.timeout,
         mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else _default_mem_limit(args.jobs),
-        device=args.device, capture=not args.no_capture)
+        device=args.device, capture=not args.no_capture, reference=args.reference)
     try:
         run_id = execute_run(request)
     except KeyboardInterrupt:

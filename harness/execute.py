@@ -24,7 +24,7 @@ from corpus.entry import Entry
 from harness.capture import analyze_capture, count_eager_ops
 from harness.oracle import ParityOracle, outputs_identical
 from harness.status import Status
-from harness.targets import Target, TargetUnavailable, check_available, compile_model
+from harness.targets import REFERENCE_CHOICES, Target, TargetUnavailable, check_available, compile_model
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
@@ -113,8 +113,12 @@ def _fresh(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 
 
 def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] = lambda p: None,
-                  capture: bool = True) -> dict[str, Any]:
-    """Run ``entry`` on ``target``; returns a result record (see harness.store for fields)."""
+                  capture: bool = True, reference: str = "auto") -> dict[str, Any]:
+    """Run ``entry`` on ``target``; returns a result record (see harness.store for fields).
+
+    ``reference`` says where the float64 reference runs (``harness.targets.REFERENCE_CHOICES``)."""
+    if reference not in REFERENCE_CHOICES:
+        raise ValueError(f"reference={reference!r}: choose one of {', '.join(REFERENCE_CHOICES)}")
     result: dict[str, Any] = {"name": entry.name, "target": target.name, "status": None, "phase": "build"}
     if target.device not in entry.devices:
         result.update(status=Status.SKIPPED, error=f"entry does not run on {target.device}")
@@ -125,7 +129,7 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
     torch._dynamo.reset()
     try:
         with torch.no_grad():
-            _execute(entry, target, result, on_phase, capture)
+            _execute(entry, target, result, on_phase, capture, reference)
     finally:
         torch._dynamo.reset()
     xfail = entry.expected_failure(target.name)
@@ -141,7 +145,7 @@ def _fail(result: dict, status: str, exc: BaseException) -> None:
 
 
 def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str], None],
-             capture: bool) -> None:
+             capture: bool, reference_where: str) -> None:
     clock = {"phase": None, "start": time.perf_counter()}
 
     def phase(name: str) -> None:
@@ -177,14 +181,7 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
     del eager_again
 
     phase("reference")
-    reference = None
-    try:
-        model64 = _prepare(built.model, "cpu", torch.float64)
-        reference = _call(model64, _cast(built.inputs, "cpu", torch.float64),
-                          _cast(built.kwargs, "cpu", torch.float64), entry.seed)
-        result["reference"] = "float64"
-    except Exception as exc:  # noqa: BLE001 (e.g. no float64 kernel: compare with eager only)
-        result["reference"] = f"none ({describe_error(exc)[0][:200]})"
+    reference = _reference(built, entry.seed, target.device, reference_where, result)
 
     if capture:
         phase("capture")
@@ -205,6 +202,32 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         result.update(status=Status.EAGER_NONDETERMINISTIC, error="two eager runs gave different outputs")
         return None
     _compile_and_compare(entry, target, model, args, kwargs, eager_out, reference, result, phase)
+    return None
+
+
+def _reference(built: Any, seed: int, device: str, where: str, result: dict) -> Any:
+    """The model's outputs in float64, or None; ``result["reference"]`` says where they were
+    computed or why there are none (the oracle compares on the CPU either way)."""
+    if where == "none":
+        result["reference"] = "none (not requested)"
+        return None
+    devices = {"cpu": ["cpu"], "device": [device], "auto": list(dict.fromkeys([device, "cpu"]))}[where]
+    errors = []
+    for dev in devices:
+        try:
+            model64 = _prepare(built.model, dev, torch.float64)
+            out = _call(model64, _cast(built.inputs, dev, torch.float64), _cast(built.kwargs, dev, torch.float64),
+                        seed)
+            _synchronize(dev)
+            result["reference"] = "float64" if dev == "cpu" else f"float64 on {dev}"
+            return out
+        except Exception as exc:  # noqa: BLE001 (e.g. no float64 kernel: compare with eager only)
+            errors.append(f"{dev}: {describe_error(exc)[0][:200]}")
+        finally:
+            model64 = None
+            if dev == "cuda":
+                torch.cuda.empty_cache()
+    result["reference"] = f"none ({'; '.join(errors)})"
     return None
 
 

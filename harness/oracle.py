@@ -1,6 +1,6 @@
 """The parity oracle: is a compiled output as close to the truth as eager's?
 
-The truth is the model run in float64 on the CPU. Eager in the working dtype has
+The truth is the model run in float64 (on the CPU or the target's device). Eager in the working dtype has
 its own rounding error against it; a compiled output passes when its RMSE against
 the fp64 reference is at most ``rmse_ratio`` times eager's (plus a small absolute
 floor, so an eager result that is bit-exact does not demand a bit-exact compiler).

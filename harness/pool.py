@@ -44,6 +44,7 @@ class WorkerConfig:
     timeout_s: float = 600.0
     mem_limit_mb: int | None = None
     capture: bool = True
+    reference: str = "auto"  # see harness.execute.REFERENCE_CHOICES
 
 
 def _address_space_bytes() -> int:
@@ -108,7 +109,7 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
             conn.send(("phase", task.name, "load"))
             entry = find_entry(task.name, task.origin)
             result = execute_entry(entry, target, lambda p, n=task.name: conn.send(("phase", n, p)),
-                                   capture=config.capture)
+                                   capture=config.capture, reference=config.reference)
         except Exception as exc:  # noqa: BLE001 -- the harness itself failed on this entry: record, keep going
             error, detail = describe_error(exc)
             result = {"name": task.name, "target": target.name, "status": Status.CRASH,

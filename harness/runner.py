@@ -147,6 +147,7 @@ class RunRequest:
     mem_limit_mb: int | None = None
     device: str | None = None
     capture: bool = True
+    reference: str = "auto"
 
 
 def resolve_run_id(store: ResultStore, request: RunRequest) -> str:
@@ -191,7 +192,8 @@ def execute_run(request: RunRequest) -> str:
             progress.finished(result)
 
         config = WorkerConfig(target=request.target, device=request.device, timeout_s=request.timeout_s,
-                              mem_limit_mb=request.mem_limit_mb, capture=request.capture)
+                              mem_limit_mb=request.mem_limit_mb, capture=request.capture,
+                              reference=request.reference)
         # Longest first: the slowest entries must not start last on an otherwise idle pool.
         todo.sort(key=lambda e: -(e.eager_ms or _DEFAULT_EAGER_MS))
         tasks = [Task(e.name, request.catalog.origin_of(e.name)) for e in todo]

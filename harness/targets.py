@@ -35,6 +35,12 @@ class Target:
         return self.name.startswith("crucible")
 
 
+# Where the float64 reference run happens: "auto" = the target's device, falling back to the CPU
+# when that fails (a GPU computes the fp64 reference of a large model in a fraction of the CPU's
+# time); "cpu"; "device" (no fallback); "none" (parity against eager only).
+REFERENCE_CHOICES = ("auto", "cpu", "device", "none")
+
+
 class TargetUnavailable(RuntimeError):
     """The target cannot run on this machine or in this installation."""
 

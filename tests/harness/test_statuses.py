@@ -170,3 +170,48 @@ def test_cuda_target_on_a_cpu_machine_is_skipped(cli) -> None:
     assert result["status"] == "skipped" and "CUDA" in result["error"]
     proc = cli("run", "--source", "zoo", "--target", "crucible-triton")
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
+
+
+def _relu_entry() -> Entry:
+    return Entry(name="relu/relu", source="relu", family="f", tier="smoke",
+                 factory=lambda scale: Built(lambda x: torch.relu(x * 3), (torch.randn(8),)))
+
+
+@pytest.mark.parametrize(("where", "recorded"), [("auto", "float64"), ("cpu", "float64"), ("device", "float64"),
+                                                 ("none", "none (not requested)")])
+def test_reference_placement_is_recorded(where: str, recorded: str) -> None:
+    result = execute_entry(_relu_entry(), parse_target("aot_eager"), reference=where)
+    assert result["status"] == "pass" and result["reference"] == recorded
+
+
+def test_reference_falls_back_to_the_cpu_when_the_device_run_fails(monkeypatch) -> None:
+    """auto: a failed device reference (e.g. out of memory) is retried on the CPU, never lost."""
+    import harness.execute as ex
+
+    real_prepare = ex._prepare
+
+    def failing_on_the_device(model, device, dtype):
+        if dtype == torch.float64 and device != "cpu":
+            raise RuntimeError("planted: no float64 on this device")
+        return real_prepare(model, device, dtype)
+
+    monkeypatch.setattr(ex, "_prepare", failing_on_the_device)
+    entry = _relu_entry()
+    result: dict = {}
+    built = entry.build("small")
+    assert ex._reference(built, entry.seed, "fake-device", "auto", result) is not None
+    assert result["reference"] == "float64"
+    result = {}
+    assert ex._reference(built, entry.seed, "fake-device", "device", result) is None
+    assert result["reference"] == "none (fake-device: RuntimeError: planted: no float64 on this device)"
+
+
+def test_unknown_reference_placement_is_a_clear_error() -> None:
+    with pytest.raises(ValueError, match="reference='gpu'.*auto, cpu, device, none"):
+        execute_entry(_relu_entry(), parse_target("aot_eager"), reference="gpu")
+
+
+@pytest.mark.gpu
+def test_reference_runs_on_the_gpu_for_cuda_targets() -> None:
+    result = execute_entry(_relu_entry(), parse_target("eager", "cuda"))
+    assert result["status"] == "pass" and result["reference"] == "float64 on cuda"
