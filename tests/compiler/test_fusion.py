@@ -127,4 +127,6 @@ def test_long_op_chains_compile(codegen: str, device: str) -> None:
     report = report_for(chain, x, codegen=codegen)
     assert 1 < len(report.kernels) < 60 and not report.externs
     compiled = torch.compile(chain, backend="crucible", options={"codegen": codegen, "strict": True})
-    torch.testing.assert_close(compiled(x), chain(x))
+    # 1,400 roundings: Triton on a GPU contracts each x * a + b into one FMA (one rounding instead
+    # of two), so the results drift apart from eager's by a few 1e-5 over the chain
+    torch.testing.assert_close(compiled(x), chain(x), rtol=1e-4, atol=1e-4)
