@@ -28,6 +28,7 @@ import traceback
 from typing import Any
 
 from corpus import SOURCES
+from corpus.entry import EntryUnavailable
 from corpus.tiers import (
     append_measurement,
     compact_measurements,
@@ -148,6 +149,8 @@ def check_entry(source: str, name: str, timeout_s: float) -> dict[str, Any]:
             record["status"] = "ok"
     except _EntryTimeout:
         record.update(status="timeout", error=f"{stage} took longer than {timeout_s:.0f} s")
+    except EntryUnavailable as exc:
+        record.update(status="skipped", error=f"unavailable here: {exc}")
     except BaseException as exc:  # noqa: BLE001 - every failure is recorded, none escapes
         record.update(status="build_fail" if stage == "build" else "eager_fail", error=_error(exc))
     finally:

@@ -53,6 +53,12 @@ class ExpectedFailure:
         return fnmatch.fnmatchcase(target, self.target)
 
 
+class EntryUnavailable(Exception):
+    """Raised by a factory when this installation cannot build the entry at all (the installed
+    package version has no such model): the harness records ``skipped`` with the message,
+    not an eager failure. The corpus lists entries from the versions it was built with."""
+
+
 @dataclass(frozen=True)
 class Built:
     """What a factory returns: the callable under test and its example inputs."""

@@ -13,7 +13,7 @@ import functools
 import importlib.util
 from typing import Any
 
-from corpus.entry import Built, Entry
+from corpus.entry import Built, Entry, EntryUnavailable
 from corpus.tiers import assign_tiers, load_catalog, tiers_for
 
 SOURCE = "timm"
@@ -77,6 +77,8 @@ def build(model_name: str, info: dict[str, Any], scale: str) -> Built:
     import timm
     import torch
 
+    if not timm.is_model(model_name):
+        raise EntryUnavailable(f"timm {timm.__version__} has no model {model_name!r}")
     channels, height, width = info["input_size"]
     batch = FULL_BATCH
     if scale == "small":

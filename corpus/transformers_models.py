@@ -23,7 +23,7 @@ import os
 import signal
 from typing import Any
 
-from corpus.entry import Built, Entry
+from corpus.entry import Built, Entry, EntryUnavailable
 from corpus.tiers import assign_tiers, load_catalog, tiers_for
 
 # --- the config shrinker --------------------------------------------------------------
@@ -316,6 +316,12 @@ def tiny_config(model_type: str, scale: str) -> Any:
     _offline()
     from transformers import AutoConfig
 
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    if model_type not in CONFIG_MAPPING:
+        import transformers
+
+        raise EntryUnavailable(f"transformers {transformers.__version__} has no model type {model_type!r}")
     default = AutoConfig.for_model(model_type)
     shrunk = shrink_config_dict(default.to_dict(), SMALL_IMAGE if scale == "small" else None)
     shrunk.pop("transformers_version", None)

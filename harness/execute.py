@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from corpus.entry import Entry
+from corpus.entry import Entry, EntryUnavailable
 from harness.capture import analyze_capture, count_eager_ops
 from harness.oracle import ParityOracle, outputs_identical
 from harness.status import Status
@@ -165,6 +165,9 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         built = entry.build("full" if device == "cuda" else "small")
         model = _prepare(built.model, device, dtype)
         args, kwargs = _cast(built.inputs, device, dtype), _cast(built.kwargs, device, dtype)
+    except EntryUnavailable as exc:
+        result.update(status=Status.SKIPPED, error=f"unavailable here: {exc}")
+        return None
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.EAGER_FAIL, exc)
 

@@ -18,7 +18,7 @@ class Status:
     EAGER_FAIL = "eager_fail"  # building or running the model in eager failed
     EAGER_NONDETERMINISTIC = "eager_nondeterministic"  # two eager runs differ
     XFAIL = "xfail"  # failed exactly as the entry's ExpectedFailure says
-    SKIPPED = "skipped"  # the entry does not run on the target's device
+    SKIPPED = "skipped"  # the entry does not run on the target's device or in this installation
 
 
 COMPILER_STATUSES = (Status.PASS, Status.FAIL_ACCURACY, Status.FAIL_COMPILE, Status.FAIL_RUN,

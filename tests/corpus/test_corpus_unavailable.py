@@ -36,3 +36,18 @@ def test_installed_package_makes_source_available(module_name: str) -> None:
     if importlib.util.find_spec(MISSING[module_name]) is None:
         pytest.skip(f"{MISSING[module_name]} is not installed here")
     assert module.unavailable() is None
+
+
+def test_model_missing_from_the_installed_version_is_entry_unavailable() -> None:
+    """A listed model that the installed timm/transformers does not have (an older version than
+    the corpus was built from) raises EntryUnavailable, which the harness records as skipped."""
+    from corpus.entry import EntryUnavailable
+
+    pytest.importorskip("timm")
+    pytest.importorskip("transformers")
+    from corpus import timm_models, transformers_models
+
+    with pytest.raises(EntryUnavailable, match="has no model 'no_such_net_v0'"):
+        timm_models.build("no_such_net_v0", {"input_size": [3, 8, 8]}, "small")
+    with pytest.raises(EntryUnavailable, match="has no model type 'no_such_type'"):
+        transformers_models.tiny_config("no_such_type", "small")

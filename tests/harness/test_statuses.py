@@ -215,3 +215,17 @@ def test_unknown_reference_placement_is_a_clear_error() -> None:
 def test_reference_runs_on_the_gpu_for_cuda_targets() -> None:
     result = execute_entry(_relu_entry(), parse_target("eager", "cuda"))
     assert result["status"] == "pass" and result["reference"] == "float64 on cuda"
+
+
+def test_entry_unavailable_in_this_installation_is_skipped_not_an_eager_failure() -> None:
+    """Regression: corpus entries of a newer timm/transformers than the one installed (the GPU
+    image) were counted as eager failures; they are skipped with the reason."""
+    from corpus.entry import EntryUnavailable
+
+    def factory(scale):
+        raise EntryUnavailable("timm 0.0 has no model 'future_net'")
+
+    entry = Entry(name="timm/future_net", source="timm", family="f", tier="smoke", factory=factory)
+    result = execute_entry(entry, parse_target("eager"))
+    assert result["status"] == "skipped"
+    assert result["error"] == "unavailable here: timm 0.0 has no model 'future_net'"
