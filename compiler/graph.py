@@ -32,7 +32,8 @@ def numel(shape: tuple[int, ...]) -> int:
 
 @dataclass
 class Buffer:
-    """A named allocation. Inputs keep the caller's strides; ours are contiguous."""
+    """A named allocation. Inputs keep the caller's strides; ours are contiguous, except the
+    arguments of extern calls, which get the strides eager gave them (see ``GraphLowering.extern``)."""
 
     name: str
     dtype: torch.dtype
@@ -43,6 +44,10 @@ class Buffer:
     @property
     def numel(self) -> int:
         return numel(self.shape)
+
+    @property
+    def is_contiguous(self) -> bool:
+        return all(st == c for n, st, c in zip(self.shape, self.stride, contiguous_strides(self.shape)) if n != 1)
 
     @property
     def storage_size(self) -> int:

@@ -132,11 +132,13 @@ class GraphLowering:
         self._counter += 1
         return f"{prefix}{self._counter}"
 
-    def realize(self, value: TensorValue) -> Strided:
+    def realize(self, value: TensorValue, stride: tuple[int, ...] | None = None) -> Strided:
+        """``value`` in a buffer (a Strided value stays as it is); new buffers are contiguous
+        unless ``stride`` is given."""
         if isinstance(value, Strided):
             return value
         shape = value.shape
-        buf = Buffer(self.new_name(), value.dtype, shape, contiguous_strides(shape), "computed")
+        buf = Buffer(self.new_name(), value.dtype, shape, stride or contiguous_strides(shape), "computed")
         self.graph.nodes.append(ComputedNode(buf, (), value.expr, self.origins_of(value.expr)))
         return Strided(buf.name, shape, buf.stride, 0, value.dtype)
 
@@ -271,13 +273,16 @@ class GraphLowering:
 
     def extern(self, node: torch.fx.Node, args: tuple, kwargs: dict, reason: ExternReason,
                message: str) -> Any:
-        def to_arg(v: Any) -> Any:
+        def to_arg(v: Any, fx_arg: Any) -> Any:
             if isinstance(v, (Lazy, Strided)):
-                return self.realize_viewable(v)
+                val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
+                return self.realize_for_extern(v, val)
             if isinstance(v, (list, tuple)):
-                return type(v)(to_arg(x) for x in v)
+                fx_args = fx_arg if isinstance(fx_arg, (list, tuple)) and len(fx_arg) == len(v) else [None] * len(v)
+                return type(v)(to_arg(x, a) for x, a in zip(v, fx_args))
             if isinstance(v, dict):
-                return {k: to_arg(x) for k, x in v.items()}
+                fx_kw = fx_arg if isinstance(fx_arg, dict) else {}
+                return {k: to_arg(x, fx_kw.get(k)) for k, x in v.items()}
             return v
 
         val = node.meta.get("val")
@@ -290,10 +295,25 @@ class GraphLowering:
             else:
                 outputs.append(None)
         name = self.new_name("extern")
-        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args)), to_arg(kwargs),
+        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args), tuple(node.args)),
+                                           to_arg(kwargs, dict(node.kwargs)),
                                            outputs, isinstance(val, (list, tuple)), reason, message))
         values = [Strided(b.name, b.shape, b.stride, 0, b.dtype) if b is not None else None for b in outputs]
         return values if isinstance(val, (list, tuple)) else values[0]
+
+    def realize_for_extern(self, value: TensorValue, val: Any) -> Strided:
+        """An extern call's tensor argument laid out as eager laid it out (``val``, the FX
+        argument's meta value) whenever that layout is a plain one: library kernels check
+        layouts (efficient attention wants a contiguous last dim and aligned bias strides,
+        which eager got from padding and slicing) and are tuned for what eager passes."""
+        want = _plain_strides(val, value.shape)
+        if want is None:
+            return self.realize_viewable(value)
+        if isinstance(value, Strided):
+            if _same_layout(value.stride, want, value.shape):
+                return value
+            value = Lazy(value.shape, value.dtype, as_expr(value))
+        return self.realize(value, want)
 
     def realize_viewable(self, value: TensorValue) -> Strided:
         """A buffer view torch can express (as_strided takes no negative strides)."""
@@ -306,6 +326,26 @@ class GraphLowering:
         if isinstance(value, (list, tuple)):
             return type(value)(self.output_value(v) for v in value)
         return value
+
+
+def _plain_strides(val: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``val``'s strides when a buffer can have them: same shape, positive strides on every dim
+    of size > 1 and no two elements sharing memory (dense or, like a slice of a padded
+    tensor, with gaps). None for broadcast (stride 0) or negative layouts."""
+    if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(shape):
+        return None
+    stride = tuple(int(s) for s in val.stride())
+    dims = sorted((st, n) for st, n in zip(stride, shape) if n > 1)
+    span = 1
+    for st, n in dims:
+        if st < span:
+            return None
+        span = st * n
+    return tuple(st if st > 0 else 1 for st in stride)
+
+
+def _same_layout(have: tuple[int, ...], want: tuple[int, ...], shape: tuple[int, ...]) -> bool:
+    return all(a == b for a, b, n in zip(have, want, shape) if n > 1)
 
 
 def _tensors(val: Any) -> list:

@@ -61,7 +61,7 @@ class _WrapperWriter:
 
     def allocate(self, buf: Buffer) -> None:
         key = (buf.dtype, buf.numel)
-        pool = self.free.get(key)
+        pool = self.free.get(key) if buf.is_contiguous else None
         if pool:
             old = pool.pop()
             self.lines.append(f"{buf.name} = {old}.view({tuple(buf.shape)})  # reuses {old}")
@@ -109,7 +109,7 @@ class _WrapperWriter:
             for name, at in last.items():
                 buf = self.buffers.get(name)
                 if at == i and buf is not None and buf.kind in ("computed", "extern") and name not in outputs \
-                        and name not in self.no_reuse:
+                        and name not in self.no_reuse and buf.is_contiguous:
                     self.free.setdefault((buf.dtype, buf.numel), []).append(name)
         outs = ", ".join(self.output_code(o) for o in self.graph.outputs)
         if self.graph.single_output:

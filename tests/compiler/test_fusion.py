@@ -130,3 +130,23 @@ def test_long_op_chains_compile(codegen: str, device: str) -> None:
     # 1,400 roundings: Triton on a GPU contracts each x * a + b into one FMA (one rounding instead
     # of two), so the results drift apart from eager's by a few 1e-5 over the chain
     torch.testing.assert_close(compiled(x), chain(x), rtol=1e-4, atol=1e-4)
+
+
+def test_extern_arguments_get_eagers_layout(codegen: str) -> None:
+    """Regression (H200 corpus run: efficient attention rejected a bias with unaligned strides and a
+    query without a contiguous last dim): a computed argument of an extern call is laid out with
+    the strides eager gave it (a transpose stays column-major, a slice of a padded tensor keeps the
+    padded row pitch); broadcast layouts are materialized as before."""
+    x, y = torch.randn(6, 4), torch.randn(6, 3)
+
+    def fn(a, b):
+        padded = F.pad(a * 2, (0, 3))[:, :5]  # rows of 7, pitch kept by eager
+        return torch.mm((a + 1).t(), b), torch.mm(padded.t(), b), torch.mm(padded[:, :3], (a[:3, :3] - 1))
+
+    gm = _aten_graph(fn, x, y)
+    wrapper = GraphCompilation(gm, codegen, "inference").compile()
+    for got, want in zip(wrapper.call([x, y]), fn(x, y)):
+        torch.testing.assert_close(got, want)
+    assert "(4, 6), (1, 4)" in wrapper.source  # (a + 1).t(): eager's column-major layout
+    assert "(5, 6), (1, 7)" in wrapper.source  # the transposed padded slice keeps its pitch of 7
+    assert "(6, 3), (7, 1)" in wrapper.source
