@@ -17,7 +17,7 @@ import functools
 import importlib.util
 from typing import Any
 
-from corpus.entry import Built, Entry
+from corpus.entry import Built, Entry, EntryUnavailable
 from corpus.tiers import assign_tiers, load_catalog, tiers_for
 
 SOURCE = "opinfo"
@@ -166,10 +166,13 @@ def build(op_name: str, variant: str, dtype: str, k: int, seed: int, scale: str)
     from torch.utils._pytree import tree_flatten
 
     del scale  # op samples are already small; GPU and CPU runs use the same sample
-    op = _op_table()[(op_name, variant)]
+    op = _op_table().get((op_name, variant))
+    if op is None:
+        label = f"{op_name} ({variant})" if variant else op_name
+        raise EntryUnavailable(f"torch {torch.__version__}'s OpInfo database has no {label}")
     samples = _samples(op, dtype, k + 1, seed)
     if len(samples) <= k:
-        raise LookupError(f"{op_name}: sample {k} does not exist at {dtype} in this torch version")
+        raise EntryUnavailable(f"{op_name}: sample {k} does not exist at {dtype} in torch {torch.__version__}")
     sample = samples[k]
     leaves, spec = tree_flatten((sample.input, list(sample.args), dict(sample.kwargs)))
     slots = [i for i, leaf in enumerate(leaves) if isinstance(leaf, torch.Tensor)]

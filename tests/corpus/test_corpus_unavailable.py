@@ -51,3 +51,15 @@ def test_model_missing_from_the_installed_version_is_entry_unavailable() -> None
         timm_models.build("no_such_net_v0", {"input_size": [3, 8, 8]}, "small")
     with pytest.raises(EntryUnavailable, match="has no model type 'no_such_type'"):
         transformers_models.tiny_config("no_such_type", "small")
+
+
+def test_op_missing_from_the_installed_torch_is_entry_unavailable() -> None:
+    from corpus.entry import EntryUnavailable
+
+    pytest.importorskip("expecttest")
+    from corpus import opinfo_ops
+
+    with pytest.raises(EntryUnavailable, match="OpInfo database has no no_such_op"):
+        opinfo_ops.build("no_such_op", "", "float32", 0, 0, "small")
+    with pytest.raises(EntryUnavailable, match="sample 100000 does not exist"):
+        opinfo_ops.build("add", "", "float32", 100000, 0, "small")
