@@ -307,7 +307,7 @@ class GraphLowering:
         layouts (efficient attention wants a contiguous last dim and aligned bias strides,
         which eager got from padding and slicing) and are tuned for what eager passes."""
         want = _plain_strides(val, value.shape)
-        if want is None:
+        if want is None or value.dtype.is_complex:  # no kernels for complex values: keep the layout
             return self.realize_viewable(value)
         if isinstance(value, Strided):
             if _same_layout(value.stride, want, value.shape):

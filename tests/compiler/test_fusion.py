@@ -150,3 +150,12 @@ def test_extern_arguments_get_eagers_layout(codegen: str) -> None:
     assert "(4, 6), (1, 4)" in wrapper.source  # (a + 1).t(): eager's column-major layout
     assert "(5, 6), (1, 7)" in wrapper.source  # the transposed padded slice keeps its pitch of 7
     assert "(6, 3), (7, 1)" in wrapper.source
+
+
+def test_complex_extern_chain_keeps_its_layout(codegen: str) -> None:
+    """Regression: fft2 with a size crops and pads a complex value before the extern FFT; giving
+    that argument eager's layout needed a kernel, and there are none for complex values."""
+    x = torch.randn(5, 6, 7)
+    compiled = torch.compile(lambda t: torch.fft.fft2(t, s=(3, 10)), backend="crucible",
+                             options={"codegen": codegen, "strict": True})
+    torch.testing.assert_close(compiled(x), torch.fft.fft2(x, s=(3, 10)))
