@@ -77,6 +77,7 @@ class KernelWriter:
         self.row_buffers: dict[Expr, tuple[int, str]] = {}  # xr value -> (pass computing it, buffer)
         self.pass_number = 1
         self.split_finals: list[tuple[Expr, str, str]] = []
+        self.in_index = False  # rendering a load/store address (never overflows: no wrapping helpers)
 
     # --- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "t") -> str:
@@ -127,8 +128,12 @@ class KernelWriter:
         return name
 
     def index_code(self, e: Expr) -> str:
-        code = affine_index_code(e, self.value)
-        return code.replace("+ -", "- ") if code is not None else self.value(e)
+        saved, self.in_index = self.in_index, True  # addresses: plain int64 arithmetic, no wrapping
+        try:
+            code = affine_index_code(e, self.value)
+            return code.replace("+ -", "- ") if code is not None else self.value(e)
+        finally:
+            self.in_index = saved
 
     def op_code(self, e: Expr) -> str:
         op = e.op
@@ -143,7 +148,7 @@ class KernelWriter:
         is_float = dt.is_floating_point
         if op is Op.CAST:
             return self.cast(a[0], e.src[0].dtype, e.dtype)
-        if op in WRAPPING and dt in WIDE_INTS:
+        if op in WRAPPING and dt in WIDE_INTS and not self.in_index:
             return f"crucible::{WRAPPING[op]}<{t}>({a[0]}, {a[1]})"
         if op in INFIX:
             return f"{a[0]} {INFIX[op]} {a[1]}"
@@ -167,7 +172,7 @@ class KernelWriter:
         if op is Op.WHERE:
             return f"{a[0]} ? {a[1]} : {a[2]}"
         if op is Op.NEG:
-            return f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS else f"-{a[0]}"
+            return f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS and not self.in_index else f"-{a[0]}"
         if op is Op.ABS:
             return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
         if op is Op.EXP:
@@ -667,7 +672,8 @@ class KernelWriter:
 
 
 # Integer ops that overflow (undefined in C++) in the types C++ does not promote: rendered as
-# wrapping helpers. Narrower integers compute in int, where they cannot overflow.
+# wrapping helpers (values only: addresses stay plain). Narrower integers compute in int, where they
+# cannot overflow.
 WRAPPING = {Op.ADD: "wrap_add", Op.SUB: "wrap_sub", Op.MUL: "wrap_mul"}
 WIDE_INTS = frozenset({torch.int32, torch.int64})
 
