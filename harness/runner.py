@@ -50,13 +50,20 @@ def shard_entries(entries: list[Entry], index: int, count: int) -> list[Entry]:
 
 
 def _git_commit() -> str | None:
+    """HEAD's commit, with ``-dirty`` when tracked files differ from it (results then came from
+    code no commit holds)."""
     root = Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                             timeout=10, check=False)
+        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                              timeout=10, check=False)
+        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                 capture_output=True, text=True, timeout=30, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None
+    commit = head.stdout.strip()
+    if not commit:
+        return None
+    return f"{commit}-dirty" if changed.returncode == 0 and changed.stdout.strip() else commit
 
 
 def run_metadata(suite: str, target: str, seed: int | None, shard: str | None,

@@ -39,3 +39,21 @@ def test_parse_shard() -> None:
     for bad in ("0/4", "5/4", "x", "1/"):
         with pytest.raises(ValueError):
             parse_shard(bad)
+
+
+def test_run_metadata_marks_a_dirty_tree(monkeypatch) -> None:
+    """Results from a tree that differs from HEAD say so (a synced copy on a GPU box recorded an
+    old commit id for new code)."""
+    import subprocess
+
+    from harness import runner
+
+    def fake_run(cmd, **kwargs):
+        out = "abc123\n" if cmd[1] == "rev-parse" else dirty
+        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
+
+    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    dirty = " M compiler/lowering.py\n"
+    assert runner._git_commit() == "abc123-dirty"
+    dirty = ""
+    assert runner._git_commit() == "abc123"
