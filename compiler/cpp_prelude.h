@@ -210,35 +210,29 @@ inline float exp_f32(float x) {
 // Reduction lanes: a reduction keeps L independent accumulators (one per lane of the
 // vectorized inner loop) and folds them at the end, in a fixed order (results do not depend
 // on the vector width the compiler picks).
-template <typename T, int L>
-inline T fold_sum(const T* lanes) {
+// L is a power of two; the fold is a tree (halves combined lane by lane, which vectorizes: a
+// chain of L - 1 dependent steps per output point dominated reductions of short rows).
+template <typename T, int L, typename Combine>
+inline T fold_tree(const T* lanes, Combine combine) {
+  static_assert((L & (L - 1)) == 0, "lane counts are powers of two");
   T tmp[L];
   for (int j = 0; j < L; ++j) tmp[j] = lanes[j];
   for (int width = L / 2; width >= 1; width /= 2)
-    for (int j = 0; j < width; ++j) tmp[j] = fold_plus(tmp[j], tmp[j + width]);
+    for (int j = 0; j < width; ++j) tmp[j] = combine(tmp[j], tmp[j + width]);
   return tmp[0];
 }
 
 template <typename T, int L>
-inline T fold_prod(const T* lanes) {
-  T acc = lanes[0];
-  for (int j = 1; j < L; ++j) acc = fold_times(acc, lanes[j]);
-  return acc;
-}
+inline T fold_sum(const T* lanes) { return fold_tree<T, L>(lanes, fold_plus<T>); }
 
 template <typename T, int L>
-inline T fold_max(const T* lanes) {
-  T acc = lanes[0];
-  for (int j = 1; j < L; ++j) acc = max_nan(acc, lanes[j]);
-  return acc;
-}
+inline T fold_prod(const T* lanes) { return fold_tree<T, L>(lanes, fold_times<T>); }
 
 template <typename T, int L>
-inline T fold_min(const T* lanes) {
-  T acc = lanes[0];
-  for (int j = 1; j < L; ++j) acc = min_nan(acc, lanes[j]);
-  return acc;
-}
+inline T fold_max(const T* lanes) { return fold_tree<T, L>(lanes, max_nan<T>); }
+
+template <typename T, int L>
+inline T fold_min(const T* lanes) { return fold_tree<T, L>(lanes, min_nan<T>); }
 
 // argmax/argmin lanes hold (value, flat index); index -1 marks an empty lane. ATen's rules:
 // the first NaN wins, otherwise the extreme value, ties to the lowest index.

@@ -272,3 +272,23 @@ def test_hostile_names_in_a_kernel_stay_in_comments_and_identifiers():
     launcher(*[args[name] for name in rendered.args])
     assert torch.equal(b, a + 1)
     assert isinstance(launcher.fn, ctypes._CFuncPtr)
+
+
+def batch_norm_relu_pool(x, mean, var, w, b):
+    y = torch.relu((x - mean[:, None, None]) / torch.sqrt(var[:, None, None] + 1e-5) * w[:, None, None]
+                   + b[:, None, None])
+    return y, F.max_pool2d(y, 2), F.max_pool2d(y, 3, 2, 1, return_indices=True)
+
+
+def test_short_reductions_and_hoisted_row_invariants():
+    """Pooling windows take the window layout (a loop nest over the output, the window inside);
+    per-channel values are computed once per row, before the innermost loop."""
+    c = 5
+    x = torch.randn(2, c, 9, 8)
+    x[0, 1, 2, 3] = float("nan")  # propagates through the max windows that contain it
+    report = three_way(batch_norm_relu_pool, x, torch.randn(c), torch.rand(c) + 0.5, torch.randn(c), torch.randn(c))
+    sources = [k.source for g in report.graphs for k in g.kernels]
+    assert len(sources) == 3  # two pooling kernels (bn + relu fused in) and the bn + relu output
+    for source in sources:
+        assert source.index("std::sqrt") < source.rindex("for (int64_t x"), source  # before the innermost loop
+        assert "xi /" not in source  # a loop per dim, no index unraveling per point
