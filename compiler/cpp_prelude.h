@@ -109,12 +109,22 @@ inline T min_nan(T a, T b) {
 // Integer division and remainder: C semantics (truncation, sign of the dividend), with the two
 // cases C leaves undefined (and x86 traps on) defined: division by zero gives 0, and
 // INT_MIN / -1 wraps. ATen raises on an integer division by zero; a kernel cannot.
+// Integer division by zero raises in ATen on the CPU. The helpers return 0 and set this flag
+// (any thread); the launcher reads and clears it after the call and raises ZeroDivisionError.
+inline int zero_division = 0;
+
+inline void flag_zero_division() { __atomic_store_n(&zero_division, 1, __ATOMIC_RELAXED); }
+
 template <typename T>
 inline T div_trunc(T a, T b) {
   if constexpr (std::is_signed_v<T>) {
     if (b == T(-1)) return T(0) - a;
   }
-  return b == T(0) ? T(0) : T(a / b);
+  if (b == T(0)) {
+    flag_zero_division();
+    return T(0);
+  }
+  return T(a / b);
 }
 
 template <typename T>
@@ -122,7 +132,11 @@ inline T mod_trunc(T a, T b) {
   if constexpr (std::is_signed_v<T>) {
     if (b == T(-1)) return T(0);
   }
-  return b == T(0) ? T(0) : T(a % b);
+  if (b == T(0)) {
+    flag_zero_division();
+    return T(0);
+  }
+  return T(a % b);
 }
 
 // Python floor division.
@@ -307,3 +321,8 @@ struct SumCascade {
 };
 
 }  // namespace crucible
+
+// Read and clear the division-by-zero flag (one per kernel library; called by the launcher).
+extern "C" __attribute__((visibility("default"), used)) int crucible_take_zero_division() {
+  return __atomic_exchange_n(&crucible::zero_division, 0, __ATOMIC_RELAXED);
+}

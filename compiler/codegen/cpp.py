@@ -162,9 +162,15 @@ class CppLauncher:
         self.library = cpp_build.build_library(rendered.source, rendered.name, extra_flags=EXTRA_FLAGS)
         symbol = rendered.meta.get("symbol", cpp_build.sanitize_identifier(rendered.name))
         self.fn = self.library.function(symbol, [ctypes.c_void_p] * len(rendered.args))
+        divides = any(h in rendered.source for h in ("crucible::div_trunc", "crucible::mod_trunc",
+                                                      "crucible::div_floor"))
+        self.take_zero_division = (self.library.function("crucible_take_zero_division", [], ctypes.c_int)
+                                   if divides else None)
 
     def __call__(self, *tensors: torch.Tensor) -> None:
         self.fn(*[t.data_ptr() for t in tensors])
+        if self.take_zero_division is not None and self.take_zero_division():
+            raise RuntimeError(f"ZeroDivisionError (integer division by zero in {self.rendered.name})")
 
 
 # Integer overflow wraps like ATen's through the prelude's wrap_* helpers, not -fwrapv (which

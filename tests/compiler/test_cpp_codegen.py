@@ -153,6 +153,23 @@ def test_integer_division_semantics():
         assert torch.equal(g, e)
 
 
+@pytest.mark.parametrize("op", ["floordiv", "mod", "trunc", "fmod"])
+def test_integer_division_by_zero_raises_like_aten(op):
+    """Regression: integer division by zero gave 0 in C++ kernels; ATen raises on the CPU."""
+    fns = {"floordiv": lambda a, b: (a * 2) // b, "mod": lambda a, b: (a * 2) % b,
+           "trunc": lambda a, b: torch.div(a * 2, b, rounding_mode="trunc"),
+           "fmod": lambda a, b: torch.fmod(a * 2, b)}
+    a = torch.arange(-6, 6, dtype=torch.int32).reshape(3, 4)
+    b = torch.tensor([3, -2, 1, 5], dtype=torch.int32)
+    opt = torch.compile(fns[op], backend="crucible", options={"codegen": "cpp", "strict": True})
+    assert torch.equal(opt(a, b), fns[op](a, b))
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        fns[op](a, b * 0)
+    with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+        opt(a, b * 0)
+    assert torch.equal(opt(a, b), fns[op](a, b))  # the flag was cleared: the next call is fine
+
+
 def test_cpu_tensors_default_to_cpp():
     report = compiler.inspect(lambda x: (x + 1).relu().sum(-1), torch.randn(8, 16))
     assert report.graphs and all(g.codegen == "cpp" for g in report.graphs)
