@@ -202,6 +202,8 @@ class KernelWriter:
             return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
         if op is Op.EXP:
             return f"crucible::exp_f32({a[0]})" if dt == torch.float32 else f"std::exp({a[0]})"
+        if op is Op.ERF:
+            return f"crucible::erf_f32({a[0]})" if dt == torch.float32 else f"std::erf({a[0]})"
         if op is Op.RSQRT:
             return f"{literal(1, dt)} / std::sqrt({a[0]})"
         if op in CALL:

@@ -309,3 +309,24 @@ def test_short_reductions_and_hoisted_row_invariants():
     for source in sources:
         assert source.index("std::sqrt") < source.rindex("for (int64_t x"), source  # before the innermost loop
         assert "xi /" not in source  # a loop per dim, no index unraveling per point
+
+
+def _ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Distance in float32 units in the last place (monotonic integer view of the bits)."""
+    def ordered(t: torch.Tensor) -> torch.Tensor:
+        bits = t.contiguous().view(torch.int32).long()
+        return torch.where(bits < 0, -(bits & 0x7FFFFFFF), bits)
+
+    return (ordered(a) - ordered(b)).abs()
+
+
+def test_vectorizable_erf_is_within_two_ulp():
+    """The prelude's erf_f32 (vectorizable, unlike std::erf) against the correctly rounded erf."""
+    x = torch.cat([torch.linspace(-6, 6, 400_001), torch.logspace(-38, 1, 20_000), -torch.logspace(-38, 1, 20_000),
+                   torch.tensor([0.0, -0.0, 1.0, -1.0, 3.92, 4.0, 1e-45, float("inf"), float("-inf"), float("nan")])])
+    opt = torch.compile(torch.erf, backend="crucible", options={"codegen": "cpp", "strict": True})
+    got = opt(x)
+    finite = torch.isfinite(x)
+    assert _ulp_distance(got[finite], torch.erf(x[finite].double()).float()).max() <= 2
+    assert torch.equal(got[-3:-1], torch.tensor([1.0, -1.0])) and got[-1].isnan()
+    assert torch.signbit(got[x == 0]).tolist() == torch.signbit(x[x == 0]).tolist()
