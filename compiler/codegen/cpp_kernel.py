@@ -202,8 +202,8 @@ class KernelWriter:
             return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
         if op is Op.EXP:
             return f"crucible::exp_f32({a[0]})" if dt == torch.float32 else f"std::exp({a[0]})"
-        if op is Op.ERF:
-            return f"crucible::erf_f32({a[0]})" if dt == torch.float32 else f"std::erf({a[0]})"
+        if op in VECTOR_MATH and dt == torch.float32:
+            return f"crucible::{VECTOR_MATH[op]}({a[0]})"
         if op is Op.RSQRT:
             return f"{literal(1, dt)} / std::sqrt({a[0]})"
         if op in CALL:
@@ -716,6 +716,9 @@ class KernelWriter:
 # cannot overflow.
 WRAPPING = {Op.ADD: "wrap_add", Op.SUB: "wrap_sub", Op.MUL: "wrap_mul"}
 WIDE_INTS = frozenset({torch.int32, torch.int64})
+
+# float32 math with vectorizable prelude versions (the libm calls stay scalar)
+VECTOR_MATH = {Op.ERF: "erf_f32", Op.LOG: "log_f32"}
 
 # xr-level values worth keeping in a row buffer rather than recomputing in a later pass
 EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.SQRT, Op.RSQRT, Op.DIV})

@@ -330,3 +330,14 @@ def test_vectorizable_erf_is_within_two_ulp():
     assert _ulp_distance(got[finite], torch.erf(x[finite].double()).float()).max() <= 2
     assert torch.equal(got[-3:-1], torch.tensor([1.0, -1.0])) and got[-1].isnan()
     assert torch.signbit(got[x == 0]).tolist() == torch.signbit(x[x == 0]).tolist()
+
+
+def test_vectorizable_log_is_within_one_ulp():
+    x = torch.cat([torch.logspace(-45, 38, 200_001), torch.linspace(0.5, 2, 100_001),
+                   torch.tensor([0.0, -0.0, -1.0, float("inf"), float("-inf"), float("nan"), 1e-45])])
+    opt = torch.compile(torch.log, backend="crucible", options={"codegen": "cpp", "strict": True})
+    got = opt(x)
+    ref = torch.log(x.double()).float()
+    finite = torch.isfinite(ref) & (x > 0)
+    assert _ulp_distance(got[finite], ref[finite]).max() <= 1
+    torch.testing.assert_close(got[-7:], torch.log(x[-7:]), equal_nan=True)
