@@ -20,6 +20,8 @@ from compiler import config
 from compiler.codegen.base import RenderedKernel
 
 _MODULES: dict[str, Any] = {}
+# launch config picked for each content-named kernel (the same source: the same best config)
+_TUNED: dict[str, tuple[tuple[int, ...], dict]] = {}
 
 
 def triton_source_dir() -> Path:
@@ -60,8 +62,9 @@ class KernelLauncher:
     def __init__(self, rendered: RenderedKernel, interpret: bool) -> None:
         self.rendered = rendered
         self.interpret = interpret
-        module = load_module(rendered.source, rendered.name)
-        fn = getattr(module, rendered.name)
+        symbol = rendered.symbol or rendered.name
+        module = load_module(rendered.source, symbol)
+        fn = getattr(module, symbol)
         if interpret:
             from simulator.interpreter import interpreted
 
@@ -71,8 +74,9 @@ class KernelLauncher:
         if interpret:
             for _, meta in self.configs:
                 meta.pop("num_warps", None)
-        self.grid, self.meta = self.configs[0]
-        self.tuned = len(self.configs) == 1
+        self.symbol = symbol
+        self.grid, self.meta = _TUNED.get(symbol, self.configs[0])
+        self.tuned = len(self.configs) == 1 or symbol in _TUNED
 
     def __call__(self, *args: Any) -> None:
         if not self.tuned:
@@ -93,6 +97,7 @@ class KernelLauncher:
                 continue
         if timings:
             _, self.grid, self.meta = min(timings, key=lambda t: t[0])
+            _TUNED[self.symbol] = (self.grid, self.meta)
         self.tuned = True
         if config.debug_level() >= 1:
             table = ", ".join(f"{m} {t * 1e3:.1f}us" for t, _, m in timings)

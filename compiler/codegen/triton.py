@@ -13,6 +13,7 @@ program, so it gets few, large programs; the GPU gets Inductor-like tiles.
 
 from __future__ import annotations
 
+import hashlib
 import math
 
 import torch
@@ -73,6 +74,9 @@ COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard
            ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
 
 
+SYMBOL_PLACEHOLDER = "__crucible_kernel__"
+
+
 class TritonRenderer(Renderer):
     codegen = "triton"
     OPS = frozenset(Op)
@@ -128,8 +132,10 @@ class _KernelWriter:
 
     # --- helpers --------------------------------------------------------------------
     def param(self, buffer: str) -> str:
+        # positional names: kernels that compute the same thing on other buffers (the layers of a
+        # transformer) render to the same source, so Triton builds and tunes them once
         if buffer not in self.params:
-            self.params[buffer] = f"p_{buffer}"
+            self.params[buffer] = f"p{len(self.args)}"
             self.args.append(buffer)
         return self.params[buffer]
 
@@ -358,7 +364,7 @@ class _KernelWriter:
             "",
             "",
             "@triton.jit",
-            f"def {k.name}({params}, {consts}):",
+            f"def {SYMBOL_PLACEHOLDER}({params}, {consts}):",
             f"    # fused: {origins}" if origins else "    # fused: (none)",
         ]
         src += ["    " + line for line in body]
@@ -369,8 +375,11 @@ class _KernelWriter:
                 meta["RBLOCK"] = rblock
             launches.append(((math.ceil(k.xnumel / xblock),), meta))
         grid, meta = launches[0]
-        return RenderedKernel(k.name, "triton", "\n".join(src) + "\n", tuple(self.args), grid, meta,
-                              tuple(launches[1:]))
+        text = "\n".join(src) + "\n"
+        # named by content: the same kernel body is one Triton function (one build, one tuning)
+        symbol = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+        return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), tuple(self.args), grid,
+                              meta, tuple(launches[1:]), symbol)
 
 
 def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:

@@ -159,3 +159,22 @@ def test_complex_extern_chain_keeps_its_layout(codegen: str) -> None:
     compiled = torch.compile(lambda t: torch.fft.fft2(t, s=(3, 10)), backend="crucible",
                              options={"codegen": codegen, "strict": True})
     torch.testing.assert_close(compiled(x), torch.fft.fft2(x, s=(3, 10)))
+
+
+def test_identical_kernels_share_one_triton_function() -> None:
+    """The layers of a transformer compute the same kernels on other buffers: they render to the
+    same source (positional parameters, content-derived names), so Triton builds and tunes each
+    once per process (on the GPU, dozens of identical layer norms each took their own builds)."""
+    def two_layers(a, m, w):
+        h = F.layer_norm(a, (32,), w) + 1
+        return F.layer_norm(h @ m, (32,), w) + 1
+
+    w, m = torch.randn(32), torch.randn(32, 32)
+    gm = _aten_graph(two_layers, torch.randn(8, 32), m, w)
+    comp = GraphCompilation(gm, "triton", "inference")
+    wrapper = comp.compile()
+    kernels = comp.report.kernels
+    assert len(kernels) == 2 and kernels[0].name != kernels[1].name
+    assert kernels[0].source == kernels[1].source
+    a = torch.randn(8, 32)
+    torch.testing.assert_close(wrapper.call([a, m, w]), two_layers(a, m, w))
