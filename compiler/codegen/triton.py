@@ -227,6 +227,12 @@ class _KernelWriter:
     def cast(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:
         if dst == torch.bool:
             return f"{code} != 0"
+        if dst == torch.bfloat16 and self.r.interpret:
+            # Triton's interpreter truncates fp32 -> bf16; round to nearest even on the bits
+            value = f"({code}).to(tl.float32)"
+            bits = f"{value}.to(tl.uint32, bitcast=True)"
+            rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)"
+            return f"tl.where({value} != {value}, {value}, {rounded})"
         if dst in (torch.float16, torch.bfloat16):
             # round like a 16-bit tensor would; via fp32 (the interpreter's fp64->bf16 is wrong)
             via = ".to(tl.float32)" if src == torch.float64 else ""

@@ -220,8 +220,13 @@ def pointwise(node: Any, fn: Callable[..., V], *args: Any, compute: torch.dtype 
     if out_dtype in (torch.complex64, torch.complex128) or compute in (torch.complex64, torch.complex128):
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "complex tensors")
     exprs = [V(operand(a, shape, compute)) for a in args]
-    result = fn(*exprs)
-    return Lazy(shape, out_dtype, ir.cast(result.e, out_dtype))
+    result = fn(*exprs).e
+    if out_dtype in (torch.float16, torch.bfloat16) and result.dtype == out_dtype \
+            and result.op not in (Op.LOAD, Op.CAST, Op.CONST):
+        # Renderers compute 16-bit floats in fp32; round each op's result to its dtype like eager's
+        # 16-bit tensor (else (x * 3).int(), comparisons and floor differ from eager by whole units)
+        result = ir.cast(ir.cast(result, torch.float32), out_dtype)
+    return Lazy(shape, out_dtype, ir.cast(result, out_dtype))
 
 
 def float_compute(node: Any, *args: Any) -> torch.dtype:

@@ -283,6 +283,22 @@ def test_pooling_inside_the_input_has_no_bounds_checks(codegen: str, device: str
     assert {"where", "ge", "lt"} <= set(padded.kernels[0].ir_ops)
 
 
+@pytest.mark.parametrize("dtype", [F16, BF16], ids=["float16", "bfloat16"])
+def test_16bit_results_are_rounded_like_eager(dtype: torch.dtype, codegen: str, device: str) -> None:
+    """Regression (a flaky to_i32 parity case): kernels compute 16-bit floats in fp32; each op's
+    result is rounded to its dtype like eager's tensor, so (x * 3).int(), comparisons and floor
+    see 1.0 where fp32 would see 0.99975 (Inductor by default does not round here)."""
+    x = torch.tensor([0.33325, 1.6665, -0.33325, 2.333, 0.6665], device=device).to(dtype)
+
+    def fn(t):
+        y = t * 3
+        return y.to(torch.int32), y == 1, torch.floor(y), (y > 5).float(), torch.trunc(t / 0.3333)
+
+    got = torch.compile(fn, backend="crucible", options={"codegen": codegen, "strict": True})(x)
+    for g, e in zip(got, fn(x)):
+        assert torch.equal(g, e), (g, e)
+
+
 @pytest.mark.parametrize("dtype", [torch.int32, I64], ids=["int32", "int64"])
 def test_integer_overflow_wraps_like_aten(dtype: torch.dtype, codegen: str, device: str) -> None:
     """Regression: integer +, -, *, negation and sums wrap around on overflow like ATen's
