@@ -290,8 +290,11 @@ class GraphLowering:
         outputs: list[Buffer | None] = []
         for t in flat:
             if isinstance(t, torch.Tensor):
+                # the layout eager's op returns (attention outputs are transposed views): kept as is
+                # instead of copied into a contiguous buffer
                 shape = tuple(t.shape)
-                outputs.append(Buffer(self.new_name(), t.dtype, shape, contiguous_strides(shape), "extern"))
+                stride = _plain_strides(t, shape) or contiguous_strides(shape)
+                outputs.append(Buffer(self.new_name(), t.dtype, shape, stride, "extern"))
             else:
                 outputs.append(None)
         name = self.new_name("extern")

@@ -32,7 +32,7 @@ class _WrapperWriter:
         self.rendered = rendered
         self.buffers = graph.buffers()
         self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device,
-                                        **graph.constants}
+                                        "with_strides": with_strides, **graph.constants}
         self.lines: list[str] = []
         self.consts: list[Any] = []
         self.globals["consts"] = self.consts
@@ -139,7 +139,18 @@ class _WrapperWriter:
             if buf is None:
                 continue
             src = f"{node.name}[{i}]" if node.result_is_sequence else node.name
-            self.lines.append(f"{buf.name} = {src}.contiguous()")
+            if buf.is_contiguous:
+                self.lines.append(f"{buf.name} = {src}.contiguous()")
+            else:
+                self.lines.append(f"{buf.name} = with_strides({src}, {tuple(buf.stride)})")
+
+
+def with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
+    """``t`` when it has ``stride`` (dims of size 1 aside), else a copy laid out so: an extern call's
+    result in the layout the kernels reading it were compiled for."""
+    if all(a == b for a, b, n in zip(t.stride(), stride, t.shape) if n != 1):
+        return t
+    return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _may_alias(op: Any) -> bool:

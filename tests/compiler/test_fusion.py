@@ -178,3 +178,20 @@ def test_identical_kernels_share_one_triton_function() -> None:
     assert kernels[0].source == kernels[1].source
     a = torch.randn(8, 32)
     torch.testing.assert_close(wrapper.call([a, m, w]), two_layers(a, m, w))
+
+
+def test_extern_results_keep_eagers_layout(codegen: str) -> None:
+    """An extern result laid out non-contiguously by eager (attention's logsumexp here; on the GPU
+    the attention output itself) is used in place: kernels read it with its strides instead of
+    the wrapper copying it into a contiguous buffer first."""
+    q = torch.randn(2, 4, 16, 8)
+
+    def fn(q, k, v):
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)
+        return out * 2, lse + 1
+
+    gm = _aten_graph(fn, q, q, q)
+    wrapper = GraphCompilation(gm, codegen, "inference").compile()
+    assert "with_strides(" in wrapper.source and wrapper.source.count(".contiguous()") == 1
+    for got, want in zip(wrapper.call([q, q, q]), fn(q, q, q)):
+        torch.testing.assert_close(got, want)
