@@ -152,6 +152,16 @@ class KernelWriter:
                          or any(memo[s] for s in top.src))
         return memo[e]
 
+    def invariant_divisor(self, e: Expr) -> bool:
+        """A division inside the innermost loop (or a reduction's row loop) by a value computed
+        outside it."""
+        num, den = e.src
+        if den.op is Op.CONST:
+            return False
+        if self.hoist is not None:
+            return self.varies(num) and not self.varies(den)
+        return self.xscope is not None and self.is_xr(num) and not self.is_xr(den)
+
     def index_code(self, e: Expr) -> str:
         saved, self.in_index = self.in_index, True  # addresses: plain int64 arithmetic, no wrapping
         try:
@@ -178,6 +188,11 @@ class KernelWriter:
         if op in INFIX:
             return f"{a[0]} {INFIX[op]} {a[1]}"
         if op is Op.DIV:
+            if is_float and self.invariant_divisor(e):
+                # one division per row, a multiplication per element (as ATen's softmax does;
+                # within an ulp of the quotient); vector division costs ~20x a multiplication
+                inverse = self.value(ir.binary(Op.DIV, ir.const(1, e.src[1].dtype), e.src[1]))
+                return f"{a[0]} * {inverse}"
             if is_float or _safe_divisor(e.src[1]):
                 return f"{a[0]} / {a[1]}"
             return f"crucible::div_trunc<{t}>({a[0]}, {a[1]})"
