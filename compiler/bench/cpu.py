@@ -11,6 +11,7 @@ cold compile time (the first call, with fresh cache directories for both compile
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import statistics
 import tempfile
@@ -130,11 +131,29 @@ def run_case(case: Case, repeat: int) -> dict:
     return {c: row[c] for c in columns}
 
 
+def pin_allocator() -> str:
+    """Take fresh pages out of the measurement. By default glibc serves large blocks with mmap (a
+    32 MiB output then costs ~8 ms of page faults per call, more than the kernel) and moves that
+    threshold as blocks are freed, so whether a case paid it depended on the cases run before
+    (the CNN measured 2.9 ms in the full run and 9 ms alone; Inductor's layer_norm 3.7 or 11 ms).
+    With mmap off and no trimming, every call of every contender reuses heap memory: the table
+    compares kernels, not the allocator's state."""
+    try:
+        libc = ctypes.CDLL(None)
+        # M_MMAP_MAX = 0 (no mmap), M_TRIM_THRESHOLD = 1 GiB (freed memory stays in the heap)
+        if libc.mallopt(-4, 0) == 1 and libc.mallopt(-1, 1 << 30) == 1:
+            return "glibc: mmap off, no trimming (no page faults after warmup)"
+    except (OSError, AttributeError):
+        pass
+    return "allocator not pinned (not glibc): page-fault costs may depend on case order"
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=20, help="timed calls per measurement (median)")
     parser.add_argument("--only", nargs="*", help="run the cases whose name contains one of these")
     args = parser.parse_args(argv)
+    allocator = pin_allocator()
     cases = [c for c in CASES if not args.only or any(o in c.name for o in args.only)]
     rows = []
     for case in cases:
@@ -142,7 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"done: {case.name}", flush=True)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; run time = median of "
           f"{args.repeat} interleaved calls after 3 warmup calls; compile = first call with empty caches "
-          "(the first case also pays each compiler's one-time start-up)")
+          f"(the first case also pays each compiler's one-time start-up); {allocator}")
     print(tabulate(rows, headers="keys", floatfmt=".3g"))
 
 
