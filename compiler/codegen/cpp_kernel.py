@@ -79,7 +79,8 @@ class KernelWriter:
         self.inner: Expr | None = None
         self._varies: dict[Expr, bool] = {}
         self.split_decls: list[str] = []  # partial-result arrays of a split reduction
-        self.row_buffers: dict[Expr, tuple[int, str]] = {}  # xr value -> (pass computing it, buffer)
+        # xr value -> (pass computing it, a row buffer's name or the output store whose row holds it)
+        self.row_buffers: dict[Expr, tuple[int, str | Store]] = {}
         self.pass_number = 1
         self.split_finals: list[tuple[Expr, str, str]] = []
         self.in_index = False  # rendering a load/store address (never overflows: no wrapping helpers)
@@ -416,15 +417,43 @@ class KernelWriter:
             roots = [e.src[0] for e in pass_reduces] + [s.value for s in pass_stores]
             seen_in.append(self.xr_nodes(roots))
         budget = 4 * ROW_BUFFER_BYTES  # all buffers of a kernel, per thread
+        taken: set[str] = set()
         for p, nodes in enumerate(seen_in, start=1):
             for n in sorted(nodes, key=lambda e: ir.render_expr(e)):  # a stable order: same source every time
                 size = self.k.rnumel * _size(compute_dtype(n.dtype))
                 if size <= min(ROW_BUFFER_BYTES, budget) and n.op in EXPENSIVE and n not in self.row_buffers \
                         and any(n in later for later in seen_in[p:]):
+                    last_use = max(q for q in range(p + 1, len(plan) + 1) if n in seen_in[q - 1])
+                    scratch = self.scratch_store(n, plan[last_use - 1][1], taken)
+                    if scratch is not None:  # the output row itself holds the value until overwritten
+                        taken.add(scratch.buffer)
+                        self.row_buffers[n] = (p, scratch)
+                        continue
                     budget -= size
                     name = self.fresh("row")
                     self.row_buffers[n] = (p, name)
                     self.scope.lines.append(f"{cvalue_type(n.dtype)} {name}[{self.k.rnumel}];")
+
+    def scratch_store(self, n: Expr, stores: list[Store], taken: set[str]) -> Store | None:
+        """A store of the pass that last uses ``n`` whose row can hold ``n`` until then (what ATen's
+        softmax does with its output): same dtype, written once per reduced element, its buffer
+        not read by this kernel. Saves a row buffer's worth of cache traffic."""
+        if compute_dtype(n.dtype) != n.dtype:
+            return None
+        loaded = {e.arg for s in self.live for e in ir.loads(s.value)}
+        for s in stores:
+            aff = ir.to_affine(s.index)
+            if s.value.dtype != n.dtype or s.buffer in taken or s.buffer in loaded or aff is None \
+                    or sum(1 for t in self.live if t.buffer == s.buffer) != 1:
+                continue
+            if all(aff.get(ir.rvar(d), 0) != 0 for d, size in enumerate(self.k.rranges) if size > 1):
+                return s
+        return None
+
+    def row_slot(self, row: str | Store, flat: str) -> str:
+        if isinstance(row, Store):
+            return f"{self.param(row.buffer)}[{self.index_code(row.index)}]"
+        return f"{row}[{flat}]"
 
     def xr_nodes(self, roots: list[Expr]) -> set[Expr]:
         """The xr-level nodes a pass evaluates for ``roots`` (not looking inside reductions)."""
@@ -588,13 +617,13 @@ class KernelWriter:
             mine = [(n, row) for n, (home, row) in self.row_buffers.items() if home == self.pass_number]
             for n, (home, row) in self.row_buffers.items():
                 if home < self.pass_number:
-                    scope.names[n] = f"{row}[{flat}]"
+                    scope.names[n] = self.row_slot(row, flat)
             for e, acc in accs:
                 self.accumulate(e, acc, lane)
             for s in stores:
                 self.store(s)
             for n, row in mine:
-                scope.lines.append(f"{row}[{flat}] = {self.value(n)};")
+                scope.lines.append(f"{self.row_slot(row, flat)} = {self.value(n)};")
             self.scope = xscope
             return scope.lines
 

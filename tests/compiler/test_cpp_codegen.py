@@ -341,3 +341,15 @@ def test_vectorizable_log_is_within_one_ulp():
     finite = torch.isfinite(ref) & (x > 0)
     assert _ulp_distance(got[finite], ref[finite]).max() <= 1
     torch.testing.assert_close(got[-7:], torch.log(x[-7:]), equal_nan=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_softmax_keeps_exp_in_its_output_row(dtype):
+    """exp(x - max) waits for the row sum in the output row itself (as ATen's softmax does) when
+    the output has the value's dtype; a 16-bit output cannot hold it, so a row buffer does."""
+    x = (torch.randn(12, 700) * 5).to(dtype)
+    x[2, 5] = float("inf")
+    x[3] = float("-inf")
+    report = three_way(softmax, x)
+    (kernel,) = report.graphs[0].kernels
+    assert ("row" in kernel.source) == (dtype != torch.float32), kernel.source
