@@ -107,10 +107,9 @@ inline T min_nan(T a, T b) {
 }
 
 // Integer division and remainder: C semantics (truncation, sign of the dividend), with the two
-// cases C leaves undefined (and x86 traps on) defined: division by zero gives 0, and
-// INT_MIN / -1 wraps. ATen raises on an integer division by zero; a kernel cannot.
-// Integer division by zero raises in ATen on the CPU. The helpers return 0 and set this flag
-// (any thread); the launcher reads and clears it after the call and raises ZeroDivisionError.
+// cases C leaves undefined (and x86 traps on) defined: INT_MIN / -1 wraps, and division by zero
+// gives 0 and sets this flag (any thread); the launcher reads and clears it after the call and
+// raises ZeroDivisionError, as ATen does on the CPU.
 inline int zero_division = 0;
 
 inline void flag_zero_division() { __atomic_store_n(&zero_division, 1, __ATOMIC_RELAXED); }

@@ -26,7 +26,7 @@ class RenderedKernel:
     grid: tuple[int, ...]
     meta: dict = field(default_factory=dict)  # constexprs / launch options (num_warps, ...)
     alternatives: tuple = ()  # further (grid, meta) launch configs the runtime may time and pick from
-    symbol: str = ""  # the function's name in ``source`` when it is not ``name``
+    symbol: str = ""  # the function's name in ``source`` when it is not ``name`` (sanitized, or by content)
 
 
 class Renderer:

@@ -54,8 +54,8 @@ FROM_FLOAT = {torch.float16: "crucible::float_to_half", torch.bfloat16: "crucibl
 
 INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
          Op.GT: ">", Op.GE: ">=", Op.AND: "&", Op.OR: "|", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^"}
-CALL = {Op.LOG: "std::log", Op.SQRT: "std::sqrt", Op.SIN: "std::sin", Op.COS: "std::cos", Op.ERF: "std::erf",
-        Op.FLOOR: "std::floor", Op.CEIL: "std::ceil"}
+CALL = {Op.EXP: "std::exp", Op.LOG: "std::log", Op.SQRT: "std::sqrt", Op.SIN: "std::sin", Op.COS: "std::cos",
+        Op.ERF: "std::erf", Op.FLOOR: "std::floor", Op.CEIL: "std::ceil"}
 INT_CALL = {Op.FLOORDIV: "crucible::div_floor", Op.SHL: "crucible::shift_left", Op.SHR: "crucible::shift_right"}
 FOLD = {ReduceOp.SUM: "crucible::fold_sum", ReduceOp.PROD: "crucible::fold_prod", ReduceOp.MAX: "crucible::fold_max",
         ReduceOp.MIN: "crucible::fold_min"}
@@ -160,7 +160,7 @@ class CppLauncher:
     def __init__(self, rendered: RenderedKernel) -> None:
         self.rendered = rendered
         self.library = cpp_build.build_library(rendered.source, rendered.name, extra_flags=EXTRA_FLAGS)
-        symbol = rendered.meta.get("symbol", cpp_build.sanitize_identifier(rendered.name))
+        symbol = rendered.symbol or cpp_build.sanitize_identifier(rendered.name)
         self.fn = self.library.function(symbol, [ctypes.c_void_p] * len(rendered.args))
         divides = any(h in rendered.source for h in ("crucible::div_trunc", "crucible::mod_trunc",
                                                       "crucible::div_floor"))
@@ -174,7 +174,7 @@ class CppLauncher:
 
 
 # Integer overflow wraps like ATen's through the prelude's wrap_* helpers, not -fwrapv (which
-# blocks vectorizing strided loads, see cpp_prelude.h). -fno-trapping-math: floating-point exceptions are not observable from torch, and
-# without it g++ will not vectorize floor/ceil/float-int conversions (so neither exp_f32); values
+# blocks vectorizing strided loads, see cpp_prelude.h). -fno-trapping-math: floating-point
+# exceptions are not observable from torch, and without it g++ will not vectorize floor/ceil/float-int conversions (so neither exp_f32); values
 # are unchanged (unlike -ffast-math, it allows no reassociation and keeps NaN/inf/-0.0 semantics).
 EXTRA_FLAGS = ("-fno-trapping-math",)

@@ -216,8 +216,6 @@ class KernelWriter:
             return f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS and not self.in_index else f"-{a[0]}"
         if op is Op.ABS:
             return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
-        if op is Op.EXP:
-            return f"crucible::exp_f32({a[0]})" if dt == torch.float32 else f"std::exp({a[0]})"
         if op in VECTOR_MATH and dt == torch.float32:
             return f"crucible::{VECTOR_MATH[op]}({a[0]})"
         if op is Op.RSQRT:
@@ -272,20 +270,15 @@ class KernelWriter:
         return True
 
     def pointwise(self) -> list[str]:
-        if not self.k.ranges:
-            body = Scope(self.root)
-            self.scope = body
-            for s in self.live:
-                self.store(s)
-            self.scope = self.root
-            return body.lines
-        hoist = self.start_hoisting()
-        body = Scope(hoist)
+        hoist = self.start_hoisting() if self.k.ranges else None
+        body = Scope(hoist or self.root)
         self.scope = body
         for s in self.live:
             self.store(s)
         self.scope, self.hoist = self.root, None
-        simd = self.inner_simd_ok(ir.xvar(len(self.k.ranges) - 1))
+        if hoist is None:
+            return body.lines
+        simd = self.inner_simd_ok(self.inner)
         return self.x_nest(body.lines, simd, self.k.xnumel * self.work_per_element(), hoist.lines)
 
     def start_hoisting(self) -> Scope:
@@ -743,7 +736,7 @@ class KernelWriter:
         ]
         lines += ["  " + line for line in body]
         lines.append("}")
-        return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", tuple(self.args), (), {"symbol": symbol})
+        return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", tuple(self.args), (), symbol=symbol)
 
     def buffer_dtype(self, buf: str) -> torch.dtype:
         for s in self.live:
@@ -762,7 +755,7 @@ WRAPPING = {Op.ADD: "wrap_add", Op.SUB: "wrap_sub", Op.MUL: "wrap_mul"}
 WIDE_INTS = frozenset({torch.int32, torch.int64})
 
 # float32 math with vectorizable prelude versions (the libm calls stay scalar)
-VECTOR_MATH = {Op.ERF: "erf_f32", Op.LOG: "log_f32"}
+VECTOR_MATH = {Op.EXP: "exp_f32", Op.ERF: "erf_f32", Op.LOG: "log_f32"}
 
 # xr-level values worth keeping in a row buffer rather than recomputing in a later pass
 EXPENSIVE = frozenset({Op.EXP, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.SQRT, Op.RSQRT, Op.DIV})
