@@ -6,6 +6,7 @@ nodes into kernels; the wrapper turns the whole into a Python call function.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,11 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
         strides.append(acc)
         acc *= max(size, 1)
     return tuple(reversed(strides))
+
+
+def same_layout(shape: Sequence[int], a: Sequence[int], b: Sequence[int]) -> bool:
+    """Strides ``a`` and ``b`` address a tensor of ``shape`` alike (dims of size 1 do not count)."""
+    return all(x == y for n, x, y in zip(shape, a, b) if n != 1)
 
 
 def numel(shape: tuple[int, ...]) -> int:
@@ -47,7 +53,7 @@ class Buffer:
 
     @property
     def is_contiguous(self) -> bool:
-        return all(st == c for n, st, c in zip(self.shape, self.stride, contiguous_strides(self.shape)) if n != 1)
+        return same_layout(self.shape, self.stride, contiguous_strides(self.shape))
 
     @property
     def storage_size(self) -> int:

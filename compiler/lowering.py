@@ -22,7 +22,7 @@ import torch
 import torch.fx
 
 from compiler import ir
-from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides
+from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
 from compiler.report import ExternReason
 
@@ -313,7 +313,7 @@ class GraphLowering:
         if want is None or value.dtype.is_complex:  # no kernels for complex values: keep the layout
             return self.realize_viewable(value)
         if isinstance(value, Strided):
-            if _same_layout(value.stride, want, value.shape):
+            if same_layout(value.shape, value.stride, want):
                 return value
             value = Lazy(value.shape, value.dtype, as_expr(value))
         return self.realize(value, want)
@@ -345,10 +345,6 @@ def _plain_strides(val: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
             return None
         span = st * n
     return tuple(st if st > 0 else 1 for st in stride)
-
-
-def _same_layout(have: tuple[int, ...], want: tuple[int, ...], shape: tuple[int, ...]) -> bool:
-    return all(a == b for a, b, n in zip(have, want, shape) if n > 1)
 
 
 def _tensors(val: Any) -> list:

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from compiler.codegen.base import RenderedKernel
-from compiler.graph import Buffer, ExternNode, LoweredGraph, View
+from compiler.graph import Buffer, ExternNode, LoweredGraph, View, same_layout
 from compiler.scheduler import Kernel, Schedule
 
 
@@ -148,7 +148,7 @@ class _WrapperWriter:
 def with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
     """``t`` when it has ``stride`` (dims of size 1 aside), else a copy laid out so: an extern call's
     result in the layout the kernels reading it were compiled for."""
-    if all(a == b for a, b, n in zip(t.stride(), stride, t.shape) if n != 1):
+    if same_layout(t.shape, t.stride(), stride):
         return t
     return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
