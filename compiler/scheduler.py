@@ -290,7 +290,6 @@ def _views_in(obj: object) -> set[str]:
 def _var_sites(k: Kernel) -> tuple[list[Expr], set[Expr]]:
     """Affine index sites, and the vars used anywhere else (which block merging)."""
     sites: list[Expr] = []
-    index_nodes: set[Expr] = set()
     values = [s.value for s in k.stores]
     for s in k.stores:
         sites.append(s.index)
@@ -302,14 +301,26 @@ def _var_sites(k: Kernel) -> tuple[list[Expr], set[Expr]]:
     for site in sites:
         if ir.to_affine(site) is None:
             blocked.update(e for e in site.walk() if e.op in (Op.XVAR, Op.RVAR))
-        else:
-            index_nodes.update(site.walk())
     for v in values:
-        for e in v.walk():
-            if e in index_nodes or e.op is Op.LOAD:
-                continue
-            blocked.update(s for s in e.src if s.op in (Op.XVAR, Op.RVAR))
+        blocked.update(_vars_outside_indices(v))
     return sites, blocked
+
+
+def _vars_outside_indices(value: Expr) -> set[Expr]:
+    """Index vars that ``value`` uses as values (an iota, a mask bound), not inside a load's
+    address: merging dims would change those values."""
+    found: set[Expr] = set()
+    seen: set[Expr] = set()
+    stack = [value]
+    while stack:
+        e = stack.pop()
+        if e in seen:
+            continue
+        seen.add(e)
+        if e.op in (Op.XVAR, Op.RVAR):
+            found.add(e)
+        stack.extend(e.src[1:] if e.op is Op.LOAD else e.src)
+    return found
 
 
 def _try_merge(k: Kernel, kind: Op) -> bool:
