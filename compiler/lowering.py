@@ -312,11 +312,17 @@ class GraphLowering:
         want = _plain_strides(val, value.shape)
         if want is None or value.dtype.is_complex:  # no kernels for complex values: keep the layout
             return self.realize_viewable(value)
-        if isinstance(value, Strided):
-            if same_layout(value.shape, value.stride, want):
-                return value
-            value = Lazy(value.shape, value.dtype, as_expr(value))
-        return self.realize(value, want)
+        if isinstance(value, Strided) and same_layout(value.shape, value.stride, want):
+            return value
+        # broadcast dims (stride 0 in eager, like an attention bias expanded over the batch):
+        # compute one slice and view it expanded, as eager does
+        broadcast = {d for d, (n, st) in enumerate(zip(value.shape, want)) if n > 1 and st == 0}
+        index = [ir.const(0, ir.INDEX_DTYPE) if n == 1 or d in broadcast else ir.xvar(d)
+                 for d, n in enumerate(value.shape)]
+        shape = tuple(1 if d in broadcast else n for d, n in enumerate(value.shape))
+        slice_ = self.realize(Lazy(shape, value.dtype, read(value, index)),
+                              tuple(st or 1 for st in want))
+        return Strided(slice_.buffer, value.shape, want, slice_.offset, value.dtype)
 
     def realize_viewable(self, value: TensorValue) -> Strided:
         """A buffer view torch can express (as_strided takes no negative strides)."""
@@ -332,19 +338,20 @@ class GraphLowering:
 
 
 def _plain_strides(val: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """``val``'s strides when a buffer can have them: same shape, positive strides on every dim
-    of size > 1 and no two elements sharing memory (dense or, like a slice of a padded
-    tensor, with gaps). None for broadcast (stride 0) or negative layouts."""
+    """``val``'s strides when a buffer (viewed with stride 0 on broadcast dims) can have them:
+    same shape, and apart from broadcast dims positive strides with no two elements sharing
+    memory (dense or, like a slice of a padded tensor, with gaps); 1 for dims of size 1.
+    None for negative or otherwise overlapping layouts."""
     if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(shape):
         return None
     stride = tuple(int(s) for s in val.stride())
-    dims = sorted((st, n) for st, n in zip(stride, shape) if n > 1)
+    dims = sorted((st, n) for st, n in zip(stride, shape) if n > 1 and st != 0)
     span = 1
     for st, n in dims:
         if st < span:
             return None
         span = st * n
-    return tuple(st if st > 0 else 1 for st in stride)
+    return tuple(st if n > 1 else max(st, 1) for st, n in zip(stride, shape))
 
 
 def _tensors(val: Any) -> list:

@@ -10,6 +10,7 @@ from compiler.graph import ComputedNode
 from compiler.lowering import lower
 from compiler.pipeline import GraphCompilation
 from compiler.scheduler import schedule
+from tests.compiler.parity import check_parity
 
 
 def report_for(fn, *inputs, codegen: str) -> compiler.CompileReport:
@@ -136,7 +137,7 @@ def test_extern_arguments_get_eagers_layout(codegen: str) -> None:
     """Regression (H200 corpus run: efficient attention rejected a bias with unaligned strides and a
     query without a contiguous last dim): a computed argument of an extern call is laid out with
     the strides eager gave it (a transpose stays column-major, a slice of a padded tensor keeps the
-    padded row pitch); broadcast layouts are materialized as before."""
+    padded row pitch)."""
     x, y = torch.randn(6, 4), torch.randn(6, 3)
 
     def fn(a, b):
@@ -150,6 +151,25 @@ def test_extern_arguments_get_eagers_layout(codegen: str) -> None:
     assert "(4, 6), (1, 4)" in wrapper.source  # (a + 1).t(): eager's column-major layout
     assert "(5, 6), (1, 7)" in wrapper.source  # the transposed padded slice keeps its pitch of 7
     assert "(6, 3), (7, 1)" in wrapper.source
+
+
+def test_broadcast_extern_arguments_stay_views(codegen: str) -> None:
+    """Regression (H200 run, timm beitv2): an attention bias of one batch row, padded to an aligned
+    pitch and expanded over the batch, was materialized densely, so its head stride lost the
+    alignment efficient attention requires. Broadcast dims of an extern argument are computed once
+    and viewed with stride 0, the other dims keep eager's strides."""
+    x, w = torch.randn(3, 4, 6), torch.randn(4, 5)
+
+    def fn(a, b):
+        bias = F.pad(b * 2, (0, 3))[:, :5].unsqueeze(0).expand(3, -1, -1)  # pitch 8, batch stride 0
+        return torch.bmm(a.transpose(1, 2), bias), torch.bmm(a[:, :, :5], (b.t() + 1).expand(3, 5, 4))
+
+    gm = _aten_graph(fn, x, w)
+    wrapper = GraphCompilation(gm, codegen, "inference").compile()
+    for got, want in zip(wrapper.call([x, w]), fn(x, w)):
+        torch.testing.assert_close(got, want)
+    assert "(3, 4, 5), (0, 8, 1)" in wrapper.source, wrapper.source
+    assert "(3, 5, 4), (0, 1, 5)" in wrapper.source, wrapper.source
 
 
 def test_complex_extern_chain_keeps_its_layout(codegen: str) -> None:
@@ -195,3 +215,19 @@ def test_extern_results_keep_eagers_layout(codegen: str) -> None:
     assert "with_strides(" in wrapper.source and wrapper.source.count(".contiguous()") == 1
     for got, want in zip(wrapper.call([q, q, q]), fn(q, q, q)):
         torch.testing.assert_close(got, want)
+
+
+def test_merged_loops_keep_index_values(codegen: str, device: str) -> None:
+    """Regression (timm gemma4 patch grid): merging a kernel's contiguous dims rewrote a value
+    that was a bare index var (the iota of ``arange -> view -> expand -> clone``) to 0."""
+    def grid(x: torch.Tensor) -> torch.Tensor:
+        gy, gx = torch.meshgrid(torch.arange(6, device=x.device), torch.arange(5, device=x.device),
+                                indexing="ij")
+        coords = torch.stack([gy.flatten(), gx.flatten()], dim=-1).unsqueeze(0).expand(2, -1, -1)
+        return coords.flip(dims=(-1,)) + x
+
+    def rows(x: torch.Tensor) -> torch.Tensor:
+        return torch.arange(3, device=x.device).view(-1, 1).expand(3, 4).reshape(12) * 1.5 + x
+
+    check_parity(grid, (torch.tensor(0, device=device),), codegen)
+    check_parity(rows, (torch.randn(12, device=device),), codegen)
