@@ -11,6 +11,7 @@ Memory: on CPU targets each entry runs under ``RLIMIT_AS`` = the worker's
 address space when the entry starts + the limit, so a runaway allocation raises
 (``oom``) instead of taking the machine down. CUDA targets skip this limit
 (the CUDA driver reserves huge virtual ranges); GPU OOM is caught as an error.
+Workers of CPU targets run with the GPUs hidden (``CUDA_VISIBLE_DEVICES=""``).
 """
 
 from __future__ import annotations
@@ -89,6 +90,11 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
 
     target = parse_target(config.target, config.device)
     apply_env(target)  # before torch/triton are imported
+    if target.device == "cpu":
+        # CPU targets never see the GPUs: under the address-space limit below, creating a CUDA
+        # context fails as "out of memory", and some torch versions touch the accelerator while
+        # tracing (Dynamo 2.11 asks for its current stream), which made CPU entries 'oom'.
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
     # torch and Dynamo take seconds to import: once per worker, before the first deadline.
     import torch._dynamo  # noqa: F401
 

@@ -17,6 +17,7 @@ from harness.targets import parse_target
 
 PLANTED = """
     import ctypes
+    import os
     import time
 
     import torch
@@ -52,6 +53,14 @@ PLANTED = """
         raise ValueError("planted eager failure")
 
 
+    def sees_no_gpu(x):
+        # CPU targets' workers hide the GPUs (regression: Dynamo 2.11 touched the accelerator while
+        # tracing, and CUDA's context failed under the address-space limit: status 'oom')
+        if os.environ.get("CUDA_VISIBLE_DEVICES") != "":
+            raise RuntimeError("a CPU target's worker can see the GPUs")
+        return x.cos()
+
+
     _calls = [0]
 
 
@@ -74,6 +83,7 @@ PLANTED = """
     def entries():
         return [
             _entry("ok", ok),
+            _entry("sees_no_gpu", sees_no_gpu),
             _entry("segfault", segfault),
             _entry("hang", hang),
             _entry("oom", oom),
@@ -90,6 +100,7 @@ PLANTED = """
 
 EXPECTED = {
     "planted/ok": "pass",
+    "planted/sees_no_gpu": "pass",
     "planted/segfault": "crash",
     "planted/hang": "timeout",
     "planted/oom": "oom",
