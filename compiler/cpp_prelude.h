@@ -193,37 +193,48 @@ inline T shift_right(T a, T b) {
   return T(a >> b);
 }
 
+// a * b + c with one rounding where the target has FMA. Kernels build with -ffp-contract=off
+// (eager's a * b + c rounds twice), but inside the math functions below the fused form is both
+// faster and more accurate; their error bounds are tested with and without it.
+inline float madd(float a, float b, float c) {
+#ifdef __FMA__
+  return __builtin_fmaf(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 // exp for float32 that g++ vectorizes (std::exp is a libm call it cannot vectorize without
 // -ffast-math). Cephes' expf: Cody-Waite reduction by ln2, a degree-6 polynomial, and a scale
-// by 2^k applied in two steps so subnormal results are right. About 1 ulp, like ATen's
-// vectorized exp (Sleef, 1 ulp); NaN, +-inf, overflow and underflow as std::exp.
+// by 2^k applied in two steps so subnormal results are right. Within 1 ulp of the correctly
+// rounded exp on a dense grid (tested), like ATen's vectorized exp (Sleef, 1 ulp); NaN, +-inf,
+// overflow and underflow as std::exp.
 inline float exp_f32(float x) {
   const float xc = x < -104.0f ? -104.0f : (x > 89.0f ? 89.0f : x);
-  const float k = std::floor(xc * 1.44269504088896341f + 0.5f);
-  float r = xc - k * 0.693359375f;
-  r = r + k * 2.12194440e-4f;
+  const float k = std::floor(madd(xc, 1.44269504088896341f, 0.5f));
+  float r = madd(k, -0.693359375f, xc);
+  r = madd(k, 2.12194440e-4f, r);
   const float z = r * r;
   float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * z + r;
+  p = madd(p, r, 1.3981999507e-3f);
+  p = madd(p, r, 8.3334519073e-3f);
+  p = madd(p, r, 4.1665795894e-2f);
+  p = madd(p, r, 1.6666665459e-1f);
+  p = madd(p, r, 5.0000001201e-1f);
+  p = madd(p, z, r);
   p = p + 1.0f;
   const int32_t ki = int32_t(k);
   const int32_t k1 = ki >> 1;
   const int32_t k2 = ki - k1;
   const float s1 = float_from_bits(uint32_t(k1 + 127) << 23);
   const float s2 = float_from_bits(uint32_t(k2 + 127) << 23);
-  const float y = (p * s1) * s2;
-  return x != x ? x : y;
+  return (p * s1) * s2;  // a NaN passes the clamp and the polynomial: no extra select
 }
 
 template <int N>
 inline float horner(float x, const float (&c)[N]) {  // c[0] x^(N-1) + ... + c[N-1]
   float acc = c[0];
-  for (int i = 1; i < N; ++i) acc = acc * x + c[i];
+  for (int i = 1; i < N; ++i) acc = madd(acc, x, c[i]);
   return acc;
 }
 

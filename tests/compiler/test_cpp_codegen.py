@@ -320,23 +320,47 @@ def _ulp_distance(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (ordered(a) - ordered(b)).abs()
 
 
-def test_vectorizable_erf_is_within_two_ulp():
+# the prelude's math functions use FMA where -march allows it, plain a * b + c elsewhere
+MATH_FLAGS = [None, "-O3 -fno-math-errno"]  # default (-march=native), baseline x86-64 (no FMA)
+
+
+def _prelude_math(fn, x: torch.Tensor, flags: str | None, monkeypatch) -> torch.Tensor:
+    if flags is not None:
+        monkeypatch.setenv("CRUCIBLE_CPP_FLAGS", flags)
+    return torch.compile(fn, backend="crucible", options={"codegen": "cpp", "strict": True})(x)
+
+
+@pytest.mark.parametrize("flags", MATH_FLAGS)
+def test_vectorizable_exp_is_within_one_ulp(flags, monkeypatch):
+    """The prelude's exp_f32 against the correctly rounded exp, over the whole range (overflow,
+    subnormal results, underflow to 0) and the special values."""
+    x = torch.cat([torch.linspace(-104, 89, 1_000_001), torch.linspace(-2, 2, 200_001), torch.logspace(-38, 1, 20_000),
+                   -torch.logspace(-38, 1, 20_000),
+                   torch.tensor([0.0, -0.0, 88.72, 88.73, -87.33, -103.97, -103.98, 1e-45, float("inf"), float("-inf"),
+                                 float("nan")])])
+    got = _prelude_math(torch.exp, x, flags, monkeypatch)
+    finite = torch.isfinite(x)
+    assert _ulp_distance(got[finite], torch.exp(x[finite].double()).float()).max() <= 1
+    assert got[-3] == float("inf") and got[-2] == 0 and got[-1].isnan()
+
+
+@pytest.mark.parametrize("flags", MATH_FLAGS)
+def test_vectorizable_erf_is_within_two_ulp(flags, monkeypatch):
     """The prelude's erf_f32 (vectorizable, unlike std::erf) against the correctly rounded erf."""
     x = torch.cat([torch.linspace(-6, 6, 400_001), torch.logspace(-38, 1, 20_000), -torch.logspace(-38, 1, 20_000),
                    torch.tensor([0.0, -0.0, 1.0, -1.0, 3.92, 4.0, 1e-45, float("inf"), float("-inf"), float("nan")])])
-    opt = torch.compile(torch.erf, backend="crucible", options={"codegen": "cpp", "strict": True})
-    got = opt(x)
+    got = _prelude_math(torch.erf, x, flags, monkeypatch)
     finite = torch.isfinite(x)
     assert _ulp_distance(got[finite], torch.erf(x[finite].double()).float()).max() <= 2
     assert torch.equal(got[-3:-1], torch.tensor([1.0, -1.0])) and got[-1].isnan()
     assert torch.signbit(got[x == 0]).tolist() == torch.signbit(x[x == 0]).tolist()
 
 
-def test_vectorizable_log_is_within_one_ulp():
+@pytest.mark.parametrize("flags", MATH_FLAGS)
+def test_vectorizable_log_is_within_one_ulp(flags, monkeypatch):
     x = torch.cat([torch.logspace(-45, 38, 200_001), torch.linspace(0.5, 2, 100_001),
                    torch.tensor([0.0, -0.0, -1.0, float("inf"), float("-inf"), float("nan"), 1e-45])])
-    opt = torch.compile(torch.log, backend="crucible", options={"codegen": "cpp", "strict": True})
-    got = opt(x)
+    got = _prelude_math(torch.log, x, flags, monkeypatch)
     ref = torch.log(x.double()).float()
     finite = torch.isfinite(ref) & (x > 0)
     assert _ulp_distance(got[finite], ref[finite]).max() <= 1
