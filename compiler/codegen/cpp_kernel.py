@@ -23,6 +23,8 @@ from compiler.codegen.cpp import (
     INNER_TILE,
     INT_CALL,
     LANE_BYTES,
+    LONG_ROW,
+    LONG_ROW_LANE_BYTES,
     PARALLEL_MIN_WORK,
     SPLIT_MAX_CHUNKS,
     SPLIT_MAX_XNUMEL,
@@ -576,7 +578,8 @@ class KernelWriter:
         last = len(rr) - 1
         widest = max([1] + [_size(compute_dtype(e.dtype)) for e in reduces]
                      + [_size(compute_dtype(e.src[0].dtype)) for e in reduces])
-        lanes = min(LANE_BYTES // widest, 1 << (rr[last].bit_length() - 1))
+        lane_bytes = LONG_ROW_LANE_BYTES if rr[last] >= LONG_ROW else LANE_BYTES
+        lanes = min(lane_bytes // widest, 1 << (rr[last].bit_length() - 1))
         accs: list[tuple[Expr, str]] = []
         cascade = k.rnumel // split > CASCADE_BLOCK * lanes
         head: list[str] = [f"// pass over the reduced dims: {', '.join(e.arg.value for e in reduces) or 'stores'}"]
