@@ -71,6 +71,9 @@ CASES = [
 ]
 
 
+WARMUP_S = 3.0  # seconds of interleaved warmup rounds per case before timing
+
+
 def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str) -> tuple[Callable, float]:
     """``fn`` compiled by ``backend`` with an empty cache directory, and the seconds its first
     call took (tracing, compiling, building, loading)."""
@@ -94,12 +97,19 @@ def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str) -> t
                 os.environ[cache_env] = old
 
 
-def median_ms(variants: dict[str, Callable], inputs: tuple, repeat: int, warmup: int = 3) -> dict[str, float]:
+def median_ms(variants: dict[str, Callable], inputs: tuple, repeat: int, warmup_s: float = WARMUP_S,
+              min_warmup: int = 5) -> dict[str, float]:
     """Median wall time per variant. Variants are timed in interleaved rounds, so load from
-    other processes on a shared machine hits them alike."""
-    for fn in variants.values():
-        for _ in range(warmup):
+    other processes on a shared machine hits them alike. Warmup is interleaved rounds for
+    ``warmup_s`` seconds (at least ``min_warmup`` rounds): on this virtual machine the first
+    ~20 calls that touch a fresh 32 MiB output run up to 6x slower than the steady state (memory
+    the host backs lazily), far more than three warmup calls absorb."""
+    deadline = time.perf_counter() + warmup_s
+    rounds = 0
+    while rounds < min_warmup or time.perf_counter() < deadline:
+        for fn in variants.values():
             fn(*inputs)
+        rounds += 1
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeat):
         for name, fn in variants.items():
@@ -160,7 +170,7 @@ def main(argv: list[str] | None = None) -> None:
         rows.append(run_case(case, args.repeat))
         print(f"done: {case.name}", flush=True)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; run time = median of "
-          f"{args.repeat} interleaved calls after 3 warmup calls; compile = first call with empty caches "
+          f"{args.repeat} interleaved calls after {WARMUP_S:g} s of interleaved warmup; compile = first call with empty caches "
           f"(the first case also pays each compiler's one-time start-up); {allocator}")
     print(tabulate(rows, headers="keys", floatfmt=".3g"))
 
