@@ -7,6 +7,7 @@
 | ``CRUCIBLE_CACHE_DIR`` | cache root for generated kernels (default: ``$XDG_CACHE_HOME/crucible`` or ``~/.cache/crucible``) |
 | ``CRUCIBLE_CPP_FLAGS`` | replaces the C++ tuning flags (default ``-O3 -march=native -fno-math-errno``) |
 | ``CXX`` | the C++ compiler (default: g++, then c++) |
+| ``CRUCIBLE_COMPILE_THREADS`` | kernels built at once per graph (C++ builds, Triton GPU builds of every launch config); default: CPU cores, at most 8 (harness workers: their share of the cores); 1 builds one by one |
 
 Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" | "cpp";
 default triton on CUDA tensors and cpp on CPU tensors), ``strict`` (raise on an
@@ -32,6 +33,23 @@ def debug_level() -> int:
 def dump_dir() -> Path | None:
     value = os.environ.get("CRUCIBLE_DUMP_DIR")
     return Path(value) if value else None
+
+
+MAX_DEFAULT_COMPILE_THREADS = 8
+
+
+def compile_threads() -> int:
+    value = os.environ.get("CRUCIBLE_COMPILE_THREADS")
+    if not value:
+        return max(1, min(MAX_DEFAULT_COMPILE_THREADS, os.cpu_count() or 1))
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise ValueError(f"CRUCIBLE_COMPILE_THREADS={value!r}: expected a positive integer "
+                         f"(kernels built at once; 1 builds them one by one)")
+    return threads
 
 
 def cache_root() -> Path:

@@ -22,7 +22,7 @@ from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.graph import LoweredGraph
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport
-from compiler.runtime import KernelLauncher
+from compiler.runtime import KernelLauncher, parallel_map
 from compiler.scheduler import Kernel, Schedule, schedule
 from compiler.wrapper import Wrapper, generate_wrapper
 
@@ -80,6 +80,21 @@ def make_launcher(renderer: Renderer, rendered: RenderedKernel, device: torch.de
     return CppLauncher(rendered)
 
 
+def load_kernels(renderer: Renderer, rendered: dict[str, RenderedKernel], device: torch.device,
+                 lowered: LoweredGraph) -> dict[str, Any]:
+    """Every kernel built and loaded, several at once (``config.compile_threads()``): C++
+    libraries, and on the GPU each Triton launch config, which Triton would otherwise build one
+    by one during the graph's first call."""
+    names = list(rendered)
+    loaded = parallel_map(lambda n: make_launcher(renderer, rendered[n], device), names)
+    launchers = dict(zip(names, loaded))
+    buffers = lowered.buffers()
+    jobs = [job for n in names if isinstance(launchers[n], KernelLauncher)
+            for job in launchers[n].precompile_jobs([buffers[a].dtype for a in rendered[n].args])]
+    parallel_map(lambda job: job(), jobs)
+    return launchers
+
+
 class GraphCompilation:
     """One graph through every pass; fills a GraphReport as it goes."""
 
@@ -110,8 +125,7 @@ class GraphCompilation:
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
             "render", lambda: {k.name: renderer.render(k) for k in kernels})
-        launchers = self.run_pass(
-            "load", lambda: {n: make_launcher(renderer, r, self.device) for n, r in rendered.items()})
+        launchers = self.run_pass("load", load_kernels, renderer, rendered, self.device, lowered)
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, lowered, sched, rendered, launchers)
         self.fill_report(lowered, sched, rendered)
         debug.graph_done(self, wrapper, rendered)

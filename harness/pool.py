@@ -46,6 +46,7 @@ class WorkerConfig:
     mem_limit_mb: int | None = None
     capture: bool = True
     reference: str = "auto"  # see harness.execute.REFERENCE_CHOICES
+    jobs: int = 1  # workers sharing the machine
 
 
 def _address_space_bytes() -> int:
@@ -95,6 +96,8 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
         # context fails as "out of memory", and some torch versions touch the accelerator while
         # tracing (Dynamo 2.11 asks for its current stream), which made CPU entries 'oom'.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    # the compiler builds a graph's kernels on several threads; workers share the cores
+    os.environ.setdefault("CRUCIBLE_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, config.jobs))))
     # torch and Dynamo take seconds to import: once per worker, before the first deadline.
     import torch._dynamo  # noqa: F401
 

@@ -200,7 +200,7 @@ def execute_run(request: RunRequest) -> str:
 
         config = WorkerConfig(target=request.target, device=request.device, timeout_s=request.timeout_s,
                               mem_limit_mb=request.mem_limit_mb, capture=request.capture,
-                              reference=request.reference)
+                              reference=request.reference, jobs=request.jobs)
         # Longest first: the slowest entries must not start last on an otherwise idle pool.
         todo.sort(key=lambda e: -(e.eager_ms or _DEFAULT_EAGER_MS))
         tasks = [Task(e.name, request.catalog.origin_of(e.name)) for e in todo]

@@ -53,11 +53,14 @@ PLANTED = """
         raise ValueError("planted eager failure")
 
 
-    def sees_no_gpu(x):
+    def worker_env(x):
         # CPU targets' workers hide the GPUs (regression: Dynamo 2.11 touched the accelerator while
         # tracing, and CUDA's context failed under the address-space limit: status 'oom')
         if os.environ.get("CUDA_VISIBLE_DEVICES") != "":
             raise RuntimeError("a CPU target's worker can see the GPUs")
+        # the workers share the cores: each builds kernels on its share of them
+        if os.environ.get("CRUCIBLE_COMPILE_THREADS") != str(max(1, (os.cpu_count() or 1) // 2)):
+            raise RuntimeError("a worker builds kernels on more than its share of the cores")
         return x.cos()
 
 
@@ -83,7 +86,7 @@ PLANTED = """
     def entries():
         return [
             _entry("ok", ok),
-            _entry("sees_no_gpu", sees_no_gpu),
+            _entry("worker_env", worker_env),
             _entry("segfault", segfault),
             _entry("hang", hang),
             _entry("oom", oom),
@@ -100,7 +103,7 @@ PLANTED = """
 
 EXPECTED = {
     "planted/ok": "pass",
-    "planted/sees_no_gpu": "pass",
+    "planted/worker_env": "pass",
     "planted/segfault": "crash",
     "planted/hang": "timeout",
     "planted/oom": "oom",
