@@ -47,6 +47,12 @@ class Unsupported(Exception):
 class SymbolicShapes(Exception):
     """The graph has symbolic sizes; this compiler specializes on static shapes."""
 
+    HINT = ("crucible compiles static shapes only: pass dynamic=False to torch.compile so Dynamo "
+            "recompiles for each new shape instead of making sizes symbolic")
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"{message}; {self.HINT}")
+
 
 @dataclass(frozen=True)
 class Lazy:

@@ -114,9 +114,13 @@ def compile_model(target: Target, model: Any) -> Any:
     if target.backend is None:
         return model
     backend = resolve_backend(target)
+    # The crucible compiler specializes on static shapes: dynamic=False makes Dynamo recompile for
+    # a new shape instead of handing it symbolic sizes after the first recompile (detection models
+    # call their heads with data-dependent box counts).
+    dynamic = False if target.is_crucible else None
     if target.options:
-        return torch.compile(model, backend=backend, options=dict(target.options))
-    return torch.compile(model, backend=backend)
+        return torch.compile(model, backend=backend, options=dict(target.options), dynamic=dynamic)
+    return torch.compile(model, backend=backend, dynamic=dynamic)
 
 
 def apply_env(target: Target) -> None:

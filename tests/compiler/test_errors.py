@@ -65,7 +65,7 @@ def test_strict_mode_raises_with_pass_and_graph(broken_lowering, codegen: str, d
 def test_symbolic_shapes_fall_back_not_wrong(codegen: str, device: str) -> None:
     fn = lambda a: a * 2 + 1
     compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen}, dynamic=True)
-    with compiler.collect_reports() as report, pytest.warns(UserWarning):
+    with compiler.collect_reports() as report, pytest.warns(UserWarning, match="pass dynamic=False"):
         out = compiled(torch.randn(5, device=device))
     torch.testing.assert_close(out, fn(torch.ones(5, device=device)) * 0 + out)  # shape/dtype sane
     assert report.fallbacks and report.fallbacks[0].fallback is FallbackReason.SYMBOLIC_SHAPES

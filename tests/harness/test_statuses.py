@@ -243,3 +243,27 @@ def test_entry_unavailable_in_this_installation_is_skipped_not_an_eager_failure(
     result = execute_entry(entry, parse_target("eager"))
     assert result["status"] == "skipped"
     assert result["error"] == "unavailable here: timm 0.0 has no model 'future_net'"
+
+
+def _helper_with_a_break(t: torch.Tensor) -> torch.Tensor:
+    torch._dynamo.graph_break()
+    return t.sin() * 2
+
+
+def _calls_helper_with_two_shapes(x: torch.Tensor) -> torch.Tensor:
+    return _helper_with_a_break(x).sum() + _helper_with_a_break(x[:5]).sum()
+
+
+def test_crucible_targets_compile_new_shapes_statically() -> None:
+    """Regression (torchvision fasterrcnn on crucible-cpp: 'input arg0_1 is a symbolic scalar'): a
+    frame that sees a second shape is recompiled for it, not handed symbolic sizes (the compiler
+    specializes on static shapes; Dynamo goes dynamic on a recompile by default)."""
+    import torch._dynamo
+
+    from harness.targets import compile_model
+
+    torch._dynamo.reset()
+    x = torch.randn(8, 4)
+    compiled = compile_model(parse_target("crucible-cpp"), _calls_helper_with_two_shapes)
+    torch.testing.assert_close(compiled(x), _calls_helper_with_two_shapes(x))
+    torch._dynamo.reset()
