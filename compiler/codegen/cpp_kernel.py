@@ -9,6 +9,7 @@ the pass that needs them. See ``compiler.codegen.cpp`` for the overall scheme.
 from __future__ import annotations
 
 import math
+import re
 
 import torch
 
@@ -129,7 +130,7 @@ class KernelWriter:
             code = self.op_code(e)
         finally:
             self.scope = saved
-        if code.isidentifier() or code.startswith(("INT64_", "std::numeric_limits")):
+        if code.isidentifier() or ATOMIC_LITERAL.fullmatch(code):  # used inline by its users
             target.names[e] = code
             return code
         name = self.fresh()
@@ -758,6 +759,10 @@ WRAPPING = {Op.ADD: "wrap_add", Op.SUB: "wrap_sub", Op.MUL: "wrap_mul"}
 WIDE_INTS = frozenset({torch.int32, torch.int64})
 
 # float32 math with vectorizable prelude versions (the libm calls stay scalar)
+# Codes a user may embed in an infix expression as they are: one literal token. Anything longer
+# gets a named temporary (regression: `INT64_C(0) < INT64_C(1) ? t0 : t5`, a select on a folded
+# condition, was embedded as `... ? t0 : t5 + t6 ...`, so the adds bound to the select's else arm).
+ATOMIC_LITERAL = re.compile(r"-?(INT64_C\(-?\d+\)|UINT64_C\(\d+\)|INT64_MIN|std::numeric_limits<[\w ]+>::\w+\(\))")
 VECTOR_MATH = {Op.EXP: "exp_f32", Op.ERF: "erf_f32", Op.LOG: "log_f32"}
 
 # xr-level values worth keeping in a row buffer rather than recomputing in a later pass
