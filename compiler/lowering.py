@@ -30,6 +30,11 @@ aten = torch.ops.aten
 
 # A realized expression with more operations than this is not inlined twice.
 MAX_INLINE_OPS = 64
+# ... nor one reading more whole buffers (not broadcast ones like per-channel parameters) than
+# this: a transformer's residual stream (x + attn, then + mlp, ...) was otherwise re-summed from
+# every earlier branch output by each later layer (deit_small's last layer norm read 25 buffers in
+# each of its three passes).
+MAX_INLINE_READS = 4
 # Lazy values deeper than this are realized: the IR's passes recurse over expressions, and a
 # long op chain (a loop unrolled by Dynamo) must not reach Python's recursion limit.
 MAX_LAZY_DEPTH = 64
@@ -271,7 +276,9 @@ class GraphLowering:
 
     def maybe_realize(self, node: torch.fx.Node, value: Any) -> Any:
         """Realize big lazy expressions that several users would otherwise recompute."""
-        if isinstance(value, Lazy) and len(node.users) > 1 and count_ops(value.expr) > MAX_INLINE_OPS:
+        if isinstance(value, Lazy) and len(node.users) > 1 and (
+                count_ops(value.expr) > MAX_INLINE_OPS
+                or _whole_reads(value) > MAX_INLINE_READS):
             return self.realize(value)
         if isinstance(value, Lazy) and value.expr.depth > MAX_LAZY_DEPTH:
             return self.realize(value)
@@ -341,6 +348,16 @@ class GraphLowering:
         if isinstance(value, (list, tuple)):
             return type(value)(self.output_value(v) for v in value)
         return value
+
+
+def _whole_reads(value: Lazy) -> int:
+    """Buffers ``value`` reads at an index that varies along all its dims (broadcast reads excluded)."""
+    dims = {ir.xvar(d) for d, n in enumerate(value.shape) if n > 1}
+    names = set()
+    for load in ir.loads(value.expr):
+        if {e for e in load.src[0].walk() if e.op is Op.XVAR} >= dims:
+            names.add(load.arg)
+    return len(names)
 
 
 def _plain_strides(val: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:

@@ -231,3 +231,33 @@ def test_merged_loops_keep_index_values(codegen: str, device: str) -> None:
 
     check_parity(grid, (torch.tensor(0, device=device),), codegen)
     check_parity(rows, (torch.randn(12, device=device),), codegen)
+
+
+def test_select_of_a_concatenation_in_an_expression(codegen: str, device: str) -> None:
+    """Regression (timm deit/xcit, wrong head outputs on the C++ codegen): the class token row of a
+    concatenation is a select on a constant condition; the C++ renderer embedded that select in
+    its users' infix expression without parentheses, so the following adds joined its else arm."""
+    def head(cls, tokens, pos):
+        x = torch.cat([cls, tokens], dim=0) + pos
+        return (x[0] - x.mean()) * 2 + 1
+
+    args = (torch.randn(1, 8), torch.randn(3, 8), torch.randn(4, 8))
+    check_parity(head, tuple(a.to(device) for a in args), codegen)
+
+
+def test_residual_stream_is_stored_not_resummed(codegen: str) -> None:
+    """A transformer's residual stream (x + branch, layer after layer) is stored once it reads more
+    than a few whole buffers; inlined, each layer's kernels re-summed every earlier branch output
+    (quadratic: deit_small's last layer norm read 25 buffers). Per-channel reads do not count."""
+    w = [torch.randn(16, 16) for _ in range(8)]
+
+    def layers(x, *ws):
+        for m in ws:
+            x = x + F.layer_norm(x, (16,)) @ m
+        return x
+
+    x = torch.randn(6, 16)
+    wrapper = GraphCompilation(_aten_graph(layers, x, *w), codegen, "inference").compile()
+    torch.testing.assert_close(wrapper.call([x, *w]), layers(x, *w), rtol=1e-4, atol=1e-4)
+    launches = [line for line in wrapper.source.splitlines() if "launchers[" in line]
+    assert max(line.count(",") + 1 for line in launches) <= 6, "\n".join(launches)
