@@ -545,8 +545,9 @@ class KernelWriter:
         loop = block("for (int64_t j = 0; j < width; ++j)", scope.lines)
         flush = [f"{acc}_c.push({acc});" for e, acc in accs if cascade and _cascaded(e)]
         if flush:
-            head.append("int flush = 0;")
-            loop += block(f"if (++flush == {CASCADE_BLOCK})", ["flush = 0;", *flush])
+            counter = self.fresh("flush")  # passes may share a scope: one counter each
+            head.append(f"int {counter} = 0;")
+            loop += block(f"if (++{counter} == {CASCADE_BLOCK})", [f"{counter} = 0;", *flush])
         for d in reversed(range(len(rr))):
             loop = block(f"for (int64_t r{d} = 0; r{d} < {rr[d]}; ++r{d})", loop)
         finish = [f"{acc}_c.finish({acc});" for e, acc in accs if cascade and _cascaded(e)]
@@ -602,8 +603,9 @@ class KernelWriter:
             accs.append((e, acc))
             head += self.acc_decl(e, acc, lanes, cascade)
         flush = cascade and any(_cascaded(e) for e in reduces)
+        counter = self.fresh("flush")  # passes may share a scope: one counter each
         if flush:
-            head.append("int flush = 0;")
+            head.append(f"int {counter} = 0;")
 
         flat = " + ".join(f"r{d} * {math.prod(rr[d + 1:])}" if d < last else f"r{d}" for d in range(last + 1))
 
@@ -629,7 +631,7 @@ class KernelWriter:
         inner = block(f"for (int64_t j = 0; j < {lanes}; ++j)", main_body)
         if flush:
             push = [f"{acc}_c.push({acc});" for e, acc in accs if _cascaded(e)]
-            inner += block(f"if (++flush == {CASCADE_BLOCK})", ["flush = 0;", *push])
+            inner += block(f"if (++{counter} == {CASCADE_BLOCK})", [f"{counter} = 0;", *push])
         loop = block(f"for (int64_t rb = {main_lo}; rb < {main_hi}; rb += {lanes})", inner)
         if main_hi != tail_hi:
             loop += block(f"for (int64_t rt = {main_hi}; rt < {tail_hi}; ++rt)", tail_body)

@@ -126,6 +126,14 @@ def test_long_row_sum_is_accurate():
     assert cpp_err <= max(4 * eager_err, 1e-6 * reference.abs().max())
 
 
+def test_two_cascaded_passes_in_one_scope():
+    """Regression (timm poolformer_s24: 'redeclaration of int flush'): a whole-tensor group norm
+    makes two long cascaded sum passes in the kernel's one scope, each with its flush counter."""
+    x = torch.randn(1, 32, 24, 24) * 3 + 1  # 18,432 elements: long enough to cascade, too short to split
+    got, _ = compiled_run(lambda t: F.group_norm(t, 1), (x,), "cpp")
+    torch.testing.assert_close(got, F.group_norm(x, 1), rtol=1e-5, atol=1e-5)
+
+
 def test_long_rows_split_across_threads():
     """Few outer points and long rows: chunks reduced in parallel, partials folded in order."""
     x = torch.randn(3, 1 << 17)
