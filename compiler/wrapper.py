@@ -89,6 +89,12 @@ class _WrapperWriter:
         outputs = _view_buffers(self.graph.outputs)
         last = self.last_uses()
         self.lines.append(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args" if inputs else "pass")
+        for buf in self.graph.inputs:
+            if buf is not None and buf.shape == ():
+                # a Python float the graph takes as a 0-d tensor: traced as float32, Dynamo passes the
+                # value as float64 (kernels would read 4 of its 8 bytes)
+                self.lines.append(f"{buf.name} = {buf.name} if {buf.name}.dtype == {buf.dtype} "
+                                  f"else {buf.name}.to({buf.dtype})")
         for name in self.graph.moved_inputs:
             self.lines.append(f"{name} = torch.empty_strided({name}.size(), {name}.stride(), dtype={name}.dtype, "
                               f"device=device).copy_({name})")

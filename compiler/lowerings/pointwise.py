@@ -290,9 +290,9 @@ SAME_TYPE_UNARY: dict[Any, Callable[[V], V]] = {
 
 
 def _unary_same(fn: Callable[[V], V]) -> Callable:
-    def rule(ctx: GraphLowering, node: Any, x: Any, *rest: Any) -> Lazy:
-        if rest:
-            raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"extra arguments {rest}")
+    def rule(ctx: GraphLowering, node: Any, x: Any, *rest: Any, **kwargs: Any) -> Lazy:
+        if rest or kwargs:  # round(x, decimals=...), ...
+            raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"extra arguments {rest or kwargs}")
         compute = x.dtype if isinstance(x, (Lazy, Strided)) else out_meta(node)[1]
         return pointwise(node, fn, x, compute=compute)
 

@@ -261,3 +261,20 @@ def test_residual_stream_is_stored_not_resummed(codegen: str) -> None:
     torch.testing.assert_close(wrapper.call([x, *w]), layers(x, *w), rtol=1e-4, atol=1e-4)
     launches = [line for line in wrapper.source.splitlines() if "launchers[" in line]
     assert max(line.count(",") + 1 for line in launches) <= 6, "\n".join(launches)
+
+
+def test_python_float_input_arriving_as_float64(codegen: str) -> None:
+    """Regression (zoo/python_random on crucible-cpp: outputs of 1e34): Dynamo lifts a Python float
+    into a 0-d tensor input that the graph traces as float32 but passes as float64 at run time;
+    the C++ kernel read four of its eight bytes. The wrapper converts 0-d inputs to the traced dtype."""
+    x, s = torch.randn(4, 8), torch.tensor(0.75)
+    wrapper = GraphCompilation(_aten_graph(lambda a, b: a.sin() * b, x, s), codegen, "inference").compile()
+    torch.testing.assert_close(wrapper.call([x, torch.tensor(0.75, dtype=torch.float64)]), x.sin() * 0.75)
+
+
+def test_unary_op_with_extra_keyword_is_an_extern(codegen: str) -> None:
+    """Regression (opinfo round-decimals: TypeError in the lowering rule): a keyword the rule does not
+    implement makes the op an extern call instead of crashing the compile."""
+    x = torch.randn(5, 7) * 100
+    report = check_parity(lambda t: torch.round(t * 2, decimals=1) + 1, (x,), codegen, max_externs=None)
+    assert len(report.externs) == 1
