@@ -13,6 +13,7 @@ A rule raises ``Unsupported`` to have the op run as an extern call instead.
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -194,6 +195,13 @@ class GraphLowering:
         (windowed reductions such as pooling build their own body)."""
         buf = Buffer(self.new_name(), out_dtype, out_shape, contiguous_strides(out_shape), "computed")
         is_arg = op in (ir.ReduceOp.ARGMAX, ir.ReduceOp.ARGMIN)
+        if math.prod(rranges) == 1:
+            # a window of one element (pooling with kernel 1): the element itself, a pointwise node
+            # (the scheduler drops size-1 dims, which left a REDUCE in a kernel without reduced dims)
+            one = ir.substitute(body, {ir.rvar(j): ir.const(0, ir.INDEX_DTYPE) for j in range(len(rranges))})
+            value = ir.const(0, out_dtype) if is_arg else ir.cast(ir.cast(one, acc_dtype), out_dtype)
+            self.graph.nodes.append(ComputedNode(buf, (), value, self.origins_of(body)))
+            return Strided(buf.name, out_shape, buf.stride, 0, out_dtype)
         reduced = ir.reduce(op, body if is_arg else ir.cast(body, acc_dtype), acc_dtype)
         self.graph.nodes.append(ComputedNode(buf, rranges, ir.cast(reduced, out_dtype), self.origins_of(body)))
         return Strided(buf.name, out_shape, buf.stride, 0, out_dtype)

@@ -278,3 +278,12 @@ def test_unary_op_with_extra_keyword_is_an_extern(codegen: str) -> None:
     x = torch.randn(5, 7) * 100
     report = check_parity(lambda t: torch.round(t * 2, decimals=1) + 1, (x,), codegen, max_externs=None)
     assert len(report.externs) == 1
+
+
+def test_one_element_windows_and_reductions(codegen: str, device: str) -> None:
+    """Regression (timm efficientformerv2_s1: 'reduction ... used before its pass'): pooling with a
+    1x1 window reduced over size-1 dims, which the scheduler drops, leaving a REDUCE in a pointwise
+    kernel. A one-element reduction is now the element itself."""
+    x = torch.randn(2, 4, 6, 5, device=device)
+    check_parity(lambda t: F.avg_pool2d(t, 1, 2) * 2 + F.max_pool2d(t, 1, 2), (x,), codegen)
+    check_parity(lambda t: t[:, :1].sum(1) + t[:, :1].argmax(1) + (t[:, :1] > 0).sum(1), (x,), codegen)
