@@ -98,9 +98,12 @@ class _WrapperWriter:
         for name in self.graph.moved_inputs:
             self.lines.append(f"{name} = torch.empty_strided({name}.size(), {name}.stride(), dtype={name}.dtype, "
                               f"device=device).copy_({name})")
-        # buffers no kernel ever computes (0-element outputs, unused results) still need storage
+        # buffers no kernel ever computes (0-element values, unused results) still need storage when
+        # an output or an extern call refers to them
         stored = {s.buffer for st in self.schedule.steps if isinstance(st, Kernel) for s in st.live_stores()}
-        for name in sorted(outputs - stored, key=_natural):
+        referenced = outputs.union(*[_view_buffers((st.args, st.kwargs)) for st in self.schedule.steps
+                                     if not isinstance(st, Kernel)])
+        for name in sorted(referenced - stored, key=_natural):
             buf = self.buffers[name]
             if buf.kind == "computed":
                 self.allocate(buf)

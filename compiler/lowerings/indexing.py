@@ -176,7 +176,9 @@ def lower_gather(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index:
 @register(aten.index_select)
 def lower_index_select(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index: TensorValue) -> Lazy:
     shape, dtype = out_meta(node)
-    dim = dim % max(len(x.shape), 1)
+    if not x.shape:  # a 0-d tensor: its one element (index 0 is the only valid index)
+        return Lazy(shape, dtype, read(x, []))
+    dim = dim % len(x.shape)
     out_index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]
     idx_shape_index = [out_index[dim]] if index.shape else []
     local = list(out_index)

@@ -287,3 +287,14 @@ def test_one_element_windows_and_reductions(codegen: str, device: str) -> None:
     x = torch.randn(2, 4, 6, 5, device=device)
     check_parity(lambda t: F.avg_pool2d(t, 1, 2) * 2 + F.max_pool2d(t, 1, 2), (x,), codegen)
     check_parity(lambda t: t[:, :1].sum(1) + t[:, :1].argmax(1) + (t[:, :1] > 0).sum(1), (x,), codegen)
+
+
+def test_empty_values_passed_to_externs_and_scalar_index_select(codegen: str) -> None:
+    """Regressions (opinfo pad-circular on a (0, 3, 3) input: NameError in the wrapper, its
+    0-element intermediates reached extern calls without storage; opinfo index_select on a 0-d
+    tensor: IndexError in the lowering)."""
+    empty = torch.randn(0, 3, 3)
+    compiled = torch.compile(lambda a: F.pad(a, (1, 2), mode="circular"), backend="crucible",
+                             options={"codegen": codegen, "strict": True})
+    assert compiled(empty).shape == (0, 3, 6)
+    check_parity(lambda a, i: torch.index_select(a, 0, i) * 2, (torch.tensor(2.5), torch.tensor([0])), codegen)
