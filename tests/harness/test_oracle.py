@@ -121,3 +121,15 @@ def test_outputs_identical_detects_nondeterminism() -> None:
     assert outputs_identical((a, {"k": 1}), (a.clone(), {"k": 1}))
     assert not outputs_identical(a, torch.tensor([1.0 + 1e-7, math.nan]))
     assert not outputs_identical((a,), (a, a))
+
+
+def test_lazily_conjugated_complex_outputs_are_compared() -> None:
+    """Regression (opinfo fft.ihfft crashed the harness): ihfft returns a conjugate view, which
+    view_as_real refuses; the oracle resolves it and compares values."""
+    x = torch.randn(16, dtype=torch.float64)
+    reference = torch.fft.ihfft(x)
+    eager = torch.fft.ihfft(x.float())
+    assert eager.is_conj()
+    oracle = ParityOracle("float32")
+    assert oracle.compare(eager, eager.resolve_conj().clone(), reference).passed
+    assert not oracle.compare(eager, eager.conj_physical(), reference).passed
