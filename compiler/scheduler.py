@@ -319,7 +319,7 @@ def _vars_outside_indices(value: Expr) -> set[Expr]:
         seen.add(e)
         if e.op in (Op.XVAR, Op.RVAR):
             found.add(e)
-        stack.extend(e.src[1:] if e.op is Op.LOAD else e.src)
+        stack.extend(() if e.op is Op.LOAD else e.src)  # a load's only operand is its address
     return found
 
 

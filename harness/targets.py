@@ -118,9 +118,7 @@ def compile_model(target: Target, model: Any) -> Any:
     # a new shape instead of handing it symbolic sizes after the first recompile (detection models
     # call their heads with data-dependent box counts).
     dynamic = False if target.is_crucible else None
-    if target.options:
-        return torch.compile(model, backend=backend, options=dict(target.options), dynamic=dynamic)
-    return torch.compile(model, backend=backend, dynamic=dynamic)
+    return torch.compile(model, backend=backend, options=dict(target.options) or None, dynamic=dynamic)
 
 
 def apply_env(target: Target) -> None:

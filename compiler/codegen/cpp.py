@@ -180,6 +180,7 @@ class CppLauncher:
 
 # Integer overflow wraps like ATen's through the prelude's wrap_* helpers, not -fwrapv (which
 # blocks vectorizing strided loads, see cpp_prelude.h). -fno-trapping-math: floating-point
-# exceptions are not observable from torch, and without it g++ will not vectorize floor/ceil/float-int conversions (so neither exp_f32); values
-# are unchanged (unlike -ffast-math, it allows no reassociation and keeps NaN/inf/-0.0 semantics).
+# exceptions are not observable from torch, and without it g++ will not vectorize floor/ceil/
+# float-int conversions (so neither exp_f32); values are unchanged (unlike -ffast-math, it allows
+# no reassociation and keeps NaN/inf/-0.0 semantics).
 EXTRA_FLAGS = ("-fno-trapping-math",)

@@ -603,7 +603,7 @@ class KernelWriter:
             accs.append((e, acc))
             head += self.acc_decl(e, acc, lanes, cascade)
         flush = cascade and any(_cascaded(e) for e in reduces)
-        counter = self.fresh("flush")  # passes may share a scope: one counter each
+        counter = self.fresh("flush") if flush else ""  # passes may share a scope: one counter each
         if flush:
             head.append(f"int {counter} = 0;")
 
@@ -760,11 +760,12 @@ class KernelWriter:
 WRAPPING = {Op.ADD: "wrap_add", Op.SUB: "wrap_sub", Op.MUL: "wrap_mul"}
 WIDE_INTS = frozenset({torch.int32, torch.int64})
 
-# float32 math with vectorizable prelude versions (the libm calls stay scalar)
 # Codes a user may embed in an infix expression as they are: one literal token. Anything longer
 # gets a named temporary (regression: `INT64_C(0) < INT64_C(1) ? t0 : t5`, a select on a folded
 # condition, was embedded as `... ? t0 : t5 + t6 ...`, so the adds bound to the select's else arm).
 ATOMIC_LITERAL = re.compile(r"-?(INT64_C\(-?\d+\)|UINT64_C\(\d+\)|INT64_MIN|std::numeric_limits<[\w ]+>::\w+\(\))")
+
+# float32 math with vectorizable prelude versions (the libm calls stay scalar)
 VECTOR_MATH = {Op.EXP: "exp_f32", Op.ERF: "erf_f32", Op.LOG: "log_f32"}
 
 # xr-level values worth keeping in a row buffer rather than recomputing in a later pass
