@@ -213,7 +213,7 @@ def compiler_identity(compiler: tuple[str, ...]) -> str:
     try:
         done = subprocess.run([*compiler, "--version"], check=False, capture_output=True, text=True, timeout=60)
     except OSError as error:
-        raise CppCompileError("<none>", [*compiler, "--version"], str(error), reason="not runnable")
+        raise CppCompileError("<none>", [*compiler, "--version"], str(error), reason="not runnable") from error
     return f"{shlex.join(compiler)}\n{done.stdout}"
 
 
