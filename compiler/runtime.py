@@ -34,9 +34,9 @@ _TUNED: dict[str, tuple[tuple[int, ...], dict]] = {}
 
 
 def triton_source_dir() -> Path:
-    path = config.cache_root() / "triton"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    """Where generated Triton modules are written before import: ``<cache root>/triton``, with
+    the ownership check the C++ cache has (importing a module runs it)."""
+    return config.private_cache_dir("triton")
 
 
 def load_module(source: str, stem: str) -> Any:
