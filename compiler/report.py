@@ -31,7 +31,6 @@ class FallbackReason(str, enum.Enum):
 
     COMPILER_ERROR = "compiler_error"
     SYMBOLIC_SHAPES = "symbolic_shapes"
-    UNSUPPORTED_GRAPH = "unsupported_graph"
 
 
 @dataclass(frozen=True)

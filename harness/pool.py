@@ -87,10 +87,9 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
     faulthandler.enable()  # a segfault's Python traceback goes to the log
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 
-    from harness.targets import apply_env, parse_target
+    from harness.targets import parse_target
 
     target = parse_target(config.target, config.device)
-    apply_env(target)  # before torch/triton are imported
     if target.device == "cpu":
         # CPU targets never see the GPUs: under the address-space limit below, creating a CUDA
         # context fails as "out of memory", and some torch versions touch the accelerator while

@@ -8,7 +8,6 @@ eager). Any other name is looked up as a registered Dynamo backend.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +25,6 @@ class Target:
     device: str  # "cpu" | "cuda"
     backend: str | None  # Dynamo backend name; None for eager
     options: dict = field(default_factory=dict)
-    # Environment a worker needs before importing torch/triton. The crucible targets
-    # need none: the compiler runs CPU kernels in Triton's interpreter by itself.
-    env: dict = field(default_factory=dict)
 
     @property
     def is_crucible(self) -> bool:
@@ -119,9 +115,3 @@ def compile_model(target: Target, model: Any) -> Any:
     # call their heads with data-dependent box counts).
     dynamic = False if target.is_crucible else None
     return torch.compile(model, backend=backend, options=dict(target.options) or None, dynamic=dynamic)
-
-
-def apply_env(target: Target) -> None:
-    """Set the target's environment in a fresh worker, before torch/triton are imported."""
-    for key, value in target.env.items():
-        os.environ[key] = value
