@@ -22,6 +22,7 @@ import torch
 
 from corpus.entry import Entry, EntryUnavailable
 from harness.capture import analyze_capture, count_eager_ops
+from harness.compile_reasons import entry_fields
 from harness.oracle import ParityOracle, outputs_identical
 from harness.status import Status
 from harness.targets import REFERENCE_CHOICES, Target, TargetUnavailable, check_available, compile_model
@@ -250,8 +251,8 @@ def _compile_and_compare(entry: Entry, target: Target, model: Any, args: tuple, 
                 _synchronize(device)
                 result["compile_s"] = time.perf_counter() - start
             finally:  # graphs compiled before a failure still count
-                if rep is not None:
-                    result["kernels"], result["externs"] = len(rep.kernels), len(rep.externs)
+                if rep is not None:  # counts, extern ops and their reasons, fallbacks, refusals
+                    result.update(entry_fields(rep))
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.FAIL_COMPILE if is_compile_error(exc) else Status.FAIL_RUN, exc)
 
@@ -286,7 +287,8 @@ class _NoReports:
 
 
 def _collector(target: Target) -> Any:
-    """Collect crucible's compile reports (kernel and extern counts) when it can report them."""
+    """Collect crucible's compile reports (kernels, extern ops with reasons, fallbacks, refused
+    fusions) when it can report them."""
     if not target.is_crucible:
         return _NoReports()
     try:

@@ -1,4 +1,5 @@
-"""Reports over stored results: summary tables, top graph breaks, failure clusters."""
+"""Reports over stored results: summary tables, top graph breaks, what the compiler left to
+ATen (extern ops with reasons, graph fallbacks, refused fusions), failure clusters."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.compile_reasons import fallback_reasons, top_extern_ops, top_refused_fusions
 from harness.status import ALL_STATUSES, Status, eager_ok
 
 
@@ -94,6 +96,18 @@ def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
     if breaks:
         parts.append("top graph-break reasons\n" + tabulate(
             breaks, headers=["breaks", "entries", "category", "reason", "example"]))
+    externs = top_extern_ops(results)
+    if externs:
+        parts.append("top extern ops / reasons\n" + tabulate(
+            externs, headers=["entries", "calls", "op", "reason", "example"]))
+    fallbacks = fallback_reasons(results)
+    if fallbacks:
+        parts.append("graphs that fell back to eager\n" + tabulate(
+            fallbacks, headers=["entries", "graphs", "reason", "failed pass", "example"]))
+    refusals = top_refused_fusions(results)
+    if refusals:
+        parts.append("top refused fusions\n" + tabulate(
+            refusals, headers=["entries", "refusals", "reason", "example"]))
     clusters = failure_clusters(results)
     if clusters:
         parts.append("failures by error signature\n" + tabulate(

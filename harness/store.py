@@ -1,8 +1,9 @@
 """The results store: one SQLite file, written as each entry finishes.
 
 Tables: ``runs`` (one row per run: id, suite, target, metadata as JSON, finished
-flag) and ``results`` (one row per run and entry; scalar metrics as columns, the
-graph-break list and error detail as JSON/text). A run killed half-way keeps the
+flag) and ``results`` (one row per run and entry; scalar metrics as columns, lists as
+JSON text: graph breaks, and from crucible's compile reports the extern ops with their
+reasons, the graphs that fell back and the refused fusions; error detail as text). A run killed half-way keeps the
 rows it wrote; ``--resume`` continues it, skipping entries already present.
 """
 
@@ -15,6 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from harness.compile_reasons import FIELDS as COMPILE_REASON_FIELDS
+
 DEFAULT_DB = "crucible-results.sqlite"
 
 # Scalar result fields stored as columns, in export order.
@@ -26,14 +29,17 @@ RESULT_COLUMNS = (
 
 _TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
                  "capture_error"}
+# List fields stored as JSON text; a missing list reads back as [].
+JSON_COLUMNS = ("break_reasons", *COMPILE_REASON_FIELDS)
 _COLUMN_DEFS = ", ".join(f"{c} {'TEXT' if c in _TEXT_COLUMNS else 'REAL'}" for c in RESULT_COLUMNS)
+_JSON_DEFS = ", ".join(f"{c} TEXT" for c in JSON_COLUMNS)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, suite TEXT, target TEXT, created REAL, finished INTEGER DEFAULT 0,
     metadata TEXT
 );
 CREATE TABLE IF NOT EXISTS results (
-    run_id TEXT NOT NULL, {_COLUMN_DEFS}, break_reasons TEXT, recorded REAL,
+    run_id TEXT NOT NULL, {_COLUMN_DEFS}, {_JSON_DEFS}, recorded REAL,
     PRIMARY KEY (run_id, name)
 );
 """
@@ -52,9 +58,9 @@ class ResultStore:
         # A database written by an older harness gains the columns added since.
         have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
         with self.db:
-            for column in RESULT_COLUMNS:
+            for column in (*RESULT_COLUMNS, *JSON_COLUMNS):
                 if column not in have:
-                    kind = "TEXT" if column in _TEXT_COLUMNS else "REAL"
+                    kind = "TEXT" if column in _TEXT_COLUMNS or column in JSON_COLUMNS else "REAL"
                     self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
@@ -102,12 +108,13 @@ class ResultStore:
 
     # -- results ----------------------------------------------------------
     def record(self, run_id: str, result: dict[str, Any]) -> None:
-        values = [result.get(c) for c in RESULT_COLUMNS]
+        columns = (*RESULT_COLUMNS, *JSON_COLUMNS)
+        values = [result.get(c) for c in RESULT_COLUMNS] + [json.dumps(result.get(c) or []) for c in JSON_COLUMNS]
         with self.db:
             self.db.execute(
-                f"INSERT OR REPLACE INTO results (run_id, {', '.join(RESULT_COLUMNS)}, break_reasons, recorded) "
-                f"VALUES (?, {', '.join('?' for _ in RESULT_COLUMNS)}, ?, ?)",
-                [run_id, *values, json.dumps(result.get("break_reasons") or []), time.time()])
+                f"INSERT OR REPLACE INTO results (run_id, {', '.join(columns)}, recorded) "
+                f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",
+                [run_id, *values, time.time()])
 
     def finished_names(self, run_id: str) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
@@ -122,7 +129,8 @@ class ResultStore:
         for c in ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs"):
             if out[c] is not None:
                 out[c] = int(out[c])
-        out["break_reasons"] = json.loads(row["break_reasons"] or "[]")
+        for c in JSON_COLUMNS:
+            out[c] = json.loads(row[c] or "[]")
         return out
 
     def iter_all(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
