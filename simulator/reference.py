@@ -7,6 +7,7 @@ IR. This module runs the IR itself, with no renderer, so the two can be told apa
 * ``evaluate_kernel(kernel, tensors)`` performs a kernel's stores on real tensors;
 * ``reference_graph(gm, inputs)`` runs a whole ATen graph as Crucible lowers and schedules it,
   kernels by this evaluator and extern calls by ATen (through the generated wrapper);
+  ``run_schedule(lowered, schedule, inputs)`` does the same for a hand-built lowered graph;
 * ``localize(gm, inputs, codegen)`` compares eager, the IR and the generated code kernel by
   kernel and says which stage is at fault (for tests and the minimizer).
 
@@ -244,14 +245,10 @@ def evaluate_kernel(kernel: Any, tensors: Mapping[str, torch.Tensor]) -> None:
 
 def evaluate_expr(expr: Expr, ranges: tuple[int, ...], rranges: tuple[int, ...] = (),
                   tensors: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
-    """``expr`` at every iteration point of a loop nest: a tensor of shape ``ranges + rranges``
-    (``ranges`` alone when the value does not vary along the reduced dims)."""
+    """``expr`` at every iteration point of a loop nest: a tensor of shape ``ranges + rranges``."""
     facts = KernelFacts("<expr>", tuple(ranges), tuple(rranges), (), ())
     ev = _Evaluator(facts, tensors or {}, torch.arange(_numel(ranges)), torch.device("cpu"))
-    value = ev.value(expr)
-    if value.shape[1] == 1:
-        return value.expand(ev.points[0], 1).reshape(ranges)
-    return value.expand(*ev.points).reshape(*ranges, *rranges)
+    return ev.value(expr).expand(*ev.points).reshape(*ranges, *rranges)
 
 
 # --- whole graphs ----------------------------------------------------------------------------------
@@ -299,14 +296,22 @@ def _wrap(lowered: Any, sched: Any, args: Mapping[str, tuple[str, ...]], launche
     return generate_wrapper(lowered, sched, rendered, dict(launchers))
 
 
-def reference_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
-    """Run an ATen graph as Crucible lowers and schedules it, every kernel by the IR evaluator
-    and every extern call by ATen; returns what the compiled graph would return."""
-    lowered, sched, kernels = _lower_and_schedule(gm, inputs)
-    facts = {k.name: kernel_facts(k) for k in kernels}
+def run_schedule(lowered: Any, sched: Any, inputs: Sequence[Any]) -> Any:
+    """Run a lowered graph's schedule (hand-built or from ``compiler.scheduler.schedule``): every
+    kernel by the IR evaluator, every extern call by ATen; returns the graph's outputs."""
+    from compiler.scheduler import Kernel
+
+    facts = {s.name: kernel_facts(s) for s in sched.steps if isinstance(s, Kernel)}
     wrapper = _wrap(lowered, sched, {n: f.buffers for n, f in facts.items()},
                     {n: ReferenceLauncher(f) for n, f in facts.items()})
     return wrapper.call(list(inputs))
+
+
+def reference_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
+    """Run an ATen graph as Crucible lowers and schedules it, every kernel by the IR evaluator
+    and every extern call by ATen; returns what the compiled graph would return."""
+    lowered, sched, _ = _lower_and_schedule(gm, inputs)
+    return run_schedule(lowered, sched, inputs)
 
 
 @dataclass(frozen=True)
