@@ -92,26 +92,16 @@ def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
                                                            meta["sources_unavailable"].items()))
     parts.append(tabulate(summary_rows(results), headers=[
         "suite", "target", "entries", "eager ok", "full graph", "breaks", "coverage", "pass rate", "statuses"]))
-    breaks = top_break_reasons(results)
-    if breaks:
-        parts.append("top graph-break reasons\n" + tabulate(
-            breaks, headers=["breaks", "entries", "category", "reason", "example"]))
-    externs = top_extern_ops(results)
-    if externs:
-        parts.append("top extern ops / reasons\n" + tabulate(
-            externs, headers=["entries", "calls", "op", "reason", "example"]))
-    fallbacks = fallback_reasons(results)
-    if fallbacks:
-        parts.append("graphs that fell back to eager\n" + tabulate(
-            fallbacks, headers=["entries", "graphs", "reason", "failed pass", "example"]))
-    refusals = top_refused_fusions(results)
-    if refusals:
-        parts.append("top refused fusions\n" + tabulate(
-            refusals, headers=["entries", "refusals", "reason", "example"]))
-    clusters = failure_clusters(results)
-    if clusters:
-        parts.append("failures by error signature\n" + tabulate(
-            clusters, headers=["status", "entries", "signature", "example entry"]))
+    sections = [
+        ("top graph-break reasons", top_break_reasons(results),
+         ["breaks", "entries", "category", "reason", "example"]),
+        ("top extern ops / reasons", top_extern_ops(results), ["entries", "calls", "op", "reason", "example"]),
+        ("graphs that fell back to eager", fallback_reasons(results),
+         ["entries", "graphs", "reason", "failed pass", "example"]),
+        ("top refused fusions", top_refused_fusions(results), ["entries", "refusals", "reason", "example"]),
+        ("failures by error signature", failure_clusters(results), ["status", "entries", "signature", "example entry"]),
+    ]
+    parts += [f"{title}\n{tabulate(rows, headers=headers)}" for title, rows, headers in sections if rows]
     return "\n\n".join(parts)
 
 
