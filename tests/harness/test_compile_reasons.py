@@ -93,6 +93,20 @@ def test_store_report_and_json_carry_the_reasons(tmp_path: Path) -> None:
     assert refused[2].split()[:3] == ["1", "2", "reads_across_programs"]
 
 
+def test_report_command_prints_the_extern_table(tmp_path: Path, cli) -> None:
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        store.create_run("r1", "s", "crucible-cpp", {})
+        store.record("r1", _stored("a", break_reasons=[{"reason": "GB0025: graph_break()", "category": "explicit",
+                                                        "frame": "m.py:3"}],
+                                   extern_ops=[{"op": "aten.mm.default", "reason": "library_kernel", "calls": 2,
+                                                "message": "vendor library kernel"}]))
+    proc = cli("report", "--db", str(tmp_path / "r.sqlite"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert out.index("top graph-break reasons") < out.index("top extern ops / reasons")
+    assert "aten.mm.default" in out and "library_kernel" in out
+
+
 def test_database_from_an_older_harness_gains_the_reason_columns(tmp_path: Path) -> None:
     path = tmp_path / "old.sqlite"
     conn = sqlite3.connect(path)
