@@ -7,16 +7,10 @@ pointers and int64 sizes; this module turns that text into a loaded library::
     fn = lib.function("add_kernel", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64])
     call_kernel(fn, x, out, x.numel())          # tensors are passed as data pointers
 
-Environment variables (read in ``compiler/config.py``, like every other):
-
-=====================  =========================================================================
-``CXX``                the compiler (may include arguments, e.g. ``ccache g++``); default: the
-                       first of ``g++``, ``c++`` on PATH
-``CRUCIBLE_CPP_FLAGS`` replaces the tuning flags ``-O3 -march=native -fno-math-errno``; the
-                       semantic flags below are always passed
-``CRUCIBLE_CACHE_DIR`` cache root; kernels go to ``<root>/cpp``. Default ``$XDG_CACHE_HOME/crucible``
-                       or ``~/.cache/crucible``
-=====================  =========================================================================
+Settings come from ``compiler/config.py`` (documented in the README): the compiler
+(``config.cxx()``, ``$CXX``, may include arguments such as ``ccache g++``; default the first of
+``g++``, ``c++`` on PATH), the tuning flags (``config.cpp_tuning_flags()``; the semantic flags
+below are always passed) and the cache directory (``config.private_cache_dir("cpp")``).
 
 Flags. Always: ``-shared -fPIC -std=c++17 -fopenmp -ffp-contract=off``. ``-ffp-contract=off``
 because a fused multiply-add rounds once where ATen's mul then add rounds twice, so ``x * a + b``

@@ -85,6 +85,9 @@ def test_readme_environment_table_matches_config() -> None:
     assert {"CRUCIBLE_DEBUG", "CRUCIBLE_CACHE_DIR", "CXX"} <= read  # the source scan found the reads
     assert documented == read, (f"README's environment table and compiler/config.py disagree: "
                                 f"undocumented {sorted(read - documented)}, not read {sorted(documented - read)}")
+    table = readme_table("variable")  # the defaults it states are config's
+    assert f"`{' '.join(config.DEFAULT_CPP_TUNING_FLAGS)}`" in table["CRUCIBLE_CPP_FLAGS"]
+    assert f"at most {config.MAX_DEFAULT_COMPILE_THREADS}" in table["CRUCIBLE_COMPILE_THREADS"]
 
 
 def test_readme_options_table_matches_config() -> None:
