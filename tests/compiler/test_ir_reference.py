@@ -122,12 +122,13 @@ def test_reference_of_real_graphs_matches_eager(name: str) -> None:
     torch.testing.assert_close(got[0] if isinstance(got, (tuple, list)) else got, fn(x))
 
 
-def test_localize_finds_nothing_in_a_healthy_graph() -> None:
-    x = torch.randn(6, 8)
-    assert localize(compiler.trace_aten(lambda a: torch.softmax(a, -1) * 2, x), [x]).stage == "none"
+def test_localize_finds_nothing_in_a_healthy_graph(codegen: str, device: str) -> None:
+    x = torch.randn(6, 8, device=device)
+    found = localize(compiler.trace_aten(lambda a: torch.softmax(a, -1) * 2 + a.sum(0), x), [x], codegen)
+    assert found.stage == "none", found
 
 
-def test_localize_blames_the_renderer_and_names_the_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_localize_blames_the_renderer_and_names_the_kernel(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
     from compiler.codegen.triton import TritonRenderer
 
     render = TritonRenderer.render
@@ -137,17 +138,18 @@ def test_localize_blames_the_renderer_and_names_the_kernel(monkeypatch: pytest.M
         return type(rendered)(**{**rendered.__dict__, "source": rendered.source.replace(" - ", " + ")})
 
     monkeypatch.setattr(TritonRenderer, "render", planted)
-    x = torch.randn(6, 8)
-    found = localize(compiler.trace_aten(lambda a: (a * 2).sum(1, keepdim=True) - a.exp(), x), [x])
+    x = torch.randn(6, 8, device=device)
+    found = localize(compiler.trace_aten(lambda a: (a * 2).sum(1, keepdim=True) - a.exp(), x), [x], "triton")
     assert (found.stage, found.kernel) == ("renderer", "kernel0"), found
     assert "differs from the IR's" in found.message
 
 
-def test_localize_blames_lowering_when_the_ir_is_wrong(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_localize_blames_lowering_when_the_ir_is_wrong(monkeypatch: pytest.MonkeyPatch, codegen: str,
+                                                       device: str) -> None:
     import compiler.lowerings  # noqa: F401  (register every rule before patching one)
     from compiler.lowering import LOWERINGS
 
     monkeypatch.setitem(LOWERINGS, torch.ops.aten.sin, LOWERINGS[torch.ops.aten.cos])  # a lowering bug
-    x = torch.randn(6, 8)
-    found = localize(compiler.trace_aten(lambda a: a.sin() + 1, x), [x])
+    x = torch.randn(6, 8, device=device)
+    found = localize(compiler.trace_aten(lambda a: a.sin() + 1, x), [x], codegen)
     assert found.stage == "lowering" and "the IR differs from eager" in found.message, found
