@@ -35,10 +35,17 @@ DEBUG_LEVELS = {
 
 
 def debug_level() -> int:
+    value = os.environ.get("CRUCIBLE_DEBUG", "").strip()
+    if not value:
+        return 0
     try:
-        return int(os.environ.get("CRUCIBLE_DEBUG", "0") or 0)
+        parsed = int(value)
     except ValueError:
-        return 1
+        parsed = -1
+    if parsed < 0:
+        raise ValueError(f"CRUCIBLE_DEBUG={value!r}: expected a level 0-{max(DEBUG_LEVELS)} "
+                         f"(1: graph summaries, 2: + kernel source, 3: + IR after every pass)")
+    return parsed
 
 
 def dump_dir() -> Path | None:

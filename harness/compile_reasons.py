@@ -10,6 +10,7 @@ from log text. Other backends publish no reports, so their entries carry none of
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
@@ -19,8 +20,11 @@ MAX_MESSAGE = 200
 
 
 def _value(reason: Any) -> str:
-    """An enum reason's value, or the text of a free-text one (older reports)."""
-    return str(getattr(reason, "value", reason))
+    """An enum reason's value; a free-text reason (older reports) with its numbers blurred, so
+    refusals that differ only in sizes group together."""
+    if hasattr(reason, "value"):
+        return str(reason.value)
+    return re.sub(r"\d+", "N", str(reason))
 
 
 def entry_fields(report: Any) -> dict[str, Any]:

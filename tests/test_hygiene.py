@@ -172,3 +172,17 @@ def test_cpp_tuning_flags_from_environment(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setenv("CRUCIBLE_CPP_FLAGS", "")
     assert config.cpp_tuning_flags() == ()
 
+
+
+def test_debug_level_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: an unparsable CRUCIBLE_DEBUG (``=yes``, ``=-1``) silently meant level 1; it is
+    now a one-line error naming the variable and the levels, like CRUCIBLE_COMPILE_THREADS."""
+    for value, level in (("", 0), (" ", 0), ("0", 0), ("2", 2), ("3", 3)):
+        monkeypatch.setenv("CRUCIBLE_DEBUG", value)
+        assert config.debug_level() == level
+    monkeypatch.delenv("CRUCIBLE_DEBUG")
+    assert config.debug_level() == 0
+    for bad in ("yes", "-1"):
+        monkeypatch.setenv("CRUCIBLE_DEBUG", bad)
+        with pytest.raises(ValueError, match=rf"CRUCIBLE_DEBUG='{bad}': expected a level 0-3"):
+            config.debug_level()

@@ -121,3 +121,17 @@ def test_database_from_an_older_harness_gains_the_reason_columns(tmp_path: Path)
         store.record("r1", _stored("new", extern_ops=[{"op": "aten.mm.default", "reason": "library_kernel",
                                                        "calls": 1, "message": ""}]))
         assert {r["name"]: len(r["extern_ops"]) for r in store.results("r1")} == {"s/new": 1, "s/old": 0}
+
+
+def test_free_text_refusals_group_across_sizes() -> None:
+    """Refusals given as text (before typed reasons) differ only in their sizes per graph; grouped
+    as written, a corpus run listed one row per shape."""
+    from compiler.report import CompileReport, FusionRefusal, GraphReport
+    from harness.compile_reasons import entry_fields
+
+    graph = GraphReport(0, "inference", 3, "cpp", refused_fusions=[
+        FusionRefusal("buf1", "buf2", "iteration space (6, 9) does not match kernel (9,)|(6,)"),
+        FusionRefusal("buf4", "buf5", "iteration space (3, 2) does not match kernel (2,)|(3,)")])
+    (row,) = entry_fields(CompileReport([graph]))["refused_fusions"]
+    assert row == {"reason": "iteration space (N, N) does not match kernel (N,)|(N,)", "count": 2,
+                   "example": "buf1 -> buf2"}
