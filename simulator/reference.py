@@ -317,9 +317,10 @@ def reference_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
 @dataclass(frozen=True)
 class Localization:
     """Which stage is at fault for a graph: ``"none"`` (the IR and the generated code both match
-    eager), ``"lowering"`` (the IR differs from eager: lowering or scheduling is wrong, or the IR
-    addresses memory outside a buffer) or ``"renderer"`` (the IR matches eager, the kernel
-    ``kernel`` made from it does not match the IR)."""
+    eager); ``"lowering"`` (lowering or scheduling raised, the IR differs from eager, or the IR
+    addresses memory outside a buffer); ``"renderer"`` (the IR matches eager; the kernel ``kernel``
+    made from it does not build, fails to launch or stores other values than its IR);
+    ``"wrapper"`` (every kernel matches its IR, the graph's outputs still differ)."""
 
     stage: str
     kernel: str | None = None
@@ -359,7 +360,11 @@ class _CheckedLauncher:
         actual = dict(zip(self.args, tensors))
         copies = {name: actual[name].clone() for name in self.facts.buffers}
         evaluate_kernel(self.facts, copies)
-        self.launcher(*tensors)
+        try:
+            self.launcher(*tensors)
+        except Exception as error:
+            self.found.append(Localization("renderer", self.facts.name, f"launch failed: {_first_line(error)}"))
+            raise
         if self.found:  # the first faulty kernel is the one to report
             return
         for name in dict.fromkeys(s.buffer for s in self.facts.stores):
@@ -370,30 +375,52 @@ class _CheckedLauncher:
                 return
 
 
-def _compiled_launchers(lowered: Any, kernels: list[Any], codegen: str) -> tuple[dict, dict]:
-    """Render and load ``kernels`` with ``codegen``: (kernel name -> launcher, -> argument names)."""
+def _compiled_launchers(lowered: Any, kernels: list[Any], codegen: str) -> tuple[dict, dict, Localization | None]:
+    """Render and load ``kernels`` with ``codegen`` one by one: (kernel name -> launcher, kernel
+    name -> argument names, the first kernel that failed to render or load, if any)."""
     from compiler.pipeline import load_kernels, make_renderer
 
     renderer = make_renderer(codegen, lowered.device)
-    rendered = {k.name: renderer.render(k) for k in kernels}
-    launchers = load_kernels(renderer, rendered, lowered.device, lowered)
-    return launchers, {name: r.args for name, r in rendered.items()}
+    launchers, args = {}, {}
+    for k in kernels:
+        try:
+            rendered = renderer.render(k)
+            launchers.update(load_kernels(renderer, {k.name: rendered}, lowered.device, lowered))
+        except Exception as error:  # noqa: BLE001 -- any failure here is the renderer's (or its compiler's)
+            return launchers, args, Localization("renderer", k.name, f"{codegen} kernel does not build: "
+                                                                     f"{_first_line(error)}")
+        args[k.name] = rendered.args
+    return launchers, args, None
+
+
+def _first_line(error: BaseException) -> str:
+    return f"{type(error).__name__}: {(str(error).strip().splitlines() or [''])[0][:300]}"
+
+
+def _fresh(inputs: Sequence[Any]) -> list[Any]:
+    # every run gets its own copy: a graph may write into its inputs
+    return [t.clone() if isinstance(t, torch.Tensor) else t for t in inputs]
 
 
 def localize(gm: torch.fx.GraphModule, inputs: Sequence[Any], codegen: str = "triton",
              rtol: float | None = None, atol: float | None = None) -> Localization:
     """Run ``gm`` in eager, through the IR evaluator and as generated ``codegen`` kernels, and say
-    which stage first disagrees (see ``Localization``); tolerances as ``torch.testing.assert_close``."""
-    expected = gm(*inputs)
+    which stage first disagrees or fails (see ``Localization``); tolerances as
+    ``torch.testing.assert_close``."""
+    expected = gm(*_fresh(inputs))
     try:
-        reference = reference_graph(gm, inputs)
+        reference = reference_graph(gm, _fresh(inputs))
     except ReferenceFault as fault:
         return Localization("lowering", None, str(fault))
+    except Exception as error:  # noqa: BLE001 -- lowering or scheduling raised: that stage failed
+        return Localization("lowering", None, f"lowering or scheduling failed: {_first_line(error)}")
     why = _mismatch(reference, expected, rtol, atol)
     if why is not None:
         return Localization("lowering", None, f"the IR differs from eager: {why}")
     lowered, sched, kernels = _lower_and_schedule(gm, inputs)
-    launchers, args = _compiled_launchers(lowered, kernels, codegen)
+    launchers, args, failed = _compiled_launchers(lowered, kernels, codegen)
+    if failed is not None:
+        return failed
     found: list[Localization] = []
     checked = {}
     for k in kernels:
@@ -402,11 +429,15 @@ def localize(gm: torch.fx.GraphModule, inputs: Sequence[Any], codegen: str = "tr
             return Localization("renderer", k.name, f"the {codegen} kernel takes {sorted(args[k.name])}, "
                                                     f"the IR touches {sorted(facts.buffers)}")
         checked[k.name] = _CheckedLauncher(launchers[k.name], args[k.name], facts, rtol, atol, found)
-    out = _wrap(lowered, sched, args, checked).call(list(inputs))
+    try:
+        out = _wrap(lowered, sched, args, checked).call(_fresh(inputs))
+    except Exception:
+        if found:  # a kernel's launch failed
+            return found[0]
+        raise
     if found:
         return found[0]
     why = _mismatch(out, expected, rtol, atol)
-    if why is not None:  # every kernel matched its IR, yet the outputs differ: the wrapper's part
-        return Localization("renderer", None, f"kernels match the IR but the outputs differ: {why}")
+    if why is not None:  # every kernel matched its IR, yet the outputs differ
+        return Localization("wrapper", None, f"kernels match the IR but the outputs differ: {why}")
     return Localization("none")
-

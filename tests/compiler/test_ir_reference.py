@@ -153,3 +153,35 @@ def test_localize_blames_lowering_when_the_ir_is_wrong(monkeypatch: pytest.Monke
     x = torch.randn(6, 8, device=device)
     found = localize(compiler.trace_aten(lambda a: a.sin() + 1, x), [x], codegen)
     assert found.stage == "lowering" and "the IR differs from eager" in found.message, found
+
+
+def test_localize_names_a_kernel_that_does_not_build(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    from compiler.codegen.triton import TritonRenderer
+
+    render = TritonRenderer.render
+
+    def planted(self, k):  # a renderer bug that produces invalid Python in the second kernel
+        rendered = render(self, k)
+        if k.name != "kernel1":
+            return rendered
+        return type(rendered)(**{**rendered.__dict__, "source": rendered.source.replace("tl.store(", "tl.store((")})
+
+    monkeypatch.setattr(TritonRenderer, "render", planted)
+    x = torch.randn(6, 9, device=device)
+    found = localize(compiler.trace_aten(lambda a: a - a.sum(0), x), [x], "triton")
+    assert (found.stage, found.kernel) == ("renderer", "kernel1"), found
+    assert "does not build: SyntaxError" in found.message
+
+
+def test_localize_reports_a_lowering_that_raises(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowering import LOWERINGS
+
+    def explode(*args, **kwargs):
+        raise RuntimeError("planted bug in the sin lowering")
+
+    monkeypatch.setitem(LOWERINGS, torch.ops.aten.sin, explode)
+    x = torch.randn(4, device=device)
+    found = localize(compiler.trace_aten(lambda a: a.sin() + 1, x), [x])
+    assert found.stage == "lowering" and found.kernel is None
+    assert found.message == "lowering or scheduling failed: RuntimeError: planted bug in the sin lowering"
