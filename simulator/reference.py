@@ -24,6 +24,7 @@ reads what another writes.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -32,8 +33,11 @@ import torch
 
 from compiler.ir import Expr, Op, ReduceOp
 
-# Iteration points evaluated at once; bounds the temporaries of large kernels.
-POINTS_PER_CHUNK = 1 << 20
+# Iteration points evaluated at once (a whole reduction row is always one chunk, however long).
+# Each torch call costs ~15 ms on a loaded 2-core machine whatever its size (thread-pool waits),
+# so chunks are large; a value is freed after its last use, so memory follows the expression's
+# width, not its depth.
+POINTS_PER_CHUNK = 1 << 18
 
 
 class ReferenceFault(RuntimeError):
@@ -126,13 +130,21 @@ class _Evaluator:
         rflat = torch.arange(max(1, _numel(facts.rranges)), device=device)
         self.rs = [v[None, :] for v in _unravel(rflat, facts.rranges)] if facts.rranges else []
         self.points = (xflat.numel(), rflat.numel())
-        self.values: dict[Expr, torch.Tensor] = {}
 
-    def value(self, root: Expr) -> torch.Tensor:
-        for e in root.walk():  # operands before users
-            if e not in self.values:
-                self.values[e] = self.apply(e, [self.values[s] for s in e.src])
-        return self.values[root]
+    def values(self, roots: Sequence[Expr]) -> list[torch.Tensor]:
+        """The values of ``roots``, sharing common sub-expressions, each freed after its last use."""
+        order: dict[Expr, None] = {}
+        for root in roots:
+            order.update((e, None) for e in root.walk() if e not in order)  # operands before users
+        users = Counter(s for e in order for s in e.src)
+        done: dict[Expr, torch.Tensor] = {}
+        for e in order:
+            done[e] = self.apply(e, [done[s] for s in e.src])
+            for s in e.src:
+                users[s] -= 1
+                if users[s] == 0 and s not in roots:
+                    done.pop(s, None)
+        return [done[r] for r in roots]
 
     def apply(self, e: Expr, a: list[torch.Tensor]) -> torch.Tensor:
         op, cd = e.op, compute_dtype(e.dtype)
@@ -229,14 +241,15 @@ def evaluate_kernel(kernel: Any, tensors: Mapping[str, torch.Tensor]) -> None:
     writes: list[tuple[str, torch.Tensor, torch.Tensor]] = []
     for start in range(0, xnumel, chunk):
         ev = _Evaluator(facts, tensors, torch.arange(start, min(xnumel, start + chunk), device=device), device)
-        for store in facts.stores:
+        computed = ev.values([e for store in facts.stores for e in (store.value, store.index)])
+        for i, store in enumerate(facts.stores):
             shape = ev.points if store.level == "xr" else (ev.points[0], 1)
-            value = ev.value(store.value)
+            value = computed[2 * i]
             if value.shape[1] != shape[1]:
                 raise ReferenceFault(f"kernel {facts.name}: the one-per-outer-point store of {store.buffer} "
                                      f"varies along the reduced dims")
             value = value.expand(*shape)
-            index = ev.check(store.buffer, ev.value(store.index).expand(*shape), "store")
+            index = ev.check(store.buffer, computed[2 * i + 1].expand(*shape), "store")
             writes.append((store.buffer, index.reshape(-1), value.reshape(-1)))
     for buffer, index, value in writes:
         flat = _flat(tensors[buffer])
@@ -248,7 +261,7 @@ def evaluate_expr(expr: Expr, ranges: tuple[int, ...], rranges: tuple[int, ...] 
     """``expr`` at every iteration point of a loop nest: a tensor of shape ``ranges + rranges``."""
     facts = KernelFacts("<expr>", tuple(ranges), tuple(rranges), (), ())
     ev = _Evaluator(facts, tensors or {}, torch.arange(_numel(ranges)), torch.device("cpu"))
-    return ev.value(expr).expand(*ev.points).reshape(*ranges, *rranges)
+    return ev.values([expr])[0].expand(*ev.points).reshape(*ranges, *rranges)
 
 
 # --- whole graphs ----------------------------------------------------------------------------------
