@@ -1,0 +1,139 @@
+"""Isolated checks: every predicate check of the minimizer runs in a separate worker process.
+
+A crash (segfault, abort), a hang or a memory blow-up of the target under test must not take the
+minimizer down, and it is itself a failure to reproduce: a worker that dies during a check yields a
+``crash``/``oom`` outcome (``harness.pool.death_status``), one past its deadline a ``timeout``, and
+a fresh worker takes the next check. The worker imports torch once and runs checks one at a time,
+so a minimization of hundreds of checks does not pay torch's import for each.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import tempfile
+import threading
+import time
+from multiprocessing.connection import Connection
+from typing import Any
+
+from harness.minify.case import GraphCase
+from harness.minify.check import Outcome
+from harness.pool import death_status
+from harness.status import Status
+
+
+def _exit_with_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool) -> None:
+    import faulthandler
+
+    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
+    faulthandler.enable()
+    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+    if hide_gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    import torch._dynamo  # noqa: F401  (once per worker, before the first deadline)
+
+    from harness.minify.check import check_case
+    from harness.minify.plugins import load_plugins
+
+    load_plugins()
+    conn.send("ready")
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        if job is None:
+            return
+        case, target = job
+        try:
+            outcome = check_case(case, target)
+        except Exception as exc:  # noqa: BLE001 -- a harness error is reported, never a silent pass
+            outcome = Outcome(Status.CRASH, f"harness error in the check: {type(exc).__name__}: {exc}")
+        conn.send(outcome)
+
+
+class CheckWorker:
+    """``check(case)`` in a worker process; restarts the worker after a crash or a timeout."""
+
+    def __init__(self, timeout_s: float = 300.0, device: str = "cpu") -> None:
+        self.timeout_s = timeout_s
+        self.hide_gpus = device == "cpu"
+        self.checks = 0
+        self._ctx = mp.get_context("spawn")
+        self._proc: Any = None
+        self._conn: Connection | None = None
+        self._log = os.path.join(tempfile.mkdtemp(prefix="crucible-minify-"), "worker.log")
+
+    def _start(self) -> None:
+        parent, child = self._ctx.Pipe()
+        self._proc = self._ctx.Process(target=_worker_main, args=(child, self._log, os.getpid(), self.hide_gpus),
+                                       daemon=True)
+        self._proc.start()
+        child.close()
+        self._conn = parent
+        try:
+            ready = parent.poll(300) and parent.recv() == "ready"
+        except (EOFError, OSError):
+            ready = False
+        if not ready:
+            self._stop(kill=True)
+            raise RuntimeError(f"the minimizer's check worker failed to start:\n{self._log_tail(0)}")
+
+    def _stop(self, kill: bool) -> int | None:
+        if self._proc is None:
+            return None
+        if kill and self._proc.is_alive():
+            self._proc.kill()
+        self._proc.join(timeout=10)
+        code = self._proc.exitcode
+        if self._conn is not None:
+            self._conn.close()
+        self._proc, self._conn = None, None
+        return code
+
+    def _log_tail(self, offset: int) -> str:
+        try:
+            with open(self._log, "rb") as f:
+                f.seek(offset)
+                return f.read()[-4000:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def check(self, case: GraphCase, target: str | None = None) -> Outcome:
+        if self._proc is None:
+            self._start()
+        assert self._conn is not None
+        self.checks += 1
+        offset = os.path.getsize(self._log) if os.path.exists(self._log) else 0
+        try:
+            self._conn.send((case, target))
+            if self._conn.poll(self.timeout_s):
+                return self._conn.recv()
+        except (EOFError, OSError, BrokenPipeError):
+            status, message = death_status(self._stop(kill=False))
+            return Outcome(status, message, detail=self._log_tail(offset))
+        self._stop(kill=True)
+        return Outcome(Status.TIMEOUT, f"check timed out after {self.timeout_s:g}s")
+
+    def close(self) -> None:
+        if self._conn is not None:
+            try:
+                self._conn.send(None)
+            except OSError:
+                pass
+        self._stop(kill=False)
+
+    def __enter__(self) -> CheckWorker:  # noqa: PYI034
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
