@@ -20,6 +20,7 @@ class GraphCase:
     dtype: str = "float32"  # the working dtype: selects the parity oracle's tolerances
     origin: str = ""  # where it came from, e.g. "transformers/beit graph 0" or a fuzz finding's id
     notes: dict[str, Any] = field(default_factory=dict)
+    tolerance: Any = None  # the entry's corpus.entry.ToleranceOverride for this dtype, if any
 
     def with_graph(self, gm: torch.fx.GraphModule, inputs: list[Any]) -> GraphCase:
         return replace(self, gm=gm, inputs=inputs)
@@ -40,7 +41,8 @@ def save_case(path: str | Path, case: GraphCase) -> Path:
     """Write ``case`` to one file that ``load_case`` and ``crucible minify FILE`` read back."""
     path = Path(path)
     torch.save({"format": "crucible-graph-case/1", "gm": case.gm, "inputs": case.inputs, "target": case.target,
-                "dtype": case.dtype, "origin": case.origin, "notes": case.notes}, path)
+                "dtype": case.dtype, "origin": case.origin, "notes": case.notes,
+                "tolerance": case.tolerance}, path)
     return path
 
 
@@ -54,4 +56,4 @@ def load_case(path: str | Path) -> GraphCase:
     if not isinstance(doc, dict) or doc.get("format") != "crucible-graph-case/1":
         raise ValueError(f"{path}: not a graph case written by harness.minify.save_case")
     return GraphCase(doc["gm"], list(doc["inputs"]), doc["target"], doc.get("dtype", "float32"),
-                     doc.get("origin", str(path)), doc.get("notes", {}))
+                     doc.get("origin", str(path)), doc.get("notes", {}), doc.get("tolerance"))

@@ -122,12 +122,12 @@ def check_case(case: GraphCase, target: str | None = None) -> Outcome:
             torch.cuda.synchronize()
     except Exception as exc:  # noqa: BLE001
         return _error(Status.FAIL_COMPILE if is_compile_error(exc) else Status.FAIL_RUN, exc)
-    return grade(case.dtype, eager, out, reference)
+    return grade(case.dtype, eager, out, reference, case.tolerance)
 
 
-def grade(dtype: str, eager: Any, out: Any, reference: Any) -> Outcome:
+def grade(dtype: str, eager: Any, out: Any, reference: Any, tolerance: Any = None) -> Outcome:
     """The parity oracle, output by output, so localization can see which outputs diverge."""
-    oracle = ParityOracle(dtype)
+    oracle = ParityOracle(dtype, tolerance)
     e_leaves, c_leaves = flatten_outputs(eager), flatten_outputs(out)
     r_leaves = flatten_outputs(reference) if reference is not None else None
     whole = oracle.compare(eager, out, reference)
@@ -143,14 +143,14 @@ def grade(dtype: str, eager: Any, out: Any, reference: Any) -> Outcome:
 
 
 def reproduce_main(forward: Callable[..., Any], inputs: list[Any], target: str, dtype: str,
-                   expected: dict[str, Any], plugins: list[str]) -> int:
+                   expected: dict[str, Any], plugins: list[str], tolerance: Any = None) -> int:
     """What a written repro script runs: 1 when the expected failure reproduces, else 0."""
     from harness.minify.case import GraphCase
     from harness.minify.plugins import set_plugins
 
     set_plugins(plugins)
     gm = torch.fx.symbolic_trace(forward)
-    case = GraphCase(gm, inputs, target, dtype, "repro")
+    case = GraphCase(gm, inputs, target, dtype, "repro", tolerance=tolerance)
     if expected["status"] in (Status.CRASH, Status.TIMEOUT, Status.OOM):
         from harness.minify.worker import CheckWorker
 

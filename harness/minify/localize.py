@@ -93,7 +93,7 @@ def _ir_verdict(case: GraphCase) -> tuple[str, str]:
         eager = case.gm(*[v.clone() if isinstance(v, torch.Tensor) else v for v in case.inputs])
         ref = case.gm(*[v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
                         for v in case.inputs])
-    verdict = grade(case.dtype, eager, tuple(outputs), ref)
+    verdict = grade(case.dtype, eager, tuple(outputs), ref, case.tolerance)
     if verdict.status == Status.PASS:
         return "scheduling", "the IR-level reference passes: the lowered IR is right"
     return "lowering", f"the IR-level reference fails too: {verdict.message}"

@@ -46,6 +46,14 @@ def _input_source(name: str, value: Any, side: dict[str, torch.Tensor]) -> str:
     return f"_side_inputs()[{name!r}]"
 
 
+def _tolerance_source(tolerance: Any) -> str:
+    if tolerance is None:
+        return "None"
+    fields = ", ".join(f"{k}={getattr(tolerance, k)!r}" for k in ("reason", "dtype", "rmse_ratio", "cosine", "atol", "rtol")
+                       if getattr(tolerance, k, None) is not None)
+    return f"__import__('corpus.entry', fromlist=['ToleranceOverride']).ToleranceOverride({fields})"
+
+
 def graph_source(gm: torch.fx.GraphModule) -> str:
     """The graph as a plain function of its inputs calling ``torch.ops.aten`` ops."""
     code = gm.graph.python_code(root_module="self").src.strip()
@@ -81,6 +89,7 @@ from torch import device  # noqa: F401  (the graph code may name devices)
 TARGET = {case.target!r}
 DTYPE = {case.dtype!r}
 EXPECTED = {expected!r}
+TOLERANCE = {_tolerance_source(case.tolerance)}
 # Modules imported before the check (they were set through CRUCIBLE_MINIFY_PLUGINS when minimizing).
 PLUGINS = {plugins!r}
 
@@ -101,7 +110,7 @@ def make_inputs():
 if __name__ == "__main__":
     from harness.minify.check import reproduce_main
 
-    sys.exit(reproduce_main(forward, make_inputs(), TARGET, DTYPE, EXPECTED, PLUGINS))
+    sys.exit(reproduce_main(forward, make_inputs(), TARGET, DTYPE, EXPECTED, PLUGINS, TOLERANCE))
 '''
     path = out_dir / name
     path.write_text(script)

@@ -63,7 +63,7 @@ class MinifyReport:
 
     def as_record(self) -> dict[str, Any]:
         loc = self.localization
-        return {"status": self.outcome.status, "signature": self.signature, "repro": str(self.repro or ""),
+        return {"status": self.outcome.status, "signature": self.signature, "repro": str(self.repro.resolve()) if self.repro else "",
                 "nodes_before": self.nodes_before, "nodes_after": self.nodes_after, "checks": self.checks,
                 "seconds": self.seconds, "first_divergent": loc.first_divergent, "stage": loc.stage,
                 "stage_evidence": loc.stage_evidence, "message": self.outcome.message}
