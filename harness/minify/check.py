@@ -154,7 +154,7 @@ def reproduce_main(forward: Callable[..., Any], inputs: list[Any], target: str, 
     if expected["status"] in (Status.CRASH, Status.TIMEOUT, Status.OOM):
         from harness.minify.worker import CheckWorker
 
-        with CheckWorker(device=parse_target(target).device) as worker:  # a crash must not be ours
+        with CheckWorker(device=parse_target(target).device, target=target) as worker:  # a crash must not be ours
             outcome = worker.check(case, target)
     else:
         outcome = check_case(case, target)

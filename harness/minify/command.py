@@ -82,7 +82,7 @@ def cmd_minify(args: argparse.Namespace) -> int:
     if Path(args.entry).is_file():
         case = load_case(args.entry)
         case.target = args.target or case.target
-        with CheckWorker(args.check_timeout, parse_target(case.target, args.device).device) as worker:
+        with CheckWorker(args.check_timeout, parse_target(case.target, args.device).device, case.target) as worker:
             report = minify_case(case, out_dir, worker=worker, **options)
         print(report.summary())
         return 0 if report.repro is not None else 1
@@ -100,7 +100,7 @@ def cmd_minify(args: argparse.Namespace) -> int:
     graphs = capture_entry(entry, target)
     decomposition_fails = graphs.decomposition is not None and not graphs.decomposition.passed
     reports = []
-    with CheckWorker(args.check_timeout, target.device) as worker:
+    with CheckWorker(args.check_timeout, target.device, target.name) as worker:
         outcomes = [worker.check(c) for c in graphs.cases]
         failing = [(c, o) for c, o in zip(graphs.cases, outcomes) if o.failed]
         print(f"{len(graphs.cases)} graph(s), {len(failing)} failing on {target.name}", file=sys.stderr)

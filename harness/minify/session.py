@@ -92,7 +92,7 @@ def minify_case(case: GraphCase, out_dir: str | Path, *, worker: CheckWorker | N
                 progress: Callable[[str], None] = lambda s: None) -> MinifyReport:
     """Minimize ``case`` against its own failure (``expected``, else a fresh check of it)."""
     own = worker is None
-    worker = worker or CheckWorker(device=parse_target(case.target).device)
+    worker = worker or CheckWorker(device=parse_target(case.target).device, target=case.target)
     start = time.monotonic()
     try:
         original = expected or worker.check(case)

@@ -1,10 +1,11 @@
 """Isolated checks: every predicate check of the minimizer runs in a separate worker process.
 
 A crash (segfault, abort), a hang or a memory blow-up of the target under test must not take the
-minimizer down, and it is itself a failure to reproduce: a worker that dies during a check yields a
-``crash``/``oom`` outcome (``harness.pool.death_status``), one past its deadline a ``timeout``, and
-a fresh worker takes the next check. The worker imports torch once and runs checks one at a time,
-so a minimization of hundreds of checks does not pay torch's import for each.
+minimizer down, and it is itself a failure to reproduce. A spawned server process imports torch
+(and the plugins) once; each check runs in a child forked from it, so every check starts from the
+same clean state and a child that dies yields a ``crash``/``oom`` outcome
+(``harness.pool.death_status``), one past its deadline a ``timeout``, at the cost of a fork rather
+than of torch's import. A server that dies itself is replaced for the next check.
 """
 
 from __future__ import annotations
@@ -29,7 +30,77 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool) -> None:
+def _forked_check(case: GraphCase, target: str | None, timeout_s: float) -> Outcome:
+    """Run one check in a child forked from this (torch-importing, otherwise idle) server process.
+
+    Forking costs milliseconds where a fresh process costs torch's import: a crashing target kills
+    a child per check, not the server. The server never runs an op itself, so no thread pool or
+    CUDA context exists to be broken by the fork; the child initializes what it needs."""
+    import pickle
+    import select
+
+    from harness.minify.check import check_case
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: check, send the pickled outcome, leave without cleanup handlers
+        os.close(read_end)
+        code = 0
+        try:
+            try:
+                outcome = check_case(case, target)
+            except Exception as exc:  # noqa: BLE001 -- a harness error is reported, never a silent pass
+                outcome = Outcome(Status.CRASH, f"harness error in the check: {type(exc).__name__}: {exc}")
+            data = pickle.dumps(outcome)
+            while data:
+                data = data[os.write(write_end, data):]
+        except BaseException:  # noqa: BLE001
+            code = 3
+        finally:
+            os._exit(code)
+    os.close(write_end)
+    chunks, deadline = [], time.monotonic() + timeout_s
+    timed_out = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = True
+            break
+        ready, _, _ = select.select([read_end], [], [], left)
+        if not ready:
+            continue
+        chunk = os.read(read_end, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(read_end)
+    if timed_out:
+        os.kill(pid, 9)
+    _, status = os.waitpid(pid, 0)
+    if timed_out:
+        return Outcome(Status.TIMEOUT, f"check timed out after {timeout_s:g}s")
+    if chunks and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
+        return pickle.loads(b"".join(chunks))
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    status_name, message = death_status(code)
+    return Outcome(status_name, message)
+
+
+def _preload_compilers(inductor: bool) -> None:
+    """Import the compilers once in the server: a forked child would otherwise import them per check
+    (Inductor only when asked: its import costs seconds that crucible checks never need)."""
+    import importlib
+
+    names = ["compiler", "compiler.lowerings", "compiler.codegen.triton", "compiler.codegen.cpp"]
+    for name in names + (["torch._inductor.compile_fx"] if inductor else []):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 -- a compiler missing here is reported by the check that needs it
+            pass
+
+
+def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool, timeout_s: float,
+                 preload_inductor: bool) -> None:
     import faulthandler
 
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -39,10 +110,12 @@ def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool) 
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
     if hide_gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
-    import torch._dynamo  # noqa: F401  (once per worker, before the first deadline)
+    import torch._dynamo  # noqa: F401  (once per server, before the first deadline)
 
-    from harness.minify.check import check_case
+    import harness.minify.check  # noqa: F401
     from harness.minify.plugins import load_plugins
+
+    _preload_compilers(preload_inductor)
 
     load_plugins()
     conn.send("ready")
@@ -54,18 +127,15 @@ def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool) 
         if job is None:
             return
         case, target = job
-        try:
-            outcome = check_case(case, target)
-        except Exception as exc:  # noqa: BLE001 -- a harness error is reported, never a silent pass
-            outcome = Outcome(Status.CRASH, f"harness error in the check: {type(exc).__name__}: {exc}")
-        conn.send(outcome)
+        conn.send(_forked_check(case, target, timeout_s))
 
 
 class CheckWorker:
     """``check(case)`` in a worker process; restarts the worker after a crash or a timeout."""
 
-    def __init__(self, timeout_s: float = 300.0, device: str = "cpu") -> None:
+    def __init__(self, timeout_s: float = 300.0, device: str = "cpu", target: str | None = None) -> None:
         self.timeout_s = timeout_s
+        self.preload_inductor = target is None or not target.startswith("crucible")
         self.hide_gpus = device == "cpu"
         self.checks = 0
         self._ctx = mp.get_context("spawn")
@@ -75,7 +145,8 @@ class CheckWorker:
 
     def _start(self) -> None:
         parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_worker_main, args=(child, self._log, os.getpid(), self.hide_gpus),
+        self._proc = self._ctx.Process(target=_worker_main, args=(child, self._log, os.getpid(), self.hide_gpus,
+                                                                       self.timeout_s, self.preload_inductor),
                                        daemon=True)
         self._proc.start()
         child.close()
@@ -116,7 +187,7 @@ class CheckWorker:
         offset = os.path.getsize(self._log) if os.path.exists(self._log) else 0
         try:
             self._conn.send((case, target))
-            if self._conn.poll(self.timeout_s):
+            if self._conn.poll(self.timeout_s + 60):  # the server enforces timeout_s; this is its backstop
                 return self._conn.recv()
         except (EOFError, OSError, BrokenPipeError):
             status, message = death_status(self._stop(kill=False))
