@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import shutil
 import tempfile
 import threading
 import time
 from multiprocessing.connection import Connection
 from typing import Any
+
+import torch
 
 from harness.minify.case import GraphCase
 from harness.minify.check import Outcome
@@ -30,7 +33,7 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-def _forked_check(case: GraphCase, target: str | None, timeout_s: float) -> Outcome:
+def _forked_check(case: GraphCase, target: str | None, device: str, timeout_s: float) -> Outcome:
     """Run one check in a child forked from this (torch-importing, otherwise idle) server process.
 
     Forking costs milliseconds where a fresh process costs torch's import: a crashing target kills
@@ -48,7 +51,7 @@ def _forked_check(case: GraphCase, target: str | None, timeout_s: float) -> Outc
         code = 0
         try:
             try:
-                outcome = check_case(case, target)
+                outcome = check_case(case.to(device) if device != "cpu" else case, target)
             except Exception as exc:  # noqa: BLE001 -- a harness error is reported, never a silent pass
                 outcome = Outcome(Status.CRASH, f"harness error in the check: {type(exc).__name__}: {exc}")
             data = pickle.dumps(outcome)
@@ -126,8 +129,8 @@ def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool, 
             return
         if job is None:
             return
-        case, target = job
-        conn.send(_forked_check(case, target, timeout_s))
+        case, target, device = job
+        conn.send(_forked_check(case, target, device, timeout_s))
 
 
 class CheckWorker:
@@ -186,7 +189,10 @@ class CheckWorker:
         self.checks += 1
         offset = os.path.getsize(self._log) if os.path.exists(self._log) else 0
         try:
-            self._conn.send((case, target))
+            # Tensors travel on the CPU and move to their device in the forked child: a CUDA
+            # tensor unpickled in the server would create a CUDA context there, which no fork survives.
+            device = next((str(v.device) for v in case.inputs if isinstance(v, torch.Tensor)), "cpu")
+            self._conn.send((case.to("cpu"), target, device))
             if self._conn.poll(self.timeout_s + 60):  # the server enforces timeout_s; this is its backstop
                 return self._conn.recv()
         except (EOFError, OSError, BrokenPipeError):
@@ -202,6 +208,7 @@ class CheckWorker:
             except OSError:
                 pass
         self._stop(kill=False)
+        shutil.rmtree(os.path.dirname(self._log), ignore_errors=True)
 
     def __enter__(self) -> CheckWorker:  # noqa: PYI034
         return self

@@ -134,3 +134,64 @@ def test_report_groups_failures_by_minimized_signature(tmp_path: Path) -> None:
         rows = failure_clusters(store.results("r1"))
     assert [r[1] for r in rows] == [2, 1]
     assert rows[0][2] == "minimized: fail_accuracy @ aten.cat.default"
+
+
+PLANTED_CORPUS = '''
+import torch
+import tests.harness.minify_plants  # noqa: F401  (the planted cat bug, in every process that lists this corpus)
+from corpus.entry import Built, Entry
+
+
+class Mixer(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = torch.relu(self.lin(x))
+        return torch.cat([h, x.sin()], 1).softmax(-1)
+
+
+def entries():
+    return [Entry(name="planted/mixer", source="planted", family="mlp", tier="smoke",
+                  factory=lambda scale: Built(Mixer(), (torch.randn(4, 8),)))]
+'''
+
+
+def test_cli_minify_entry_links_repro_in_store(cli, make_corpus, tmp_path: Path) -> None:
+    """crucible minify on a corpus entry: the run's target is used, the store links entry -> repro."""
+    corpus = make_corpus(tmp_path / "corpus", {"planted.py": PLANTED_CORPUS})
+    db = tmp_path / "r.sqlite"
+    with ResultStore(db) as store:
+        store.create_run("r1", "planted", "crucible-cpp", {})
+        store.record("r1", {"name": "planted/mixer", "suite": "planted", "target": "crucible-cpp",
+                            "status": "fail_accuracy", "error": "out: RMSE vs fp64 0.4 > 2.0 x eager's 0"})
+    done = cli("minify", "planted/mixer", "--corpus", str(corpus), "--db", str(db), "--out", str(tmp_path / "min"),
+               "--plugin", PLANTS, "--no-verify", timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "minimized signature: fail_accuracy @ aten.cat.default" in done.stdout
+    assert "first divergent node: cat (aten.cat.default)" in done.stdout
+    with ResultStore(db) as store:
+        (result,) = store.results("r1")
+    assert result["minimized"]["signature"] == "fail_accuracy @ aten.cat.default"
+    assert Path(result["minimized"]["repro"]) == (tmp_path / "min" / "repro.py").resolve()
+    assert result["minimized"]["nodes_before"] > result["minimized"]["nodes_after"] == 1
+
+
+def test_cli_minify_without_target_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture) -> None:
+    from harness.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["minify", "timm/resnet18", "--out", "out"]) == 2  # no database here to take the target from
+    assert "no --target given" in capsys.readouterr().err
+
+
+def test_minify_any_dynamo_backend(planted: CheckWorker, tmp_path: Path) -> None:
+    """A non-crucible target compiles the graph through torch.compile(backend=...), like Inductor."""
+    inputs = _inputs()
+    gm = compiler.trace_aten(_model, *inputs)
+    report = minify_graph(gm, inputs, "minify_planted_cat", tmp_path, worker=planted, verify=False)
+    assert report.outcome.status == "fail_accuracy" and report.ops == ["aten.cat.default"]
+    assert report.localization.first_divergent == "cat (aten.cat.default)"
+    assert report.localization.stage is None  # stages are Crucible's
