@@ -53,7 +53,7 @@ def _run_script(path: Path, plugins_off: bool = False) -> subprocess.CompletedPr
 
 def _model(x: torch.Tensor, y: torch.Tensor, w: torch.Tensor) -> tuple:
     a = torch.relu(x @ w)
-    b = torch.tanh(y) * 2
+    b = torch.sigmoid(y) * 2
     c = torch.cat([a, b], 1)
     d = (c.softmax(-1) + 1).exp()
     return d.sum(0), a.mean(), torch.var_mean(b, 1)
@@ -73,7 +73,7 @@ def test_graph_cut_turns_dropped_values_into_inputs() -> None:
     case = cut.build([cat_unit])
     assert [n.target for n in case.gm.graph.nodes if n.op == "call_function"] == [torch.ops.aten.cat.default]
     assert len(case.inputs) == 2  # relu and mul became inputs; x, y and w are unused
-    expected = torch.cat([torch.relu(inputs[0] @ inputs[2]), torch.tanh(inputs[1]) * 2], 1)
+    expected = torch.cat([torch.relu(inputs[0] @ inputs[2]), torch.sigmoid(inputs[1]) * 2], 1)
     torch.testing.assert_close(case.gm(*case.inputs)[0], expected)
     # var_mean and its two getitems are one unit: a tuple never crosses a cut
     multi = [u for u in cut.units if len(u) > 1]
