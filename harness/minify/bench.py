@@ -16,9 +16,10 @@ import argparse
 import sys
 import tempfile
 import time
+from typing import Any
 
 
-def _bert_entry(layers: int):  # noqa: ANN202 -- a corpus.entry.Entry, imported lazily with torch
+def _bert_entry(layers: int) -> Any:  # a corpus.entry.Entry (imported lazily, with torch)
     import torch
 
     from corpus.entry import Built, Entry

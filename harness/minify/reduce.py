@@ -32,6 +32,10 @@ from harness.minify.case import GraphCase, node_count
 Predicate = Callable[[GraphCase], bool]
 
 
+class CutError(Exception):
+    """A set of kept units that cannot stand alone (a non-tensor, non-scalar value crosses the cut)."""
+
+
 class Budget:
     """Stops a reduction when its wall-clock time or its number of checks runs out."""
 
@@ -99,7 +103,7 @@ class GraphCut:
                 elif isinstance(value, (bool, int, float)):
                     env[a] = value  # a scalar crossing the cut becomes a constant
                 else:
-                    raise ValueError(f"cannot cut at {a.name}: its value is a {type(value).__name__}")
+                    raise CutError(f"cannot cut at {a.name}: its value is a {type(value).__name__}")
         for n in nodes:
             env[n] = graph.node_copy(n, lambda a: env[a])
             env[n].meta = {}  # fake values of the original graph; a check re-derives its own
@@ -142,7 +146,7 @@ class Reducer:
                 return False
             try:
                 candidate = self.cut.build(kept)
-            except ValueError:
+            except CutError:
                 self.cache[key] = False
                 return False
             self.budget.checks_left -= 1

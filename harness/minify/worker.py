@@ -10,6 +10,7 @@ than of torch's import. A server that dies itself is replaced for the next check
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import shutil
@@ -96,10 +97,9 @@ def _preload_compilers(inductor: bool) -> None:
 
     names = ["compiler", "compiler.lowerings", "compiler.codegen.triton", "compiler.codegen.cpp"]
     for name in names + (["torch._inductor.compile_fx"] if inductor else []):
-        try:
+        # a compiler that fails to import here is reported by the check that needs it
+        with contextlib.suppress(Exception):
             importlib.import_module(name)
-        except Exception:  # noqa: BLE001 -- a compiler missing here is reported by the check that needs it
-            pass
 
 
 def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool, timeout_s: float,

@@ -195,3 +195,22 @@ def test_minify_any_dynamo_backend(planted: CheckWorker, tmp_path: Path) -> None
     assert report.outcome.status == "fail_accuracy" and report.ops == ["aten.cat.default"]
     assert report.localization.first_divergent == "cat (aten.cat.default)"
     assert report.localization.stage is None  # stages are Crucible's
+
+
+def test_repro_script_inlines_small_inputs_and_keeps_large_ones_beside_it(tmp_path: Path) -> None:
+    import runpy
+
+    from harness.minify.check import Outcome
+    from harness.minify.repro_script import INPUTS_FILE, write_repro
+
+    big, strided = torch.randn(10, 10), torch.randn(4, 6).t()  # 100 elements; a transposed view
+    small = torch.tensor([[1.5, float("nan")], [float("-inf"), 0.25]])
+    gm = compiler.trace_aten(lambda a, b, c: (a.sum(0) + b[0, :4].sum(), c * 2), big, strided, small)
+    case = GraphCase(gm, [big, strided, small], "crucible-cpp")
+    path = write_repro(case, Outcome("fail_accuracy", "x"), tmp_path, "summary", [])
+    assert (tmp_path / INPUTS_FILE).exists() and "torch.tensor([[1.5, nan], [-inf, 0.25]]" in path.read_text()
+    script = runpy.run_path(str(path))  # not as __main__: defines forward and make_inputs only
+    inputs = script["make_inputs"]()
+    assert inputs[1].stride() == strided.stride() and torch.equal(inputs[0], big)
+    for got, want in zip(script["forward"](*inputs), gm(*case.inputs)):
+        torch.testing.assert_close(got, want, equal_nan=True)
