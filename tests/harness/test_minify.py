@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import compiler
-from harness.minify import GraphCase, load_case, minify_graph, save_case
+from harness.minify import GraphCase, Outcome, load_case, minify_graph, save_case
 from harness.minify.reduce import GraphCut
 from harness.minify.worker import CheckWorker
 from harness.report import failure_clusters
@@ -200,7 +200,6 @@ def test_minify_any_dynamo_backend(planted: CheckWorker, tmp_path: Path) -> None
 def test_repro_script_inlines_small_inputs_and_keeps_large_ones_beside_it(tmp_path: Path) -> None:
     import runpy
 
-    from harness.minify.check import Outcome
     from harness.minify.repro_script import INPUTS_FILE, write_repro
 
     big, strided = torch.randn(10, 10), torch.randn(4, 6).t()  # 100 elements; a transposed view
@@ -214,3 +213,32 @@ def test_repro_script_inlines_small_inputs_and_keeps_large_ones_beside_it(tmp_pa
     assert inputs[1].stride() == strided.stride() and torch.equal(inputs[0], big)
     for got, want in zip(script["forward"](*inputs), gm(*case.inputs)):
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_capture_entry_finds_a_decomposition_fault(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Entry capture records each ATen graph with its real inputs, after the target's decompositions;
+    a broken decomposition rule shows as the decomposed graphs failing parity in eager."""
+    from compiler.decompositions import RULES, DecompRule
+    from corpus.entry import Built, Entry
+    from harness.minify.entry_graphs import capture_entry
+    from harness.minify.localize import stage_at_fault
+    from harness.targets import parse_target
+
+    entry = Entry(name="t/gelu", source="t", family="mlp", tier="smoke",
+                  factory=lambda scale: Built(torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.GELU()),
+                                              (torch.randn(3, 6),)))
+    target = parse_target("crucible-cpp")
+    clean = capture_entry(entry, target)
+    assert clean.decomposition.passed and len(clean.cases) == 1
+    (case,) = clean.cases
+    assert [tuple(v.shape) for v in case.inputs if isinstance(v, torch.Tensor)] == [(6, 6), (6,), (3, 6)]
+    assert "aten.erf" in case.gm.code  # gelu arrives decomposed, as the compiler receives it
+
+    name = "torch:aten::gelu"
+    rule = RULES[name]
+    monkeypatch.setitem(RULES, name, DecompRule(name, rule.op, lambda x, approximate="none": x * 0.5, "crucible"))
+    broken = capture_entry(entry, target)
+    assert not broken.decomposition.passed
+    stage, _ = stage_at_fault(broken.cases[0], Outcome("fail_accuracy"), lambda c, t: Outcome("pass"),
+                              decomposition_fails=True)
+    assert stage == "decomposition"
