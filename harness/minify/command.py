@@ -97,7 +97,14 @@ def cmd_minify(args: argparse.Namespace) -> int:
     if stored is not None:
         print(f"{entry.name}: {stored['status']} on {stored['target']} in run {run_id}", file=sys.stderr)
     print(f"capturing the ATen graphs of {entry.name} as {target.name} receives them", file=sys.stderr)
-    graphs = capture_entry(entry, target)
+    try:
+        graphs = capture_entry(entry, target)
+    except Exception as exc:  # noqa: BLE001 -- the model's own failure: nothing of the target's to minimize
+        from harness.execute import describe_error
+
+        print(f"{entry.name}: building or capturing it failed before any graph reached {target.name}: "
+              f"{describe_error(exc)[0]}")
+        return 1
     decomposition_fails = graphs.decomposition is not None and not graphs.decomposition.passed
     reports = []
     with CheckWorker(args.check_timeout, target.device, target.name) as worker:
