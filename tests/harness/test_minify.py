@@ -189,9 +189,9 @@ def test_cli_minify_without_target_is_a_usage_error(tmp_path: Path, monkeypatch:
 
 def test_minify_any_dynamo_backend(planted: CheckWorker, tmp_path: Path) -> None:
     """A non-crucible target compiles the graph through torch.compile(backend=...), like Inductor."""
-    inputs = _inputs()
-    gm = compiler.trace_aten(_model, *inputs)
-    report = minify_graph(gm, inputs, "minify_planted_cat", tmp_path, worker=planted, verify=False)
+    x, y = torch.randn(3, 4), torch.randn(3, 2)
+    gm = compiler.trace_aten(lambda a, b: (torch.cat([a.sin(), b], 1).exp(), a.sum()), x, y)
+    report = minify_graph(gm, [x, y], "minify_planted_cat", tmp_path, worker=planted, verify=False)
     assert report.outcome.status == "fail_accuracy" and report.ops == ["aten.cat.default"]
     assert report.localization.first_divergent == "cat (aten.cat.default)"
     assert report.localization.stage is None  # stages are Crucible's
