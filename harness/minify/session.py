@@ -14,12 +14,18 @@ import torch
 
 from harness.minify.case import GraphCase, node_count
 from harness.minify.check import Outcome
-from harness.minify.localize import Localization, localize
+from harness.minify.localize import Localization, first_divergent_node, localize
 from harness.minify.plugins import plugin_names
 from harness.minify.reduce import Budget, Reducer
 from harness.minify.repro_script import write_repro
 from harness.minify.worker import CheckWorker
+from harness.status import Status
 from harness.targets import parse_target
+
+# Node by node on the captured graph compiles it once with every node as an output; above this
+# size that one check could cost more than the whole reduction, and the minimized graph's answer
+# (always computed) names the same node.
+NODE_BY_NODE_LIMIT = 3000
 
 
 @dataclass
@@ -36,6 +42,7 @@ class MinifyReport:
     repro_verified: bool | None = None  # the written script exited 1 (None: not run)
     budget_ran_out: bool = False
     ops: list[str] = field(default_factory=list)  # the minimized graph's ATen ops, in graph order
+    captured_first_divergent: str | None = None  # node by node on the captured (unminimized) graph
 
     @property
     def signature(self) -> str:
@@ -52,6 +59,8 @@ class MinifyReport:
                  f"minimized signature: {self.signature}"]
         if loc.first_divergent:
             lines.append(f"first divergent node: {loc.first_divergent} [{loc.how}]")
+        if self.captured_first_divergent:
+            lines.append(f"first divergent node of the captured graph: {self.captured_first_divergent}")
         if loc.stage:
             lines.append(f"stage at fault: {loc.stage} ({loc.stage_evidence})")
         elif loc.stage_evidence:
@@ -110,6 +119,8 @@ def minify_case(case: GraphCase, out_dir: str | Path, *, worker: CheckWorker | N
         report.localization = localize(final, outcome, worker.check, reduction.failing_prefix_end,
                                        decomposition_fails)
         report.nodes_after, report.ops = node_count(final.gm), _ops(final.gm)
+        if outcome.status == Status.FAIL_ACCURACY and report.nodes_before <= NODE_BY_NODE_LIMIT:
+            report.captured_first_divergent = first_divergent_node(case, worker.check)[0]
         report.checks = worker.checks - checks_before
         report.seconds = time.monotonic() - start
         report.repro = write_repro(final, outcome, Path(out_dir), report.summary(), plugin_names(), repro_name)

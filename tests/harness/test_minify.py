@@ -92,6 +92,7 @@ def test_minify_accuracy_bug_to_the_cat(planted: CheckWorker, tmp_path: Path) ->
     assert report.nodes_before > 10 and report.nodes_after == 1 and report.ops == ["aten.cat.default"]
     assert report.localization.first_divergent == "cat (aten.cat.default)"
     assert report.localization.how == "node by node"
+    assert report.captured_first_divergent == "cat (aten.cat.default)"  # the same node in the whole graph
     # both codegens share the lowering, so both fail alike: not a renderer fault
     assert report.localization.stage == "lowering/scheduling"
     assert report.repro_verified is True
