@@ -1,4 +1,4 @@
-"""The ``crucible`` command: list, run, report, diff, merge, corpus check."""
+"""The ``crucible`` command: list, run, report, diff, merge, minify, corpus check."""
 
 from __future__ import annotations
 
@@ -74,6 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge results databases (shards of one run id become one run)")
     p.add_argument("output")
     p.add_argument("inputs", nargs="+")
+
+    from harness.minify.command import add_parser as add_minify_parser
+
+    add_minify_parser(sub)
 
     sub.add_parser("corpus", help="corpus maintenance: 'crucible corpus check ...'", add_help=False)
     return parser
@@ -250,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "corpus":
         return cmd_corpus(argv[1:])
     args = _parser().parse_args(argv or ["run"])
-    commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge}
+    from harness.minify.command import cmd_minify
+
+    commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge,
+                "minify": cmd_minify}
     try:
         return commands[args.command](args)
     except KeyError as exc:  # unknown suite/source from the registry

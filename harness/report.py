@@ -71,13 +71,22 @@ def top_break_reasons(results: list[dict[str, Any]], limit: int = 15) -> list[li
 
 
 def failure_clusters(results: list[dict[str, Any]], limit: int = 20) -> list[list[Any]]:
+    """Failures grouped by signature: the minimized one (``crucible minify``) where an entry has it,
+    so entries failing from one bug form one group, else the blurred error message."""
     clusters: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in results:
         if r["status"] in (Status.PASS, Status.SKIPPED, Status.XFAIL):
             continue
-        clusters[(r["status"], error_signature(r.get("error")))].append(r)
+        minimized = r.get("minimized") or {}
+        signature = f"minimized: {minimized['signature']}" if minimized.get("signature") else \
+            error_signature(r.get("error"))
+        clusters[(r["status"], signature)].append(r)
     ranked = sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    return [[status, len(items), signature, items[0]["name"]] for (status, signature), items in ranked[:limit]]
+    rows = []
+    for (status, signature), items in ranked[:limit]:
+        repro = next(((r.get("minimized") or {}).get("repro") for r in items if r.get("minimized")), None)
+        rows.append([status, len(items), signature, items[0]["name"] + (f" ({repro})" if repro else "")])
+    return rows
 
 
 def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:

@@ -42,7 +42,15 @@ CREATE TABLE IF NOT EXISTS results (
     run_id TEXT NOT NULL, {_COLUMN_DEFS}, {_JSON_DEFS}, recorded REAL,
     PRIMARY KEY (run_id, name)
 );
+CREATE TABLE IF NOT EXISTS minimized (
+    run_id TEXT NOT NULL, name TEXT NOT NULL, status TEXT, signature TEXT, repro TEXT, nodes_before REAL,
+    nodes_after REAL, checks REAL, seconds REAL, first_divergent TEXT, stage TEXT, stage_evidence TEXT,
+    message TEXT, recorded REAL, PRIMARY KEY (run_id, name)
+);
 """
+# Columns of ``minimized``: an entry's failure shrunk by ``crucible minify`` (harness.minify).
+MINIMIZED_COLUMNS = ("status", "signature", "repro", "nodes_before", "nodes_after", "checks", "seconds",
+                     "first_divergent", "stage", "stage_evidence", "message")
 
 
 class ResultStore:
@@ -116,12 +124,29 @@ class ResultStore:
                 f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",
                 [run_id, *values, time.time()])
 
+    def record_minimized(self, run_id: str, name: str, record: dict[str, Any]) -> None:
+        """Link a result to its minimized repro (one per run and entry; a new minimization replaces it)."""
+        with self.db:
+            self.db.execute(
+                f"INSERT OR REPLACE INTO minimized (run_id, name, {', '.join(MINIMIZED_COLUMNS)}, recorded) "
+                f"VALUES (?, ?, {', '.join('?' for _ in MINIMIZED_COLUMNS)}, ?)",
+                [run_id, name, *[record.get(c) for c in MINIMIZED_COLUMNS], time.time()])
+
+    def minimized(self, run_id: str) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM minimized WHERE run_id = ?", (run_id,)).fetchall()
+        return {r["name"]: {c: r[c] for c in MINIMIZED_COLUMNS} for r in rows}
+
     def finished_names(self, run_id: str) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
 
     def results(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY name", (run_id,)).fetchall()
-        return [self._result_dict(r) for r in rows]
+        minimized = self.minimized(run_id)
+        out = [self._result_dict(r) for r in rows]
+        for r in out:
+            if r["name"] in minimized:
+                r["minimized"] = minimized[r["name"]]
+        return out
 
     @staticmethod
     def _result_dict(row: sqlite3.Row) -> dict[str, Any]:
@@ -172,6 +197,8 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
                 into.update_metadata(run["id"], {**metadata, "shards": sorted(shards)})
                 for result in results:
                     into.record(run["id"], result)
+                for name, minimized in src.minimized(run["id"]).items():
+                    into.record_minimized(run["id"], name, minimized)
                 if run["finished"] and (before is None or before["finished"]):
                     into.finish_run(run["id"])
                 merged[run["id"]] = merged.get(run["id"], 0) + len(results)
