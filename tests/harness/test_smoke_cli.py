@@ -33,6 +33,10 @@ def test_smoke_suite_end_to_end(tmp_path: Path, cli, load_json) -> None:
         assert len(result["break_reasons"]) == breaks
     assert doc["run"]["git_commit"] and doc["run"]["python"]
     assert "pass rate" in proc.stdout and "top graph-break reasons" in proc.stdout
+    # every extern call the compile reports counted is listed with its op and reason
+    compiled = [e for e in doc["entries"] if e.get("externs") is not None]
+    assert compiled and all(sum(r["calls"] for r in e["extern_ops"]) == e["externs"] for e in compiled)
+    assert "top extern ops / reasons" in proc.stdout  # the smoke tier has matmuls and convolutions
     # The default database holds the run; report and list work on it.
     assert (tmp_path / "crucible-results.sqlite").exists()
     report = cli("report")
