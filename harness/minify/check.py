@@ -96,9 +96,21 @@ def _error(status: str, exc: BaseException) -> Outcome:
     return Outcome(Status.OOM if is_oom(exc) else status, message, _failing_pass(exc), detail=detail)
 
 
+# A pseudo-target for localization: the graph as Crucible lowers and schedules it, every kernel
+# evaluated from its IR with torch ops (``simulator.reference``), no generated code.
+IR_REFERENCE_TARGET = "crucible-ir-reference"
+
+
+def _ir_reference(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+    from simulator.reference import reference_graph
+
+    return lambda *inputs: reference_graph(gm, list(inputs))
+
+
 def check_case(case: GraphCase, target: str | None = None) -> Outcome:
     """Run the predicate in this process (workers and repro scripts call it; see ``worker.py``)."""
-    tgt = parse_target(target or case.target)
+    ir_reference = target == IR_REFERENCE_TARGET
+    tgt = parse_target("crucible-cpp" if ir_reference else target or case.target)
     gm = case.gm
     try:
         with torch.no_grad():
@@ -112,7 +124,7 @@ def check_case(case: GraphCase, target: str | None = None) -> Outcome:
         reference = None
     try:
         with torch.no_grad():
-            fn = compile_for(tgt, gm, case.inputs)
+            fn = _ir_reference(gm) if ir_reference else compile_for(tgt, gm, case.inputs)
     except Exception as exc:  # noqa: BLE001
         return _error(Status.FAIL_COMPILE, exc)
     try:

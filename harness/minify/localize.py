@@ -13,22 +13,20 @@ and the report says so.
 - a compile error names its pass: ``lowering`` (lower), ``scheduling`` (schedule), ``renderer``
   (select_renderer, render, load), ``wrapper`` (wrap);
 - otherwise the other codegen is tried: if it passes, the fault is the ``renderer`` of the failing
-  codegen; if it fails alike, both share the fault: ``lowering/scheduling``, split by the IR-level
-  reference (``ir_reference_outputs``) when one is installed: wrong IR = ``lowering``, right IR =
-  ``scheduling``.
+  codegen; if it fails alike, the IR-level reference (the scheduled kernels evaluated with torch
+  ops) splits the shared fault: it passes = ``renderer`` (what both codegens share), it fails too =
+  ``lowering/scheduling``.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 
 from harness.minify.case import GraphCase
-from harness.minify.check import Outcome, grade
+from harness.minify.check import IR_REFERENCE_TARGET, Outcome
 from harness.minify.reduce import GraphCut
 from harness.status import Status
 
@@ -38,12 +36,6 @@ _PASS_STAGES = {"lower": "lowering", "schedule": "scheduling", "select_renderer"
                 "render": "renderer", "load": "renderer", "wrap": "wrapper"}
 _OTHER_CODEGEN = {"crucible-cpp": "crucible-interpret", "crucible-interpret": "crucible-cpp",
                   "crucible-triton": "crucible-cpp"}
-
-# Where an IR-level reference evaluator plugs in. Contract: ``evaluate_graph(gm, inputs)`` lowers the
-# ATen graph with Crucible's lowering and evaluates the loop IR directly (no scheduling, no codegen),
-# returning the graph's outputs as tensors; it raises for IR it cannot evaluate.
-IR_REFERENCE = ("simulator.reference", "evaluate_graph")
-
 
 @dataclass(frozen=True)
 class Localization:
@@ -68,35 +60,14 @@ def first_divergent_node(case: GraphCase, check: Checker) -> tuple[str | None, s
     return None, f"node by node: every node passes when materialized ({outcome.status})"
 
 
-def ir_reference_outputs(case: GraphCase) -> list[torch.Tensor] | None:
-    """The case's outputs computed from Crucible's IR by a reference evaluator, or None when none is
-    installed (then the stage stays 'lowering/scheduling')."""
-    module_name, function = IR_REFERENCE
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError:
-        return None
-    evaluate = getattr(module, function, None)
-    if evaluate is None:
-        return None
-    return list(evaluate(case.gm, case.inputs))
-
-
-def _ir_verdict(case: GraphCase) -> tuple[str, str]:
-    try:
-        outputs = ir_reference_outputs(case)
-    except Exception as exc:  # noqa: BLE001 -- the reference's own failure is evidence, not a verdict
-        return "lowering/scheduling", f"the IR-level reference failed ({type(exc).__name__}: {exc})"
-    if outputs is None:
-        return "lowering/scheduling", "no IR-level reference is installed to split lowering from scheduling"
-    with torch.no_grad():
-        eager = case.gm(*[v.clone() if isinstance(v, torch.Tensor) else v for v in case.inputs])
-        ref = case.gm(*[v.double() if isinstance(v, torch.Tensor) and v.is_floating_point() else v
-                        for v in case.inputs])
-    verdict = grade(case.dtype, eager, tuple(outputs), ref, case.tolerance)
+def _ir_verdict(case: GraphCase, check: Checker) -> tuple[str, str]:
+    """Split a fault both codegens share: the IR-level reference (``simulator.reference``: the
+    scheduled kernels evaluated with torch ops, checked in the same isolated worker as every other
+    check) right = the generated code is wrong; wrong too = lowering or scheduling."""
+    verdict = check(case, IR_REFERENCE_TARGET)
     if verdict.status == Status.PASS:
-        return "scheduling", "the IR-level reference passes: the lowered IR is right"
-    return "lowering", f"the IR-level reference fails too: {verdict.message}"
+        return "renderer", "the IR-level reference passes: the scheduled IR is right, the generated code is not"
+    return "lowering/scheduling", f"the IR-level reference fails too ({verdict.signature})"
 
 
 def stage_at_fault(case: GraphCase, outcome: Outcome, check: Checker, decomposition_fails: bool = False
@@ -116,7 +87,7 @@ def stage_at_fault(case: GraphCase, outcome: Outcome, check: Checker, decomposit
     if other_outcome.status == Status.PASS:
         return "renderer", f"{other} passes on the same graph; {case.target} fails"
     if other_outcome.matches(outcome):
-        stage, why = _ir_verdict(moved)
+        stage, why = _ir_verdict(moved, check)
         return stage, f"{other} fails alike; {why}"
     return "lowering/scheduling", f"{other} fails differently ({other_outcome.signature})"
 
