@@ -7,6 +7,7 @@
 | ``CRUCIBLE_CACHE_DIR`` | cache root for generated kernels (default: ``$XDG_CACHE_HOME/crucible`` or ``~/.cache/crucible``) |
 | ``CRUCIBLE_CPP_FLAGS`` | replaces the C++ tuning flags (default ``-O3 -march=native -fno-math-errno``) |
 | ``CXX`` | the C++ compiler (default: g++, then c++) |
+| ``CRUCIBLE_SIM_CHECK`` | 1: Triton kernels run in the interpreter are checked by the simulator (bounds, poison, races, ...) |
 | ``CRUCIBLE_COMPILE_THREADS`` | kernels built at once per graph (C++ builds, Triton GPU builds of every launch config); default: CPU cores, at most 8 (harness workers: their share of the cores); 1 builds one by one |
 
 Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" | "cpp";
@@ -33,6 +34,10 @@ def debug_level() -> int:
 def dump_dir() -> Path | None:
     value = os.environ.get("CRUCIBLE_DUMP_DIR")
     return Path(value) if value else None
+
+
+def simulator_checks() -> bool:
+    return os.environ.get("CRUCIBLE_SIM_CHECK", "0") not in ("", "0")
 
 
 MAX_DEFAULT_COMPILE_THREADS = 8
