@@ -64,3 +64,49 @@ def checking(shuffle: str = "atomics") -> Iterator[Recorder]:
     finally:
         launch.OBSERVERS.remove(recorder)
         _FORCED.pop()
+
+
+# Targets whose Triton kernels run checked (harness.targets names them).
+CHECKED_TARGETS = ("crucible-sim",)
+
+
+class EntrySimulation:
+    """Checked execution around one harness entry: counts the launches of its ``run`` phase (the
+    second, steady-state call) and hands the result record its fields."""
+
+    def __init__(self, on_phase: Any) -> None:
+        self._context = checking()
+        self.recorder = self._context.__enter__()
+        self._on_phase = on_phase
+
+    def phase(self, name: str) -> None:
+        if name == "run":
+            self.recorder.reset()
+        self._on_phase(name)
+
+    def close(self, result: dict) -> None:
+        self._context.__exit__(None, None, None)
+        summary = self.recorder.summary()
+        result.update({k: summary[k] for k in ("bytes_moved", "ideal_bytes", "est_h200_s", "traffic_ratio",
+                                               "traffic_kernel", "memory_kernels") if summary[k] is not None})
+
+
+def for_entry(target_name: str, on_phase: Any) -> EntrySimulation | None:
+    return EntrySimulation(on_phase) if target_name in CHECKED_TARGETS else None
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    """True when ``exc`` or an exception it wraps is a simulator finding."""
+    from simulator.findings import SimulatorMemoryError
+
+    seen = set()
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, SimulatorMemoryError):
+            return True
+        stack += [getattr(e, "inner_exception", None), e.__cause__, e.__context__]
+    return False
