@@ -200,8 +200,8 @@ def _check_uninitialized(state: LaunchState, ptrs: Any, allowed: np.ndarray, acc
                      np.shape(ptrs.data), buf.name, access)
 
 
-def memory_ops(state: LaunchState, builder: Any, handle_type: type) -> dict[str, Callable]:
-    """Checked replacements for the builder's load, store and atomic ops."""
+def memory_ops(holder: Any, builder: Any, handle_type: type) -> dict[str, Callable]:
+    """Checked replacements for the builder's load, store and atomic ops (for the launch in ``holder.state``)."""
     cls = type(builder)
     orig_load = cls.create_masked_load.__get__(builder)
     orig_store = cls.create_masked_store.__get__(builder)
@@ -209,6 +209,7 @@ def memory_ops(state: LaunchState, builder: Any, handle_type: type) -> dict[str,
     orig_cas = cls.create_atomic_cas.__get__(builder)
 
     def masked_load(ptrs: Any, mask: Any, other: Any, cache: Any, evict: Any, volatile: bool) -> Any:
+        state = holder.state
         state.step()
         allowed, refused = check_lanes(state, ptrs, mask, "load")
         _check_uninitialized(state, ptrs, allowed, "load")
@@ -231,6 +232,7 @@ def memory_ops(state: LaunchState, builder: Any, handle_type: type) -> dict[str,
         return out
 
     def masked_store(ptrs: Any, value: Any, mask: Any, cache: Any, evict: Any) -> Any:
+        state = holder.state
         state.step()
         state.store_seen()
         allowed, _ = check_lanes(state, ptrs, mask, "store")
@@ -251,6 +253,7 @@ def memory_ops(state: LaunchState, builder: Any, handle_type: type) -> dict[str,
         return orig_store(ptrs, value, handle_type(allowed, _int1()), cache, evict)
 
     def atomic_rmw(op: Any, ptrs: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
+        state = holder.state
         state.step()
         allowed, _ = check_lanes(state, ptrs, mask, "atomic")
         out = orig_rmw(op, ptrs, val, handle_type(allowed, _int1()), sem, scope)
@@ -260,6 +263,7 @@ def memory_ops(state: LaunchState, builder: Any, handle_type: type) -> dict[str,
         return out
 
     def atomic_cas(ptrs: Any, cmp: Any, val: Any, sem: Any, scope: Any) -> Any:
+        state = holder.state
         state.step()
         allowed, refused = check_lanes(state, ptrs, None, "atomic")
         if refused.any():  # the interpreter's CAS has no mask: skip the whole op rather than touch bad memory
@@ -286,10 +290,11 @@ def _int1() -> Any:
     return tl.int1
 
 
-def reduce_wrapper(state: LaunchState, orig_apply: Callable, scan: bool) -> Callable:
+def reduce_wrapper(holder: Any, orig_apply: Callable, scan: bool) -> Callable:
     """``ReduceOps.apply`` / ``ScanOps.apply`` with taint: a poisoned input lane poisons its result."""
 
     def apply(self: Any, input: Any) -> Any:
+        state = holder.state
         ret = orig_apply(self, input)
         inputs = input if isinstance(input, tuple) else (input,)
         outs = ret if isinstance(ret, tuple) else (ret,)
@@ -336,6 +341,34 @@ def grid_order(grid: tuple[int, int, int], shuffle_seed: int | None) -> Iterable
     return order
 
 
+class _Holder:
+    """The launch the patched builder reports to. The replacements are built once per process (building
+    them per launch was 17 ms of a 50 ms small-model call) and read the current launch from here."""
+
+    state: LaunchState | None = None
+
+
+_HOLDER = _Holder()
+_REPLACEMENTS: dict[str, Callable] = {}
+_REDUCERS: dict[type, Callable] = {}
+
+
+def _replacements() -> dict[str, Callable]:
+    if not _REPLACEMENTS:
+        from triton.runtime import interpreter as interp
+
+        builder, handle_type = interp.interpreter_builder, interp.TensorHandle
+        cls = type(builder)
+        replaced = memory_ops(_HOLDER, builder, handle_type)
+        for name in dir(cls):
+            if name.startswith("create_") and name not in MEMORY_OPS:
+                replaced[name] = wrap_builder_op(name, getattr(cls, name).__get__(builder), _HOLDER, handle_type)
+        _REPLACEMENTS.update(replaced)
+        for ops_cls, scan in ((interp.ReduceOps, False), (interp.ScanOps, True)):
+            _REDUCERS[ops_cls] = reduce_wrapper(_HOLDER, ops_cls.apply, scan)
+    return _REPLACEMENTS
+
+
 class Patches:
     """Instance-level replacements on the builder and class-level ones on the reduce ops, undone on exit."""
 
@@ -346,12 +379,12 @@ class Patches:
     def __enter__(self) -> Patches:  # noqa: PYI034 (typing.Self needs Python 3.11)
         from triton.runtime import interpreter as interp
 
-        builder, handle_type = interp.interpreter_builder, interp.TensorHandle
-        cls = type(builder)
-        replaced = memory_ops(self.state, builder, handle_type)
-        for name in dir(cls):
-            if name.startswith("create_") and name not in MEMORY_OPS:
-                replaced[name] = wrap_builder_op(name, getattr(cls, name).__get__(builder), self.state, handle_type)
+        if _HOLDER.state is not None:
+            raise RuntimeError("a checked launch is already running (launches inside kernels are not supported)")
+        builder = interp.interpreter_builder
+        replaced = _replacements()
+        _HOLDER.state = self.state
+        self.undo.append(lambda: setattr(_HOLDER, "state", None))
         for name, fn in replaced.items():
             setattr(builder, name, fn)
             self.undo.append(lambda name=name: builder.__dict__.pop(name, None))
@@ -362,15 +395,22 @@ class Patches:
         orig_call = JITFunction.__call__
         JITFunction.__call__ = _call_interpreted
         self.undo.append(lambda: setattr(JITFunction, "__call__", orig_call))
-        for ops_cls, scan in ((interp.ReduceOps, False), (interp.ScanOps, True)):
-            orig = ops_cls.apply
-            ops_cls.apply = reduce_wrapper(self.state, orig, scan)
-            self.undo.append(lambda ops_cls=ops_cls, orig=orig: setattr(ops_cls, "apply", orig))
+        for ops_cls, wrapped in _REDUCERS.items():
+            orig = ops_cls.__dict__.get("apply")
+            ops_cls.apply = wrapped
+            self.undo.append(lambda ops_cls=ops_cls, orig=orig: _restore_apply(ops_cls, orig))
         return self
 
     def __exit__(self, *exc: object) -> None:
         for undo in reversed(self.undo):
             undo()
+
+
+def _restore_apply(ops_cls: type, orig: Callable | None) -> None:
+    if orig is None:
+        del ops_cls.apply  # the inherited ReduceScanOpInterface.apply shows through again
+    else:
+        ops_cls.apply = orig
 
 
 _DEVICE_FUNCTIONS: dict[Any, Any] = {}

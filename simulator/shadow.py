@@ -134,13 +134,14 @@ def _propagate(name: str, orig: Callable, args: tuple, out: Any, handle_type: ty
     set_taint(out, taint)
 
 
-def wrap_builder_op(name: str, orig: Callable, state: Any, handle_type: type) -> Callable:
-    """``orig`` plus shadow propagation, the liveness step count and the FLOP count."""
+def wrap_builder_op(name: str, orig: Callable, holder: Any, handle_type: type) -> Callable:
+    """``orig`` plus shadow propagation, the liveness step count and the FLOP count (of ``holder.state``)."""
     flops_per_lane = FLOP_OPS.get(name, 0)
     makes_ptr_prov = name not in ("create_ptr_to_int", "create_int_to_ptr")
 
     def op(*args: Any) -> Any:
         out = orig(*args)
+        state = holder.state
         state.step()
         if flops_per_lane and isinstance(out, handle_type):
             state.flops += flops_per_lane * out.data.size
