@@ -48,6 +48,16 @@ def checks_enabled() -> bool:
     return session.forced() or config.simulator_checks()
 
 
+def allocation_hook(device: Any) -> Any:
+    """What the compiler's wrapper calls on each buffer it allocates or reuses: None unless checks are on
+    and kernels run on the CPU (in the interpreter)."""
+    if str(device).split(":")[0] != "cpu" or not checks_enabled():
+        return None
+    from simulator.memory import mark_uninitialized
+
+    return mark_uninitialized
+
+
 def interpreted(kernel: Any) -> Any:
     """An interpreter-mode launcher for a kernel made by ``triton.jit`` (checked when checks are on)."""
     from triton.runtime.interpreter import InterpretedFunction

@@ -72,3 +72,32 @@ def test_harness_records_bytes_and_h200_estimate() -> None:
     assert result["bytes_moved"] >= 33 * 17 * 4 and result["ideal_bytes"] > 0
     assert 0 < result["est_h200_s"] < 1e-3
     assert result["traffic_ratio"] >= 1.0 and result["traffic_kernel"]
+
+
+def _two_reductions(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(-1)[:, None] * x.sum(0)[None, :]
+
+
+def test_skipped_producer_kernel_is_an_uninitialized_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapper's buffers count as unwritten under checks: a consumer kernel reading a buffer whose
+    producer never ran is reported (a scheduling bug that dropped or reordered a kernel)."""
+    from compiler.runtime import KernelLauncher
+
+    torch._dynamo.reset()
+    x = torch.randn(8, 5)
+    with session.checking() as recorder:  # first, the real schedule: clean
+        torch.testing.assert_close(torch.compile(_two_reductions, backend="crucible", options={
+            "codegen": "triton", "strict": True})(x), _two_reductions(x))
+    assert len(recorder.reports) == 3 and all(r.ok for r in recorder.reports)
+    launch, calls = KernelLauncher.__call__, []
+
+    def skip_first(self: KernelLauncher, *args: object) -> None:
+        calls.append(self)
+        if len(calls) > 1:
+            launch(self, *args)
+
+    monkeypatch.setattr(KernelLauncher, "__call__", skip_first)
+    torch._dynamo.reset()
+    with session.checking(), pytest.raises(SimulatorMemoryError) as info:
+        torch.compile(_two_reductions, backend="crucible", options={"codegen": "triton", "strict": True})(x)
+    assert info.value.kinds == {"uninitialized"}, str(info.value)
