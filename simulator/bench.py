@@ -8,8 +8,8 @@ times its steady-state call (the harness's ``run`` phase) in Triton's plain inte
 checked by the simulator; it prints the ratio per entry and over the whole selection (the
 issue's budget: at most 3x). ``gpu`` needs a CUDA GPU: for each case of
 ``compiler.bench.gpu`` it counts the kernels' bytes and FLOPs in the simulator on the CPU at
-a reduced row count (every case is row-wise, so bytes and FLOPs scale with the rows exactly),
-scales them to the GPU shape, estimates the time on ``--gpu`` from the datasheet and from the
+two small row counts (every case is row-wise, so bytes and FLOPs are affine in the rows),
+extrapolates them to the GPU shape, estimates the time on ``--gpu`` from the datasheet and from the
 measured copy bandwidth, and prints both next to the measured time with the error. It prints
 figures; it asserts nothing.
 """
@@ -116,16 +116,15 @@ def _gpu_cases(quick: bool) -> list[tuple[str, Callable[[str, int], Callable], t
     return out
 
 
-def _simulated(make: Callable, shape: tuple[int, int], sim_rows: int) -> tuple[list, float]:
-    """Per-kernel accounting of one steady-state call at ``sim_rows`` rows, and the row scale factor."""
+def _count(make: Callable, cols: int, rows: int) -> list:
+    """Per-kernel accounting of one steady-state call on a ``rows`` x ``cols`` input, in the simulator."""
     import torch
 
     from simulator import session
 
-    rows = min(shape[0], sim_rows)
     torch.manual_seed(0)
-    fn = make("cpu", shape[1])
-    x = torch.randn(rows, shape[1])
+    fn = make("cpu", cols)
+    x = torch.randn(rows, cols)
     torch._dynamo.reset()
     with session.checking() as rec:
         compiled = torch.compile(fn, backend="crucible", dynamic=False, options={"codegen": "triton", "strict": True})
@@ -133,17 +132,34 @@ def _simulated(make: Callable, shape: tuple[int, int], sim_rows: int) -> tuple[l
         rec.reset()
         compiled(x)
     torch._dynamo.reset()
-    return [r.accounting for r in rec.reports if r.accounting is not None], shape[0] / rows
+    return [r.accounting for r in rec.reports if r.accounting is not None]
 
 
-def _scaled_estimate(accts: list, factor: float, spec: Any) -> tuple[float, float, str]:
-    """(seconds, DRAM bytes, bound) of the kernels scaled by ``factor``."""
+def _extrapolated(make: Callable, shape: tuple[int, int], sim_rows: int) -> list[tuple[float, float, float]]:
+    """(ideal bytes, FLOPs, dot FLOPs) per kernel at the full shape, from two small row counts.
+
+    Every case is row-wise, so each count is affine in the rows (per-row data plus per-kernel
+    constants such as a norm's weight): two points give it exactly."""
+    r1, r2 = sim_rows, 2 * sim_rows
+    a, b = _count(make, shape[1], r1), _count(make, shape[1], r2)
+    if len(a) != len(b):
+        raise RuntimeError(f"the simulated graph has {len(a)} kernels at {r1} rows and {len(b)} at {r2}")
+
+    def at(v1: float, v2: float) -> float:
+        return v1 + (v2 - v1) / (r2 - r1) * (shape[0] - r1)
+
+    return [(at(p.ideal_bytes, q.ideal_bytes), at(p.flops, q.flops), at(p.dot_flops, q.dot_flops))
+            for p, q in zip(a, b)]
+
+
+def _scaled_estimate(kernels: list[tuple[float, float, float]], spec: Any) -> tuple[float, float, str]:
+    """(seconds, DRAM bytes, bound) of the kernels on ``spec``."""
     seconds, moved, bounds = 0.0, 0.0, set()
-    for a in accts:
-        memory = a.ideal_bytes * factor / (spec.bandwidth * spec.efficiency)
-        compute = a.flops * factor / spec.fp32 + a.dot_flops * factor / spec.tensor16
+    for ideal, flops, dot_flops in kernels:
+        memory = ideal / (spec.bandwidth * spec.efficiency)
+        compute = flops / spec.fp32 + dot_flops / spec.tensor16
         seconds += spec.latency_s + max(memory, compute)
-        moved += a.ideal_bytes * factor
+        moved += ideal
         bounds.add("memory" if memory >= compute else "compute")
     return seconds, moved, "memory" if bounds == {"memory"} else "/".join(sorted(bounds))
 
@@ -171,7 +187,7 @@ def gpu(argv: list[str]) -> int:
 
     rows, errors = [], []
     for name, make, shape in _gpu_cases(args.quick):
-        accts, factor = _simulated(make, shape, args.sim_rows)
+        kernels = _extrapolated(make, shape, args.sim_rows)
         x = torch.randn(*shape, device="cuda")
         if name.startswith("pointwise"):
             x = x.reshape(-1)
@@ -181,12 +197,12 @@ def gpu(argv: list[str]) -> int:
         compiled = torch.compile(fn, backend="crucible", dynamic=False, options={"strict": True})
         compiled(x)
         measured = bench(compiled, x) * 1e-3
-        estimate, moved, bound = _scaled_estimate(accts, factor, spec)
-        with_bw, _, _ = _scaled_estimate(accts, factor, gpu_spec(args.gpu, bandwidth=measured_bw))
+        estimate, moved, bound = _scaled_estimate(kernels, spec)
+        with_bw, _, _ = _scaled_estimate(kernels, gpu_spec(args.gpu, bandwidth=measured_bw))
         error = (estimate - measured) / measured
         if bound == "memory":
             errors.append(abs(error))
-        rows.append([name, shape, len(accts), f"{moved / 1e9:.3f}", bound, f"{estimate * 1e6:.1f}",
+        rows.append([name, shape, len(kernels), f"{moved / 1e9:.3f}", bound, f"{estimate * 1e6:.1f}",
                      f"{with_bw * 1e6:.1f}", f"{measured * 1e6:.1f}", f"{100 * error:+.1f}%",
                      f"{100 * (with_bw - measured) / measured:+.1f}%"])
         torch._dynamo.reset()
