@@ -117,8 +117,13 @@ class LaunchState:
         return None
 
 
+def _element_ty(ptrs: Any) -> Any:
+    getter = getattr(ptrs, "get_element_ty", None)  # older interpreters: no helper
+    return getter() if getter is not None else ptrs.dtype.element_ty
+
+
 def _itemsize(ptrs: Any) -> int:
-    return max(1, ptrs.get_element_ty().primitive_bitwidth // 8)
+    return max(1, _element_ty(ptrs).primitive_bitwidth // 8)
 
 
 def _poison(shape: tuple[int, ...], np_dtype: np.dtype) -> np.ndarray:
@@ -208,16 +213,18 @@ def memory_ops(holder: Any, builder: Any, handle_type: type) -> dict[str, Callab
     orig_rmw = cls.create_atomic_rmw.__get__(builder)
     orig_cas = cls.create_atomic_cas.__get__(builder)
 
-    def masked_load(ptrs: Any, mask: Any, other: Any, cache: Any, evict: Any, volatile: bool) -> Any:
+    # positional tails (cache modifier, eviction policy, volatile; sem/scope for atomics) differ across Triton
+    # versions: passed through as they come
+    def masked_load(ptrs: Any, mask: Any, other: Any, *rest: Any) -> Any:
         state = holder.state
         state.step()
         allowed, refused = check_lanes(state, ptrs, mask, "load")
         _check_uninitialized(state, ptrs, allowed, "load")
         shape = np.shape(ptrs.data)
-        np_dtype = np.dtype(_np_dtype(ptrs.get_element_ty()))
-        fill = other if other is not None else handle_type(_poison(shape, np_dtype), ptrs.get_element_ty())
-        out = orig_load(ptrs, handle_type(allowed, mask.dtype if mask is not None else _int1()), fill, cache,
-                        evict, volatile)
+        np_dtype = np.dtype(_np_dtype(_element_ty(ptrs)))
+        fill = other if other is not None else handle_type(_poison(shape, np_dtype), _element_ty(ptrs))
+        out = orig_load(ptrs, handle_type(allowed, mask.dtype if mask is not None else _int1()), fill, *rest)
+        volatile = bool(rest[-1]) if rest and isinstance(rest[-1], bool) else False
         off = ~allowed
         taint = (off if other is None else refused).copy()
         if other is not None and taint_of(other) is not None:
@@ -231,7 +238,7 @@ def memory_ops(holder: Any, builder: Any, handle_type: type) -> dict[str, Callab
             state.observe_spin((flat.tobytes(), out.data[allowed].tobytes()))
         return out
 
-    def masked_store(ptrs: Any, value: Any, mask: Any, cache: Any, evict: Any) -> Any:
+    def masked_store(ptrs: Any, value: Any, mask: Any, *rest: Any) -> Any:
         state = holder.state
         state.step()
         state.store_seen()
@@ -250,25 +257,25 @@ def memory_ops(holder: Any, builder: Any, handle_type: type) -> dict[str, Callab
         state.log.write(flat, state.pid_linear, isz, prov, state.where()[0])
         if prov is not None and prov in state.shadows:
             state.shadows[prov].write(flat, isz)
-        return orig_store(ptrs, value, handle_type(allowed, _int1()), cache, evict)
+        return orig_store(ptrs, value, handle_type(allowed, _int1()), *rest)
 
-    def atomic_rmw(op: Any, ptrs: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
+    def atomic_rmw(op: Any, ptrs: Any, val: Any, mask: Any, *rest: Any) -> Any:
         state = holder.state
         state.step()
         allowed, _ = check_lanes(state, ptrs, mask, "atomic")
-        out = orig_rmw(op, ptrs, val, handle_type(allowed, _int1()), sem, scope)
+        out = orig_rmw(op, ptrs, val, handle_type(allowed, _int1()), *rest)
         flat = ptrs.data[allowed]
         state.log.atomic(flat, state.pid_linear, _itemsize(ptrs), prov_of(ptrs))
         state.observe_spin((flat.tobytes(), out.data[allowed].tobytes(), np.asarray(val.data).tobytes()))
         return out
 
-    def atomic_cas(ptrs: Any, cmp: Any, val: Any, sem: Any, scope: Any) -> Any:
+    def atomic_cas(ptrs: Any, cmp: Any, val: Any, *rest: Any) -> Any:
         state = holder.state
         state.step()
         allowed, refused = check_lanes(state, ptrs, None, "atomic")
         if refused.any():  # the interpreter's CAS has no mask: skip the whole op rather than touch bad memory
             return handle_type(_poison(np.shape(cmp.data), cmp.data.dtype), cmp.dtype.scalar)
-        out = orig_cas(ptrs, cmp, val, sem, scope)
+        out = orig_cas(ptrs, cmp, val, *rest)
         flat = ptrs.data[allowed]
         state.log.atomic(flat, state.pid_linear, _itemsize(ptrs), prov_of(ptrs))
         state.observe_spin((flat.tobytes(), out.data.tobytes()))
@@ -364,8 +371,9 @@ def _replacements() -> dict[str, Callable]:
             if name.startswith("create_") and name not in MEMORY_OPS:
                 replaced[name] = wrap_builder_op(name, getattr(cls, name).__get__(builder), _HOLDER, handle_type)
         _REPLACEMENTS.update(replaced)
-        for ops_cls, scan in ((interp.ReduceOps, False), (interp.ScanOps, True)):
-            _REDUCERS[ops_cls] = reduce_wrapper(_HOLDER, ops_cls.apply, scan)
+        for ops_cls, scan in ((getattr(interp, "ReduceOps", None), False), (getattr(interp, "ScanOps", None), True)):
+            if ops_cls is not None:
+                _REDUCERS[ops_cls] = reduce_wrapper(_HOLDER, ops_cls.apply, scan)
     return _REPLACEMENTS
 
 
@@ -435,11 +443,14 @@ def run_grid(fn: Any, grid: Any, args: tuple, kwargs: dict, state: LaunchState |
     from triton.runtime import interpreter as interp
 
     rewritten = fn.rewrite()
-    executor = interp.GridExecutor(rewritten, fn.arg_names, grid, getattr(fn, "pre_run_hooks", []))
+    try:
+        executor = interp.GridExecutor(rewritten, fn.arg_names, grid, getattr(fn, "pre_run_hooks", []))
+    except TypeError:  # older interpreters: no pre-run hooks
+        executor = interp.GridExecutor(rewritten, fn.arg_names, grid)
     names = inspect.getfullargspec(rewritten).args
     kwargs = {k: v for k, v in kwargs.items() if k in names}
     args_hst, kwargs_hst = executor._init_args_hst(args, kwargs)
-    for hook in executor.pre_run_hooks:
+    for hook in getattr(executor, "pre_run_hooks", []):
         hook(*args_hst, **kwargs_hst)
     scope = interp._patch_lang(rewritten)
     try:
@@ -465,11 +476,13 @@ def run_grid(fn: Any, grid: Any, args: tuple, kwargs: dict, state: LaunchState |
         except SimulatorMemoryError:
             raise
         except Exception as e:
-            if triton.knobs.compilation.front_end_debugging:
+            knobs = getattr(triton, "knobs", None)
+            if knobs is not None and knobs.compilation.front_end_debugging:
                 raise
             raise interp.InterpreterError(repr(e)) from e
     finally:
-        scope.restore()
+        if scope is not None:  # older interpreters patch triton.language for good
+            scope.restore()
     executor._restore_args_dev(args, args_hst, kwargs, kwargs_hst)
     return size
 
