@@ -331,7 +331,7 @@ CASES = [
          Kind.ORDER_DEPENDENT),
     Case("spin on a flag the last program sets", wait_for_last_program, _spin_args, Kind.LIVENESS),
     Case("loop that never advances", loop_forgot_increment,
-         lambda: ((1,), (_r(64), torch.empty(16), 64), {"BLOCK": 16}), Kind.LIVENESS, {"step_budget": 20_000}),
+         lambda: ((1,), (_r(64), torch.empty(16), 64), {"BLOCK": 16}), Kind.LIVENESS, {"step_budget": 5_000}),
 ]
 
 CLEAN = [
