@@ -171,14 +171,18 @@ def check_lanes(state: LaunchState, ptrs: Any, mask: Any, access: str) -> tuple[
     return allowed, refused
 
 
+def _bytes(n: int, itemsize: int) -> str:
+    elements = n / itemsize
+    return f"{n} bytes ({elements:g} element{'' if elements == 1 else 's'})"
+
+
 def _report_bounds(state: LaunchState, buf: ArgBuffer, a: np.ndarray, bad: np.ndarray, flat_active: np.ndarray,
                    shape: tuple[int, ...], isz: int, access: str) -> None:
     first = int(a[bad[0]])
     if first < buf.lo:
-        distance = f"{buf.lo - first} bytes ({(buf.lo - first) / isz:g} elements) before its first element"
+        distance = f"{_bytes(buf.lo - first, isz)} before its first element"
     else:
-        over = first + isz - buf.hi
-        distance = f"{over} bytes ({over / isz:g} elements) past its end"
+        distance = f"{_bytes(first + isz - buf.hi, isz)} past its end"
     offset = buf.element_offset(first)
     message = f"{access} of {buf.describe()} at element offset {offset:g}: {distance}"
     other = state.owner(first, isz, exclude=buf.index)

@@ -101,3 +101,17 @@ def test_skipped_producer_kernel_is_an_uninitialized_read(monkeypatch: pytest.Mo
     with session.checking(), pytest.raises(SimulatorMemoryError) as info:
         torch.compile(_two_reductions, backend="crucible", options={"codegen": "triton", "strict": True})(x)
     assert info.value.kinds == {"uninitialized"}, str(info.value)
+
+
+def test_environment_variable_turns_checks_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simulator.interpreter import CheckedKernel, interpreted
+    from tests.simulator.kernels import add
+
+    monkeypatch.delenv("CRUCIBLE_SIM_CHECK", raising=False)
+    assert not isinstance(interpreted(add), CheckedKernel)
+    monkeypatch.setenv("CRUCIBLE_SIM_CHECK", "1")
+    checked = interpreted(add)
+    assert isinstance(checked, CheckedKernel)
+    x = torch.randn(10)
+    with pytest.raises(SimulatorMemoryError, match="out_of_bounds"):
+        checked[(1,)](x, x, torch.empty(10), 12, BLOCK=16)  # n larger than the tensors
