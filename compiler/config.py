@@ -53,6 +53,10 @@ def dump_dir() -> Path | None:
     return Path(value) if value else None
 
 
+def simulator_checks() -> bool:
+    return os.environ.get("CRUCIBLE_SIM_CHECK", "0") not in ("", "0")
+
+
 MAX_DEFAULT_COMPILE_THREADS = 8
 
 

@@ -33,6 +33,8 @@ class _WrapperWriter:
         self.buffers = graph.buffers()
         self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device,
                                         "with_strides": with_strides, **graph.constants}
+        # checked interpreter runs: a fresh or reused buffer's bytes count as unwritten (simulator/)
+        self.fresh = checked_allocation(graph.device, self.globals)
         self.lines: list[str] = []
         self.consts: list[Any] = []
         self.globals["consts"] = self.consts
@@ -64,10 +66,13 @@ class _WrapperWriter:
         pool = self.free.get(key) if buf.is_contiguous else None
         if pool:
             old = pool.pop()
-            self.lines.append(f"{buf.name} = {old}.view({tuple(buf.shape)})  # reuses {old}")
+            self.lines.append(f"{buf.name} = {self.checked(f'{old}.view({tuple(buf.shape)})')}  # reuses {old}")
             return
-        self.lines.append(f"{buf.name} = torch.empty_strided({tuple(buf.shape)}, {tuple(buf.stride)}, "
-                          f"dtype={buf.dtype}, device=device)")
+        self.lines.append(f"{buf.name} = " + self.checked(f"torch.empty_strided({tuple(buf.shape)}, "
+                                                          f"{tuple(buf.stride)}, dtype={buf.dtype}, device=device)"))
+
+    def checked(self, allocation: str) -> str:
+        return f"{self.fresh}({allocation})" if self.fresh else allocation
 
     def last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}
@@ -152,6 +157,19 @@ class _WrapperWriter:
                 self.lines.append(f"{buf.name} = {src}.contiguous()")
             else:
                 self.lines.append(f"{buf.name} = with_strides({src}, {tuple(buf.stride)})")
+
+
+def checked_allocation(device: Any, globals_: dict[str, Any]) -> str:
+    """The wrapper's name for the call around each allocation: "" normally; under the simulator's checks
+    (CPU), a function marking the buffer's bytes unwritten, so kernels reading them before any write are
+    reported."""
+    from simulator.interpreter import allocation_hook
+
+    hook = allocation_hook(device)
+    if hook is None:
+        return ""
+    globals_["uninitialized"] = hook
+    return "uninitialized"
 
 
 def with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:

@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run entries on a target and store the results")
     _add_selection(p, None)
-    p.add_argument("--target", help="eager, crucible-triton, crucible-interpret, crucible-cpp or a Dynamo "
+    p.add_argument("--target", help="eager, crucible-triton, crucible-interpret, crucible-sim, crucible-cpp or a Dynamo "
                                     "backend (default: crucible-triton with CUDA, else crucible-interpret)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="device for eager and Dynamo-backend targets")
     p.add_argument("-j", "--jobs", type=int, default=None,

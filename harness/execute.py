@@ -26,6 +26,7 @@ from harness.compile_reasons import entry_fields
 from harness.oracle import ParityOracle, outputs_identical
 from harness.status import Status
 from harness.targets import REFERENCE_CHOICES, Target, TargetUnavailable, check_available, compile_model
+from simulator.session import for_entry, is_memory_error
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
@@ -128,11 +129,14 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
         result.update(status=Status.SKIPPED, error=f"{target.name} needs a CUDA GPU and none is available")
         return result
     torch._dynamo.reset()
+    simulation = for_entry(target.name, on_phase)  # crucible-sim: kernels run checked, bytes counted
     try:
         with torch.no_grad():
-            _execute(entry, target, result, on_phase, capture, reference)
+            _execute(entry, target, result, simulation.phase if simulation else on_phase, capture, reference)
     finally:
         torch._dynamo.reset()
+        if simulation:
+            simulation.close(result)
     xfail = entry.expected_failure(target.name)
     if xfail is not None and result["status"] == xfail.status:
         result["status"] = Status.XFAIL
@@ -141,7 +145,7 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
 
 
 def _fail(result: dict, status: str, exc: BaseException) -> None:
-    result["status"] = Status.OOM if is_oom(exc) else status
+    result["status"] = Status.OOM if is_oom(exc) else Status.FAIL_MEMORY if is_memory_error(exc) else status
     result["error"], result["error_detail"] = describe_error(exc)
 
 

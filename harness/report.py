@@ -89,6 +89,28 @@ def failure_clusters(results: list[dict[str, Any]], limit: int = 20) -> list[lis
     return rows
 
 
+def memory_error_kernels(results: list[dict[str, Any]], limit: int = 20) -> list[list[Any]]:
+    """Kernels the simulator found memory errors in (crucible-sim), with the entries they broke."""
+    entries: dict[str, list[dict]] = defaultdict(list)
+    for r in results:
+        for kernel in (r.get("memory_kernels") or "").split(", "):
+            if kernel:
+                entries[kernel].append(r)
+    ranked = sorted(entries.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [[kernel, len(items), items[0]["name"], (items[0].get("error") or "")[:90]]
+            for kernel, items in ranked[:limit]]
+
+
+def worst_traffic(results: list[dict[str, Any]], limit: int = 10) -> list[list[Any]]:
+    """Entries whose worst kernel moves the most bytes relative to its ideal (inputs read once, outputs
+    written once); above 1.5x a kernel is flagged."""
+    rows = [r for r in results if r.get("traffic_ratio") is not None]
+    rows.sort(key=lambda r: -r["traffic_ratio"])
+    return [[r["name"], r.get("traffic_kernel") or "-", f"{r['traffic_ratio']:.2f}x",
+             "yes" if r["traffic_ratio"] > 1.5 else "", _fmt(r.get("bytes_moved"), ".0f"),
+             _fmt(None if r.get("est_h200_s") is None else r["est_h200_s"] * 1e6, ".1f")] for r in rows[:limit]]
+
+
 def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
     meta = run.get("metadata", {})
     header = (f"run {run['id']}: suite {run['suite']}, target {run['target']}, {len(results)} entries"
@@ -109,6 +131,9 @@ def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
          ["entries", "graphs", "reason", "failed pass", "example"]),
         ("top refused fusions", top_refused_fusions(results), ["entries", "refusals", "reason", "example"]),
         ("failures by error signature", failure_clusters(results), ["status", "entries", "signature", "example entry"]),
+        ("kernels with memory errors", memory_error_kernels(results), ["kernel", "entries", "example entry", "error"]),
+        ("worst traffic ratios (bytes moved / ideal bytes, run phase)", worst_traffic(results),
+         ["entry", "kernel", "ratio", "> 1.5x", "bytes moved", "est. H200 us"]),
     ]
     parts += [f"{title}\n{tabulate(rows, headers=headers)}" for title, rows, headers in sections if rows]
     return "\n\n".join(parts)

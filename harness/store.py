@@ -25,10 +25,13 @@ RESULT_COLUMNS = (
     "name", "suite", "target", "status", "phase", "graphs", "graph_breaks", "capture_coverage",
     "captured_ops", "eager_ops", "max_abs_err", "max_rel_err", "rmse_ratio", "cosine", "compile_s",
     "run_s", "wall_s", "load_s", "build_s", "eager_s", "reference_s", "capture_s", "kernels", "externs", "reference", "error", "error_detail", "capture_error",
+    # crucible-sim: bytes the run phase's kernels moved, their ideal bytes, the roofline time on an H200,
+    # the worst kernel's moved/ideal ratio, and the kernels with memory findings
+    "bytes_moved", "ideal_bytes", "est_h200_s", "traffic_ratio", "traffic_kernel", "memory_kernels",
 )
 
 _TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
-                 "capture_error"}
+                 "capture_error", "traffic_kernel", "memory_kernels"}
 # List fields stored as JSON text; a missing list reads back as [].
 JSON_COLUMNS = ("break_reasons", *COMPILE_REASON_FIELDS)
 _COLUMN_DEFS = ", ".join(f"{c} {'TEXT' if c in _TEXT_COLUMNS else 'REAL'}" for c in RESULT_COLUMNS)

@@ -15,6 +15,7 @@ from typing import Any
 CRUCIBLE_TARGETS: dict[str, dict[str, Any]] = {
     "crucible-triton": {"codegen": "triton", "strict": True},
     "crucible-interpret": {"codegen": "triton", "strict": True},
+    "crucible-sim": {"codegen": "triton", "strict": True},  # the interpreter's kernels, checked by simulator/
     "crucible-cpp": {"codegen": "cpp", "strict": True},
 }
 
@@ -51,7 +52,7 @@ def parse_target(name: str, device: str | None = None) -> Target:
         return Target(name, device or "cpu", None)
     if name == "crucible-triton":
         return Target(name, "cuda", "crucible", CRUCIBLE_TARGETS[name])
-    if name == "crucible-interpret":
+    if name in ("crucible-interpret", "crucible-sim"):
         return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
     if name == "crucible-cpp":
         return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
