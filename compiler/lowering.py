@@ -402,7 +402,9 @@ def check_static(t: torch.Tensor, where: str) -> None:
 
 def lower(gm: torch.fx.GraphModule, device: torch.device) -> LoweredGraph:
     import compiler.lowerings  # noqa: F401  (registers the rules)
+    from compiler.replay.record import observe
 
+    observe(gm)  # records the graph while ``python -m compiler.replay --capture`` runs the tests
     return GraphLowering(gm, device).run()
 
 
