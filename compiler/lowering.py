@@ -23,6 +23,7 @@ import torch
 import torch.fx
 
 from compiler import ir
+from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
 from compiler.report import ExternReason
@@ -128,8 +129,10 @@ def count_ops(expr: Expr) -> int:
 class GraphLowering:
     """Walks an ATen FX graph once, building a LoweredGraph."""
 
-    def __init__(self, gm: torch.fx.GraphModule, device: torch.device) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, device: torch.device,
+                 capabilities: Capabilities = ANY_RENDERER) -> None:
         self.gm = gm
+        self.capabilities = capabilities  # the chosen renderer's: its op table and limits
         self.graph = LoweredGraph(inputs=[], device=device)
         self._counter = 0
         self.origin: str = ""
@@ -277,10 +280,41 @@ class GraphLowering:
             return self.extern(node, args, kwargs, ExternReason.UNSUPPORTED_DTYPE, "complex tensors")
         if rule is None:
             return self.extern(node, args, kwargs, ExternReason.NO_LOWERING, "no lowering rule")
+        first_new = len(self.graph.nodes)
         try:
-            return rule(self, node, *args, **kwargs)
+            value = rule(self, node, *args, **kwargs)
         except Unsupported as why:
             return self.extern(node, args, kwargs, why.reason, why.message)
+        if self.capabilities.ops == ANY_RENDERER.ops:
+            return value
+        value, missing = self.fit_to_renderer(value, first_new)
+        if missing:
+            del self.graph.nodes[first_new:]  # only the discarded value refers to them
+            names = ", ".join(sorted(op.value for op in missing))
+            return self.extern(node, args, kwargs, ExternReason.RENDERER_OP,
+                               f"the {self.capabilities.codegen} renderer cannot emit {names}")
+        return value
+
+    def fit_to_renderer(self, value: Any, first_new: int) -> tuple[Any, set[Op]]:
+        """``value`` and the nodes this call added, rewritten into the renderer's op table
+        (``compiler.ir_rewrites``); the ops no rule could replace."""
+        from compiler.ir_rewrites import rewrite_for
+
+        ops, missing = self.capabilities.ops, set()
+        for node in self.graph.nodes[first_new:]:
+            if isinstance(node, ComputedNode) and self.capabilities.missing(node.body):
+                node.body = rewrite_for(node.body, ops)
+                missing |= self.capabilities.missing(node.body)
+
+        def fit(v: Any) -> Any:
+            if isinstance(v, Lazy) and self.capabilities.missing(v.expr):
+                v = Lazy(v.shape, v.dtype, rewrite_for(v.expr, ops))
+                missing.update(self.capabilities.missing(v.expr))
+            elif isinstance(v, (list, tuple)):
+                return type(v)(fit(x) for x in v)
+            return v
+
+        return fit(value), missing
 
     def maybe_realize(self, node: torch.fx.Node, value: Any) -> Any:
         """Realize big lazy expressions that several users would otherwise recompute."""
@@ -400,12 +434,14 @@ def check_static(t: torch.Tensor, where: str) -> None:
             raise SymbolicShapes(f"{where} has symbolic size/stride {tuple(t.shape)}")
 
 
-def lower(gm: torch.fx.GraphModule, device: torch.device) -> LoweredGraph:
+def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabilities = ANY_RENDERER
+          ) -> LoweredGraph:
+    """The loop IR of ``gm``, in the ops the chosen renderer can emit."""
     import compiler.lowerings  # noqa: F401  (registers the rules)
     from compiler.replay.record import observe
 
     observe(gm)  # records the graph while ``python -m compiler.replay --capture`` runs the tests
-    return GraphLowering(gm, device).run()
+    return GraphLowering(gm, device, capabilities).run()
 
 
 __all__ = [

@@ -14,6 +14,7 @@ from typing import ClassVar
 
 from compiler import ir
 from compiler.ir import Expr, Op
+from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.scheduler import Kernel
 
 
@@ -30,13 +31,20 @@ class RenderedKernel:
 
 
 class Renderer:
+    """Turns a scheduled ``Kernel`` into source text; publishes what it can emit."""
+
     codegen: ClassVar[str] = ""
     OPS: ClassVar[frozenset[Op]] = frozenset()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=False)
 
     def render(self, kernel: Kernel) -> RenderedKernel:
         raise NotImplementedError
 
     def check_ops(self, kernel: Kernel) -> None:
+        """The contract lowering keeps: a kernel holds only ops of this renderer's table."""
         for store in kernel.stores:
             for e in store.value.walk():
                 if e.op not in self.OPS:

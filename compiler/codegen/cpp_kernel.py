@@ -70,7 +70,6 @@ class KernelWriter:
         self.live = k.live_stores()
         self.params: dict[str, str] = {}
         self.args: list[str] = []
-        self.written = {s.buffer for s in self.live}
         self.counter = 0
         self.levels = ExprLevels()
         self.root = Scope(None)
@@ -727,8 +726,8 @@ class KernelWriter:
         symbol = cpp_build.sanitize_identifier(k.name)
         params = []
         for buf in self.args:
-            dtype = self.buffer_dtype(buf)
-            const = "" if buf in self.written else "const "
+            dtype = self.k.param(buf).dtype
+            const = "" if self.k.param(buf).written else "const "
             params.append(f"{const}{ctype(dtype)}* __restrict__ {self.params[buf]}")
         origins = cpp_build.safe_comment(", ".join(dict.fromkeys(k.origins))) or "(none)"
         shape = f"ranges {list(k.ranges)}" + (f", reduced {list(k.rranges)}" if k.rranges else "")
@@ -744,14 +743,6 @@ class KernelWriter:
         lines.append("}")
         return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", tuple(self.args), (), symbol=symbol)
 
-    def buffer_dtype(self, buf: str) -> torch.dtype:
-        for s in self.live:
-            if s.buffer == buf:
-                return s.value.dtype
-            for e in ir.loads(s.value):
-                if e.arg == buf:
-                    return e.dtype
-        raise KeyError(buf)
 
 
 # Integer ops that overflow (undefined in C++) in the types C++ does not promote: rendered as

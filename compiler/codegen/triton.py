@@ -18,6 +18,7 @@ import math
 
 import torch
 
+from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.codegen.base import ExprLevels, RenderedKernel, Renderer, affine_index_code
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
@@ -83,6 +84,10 @@ class TritonRenderer(Renderer):
 
     def __init__(self, interpret: bool) -> None:
         self.interpret = interpret
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=self.interpret)
 
     # --- tiling ------------------------------------------------------------------
     def tiles(self, k: Kernel) -> list[tuple[int, int, int]]:
@@ -349,7 +354,7 @@ class _KernelWriter:
 
     def needs_int64(self) -> bool:
         """int64 offsets when any index this kernel computes can pass int32."""
-        touched = [self.k.buffer_sizes.get(b, 0) for b in self.args]
+        touched = [self.k.param(b).span for b in self.args]
         return self.k.xnumel * max(self.k.rnumel, 1) > INT32_LIMIT or max(touched, default=0) > INT32_LIMIT
 
     def assemble(self) -> RenderedKernel:

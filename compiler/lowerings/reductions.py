@@ -27,7 +27,6 @@ from compiler.lowering import (
 from compiler.lowerings.pointwise import V, out_meta, pointwise
 from compiler.lowerings.views import reshape
 from compiler.report import ExternReason
-from compiler.scheduler import MAX_PERSISTENT_RNUMEL
 
 aten = torch.ops.aten
 
@@ -61,10 +60,10 @@ def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], ke
         if rnumel == 0 or op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
             return Lazy(shape, out_dtype, ir.const(identity, out_dtype))
         return Lazy(shape, out_dtype, ir.cast(as_expr(reshape(ctx, x, shape)), out_dtype))
-    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > MAX_PERSISTENT_RNUMEL:
+    limit = ctx.capabilities.max_persistent_rnumel
+    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > limit:
         # index tracking is written for rows held in one block; longer rows stay with ATen
-        raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > "
-                                                          f"{MAX_PERSISTENT_RNUMEL} elements")
+        raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > {limit} elements")
     return ctx.reduction(x, dims, keepdim, op, acc, out_dtype)
 
 

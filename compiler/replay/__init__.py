@@ -31,35 +31,36 @@ from compiler.replay.record import graph_module
 GOLDEN_DIR = Path(__file__).resolve().parents[2] / "tests" / "compiler" / "golden"
 # What the compiler's tests are: every test that compiles graphs through the pipeline.
 TEST_ARGS = ("-n", "2", "tests/compiler", "tests/test_cpp_build.py")
-# (key suffix, codegen, interpret): every source a graph can produce on a CPU-only machine.
-RENDERINGS = (("cpp", "cpp", False), ("triton-interpret", "triton", True), ("triton-gpu", "triton", False))
+# (key suffix, codegen, device the renderer is chosen for): every source a graph can produce,
+# rendered on any machine (choosing the compiled Triton renderer needs no GPU; lowering is for the CPU).
+RENDERINGS = (("cpp", "cpp", "cpu"), ("triton-interpret", "triton", "cpu"), ("triton-gpu", "triton", "cuda"))
 
 
 # --- regenerating sources -----------------------------------------------------------
 
 def render_graph(record: dict) -> dict[str, str]:
-    """Every source the recorded graph compiles to, keyed ``<renderer>/<kernel>``: lowered
-    and scheduled once, rendered by each renderer, plus each renderer's wrapper."""
-    from compiler.codegen.cpp import CppRenderer
-    from compiler.codegen.triton import TritonRenderer
+    """Every source the recorded graph compiles to, keyed ``<renderer>/<kernel>``: lowered and
+    scheduled for each renderer's capabilities (renderers are chosen first; equal capabilities
+    share one lowering), rendered, plus each renderer's wrapper."""
+    from compiler.codegen.registry import renderer_for
     from compiler.lowering import lower
     from compiler.scheduler import Kernel, schedule
     from compiler.wrapper import generate_wrapper
 
-    device = torch.device("cpu")
-    try:
-        lowered = lower(graph_module(record), device)
-        sched = schedule(lowered)
-    except Exception as why:  # noqa: BLE001  (a failing compile is a recorded outcome)
-        return {"error": f"{type(why).__name__}: {why}"}
-    out = {}
-    kernels = [s for s in sched.steps if isinstance(s, Kernel)]
-    for suffix, codegen, interpret in RENDERINGS:
-        renderer = CppRenderer() if codegen == "cpp" else TritonRenderer(interpret=interpret)
+    out, lowered_for = {}, {}
+    for suffix, codegen, device in RENDERINGS:
+        renderer = renderer_for(codegen, torch.device(device))
+        caps = renderer.capabilities
         try:
+            key = (caps.ops, caps.max_persistent_rnumel)
+            if key not in lowered_for:
+                lowered = lower(graph_module(record), torch.device("cpu"), caps)
+                lowered_for[key] = (lowered, schedule(lowered, caps))
+            lowered, sched = lowered_for[key]
+            kernels = [s for s in sched.steps if isinstance(s, Kernel)]
             rendered = {k.name: renderer.render(k) for k in kernels}
             wrapper = generate_wrapper(lowered, sched, rendered, {})
-        except Exception as why:  # noqa: BLE001
+        except Exception as why:  # noqa: BLE001  (a failing compile is a recorded outcome)
             out[f"{suffix}/error"] = f"{type(why).__name__}: {why}"
             continue
         for name, r in rendered.items():
