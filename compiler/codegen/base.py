@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from compiler import ir
-from compiler.ir import Expr, Op
 from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
+from compiler.ir import Expr, Op
 from compiler.scheduler import Kernel
 
 

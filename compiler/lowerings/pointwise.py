@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from compiler import ir
 from compiler.ir import Expr, Op
-from compiler.lowering import GraphLowering, Lazy, Strided, Unsupported, broadcast_read, register
+from compiler.lowerings.rules import Lazy, Strided, Unsupported, broadcast_read, register
 from compiler.report import ExternReason
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 prims = torch.ops.prims

@@ -9,24 +9,19 @@ for float64) and int64 for integer sums, like ATen.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from compiler import ir
 from compiler.ir import ReduceOp
-from compiler.lowering import (
-    GraphLowering,
-    Lazy,
-    TensorValue,
-    Unsupported,
-    as_expr,
-    broadcast_read,
-    register,
-)
 from compiler.lowerings.pointwise import V, out_meta, pointwise
+from compiler.lowerings.rules import Lazy, TensorValue, Unsupported, as_expr, broadcast_read, register
 from compiler.lowerings.views import reshape
 from compiler.report import ExternReason
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 
