@@ -15,7 +15,8 @@ import torch
 
 from compiler import ir
 from compiler.ir import ReduceOp
-from compiler.lowerings.pointwise import V, out_meta, pointwise
+from compiler.lowerings.formulas import V
+from compiler.lowerings.pointwise import out_meta, pointwise
 from compiler.lowerings.rules import Lazy, TensorValue, Unsupported, as_expr, broadcast_read, register
 from compiler.lowerings.views import reshape
 from compiler.report import ExternReason
