@@ -8,13 +8,16 @@ emit; lowering never produces others, and ``check_ops`` guards the contract.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
+
 from compiler import ir
 from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
-from compiler.ir import Expr, Op
+from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
 
@@ -28,6 +31,25 @@ class RenderedKernel:
     meta: dict = field(default_factory=dict)  # constexprs / launch options (num_warps, ...)
     alternatives: tuple = ()  # further (grid, meta) launch configs the runtime may time and pick from
     symbol: str = ""  # the function's name in ``source`` when it is not ``name`` (sanitized, or by content)
+
+
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a renderer computes a value of ``dtype`` in: 16-bit floats in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def reduction_identity(op: ReduceOp, dtype: torch.dtype) -> float | int:
+    """The value a reduction starts from (each renderer spells it): 0, 1, or the extreme of the
+    compute dtype (for bool, of int32) that loses to every element."""
+    if op is ReduceOp.SUM:
+        return 0
+    if op is ReduceOp.PROD:
+        return 1
+    lowest = op in (ReduceOp.MAX, ReduceOp.ARGMAX)
+    if dtype.is_floating_point:
+        return -math.inf if lowest else math.inf
+    info = torch.iinfo(torch.int32 if dtype == torch.bool else dtype)
+    return info.min if lowest else info.max
 
 
 class Renderer:

@@ -19,7 +19,14 @@ import math
 import torch
 
 from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
-from compiler.codegen.base import ExprLevels, RenderedKernel, Renderer, affine_index_code
+from compiler.codegen.base import (
+    ExprLevels,
+    RenderedKernel,
+    Renderer,
+    affine_index_code,
+    compute_dtype,
+    reduction_identity,
+)
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
@@ -29,10 +36,6 @@ TL_DTYPE = {
     torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
 }
 INT32_LIMIT = 2**31 - 1
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def next_pow2(n: int) -> int:
@@ -53,17 +56,12 @@ def literal(value: object, dtype: torch.dtype) -> str:
 
 
 def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
-    if op is ReduceOp.SUM:
-        return literal(0, dtype)
-    if op is ReduceOp.PROD:
-        return literal(1, dtype)
-    lowest = op in (ReduceOp.MAX, ReduceOp.ARGMAX)
-    if dtype.is_floating_point:
-        return "float('-inf')" if lowest else "float('inf')"
-    info = torch.iinfo(torch.int32 if dtype == torch.bool else dtype)
-    if lowest:
-        return f"({info.min + 1} - 1)"  # the literal -2**63 would not parse as an int64 constant
-    return str(info.max)
+    value = reduction_identity(op, dtype)
+    if op in (ReduceOp.SUM, ReduceOp.PROD) or dtype.is_floating_point:
+        return literal(value, dtype)
+    if op in (ReduceOp.MAX, ReduceOp.ARGMAX):
+        return f"({value + 1} - 1)"  # the literal -2**63 would not parse as an int64 constant
+    return str(value)
 
 
 BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
