@@ -227,7 +227,7 @@ class Scheduler:
         for step in self.steps:
             if isinstance(step, ExternNode):
                 steps.append(step)
-            elif step.kept:  # a kernel none of whose values anyone reads (dead code the graph kept) is dropped
+            elif step.kept:  # a kernel whose values nobody reads (dead code the graph kept) is dropped
                 merge_loops(step)
                 steps.append(step.freeze(buffers))
         return Schedule(steps, self.refusals, buffers)
@@ -283,13 +283,15 @@ class Scheduler:
             mapping = {v: _var(ir.xvar, i) for v, i in xmap.items()}
         elif k.is_reduction and outer == k.ranges + k.rranges:
             if not k.persistent:
-                return (FusionReason.NEEDS_PERSISTENT, f"consumer over {outer} needs the reduction's "
-                        f"rows of {k.rnumel} elements in one block (persistent up to {self.max_persistent_rnumel})")
+                return (FusionReason.NEEDS_PERSISTENT,
+                        f"consumer over {outer} needs the reduction's rows of {k.rnumel} elements in one "
+                        f"block (persistent up to {self.max_persistent_rnumel})")
             level = Level.XR
             nx = len(k.ranges)
             mapping = {v: (_var(ir.xvar, i) if i is None or i < nx else ir.rvar(i - nx)) for v, i in xmap.items()}
         else:
-            return FusionReason.ITERATION_SPACE, f"iteration space {outer} does not match kernel {k.ranges}|{k.rranges}"
+            return (FusionReason.ITERATION_SPACE,
+                    f"iteration space {outer} does not match kernel {k.ranges}|{k.rranges}")
         if red and k.is_reduction and not k.persistent and self.reads_local(k, node):
             return (FusionReason.LOOPED_REDUCTION_CHAIN,
                     "a looped reduction cannot consume another reduction of the same kernel")

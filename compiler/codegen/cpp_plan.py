@@ -98,8 +98,8 @@ def plan_reduction(k: Kernel, live: list[Store], is_xr: Callable[[Expr], bool]) 
     xr_stores = [s for s in live if s.level == Level.XR or is_xr(s.value)]
     x_stores = tuple(s for s in live if s not in xr_stores)
     count = max([*depth.values(), *(pass_of(s) for s in xr_stores)], default=0)
-    passes = tuple((tuple(e for e in reduces if depth[e] == p), tuple(s for s in xr_stores if pass_of(s) == p))
-                   for p in range(1, count + 1))
+    passes = tuple((tuple(e for e in reduces if depth[e] == p),
+                    tuple(s for s in xr_stores if pass_of(s) == p)) for p in range(1, count + 1))
     one_pass = count == 1 and not xr_stores
     if one_pass and k.ranges and k.rnumel <= WINDOW_MAX_RNUMEL:
         return ReductionPlan(Layout.WINDOW, tuple(reduces), passes, x_stores)

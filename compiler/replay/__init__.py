@@ -148,8 +148,8 @@ def diff_sources(golden: dict[str, str], now: dict[str, str]) -> list[str]:
 def capture(pytest_args: list[str], graphs_path: Path) -> dict[str, dict]:
     """Run the compiler's tests with the recorder on; every graph they compiled, by digest."""
     with tempfile.TemporaryDirectory(prefix="crucible-replay-") as tmp:
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "compiler.replay.record", f"--replay-record-dir={tmp}",
-               *(pytest_args or TEST_ARGS)]
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "compiler.replay.record",
+               f"--replay-record-dir={tmp}", *(pytest_args or TEST_ARGS)]
         print("running:", " ".join(cmd), file=sys.stderr)
         status = subprocess.call(cmd)
         if status not in (0, 1):  # 1: some test failed; its graphs are still worth keeping

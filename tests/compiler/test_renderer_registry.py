@@ -46,7 +46,7 @@ def test_registry_knows_every_codegen_option() -> None:
 def test_unknown_or_misplaced_codegen_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown codegen 'ptx'; registered: triton, cpp"):
         registry.renderer_for("ptx", CPU)
-    with pytest.raises(ValueError, match="codegen 'cpp' runs on cpu tensors; this graph's tensors are on cuda"):
+    with pytest.raises(ValueError, match="'cpp' runs on cpu tensors; this graph's tensors are on cuda"):
         registry.renderer_for("cpp", torch.device("cuda"))
     with pytest.raises(ValueError, match="already registered"):
         registry.register_renderer("cpp", {"cpu"}, lambda device: CppRenderer())

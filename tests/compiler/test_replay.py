@@ -19,7 +19,8 @@ def test_golden_kernels_are_unchanged() -> None:
     change, ``--update`` rewrites the golden file (say why in the commit)."""
     graphs = replay.read_graphs(replay.GOLDEN_DIR / "graphs.jsonl")
     assert len(graphs) > 100
-    diffs = replay.diff_sources(replay.read_golden(replay.GOLDEN_DIR / "kernels.txt"), replay.regenerate(graphs))
+    golden = replay.read_golden(replay.GOLDEN_DIR / "kernels.txt")
+    diffs = replay.diff_sources(golden, replay.regenerate(graphs))
     assert not diffs, f"{len(diffs)} kernels changed; first:\n{diffs[0]}"
 
 
