@@ -121,6 +121,18 @@ def _resolve_target(name: str) -> Any:
     return getattr(getattr(getattr(torch.ops, ns), op), overload)
 
 
+def missing_targets(record: dict) -> list[str]:
+    """Call targets of the recorded graph this torch does not have (recorded with another version)."""
+    missing = []
+    for entry in record["nodes"]:
+        if entry["op"] == "call_function":
+            try:
+                _resolve_target(entry["target"])
+            except (AttributeError, RuntimeError, ValueError):
+                missing.append(entry["target"])
+    return missing
+
+
 def graph_record(gm: torch.fx.GraphModule) -> dict:
     """``gm`` as plain data: what lowering reads (nodes, targets, arguments, ``meta['val']``)."""
     nodes = []
