@@ -56,7 +56,7 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
     return cuda[0] if cuda else torch.device("cpu")
 
 
-def load_kernels(renderer: Renderer, rendered: dict[str, RenderedKernel], device: torch.device,
+def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
                  kernels: dict[str, Kernel]) -> dict[str, Any]:
     """Every kernel built and loaded, several at once (``config.compile_threads()``): C++
     libraries, and on the GPU each Triton launch config, which Triton would otherwise build one
@@ -101,14 +101,14 @@ class GraphCompilation:
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
             "render", lambda: {k.name: renderer.render(k) for k in kernels})
-        launchers = self.run_pass("load", load_kernels, renderer, rendered, self.device,
+        launchers = self.run_pass("load", load_kernels, rendered, self.device,
                                   {k.name: k for k in kernels})
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, lowered, sched, rendered, launchers)
-        self.fill_report(lowered, sched, rendered)
+        self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)
         return wrapper
 
-    def fill_report(self, lowered: LoweredGraph, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
+    def fill_report(self, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
         for step in sched.steps:
             if isinstance(step, Kernel):
                 r = rendered[step.name]
