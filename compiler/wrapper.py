@@ -30,7 +30,7 @@ class _WrapperWriter:
         self.graph = graph
         self.schedule = schedule
         self.rendered = rendered
-        self.buffers = graph.buffers()
+        self.buffers = schedule.buffers
         self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device,
                                         "with_strides": with_strides, **graph.constants}
         # checked interpreter runs: a fresh or reused buffer's bytes count as unwritten (simulator/)
