@@ -391,14 +391,15 @@ class _CheckedLauncher:
 def _compiled_launchers(lowered: Any, kernels: list[Any], codegen: str) -> tuple[dict, dict, Localization | None]:
     """Render and load ``kernels`` with ``codegen`` one by one: (kernel name -> launcher, kernel
     name -> argument names, the first kernel that failed to render or load, if any)."""
-    from compiler.pipeline import load_kernels, make_renderer
+    from compiler.codegen.registry import renderer_for
+    from compiler.pipeline import load_kernels
 
-    renderer = make_renderer(codegen, lowered.device)
+    renderer = renderer_for(codegen, lowered.device)
     launchers, args = {}, {}
     for k in kernels:
         try:
             rendered = renderer.render(k)
-            launchers.update(load_kernels(renderer, {k.name: rendered}, lowered.device, lowered))
+            launchers.update(load_kernels({k.name: rendered}, lowered.device, {k.name: k}))
         except Exception as error:  # noqa: BLE001 -- any failure here is the renderer's (or its compiler's)
             return launchers, args, Localization("renderer", k.name, f"{codegen} kernel does not build: "
                                                                      f"{_first_line(error)}")

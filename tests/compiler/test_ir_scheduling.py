@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from compiler import ir
 from compiler.graph import Buffer, ComputedNode, LoweredGraph, View, contiguous_strides
 from compiler.ir import Op, ReduceOp
-from compiler.scheduler import MAX_FUSED_DEPTH, MAX_PERSISTENT_RNUMEL, Kernel, Store, merge_loops, schedule
+from compiler.scheduler import MAX_FUSED_DEPTH, MAX_PERSISTENT_RNUMEL, Kernel, Store, _KernelBuilder, merge_loops, schedule
 from simulator.reference import evaluate_kernel, run_schedule
 
 F32 = torch.float32
@@ -137,15 +137,16 @@ def test_unread_work_is_not_generated() -> None:
     assert k.kept == {"live"}
 
 
-def _kernel(ranges: tuple, value: ir.Expr, store_strides: tuple) -> Kernel:
+def _kernel(ranges: tuple, value: ir.Expr, store_strides: tuple) -> _KernelBuilder:
+    # loop merging is a step of the scheduler's private builder, before the kernel is frozen
     index = ir.linear_index([ir.xvar(d) for d in range(len(ranges))], store_strides)
-    return Kernel("k", ranges, (), [Store("out", index, value, "x")], kept={"out"})
+    return _KernelBuilder("k", ranges, (), [Store("out", index, value, "x")], kept={"out"})
 
 
-def _merged(k: Kernel) -> Kernel:
-    """``k`` after loop merging (in place today; a frozen Kernel would come back as a new one)."""
-    out = merge_loops(k)
-    return k if out is None else out
+def _merged(k: _KernelBuilder) -> Kernel:
+    """``k`` after loop merging, frozen as the scheduler freezes it."""
+    merge_loops(k)
+    return k.freeze({})
 
 
 def test_transposed_access_blocks_loop_merging() -> None:
@@ -181,7 +182,7 @@ def test_loop_merging_never_changes_what_a_kernel_stores(shape: list[int], rng) 
     assert len(merged.ranges) <= len(shape)
     tensors = {"a": torch.randn(src_shape), "b": torch.randn(shape)}
     want, got = torch.empty(shape), torch.empty(shape)
-    evaluate_kernel(original, {**tensors, "out": want})
+    evaluate_kernel(original.freeze({}), {**tensors, "out": want})
     evaluate_kernel(merged, {**tensors, "out": got})
     assert torch.equal(got, want)
     torch.testing.assert_close(want, tensors["a"].permute(perm) + tensors["b"], rtol=0, atol=0)
