@@ -472,7 +472,7 @@ def run_grid(fn: Any, grid: Any, args: tuple, kwargs: dict, state: LaunchState |
         size = tuple(int(s) for s in size) + (1,) * (3 - len(size))
         interp.interpreter_builder.set_grid_dim(*size)
         try:
-            for linear, pid in enumerate(grid_order(size, shuffle_seed)):
+            for pid in grid_order(size, shuffle_seed):
                 interp.interpreter_builder.set_grid_idx(*pid)
                 if state is not None:
                     state.begin_program(pid, pid[0] + size[0] * (pid[1] + size[1] * pid[2]))
