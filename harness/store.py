@@ -8,10 +8,11 @@ rows it wrote; ``--resume`` continues it, skipping entries already present.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,18 @@ RESULT_COLUMNS = (
     "name", "suite", "target", "status", "phase", "graphs", "graph_breaks", "capture_coverage",
     "captured_ops", "eager_ops", "max_abs_err", "max_rel_err", "rmse_ratio", "cosine", "compile_s",
     "run_s", "wall_s", "load_s", "build_s", "eager_s", "reference_s", "capture_s", "kernels", "externs", "reference", "error", "error_detail", "capture_error",
+    # train mode (gradients graded like outputs) and --dynamic (several input sizes)
+    "mode", "dynamic", "grads", "grad_max_abs_err", "grad_max_rel_err", "grad_rmse_ratio", "grad_cosine",
+    "backward_graphs", "recompiles", "guard_failures", "dynamic_note", "model_copy", "worker_threads",
+    "worker_gpu",
 )
 
 _TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
-                 "capture_error"}
+                 "capture_error", "mode", "dynamic_note", "model_copy", "worker_gpu"}
+# Columns holding JSON (lists of dicts); the result field of the same name is the decoded value.
+JSON_COLUMNS = ("break_reasons", "sizes")
+_INT_COLUMNS = ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs", "dynamic", "grads",
+                "backward_graphs", "recompiles", "guard_failures", "worker_threads")
 _COLUMN_DEFS = ", ".join(f"{c} {'TEXT' if c in _TEXT_COLUMNS else 'REAL'}" for c in RESULT_COLUMNS)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
@@ -33,28 +42,88 @@ CREATE TABLE IF NOT EXISTS runs (
     metadata TEXT
 );
 CREATE TABLE IF NOT EXISTS results (
-    run_id TEXT NOT NULL, {_COLUMN_DEFS}, break_reasons TEXT, recorded REAL,
+    run_id TEXT NOT NULL, {_COLUMN_DEFS}, {", ".join(f"{c} TEXT" for c in JSON_COLUMNS)}, recorded REAL,
     PRIMARY KEY (run_id, name)
 );
 """
 
 
+class StoreError(RuntimeError):
+    """The results file cannot be used: corrupted, truncated, locked, not SQLite, or another program's."""
+
+
+# How long a writer waits for another process's transaction before the store reports it locked.
+# Results are one short transaction each, so only a stuck process holds the lock this long.
+BUSY_TIMEOUT_S = 60.0
+_REQUIRED = {"runs": {"id", "suite", "target", "metadata"}, "results": {"run_id", "name", "status"}}
+
+
+def _describe(path: str, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return (f"results database {path} is locked by another process (waited {BUSY_TIMEOUT_S:g}s): "
+                f"wait for it to finish or use another --db")
+    if "not a database" in text or "malformed" in text or "file is encrypted" in text:
+        return (f"results database {path} is corrupted or not an SQLite file ({text}): move it away "
+                f"or pass another --db")
+    return f"results database {path}: {text}"
+
+
+def _guarded(method: Callable) -> Callable:
+    """sqlite3 errors after opening (a file truncated or locked while in use) become StoreError."""
+
+    @functools.wraps(method)
+    def call(self: ResultStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+
+    return call
+
+
 class ResultStore:
+    """One results file. Several processes may write it at once (parallel runs, pytest-xdist
+    workers): WAL journaling lets readers and one writer proceed together, and every write is one
+    short transaction that waits up to ``BUSY_TIMEOUT_S`` for the others."""
+
     def __init__(self, path: str | Path = DEFAULT_DB) -> None:
         self.path = str(path)
-        # One short transaction per write: readers (report, resume) never see half a row.
-        self.db = sqlite3.connect(self.path, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self.db.executescript(_SCHEMA)
-        self._add_missing_columns()
+        if Path(self.path).is_dir():
+            raise StoreError(f"results database {self.path} is a directory: pass a file to --db")
+        try:
+            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+            self.db.row_factory = sqlite3.Row
+            self._check_foreign()
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:
+                pass  # a file system without shared memory: the rollback journal works too
+            self.db.executescript(_SCHEMA)
+            self._add_missing_columns()
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+
+    def _check_foreign(self) -> None:
+        tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table, needed in _REQUIRED.items():
+            if table not in tables:
+                continue
+            have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+            if not needed <= have:
+                raise StoreError(f"{self.path} is an SQLite database of another program (its {table!r} table "
+                                 f"lacks {', '.join(sorted(needed - have))}): pass another --db")
+        if tables and not tables & set(_REQUIRED):
+            raise StoreError(f"{self.path} is an SQLite database of another program (tables: "
+                             f"{', '.join(sorted(tables)[:5])}): pass another --db")
 
     def _add_missing_columns(self) -> None:
         # A database written by an older harness gains the columns added since.
         have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
         with self.db:
-            for column in RESULT_COLUMNS:
+            for column in (*RESULT_COLUMNS, *JSON_COLUMNS):
                 if column not in have:
-                    kind = "TEXT" if column in _TEXT_COLUMNS else "REAL"
+                    kind = "TEXT" if column in _TEXT_COLUMNS or column in JSON_COLUMNS else "REAL"
                     self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
@@ -67,19 +136,38 @@ class ResultStore:
         self.close()
 
     # -- runs -------------------------------------------------------------
+    @_guarded
     def create_run(self, run_id: str, suite: str, target: str, metadata: dict[str, Any]) -> None:
         with self.db:
             self.db.execute("INSERT OR IGNORE INTO runs (id, suite, target, created, metadata) "
                             "VALUES (?, ?, ?, ?, ?)", (run_id, suite, target, time.time(), json.dumps(metadata)))
 
+    @_guarded
+    def create_unique_run(self, base: str, suite: str, target: str, metadata: dict[str, Any]) -> str:
+        """Create a new run named ``base`` (or ``base-2``, ``base-3``, ...: the first free name) and
+        return its id. Atomic: two processes starting runs in the same second get distinct ids."""
+        n = 1
+        while True:
+            run_id = base if n == 1 else f"{base}-{n}"
+            try:
+                with self.db:
+                    self.db.execute("INSERT INTO runs (id, suite, target, created, metadata) VALUES (?, ?, ?, ?, ?)",
+                                    (run_id, suite, target, time.time(), json.dumps(metadata)))
+                return run_id
+            except sqlite3.IntegrityError:
+                n += 1
+
+    @_guarded
     def update_metadata(self, run_id: str, metadata: dict[str, Any]) -> None:
         with self.db:
             self.db.execute("UPDATE runs SET metadata = ? WHERE id = ?", (json.dumps(metadata), run_id))
 
+    @_guarded
     def finish_run(self, run_id: str) -> None:
         with self.db:
             self.db.execute("UPDATE runs SET finished = 1 WHERE id = ?", (run_id,))
 
+    @_guarded
     def runs(self) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT r.*, (SELECT COUNT(*) FROM results WHERE run_id = r.id) AS entries "
                                "FROM runs r ORDER BY created, id").fetchall()
@@ -101,17 +189,21 @@ class ResultStore:
         return out
 
     # -- results ----------------------------------------------------------
+    @_guarded
     def record(self, run_id: str, result: dict[str, Any]) -> None:
         values = [result.get(c) for c in RESULT_COLUMNS]
+        values += [json.dumps(result.get(c) or []) for c in JSON_COLUMNS]
+        columns = (*RESULT_COLUMNS, *JSON_COLUMNS)
         with self.db:
             self.db.execute(
-                f"INSERT OR REPLACE INTO results (run_id, {', '.join(RESULT_COLUMNS)}, break_reasons, recorded) "
-                f"VALUES (?, {', '.join('?' for _ in RESULT_COLUMNS)}, ?, ?)",
-                [run_id, *values, json.dumps(result.get("break_reasons") or []), time.time()])
+                f"INSERT OR REPLACE INTO results (run_id, {', '.join(columns)}, recorded) "
+                f"VALUES (?, {', '.join('?' for _ in columns)}, ?)", [run_id, *values, time.time()])
 
+    @_guarded
     def finished_names(self, run_id: str) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
 
+    @_guarded
     def results(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY name", (run_id,)).fetchall()
         return [self._result_dict(r) for r in rows]
@@ -119,10 +211,11 @@ class ResultStore:
     @staticmethod
     def _result_dict(row: sqlite3.Row) -> dict[str, Any]:
         out = {c: row[c] for c in RESULT_COLUMNS}
-        for c in ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs"):
+        for c in _INT_COLUMNS:
             if out[c] is not None:
                 out[c] = int(out[c])
-        out["break_reasons"] = json.loads(row["break_reasons"] or "[]")
+        for c in JSON_COLUMNS:
+            out[c] = json.loads(row[c] or "[]")
         return out
 
     def iter_all(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
