@@ -29,7 +29,7 @@ from harness.oracle import ParityOracle, outputs_identical
 from harness.shapes import dynamo_counters, size_variants
 from harness.status import Status
 from harness.targets import REFERENCE_CHOICES, Target, TargetUnavailable, check_available, compile_model
-from harness.training import MODES, train_step
+from harness.training import MODES, NoGradient, train_step
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
@@ -159,10 +159,15 @@ class StepOutput:
     backward_graphs: int | None = None
 
 
+# Train mode with gradients of the parameters only: for models whose eager backward fails when
+# their inputs require grad (they mutate an input in place, or call .numpy() on it).
+_TRAIN_PARAMS = "train-params"
+
+
 def _step(mode: str, model: Any, args: tuple, kwargs: dict, seed: int,
           on_backward: Callable[[], None] = lambda: None) -> StepOutput:
-    if mode == "train":
-        return StepOutput(*train_step(model, args, kwargs, seed, on_backward))
+    if mode in ("train", _TRAIN_PARAMS):
+        return StepOutput(*train_step(model, args, kwargs, seed, on_backward, input_grads=mode == "train"))
     return StepOutput(_call(model, args, kwargs, seed))
 
 
@@ -255,10 +260,24 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         # made outside the op counter: copying dispatches ops too.
         first = model if mode == "inference" else models.fresh(device, dtype)
         eager_ops, _ = count_eager_ops(lambda *a, **k: _call(first, a, k, entry.seed), *_fresh(args, kwargs))
-        eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
-                 for v in variants]
+        try:
+            eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
+                     for v in variants]
+        except NoGradient:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            if mode != "train":
+                raise
+            mode = _TRAIN_PARAMS  # retried below with the parameters' gradients only
+            eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
+                     for v in variants]
+            result["grad_note"] = (f"gradients of parameters only: with inputs requiring grad eager "
+                                   f"failed ({describe_error(exc)[0][:200]})")
         _synchronize(device)
         eager_again = _step(mode, models.fresh(device, dtype), *_fresh(args, kwargs), entry.seed)
+    except NoGradient as exc:
+        result.update(status=Status.SKIPPED, error=f"train mode: {exc}")
+        return None
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.EAGER_FAIL, exc)
     finally:
@@ -292,7 +311,7 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         result.update(status=Status.EAGER_NONDETERMINISTIC, error="two eager runs gave different outputs")
         return None
     del model
-    _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic)
+    _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic, mode)
     return None
 
 
@@ -347,11 +366,11 @@ def _grade(entry: Entry, eager: StepOutput, compiled: StepOutput, reference: Ste
 
 def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, variants: list[_Variant],
                          eager: list[StepOutput], references: list[StepOutput | None], result: dict,
-                         phase: Callable[[str], None], dynamic: bool) -> None:
-    device, mode = target.device, result["mode"]
+                         phase: Callable[[str], None], dynamic: bool, mode: str) -> None:
+    device = target.device
     dtype = DTYPES.get(entry.dtype)
     args, kwargs = variants[0].args, variants[0].kwargs
-    phase("forward" if mode == "train" else "compile")
+    phase("compile" if mode == "inference" else "forward")
     reports = _collector(target)
     try:
         check_available(target)
@@ -363,7 +382,7 @@ def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, vari
                 out = _step(mode, compiled, *_fresh(args, kwargs), entry.seed, lambda: phase("backward"))
                 _synchronize(device)
                 result["compile_s"] = time.perf_counter() - start
-                if mode == "train":
+                if mode != "inference":
                     result["backward_graphs"] = out.backward_graphs
             finally:  # graphs compiled before a failure still count
                 if rep is not None:
@@ -387,7 +406,7 @@ def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, vari
         _verdict(result, graded)
         return None
     _compare_sizes(entry, target, compiled, variants, eager, references, result, phase, graded,
-                   (graphs_before, failures_before))
+                   (graphs_before, failures_before), mode)
     return None
 
 
@@ -401,12 +420,11 @@ def _verdict(result: dict, graded: dict) -> None:
 
 def _compare_sizes(entry: Entry, target: Target, compiled: Any, variants: list[_Variant],
                    eager: list[StepOutput], references: list[StepOutput | None], result: dict,
-                   phase: Callable[[str], None], first: dict, counters_before: tuple[int, int]) -> None:
+                   phase: Callable[[str], None], first: dict, counters_before: tuple[int, int], mode: str) -> None:
     """--dynamic: run the compiled model at every further size; grade each; record recompiles.
 
     ``recompiles`` counts the graphs Dynamo compiled after the first size (a backend that handles
     symbolic shapes compiles none for sizes >= 2); ``guard_failures`` the guards that failed."""
-    mode = result["mode"]
     graphs_first = dynamo_counters()[0] - counters_before[0]
     per_size = [{"batch": variants[0].batch, "status": Status.PASS if first["passed"] else Status.FAIL_ACCURACY,
                  "rmse_ratio": first["rmse_ratio"], "grad_rmse_ratio": first.get("grad_rmse_ratio"),

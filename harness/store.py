@@ -26,11 +26,11 @@ RESULT_COLUMNS = (
     # train mode (gradients graded like outputs) and --dynamic (several input sizes)
     "mode", "dynamic", "grads", "grad_max_abs_err", "grad_max_rel_err", "grad_rmse_ratio", "grad_cosine",
     "backward_graphs", "recompiles", "guard_failures", "dynamic_note", "model_copy", "worker_threads",
-    "worker_gpu",
+    "worker_gpu", "grad_note",
 )
 
 _TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
-                 "capture_error", "mode", "dynamic_note", "model_copy", "worker_gpu"}
+                 "capture_error", "mode", "dynamic_note", "model_copy", "worker_gpu", "grad_note"}
 # Columns holding JSON (lists of dicts); the result field of the same name is the decoded value.
 JSON_COLUMNS = ("break_reasons", "sizes")
 _INT_COLUMNS = ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs", "dynamic", "grads",

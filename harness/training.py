@@ -69,10 +69,12 @@ class NoGradient(RuntimeError):
 
 
 def train_step(model: Any, args: tuple, kwargs: dict, seed: int,
-               on_backward: Callable[[], None] = lambda: None) -> tuple[Any, dict[str, torch.Tensor], int]:
+               on_backward: Callable[[], None] = lambda: None, input_grads: bool = True,
+               ) -> tuple[Any, dict[str, torch.Tensor], int]:
     """(outputs, gradients, compiled backward graphs) of one forward and backward; ``on_backward``
-    is called between them (the harness's phase switch)."""
-    args, kwargs = _requires_grad(args), _requires_grad(kwargs)
+    is called between them (the harness's phase switch). ``input_grads=False``: parameters only."""
+    if input_grads:
+        args, kwargs = _requires_grad(args), _requires_grad(kwargs)
     if isinstance(model, torch.nn.Module):
         model.zero_grad(set_to_none=True)
     with torch.enable_grad():

@@ -198,3 +198,26 @@ def test_dynamic_crucible_symbolic_shapes_is_a_reason_not_a_pass() -> None:
     result = execute_entry(_entry("mlp", _mlp), parse_target("crucible-cpp"), capture=False, dynamic=True)
     assert result["status"] == Status.FAIL_COMPILE
     assert "SymbolicShapes" in result["error"]
+
+
+def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_parameters() -> None:
+    """Found on the zoo in train mode: an entry under no_grad has no backward (skipped, not an eager
+    failure), and one that mutates its input in place cannot have that input require grad, so its
+    parameters' gradients are graded alone."""
+    no_grad = _entry("no_grad", lambda scale: Built(lambda x: x.detach() * 2, (torch.randn(3),)))
+    result = execute_entry(no_grad, parse_target("aot_eager"), capture=False, mode="train")
+    assert result["status"] == Status.SKIPPED and "no floating output requires grad" in result["error"]
+
+    class Mutating(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(3, 3)
+
+        def forward(self, x):
+            x.add_(1)
+            return self.lin(x)
+
+    mutating = _entry("mutating", lambda scale: Built(Mutating(), (torch.randn(2, 3),)))
+    result = execute_entry(mutating, parse_target("aot_eager"), capture=False, mode="train")
+    assert result["status"] == Status.PASS, result.get("error")
+    assert result["grads"] == 2 and "parameters only" in result["grad_note"]
