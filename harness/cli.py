@@ -139,6 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.targets import default_target, parse_target
 
     target = args.target or default_target()
+    with ResultStore(args.db):  # a damaged or foreign --db fails now, before any entry runs
+        pass
     if args.suite is None:  # naming entries picks them from every tier
         args.suite = "all" if args.entry else "smoke"
     cat, entries = _entries(args)

@@ -155,7 +155,9 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
     from corpus.registry import find_entry
     from harness.execute import describe_error, execute_entry
 
-    conn.send(("ready", None, None))
+    # the environment the worker really runs with, for the run metadata
+    conn.send(("ready", None, {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES") if gpu is not None else None,
+                               "threads": torch.get_num_threads()}))
     while True:
         try:
             task = conn.recv()
@@ -175,7 +177,9 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
             error, detail = describe_error(exc)
             result = {"name": task.name, "target": target.name, "status": Status.CRASH,
                       "phase": "harness", "error": f"harness error: {error}", "error_detail": detail}
-        result.update(worker_threads=torch.get_num_threads(), worker_gpu=gpu)
+        # what the worker actually runs with (the environment it set), not what it was asked for
+        result.update(worker_threads=torch.get_num_threads(),
+                      worker_gpu=os.environ.get("CUDA_VISIBLE_DEVICES") if gpu is not None else None)
         conn.send(("done", task.name, result))
 
 
@@ -218,6 +222,8 @@ class WorkerPool:
         self.jobs = max(1, jobs)
         self._ctx = mp.get_context("spawn")
         self._logdir = ""
+        # per worker slot, as the worker reported it at start-up: {"gpu": ..., "threads": ...}
+        self.workers: dict[int, dict] = {}
 
     def _start(self, slot: _Slot) -> None:
         parent_conn, child_conn = self._ctx.Pipe()
@@ -339,6 +345,8 @@ class WorkerPool:
             return
         if kind == "ready":
             slot.ready, slot.failed_starts = True, 0
+            if payload:
+                self.workers[slot.index] = payload
         elif kind == "phase":
             if slot.phase == "load" and payload == "build":
                 # Listing the entry's source (once per worker, slow for some sources) is

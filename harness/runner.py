@@ -251,7 +251,12 @@ def execute_run(request: RunRequest) -> str:
         todo.sort(key=lambda e: -(e.eager_ms or _DEFAULT_EAGER_MS))
         tasks = [Task(e.name, request.catalog.origin_of(e.name)) for e in todo]
         try:
-            WorkerPool(config, jobs).run(tasks, store_result, progress.phase)
+            pool = WorkerPool(config, jobs)
+            pool.run(tasks, store_result, progress.phase)
+            if pool.workers:  # what each worker reported at start-up: its GPU and torch threads
+                metadata = store.run(run_id)["metadata"]
+                metadata["workers"] = [pool.workers[i] for i in sorted(pool.workers)]
+                store.update_metadata(run_id, metadata)
         finally:
             progress.close()
             if recorder.spilled:

@@ -240,6 +240,10 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
     """
     merged: dict[str, int] = {}
     for path in sources:
+        if str(path).endswith(".jsonl"):
+            for run_id, n in _merge_spilled(into, Path(path)).items():
+                merged[run_id] = merged.get(run_id, 0) + n
+            continue
         with ResultStore(path) as src:
             for run, results in src.iter_all():
                 existing = before = into.run(run["id"])
@@ -260,4 +264,22 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
                 if run["finished"] and (before is None or before["finished"]):
                     into.finish_run(run["id"])
                 merged[run["id"]] = merged.get(run["id"], 0) + len(results)
+    return merged
+
+
+def _merge_spilled(into: ResultStore, path: Path) -> dict[str, int]:
+    """Results a run could not write to its store (``{"run": ..., "result": ...}`` per line)."""
+    merged: dict[str, int] = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            run, result = item["run"], item["result"]
+        except (ValueError, KeyError, TypeError):
+            raise StoreError(f"{path}:{number}: not a line of unsaved results") from None
+        if into.run(run["id"]) is None:
+            into.create_run(run["id"], run["suite"], run["target"], run.get("metadata") or {})
+        into.record(run["id"], result)
+        merged[run["id"]] = merged.get(run["id"], 0) + 1
     return merged
