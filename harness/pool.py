@@ -217,9 +217,13 @@ class _Slot:
 class WorkerPool:
     """Runs tasks on ``jobs`` isolated workers; calls ``on_result(record)`` as each finishes."""
 
-    def __init__(self, config: WorkerConfig, jobs: int = 1) -> None:
+    def __init__(self, config: WorkerConfig, jobs: int = 1, keep: bool = False) -> None:
+        """``keep=True``: the workers outlive a call of ``run`` (for callers that hand over one task
+        at a time, such as the pytest plugin); ``close()`` stops them."""
         self.config = config
         self.jobs = max(1, jobs)
+        self.keep = keep
+        self._kept: list[_Slot] = []
         self._ctx = mp.get_context("spawn")
         self._logdir = ""
         # per worker slot, as the worker reported it at start-up: {"gpu": ..., "threads": ...}
@@ -289,11 +293,16 @@ class WorkerPool:
     def run(self, tasks: list[Task], on_result: Callable[[dict], None],
             on_phase: Callable[[str, str], None] = lambda name, phase: None) -> None:
         pending = list(reversed(tasks))
-        self._logdir = tempfile.mkdtemp(prefix="crucible-workers-")
-        slots = [_Slot(i, os.path.join(self._logdir, f"worker-{i}.log")) for i in range(min(self.jobs, len(tasks)))]
+        if self._kept:  # kept=True: the workers of the previous call, still warm
+            slots = self._kept
+        else:
+            self._logdir = tempfile.mkdtemp(prefix="crucible-workers-")
+            slots = [_Slot(i, os.path.join(self._logdir, f"worker-{i}.log"))
+                     for i in range(min(self.jobs, len(tasks)))]
         try:
             for slot in slots:
-                self._start(slot)
+                if slot.proc is None:
+                    self._start(slot)
             while any(s.task is not None for s in slots) or pending:
                 for slot in slots:
                     if slot.ready and slot.task is None and pending:
@@ -317,14 +326,30 @@ class WorkerPool:
                         on_result(self._died(slot, Status.TIMEOUT, "timeout"))
                         slot.task = None
         finally:
-            for slot in slots:
-                if slot.conn is not None and slot.task is None:
-                    try:
-                        slot.conn.send(None)
-                    except OSError:
-                        pass
-                self._stop(slot, kill=slot.task is not None)
-            # Crashed entries already carry their log tail in their result.
+            if self.keep:
+                self._kept = slots
+                for slot in slots:
+                    if slot.task is not None:  # interrupted mid-entry: that worker cannot be reused
+                        self._stop(slot, kill=True)
+                        slot.task = None
+            else:
+                self._close(slots)
+
+    def close(self) -> None:
+        """Stop the workers a ``keep=True`` pool kept between calls of ``run``."""
+        self._close(self._kept)
+        self._kept = []
+
+    def _close(self, slots: list[_Slot]) -> None:
+        for slot in slots:
+            if slot.conn is not None and slot.task is None:
+                try:
+                    slot.conn.send(None)
+                except OSError:
+                    pass
+            self._stop(slot, kill=slot.task is not None)
+        # Crashed entries already carry their log tail in their result.
+        if self._logdir:
             shutil.rmtree(self._logdir, ignore_errors=True)
 
     def _receive(self, slot: _Slot, on_result: Callable[[dict], None],
