@@ -269,8 +269,12 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
             if mode != "train":
                 raise
             mode = _TRAIN_PARAMS  # retried below with the parameters' gradients only
-            eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
-                     for v in variants]
+            try:
+                eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
+                         for v in variants]
+            except NoGradient:
+                raise NoGradient(f"no parameter reaches an output, and with inputs requiring grad eager "
+                                 f"fails ({describe_error(exc)[0][:200]})") from None
             result["grad_note"] = (f"gradients of parameters only: with inputs requiring grad eager "
                                    f"failed ({describe_error(exc)[0][:200]})")
         _synchronize(device)

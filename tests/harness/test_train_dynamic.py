@@ -221,3 +221,12 @@ def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_param
     result = execute_entry(mutating, parse_target("aot_eager"), capture=False, mode="train")
     assert result["status"] == Status.PASS, result.get("error")
     assert result["grads"] == 2 and "parameters only" in result["grad_note"]
+
+    def mutate(x):
+        x.add_(1)
+        return x * 2
+
+    no_params = _entry("mutating_fn", lambda scale: Built(mutate, (torch.randn(2, 3),)))
+    result = execute_entry(no_params, parse_target("aot_eager"), capture=False, mode="train")
+    assert result["status"] == Status.SKIPPED
+    assert "no parameter reaches an output" in result["error"] and "in-place operation" in result["error"]
