@@ -259,10 +259,12 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         # ATen ops of the forward (what capture coverage is measured against), counted on a copy
         # made outside the op counter: copying dispatches ops too.
         first = model if mode == "inference" else models.fresh(device, dtype)
-        eager_ops, _ = count_eager_ops(lambda *a, **k: _call(first, a, k, entry.seed), *_fresh(args, kwargs))
+        eager_ops, counted = count_eager_ops(lambda *a, **k: _call(first, a, k, entry.seed), *_fresh(args, kwargs))
+        # inference: the counted run is the first eager run; train mode runs its own (with backward)
+        eager = [StepOutput(counted)] if mode == "inference" else []
         try:
-            eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
-                     for v in variants]
+            eager += [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
+                      for v in variants[len(eager):]]
         except NoGradient:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -273,8 +275,7 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
                 eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
                          for v in variants]
             except NoGradient:
-                raise NoGradient(f"no parameter reaches an output, and with inputs requiring grad eager "
-                                 f"fails ({describe_error(exc)[0][:200]})") from None
+                raise exc from None  # no parameters either: eager's own failure is the result
             result["grad_note"] = (f"gradients of parameters only: with inputs requiring grad eager "
                                    f"failed ({describe_error(exc)[0][:200]})")
         _synchronize(device)
