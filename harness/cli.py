@@ -17,8 +17,7 @@ from corpus import SOURCES
 from corpus.entry import TIERS
 from corpus.registry import catalog, select
 from harness.store import DEFAULT_DB, ResultStore, StoreError, export_json
-from harness.targets import REFERENCE_CHOICES
-from harness.training import MODES
+from harness.targets import MODES, REFERENCE_CHOICES
 
 
 def _add_selection(p: argparse.ArgumentParser, default_suite: str | None) -> None:
@@ -138,9 +137,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunRequest, execute_run, parse_shard, shard_entries
     from harness.targets import default_target, parse_target
 
-    target = args.target or default_target()
     with ResultStore(args.db):  # a damaged or foreign --db fails now, before any entry runs
         pass
+    target = args.target or default_target()
     if args.suite is None:  # naming entries picks them from every tier
         args.suite = "all" if args.entry else "smoke"
     cat, entries = _entries(args)

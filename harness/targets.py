@@ -39,6 +39,8 @@ class Target:
 # when that fails (a GPU computes the fp64 reference of a large model in a fraction of the CPU's
 # time); "cpu"; "device" (no fallback); "none" (parity against eager only).
 REFERENCE_CHOICES = ("auto", "cpu", "device", "none")
+# What one run of an entry does: a forward, or a forward, a seeded loss and a backward (harness.training).
+MODES = ("inference", "train")
 
 
 class TargetUnavailable(RuntimeError):

@@ -20,8 +20,7 @@ from typing import Any
 import torch
 
 from harness.oracle import flatten_outputs
-
-MODES = ("inference", "train")
+from harness.targets import MODES  # noqa: F401 -- re-exported: the modes this module implements
 
 
 def _requires_grad(value: Any) -> Any:
