@@ -264,7 +264,7 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         eager = [StepOutput(counted)] if mode == "inference" else []
         try:
             eager += [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
-                      for v in variants[len(eager):]]
+                      for v in variants[len(eager):1]]
         except NoGradient:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -272,8 +272,7 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
                 raise
             mode = _TRAIN_PARAMS  # retried below with the parameters' gradients only
             try:
-                eager = [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
-                         for v in variants]
+                eager = [_step(mode, models.fresh(device, dtype), *_fresh(args, kwargs), entry.seed)]
             except NoGradient:
                 raise exc from None  # no parameters either: eager's own failure is the result
             result["grad_note"] = (f"gradients of parameters only: with inputs requiring grad eager "
@@ -289,6 +288,8 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
         first = None
     deterministic = _identical(eager[0], eager_again)
     del eager_again
+    if len(variants) > 1:
+        variants, sizes = _eager_sizes(entry, models, mode, device, dtype, variants, sizes, eager, result)
     if models.copy_error:
         result["model_copy"] = f"rebuilt from the seeded factory for every run (deepcopy failed: " \
                                f"{models.copy_error})"
@@ -318,6 +319,24 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
     del model
     _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic, mode)
     return None
+
+
+def _eager_sizes(entry: Entry, models: ModelCopies, mode: str, device: str, dtype: torch.dtype | None,
+                 variants: list[_Variant], sizes: list, eager: list[StepOutput], result: dict) -> tuple[list, list]:
+    """--dynamic: eager at the further batch sizes (appended to ``eager``). A size eager fails at is
+    dropped and noted, not an eager failure: the leading dimension of an op's input need not be a
+    batch (a square matrix for cholesky)."""
+    kept, notes = [0], []
+    for i in range(1, len(variants)):
+        try:
+            eager.append(_step(mode, models.fresh(device, dtype), *_fresh(variants[i].args, variants[i].kwargs),
+                               entry.seed))
+            kept.append(i)
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"batch {variants[i].batch} dropped: eager fails at it ({describe_error(exc)[0][:160]})")
+    if notes:
+        result["dynamic_note"] = "; ".join(notes)
+    return [variants[i] for i in kept], [sizes[i] for i in kept]
 
 
 def _reference(models: ModelCopies, sizes: list[tuple[Any, tuple, dict]], seed: int, device: str, where: str,
@@ -462,7 +481,7 @@ def _compare_sizes(entry: Entry, target: Target, compiled: Any, variants: list[_
         batch = per_size[[r["status"] for r in per_size].index(worst[0])]["batch"]
         result.update(status=worst[0], error=f"at batch {batch}: {worst[1]['reason']}",
                       error_detail=worst[1].get("detail"))
-    if len(variants) == 1:
+    if len(variants) == 1 and variants[0].batch is None:
         result["dynamic_note"] = "no common batch dimension: ran at the built size only"
 
 

@@ -230,3 +230,14 @@ def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_param
     result = execute_entry(no_params, parse_target("aot_eager"), capture=False, mode="train")
     # no parameters to fall back on: eager cannot train it, an eager failure with eager's error
     assert result["status"] == Status.EAGER_FAIL and "in-place operation" in result["error"]
+
+
+def test_dynamic_drops_a_size_eager_cannot_run() -> None:
+    """Found on the opinfo smoke entries: resizing the leading dimension of cholesky's square matrix
+    made eager fail at batch 2x, which was reported as the entry's eager failure."""
+    a = torch.randn(4, 4)
+    spd = a @ a.T + 4 * torch.eye(4)
+    entry = _entry("cholesky", lambda scale: Built(torch.linalg.cholesky, (spd,)))
+    result = execute_entry(entry, parse_target("aot_eager"), capture=False, dynamic=True)
+    assert result["status"] == Status.PASS, result.get("error")
+    assert "batch 8 dropped: eager fails" in result["dynamic_note"]
