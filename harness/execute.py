@@ -267,7 +267,7 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
                       for v in variants[len(eager):1]]
         except NoGradient:
             raise
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             if mode != "train":
                 raise
             mode = _TRAIN_PARAMS  # retried below with the parameters' gradients only

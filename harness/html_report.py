@@ -95,8 +95,8 @@ def _line_plot(title: str, series: dict[str, list[tuple]], index: int, css_id: s
         x = MARGIN + (inner_w * x_of[t] / span if len(times) > 1 else inner_w / 2)
         return x, MARGIN + inner_h * (1 - v)
 
-    parts = [f'<svg id="{css_id}" width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}" '
-             f'role="img" aria-label="{_e(title)}"><rect width="100%" height="100%" fill="#fafbfc"/>',
+    parts = [(f'<svg id="{css_id}" width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}" '
+             f'role="img" aria-label="{_e(title)}"><rect width="100%" height="100%" fill="#fafbfc"/>'),
              f'<text x="{MARGIN}" y="18" style="font-weight:600">{_e(title)}</text>']
     for tick in (0, 0.25, 0.5, 0.75, 1.0):
         y = MARGIN + inner_h * (1 - tick)
@@ -130,9 +130,9 @@ def _status_bars(results: list[dict[str, Any]]) -> str:
     rows = sorted(per_source.items())
     bar_h, label_w, width = 22, 150, PLOT_W
     height = MARGIN + bar_h * len(rows) + 30
-    parts = [f'<svg id="status-bars" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
+    parts = [(f'<svg id="status-bars" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
              f'aria-label="status per source"><rect width="100%" height="100%" fill="#fafbfc"/>'
-             f'<text x="8" y="18" style="font-weight:600">status per source</text>']
+             f'<text x="8" y="18" style="font-weight:600">status per source</text>')]
     inner = width - label_w - 60
     for i, (source, counts) in enumerate(rows):
         y = MARGIN - 10 + i * bar_h
@@ -162,16 +162,16 @@ def _histogram(values: list[float]) -> str:
         return '<p class="empty">no compile times in this run</p>'
     lo = math.floor(math.log10(max(min(values), 1e-3)) * 2) / 2
     hi = max(lo + 0.5, math.ceil(math.log10(max(max(values), 1e-3)) * 2) / 2)
-    edges = [10 ** (lo + 0.5 * i) for i in range(int(round((hi - lo) / 0.5)) + 1)]
+    edges = [10 ** (lo + 0.5 * i) for i in range(round((hi - lo) / 0.5) + 1)]
     counts = [0] * (len(edges) - 1)
     for v in values:
         i = next((k for k in range(len(counts)) if v < edges[k + 1]), len(counts) - 1)
         counts[i] += 1
     inner_w, inner_h = PLOT_W - 2 * MARGIN, PLOT_H - 2 * MARGIN
     bar_w, top = inner_w / len(counts), max(counts)
-    parts = [f'<svg id="compile-hist" width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}" '
+    parts = [(f'<svg id="compile-hist" width="{PLOT_W}" height="{PLOT_H}" viewBox="0 0 {PLOT_W} {PLOT_H}" '
              f'role="img" aria-label="compile time distribution"><rect width="100%" height="100%" fill="#fafbfc"/>'
-             f'<text x="{MARGIN}" y="18" style="font-weight:600">compile time (s), {len(values)} entries</text>']
+             f'<text x="{MARGIN}" y="18" style="font-weight:600">compile time (s), {len(values)} entries</text>')]
     for i, c in enumerate(counts):
         h = inner_h * c / top
         x = MARGIN + i * bar_w

@@ -148,7 +148,7 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
     os.environ["OMP_NUM_THREADS"] = str(threads)
     # torch and Dynamo take seconds to import: once per worker, before the first deadline.
     import torch
-    import torch._dynamo  # noqa: F401
+    import torch._dynamo
 
     torch.set_num_threads(threads)
 

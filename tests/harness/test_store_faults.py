@@ -66,9 +66,8 @@ def _bad_files(tmp_path: Path) -> dict[str, Path]:
 def test_bad_store_is_a_one_line_error(tmp_path: Path, kind: str) -> None:
     path = _bad_files(tmp_path)[kind]
     before = path.read_bytes() if path.is_file() else None
-    with pytest.raises(StoreError) as info:
-        with ResultStore(path) as s:
-            s.runs()
+    with pytest.raises(StoreError) as info, ResultStore(path) as s:
+        s.runs()
     message = str(info.value)
     assert "\n" not in message and str(path) in message and "--db" in message
     if before is not None:
@@ -93,9 +92,8 @@ def test_locked_store_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     holder.execute("BEGIN EXCLUSIVE")
     monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
     try:
-        with pytest.raises(StoreError, match="locked by another process"):
-            with ResultStore(path) as s:
-                s.record("r1", {"name": "late", "status": "pass"})
+        with pytest.raises(StoreError, match="locked by another process"), ResultStore(path) as s:
+            s.record("r1", {"name": "late", "status": "pass"})
     finally:
         holder.execute("ROLLBACK")
         holder.close()
