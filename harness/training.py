@@ -41,8 +41,11 @@ def seeded_loss(outputs: Any, seed: int) -> torch.Tensor | None:
     """The scalar loss of ``outputs``; None when no output depends on anything that requires grad."""
     total = None
     for i, (_, leaf) in enumerate(flatten_outputs(outputs)):
-        if not (isinstance(leaf, torch.Tensor) and leaf.is_floating_point() and leaf.requires_grad):
+        if not (isinstance(leaf, torch.Tensor) and (leaf.is_floating_point() or leaf.is_complex())
+                and leaf.requires_grad):
             continue
+        if leaf.is_complex():  # fft and friends: the loss weighs the real and imaginary parts
+            leaf = torch.view_as_real(leaf.resolve_conj())
         gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
         weight = torch.randn(leaf.shape, generator=gen, dtype=torch.float64).to(leaf.device, leaf.dtype)
         term = (leaf * weight).sum()

@@ -241,3 +241,12 @@ def test_dynamic_drops_a_size_eager_cannot_run() -> None:
     result = execute_entry(entry, parse_target("aot_eager"), capture=False, dynamic=True)
     assert result["status"] == Status.PASS, result.get("error")
     assert "batch 8 dropped: eager fails" in result["dynamic_note"]
+
+
+def test_train_mode_grades_complex_outputs() -> None:
+    """Found on the opinfo smoke entries: fft outputs are complex, and the loss skipped them, so
+    fft entries were skipped as having no gradient."""
+    entry = _entry("fft", lambda scale: Built(torch.fft.fft, (torch.randn(4, 8),)))
+    result = execute_entry(entry, parse_target("aot_eager"), capture=False, mode="train")
+    assert result["status"] == Status.PASS, result.get("error")
+    assert result["grads"] == 1 and result["grad_rmse_ratio"] is not None
