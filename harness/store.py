@@ -9,10 +9,11 @@ rows it wrote; ``--resume`` continues it, skipping entries already present.
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +29,20 @@ RESULT_COLUMNS = (
     # crucible-sim: bytes the run phase's kernels moved, their ideal bytes, the roofline time on an H200,
     # the worst kernel's moved/ideal ratio, and the kernels with memory findings
     "bytes_moved", "ideal_bytes", "est_h200_s", "traffic_ratio", "traffic_kernel", "memory_kernels",
+    # train mode (gradients graded like outputs) and --dynamic (several input sizes)
+    "mode", "dynamic", "grads", "grad_max_abs_err", "grad_max_rel_err", "grad_rmse_ratio", "grad_cosine",
+    "backward_graphs", "recompiles", "guard_failures", "dynamic_note", "model_copy", "worker_threads",
+    "worker_gpu", "grad_note",
 )
 
 _TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
-                 "capture_error", "traffic_kernel", "memory_kernels"}
-# List fields stored as JSON text; a missing list reads back as [].
-JSON_COLUMNS = ("break_reasons", *COMPILE_REASON_FIELDS)
+                 "capture_error", "traffic_kernel", "memory_kernels", "mode", "dynamic_note", "model_copy",
+                 "worker_gpu", "grad_note"}
+# Columns holding JSON (lists of dicts); the result field of the same name is the decoded value, a
+# missing list reads back as [].
+JSON_COLUMNS = ("break_reasons", "sizes", *COMPILE_REASON_FIELDS)
+_INT_COLUMNS = ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs", "dynamic", "grads",
+                "backward_graphs", "recompiles", "guard_failures", "worker_threads")
 _COLUMN_DEFS = ", ".join(f"{c} {'TEXT' if c in _TEXT_COLUMNS else 'REAL'}" for c in RESULT_COLUMNS)
 _JSON_DEFS = ", ".join(f"{c} TEXT" for c in JSON_COLUMNS)
 _SCHEMA = f"""
@@ -56,14 +65,74 @@ MINIMIZED_COLUMNS = ("status", "signature", "repro", "nodes_before", "nodes_afte
                      "first_divergent", "stage", "stage_evidence", "message")
 
 
+class StoreError(RuntimeError):
+    """The results file cannot be used: corrupted, truncated, locked, not SQLite, or another program's."""
+
+
+# How long a writer waits for another process's transaction before the store reports it locked.
+# Results are one short transaction each, so only a stuck process holds the lock this long.
+BUSY_TIMEOUT_S = 60.0
+_REQUIRED = {"runs": {"id", "suite", "target", "metadata"}, "results": {"run_id", "name", "status"}}
+
+
+def _describe(path: str, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return (f"results database {path} is locked by another process (waited {BUSY_TIMEOUT_S:g}s): "
+                f"wait for it to finish or use another --db")
+    if "not a database" in text or "malformed" in text or "file is encrypted" in text:
+        return (f"results database {path} is corrupted or not an SQLite file ({text}): move it away "
+                f"or pass another --db")
+    return f"results database {path}: {text}"
+
+
+def _guarded(method: Callable) -> Callable:
+    """sqlite3 errors after opening (a file truncated or locked while in use) become StoreError."""
+
+    @functools.wraps(method)
+    def call(self: ResultStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+
+    return call
+
+
 class ResultStore:
+    """One results file. Several processes may write it at once (parallel runs, pytest-xdist
+    workers): WAL journaling lets readers and one writer proceed together, and every write is one
+    short transaction that waits up to ``BUSY_TIMEOUT_S`` for the others."""
+
     def __init__(self, path: str | Path = DEFAULT_DB) -> None:
         self.path = str(path)
-        # One short transaction per write: readers (report, resume) never see half a row.
-        self.db = sqlite3.connect(self.path, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self.db.executescript(_SCHEMA)
-        self._add_missing_columns()
+        if Path(self.path).is_dir():
+            raise StoreError(f"results database {self.path} is a directory: pass a file to --db")
+        try:
+            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+            self.db.row_factory = sqlite3.Row
+            self._check_foreign()
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:
+                pass  # a file system without shared memory: the rollback journal works too
+            self.db.executescript(_SCHEMA)
+            self._add_missing_columns()
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+
+    def _check_foreign(self) -> None:
+        tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table, needed in _REQUIRED.items():
+            if table not in tables:
+                continue
+            have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+            if not needed <= have:
+                raise StoreError(f"{self.path} is an SQLite database of another program (its {table!r} table "
+                                 f"lacks {', '.join(sorted(needed - have))}): pass another --db")
+        if tables and not tables & set(_REQUIRED):
+            raise StoreError(f"{self.path} is an SQLite database of another program (tables: "
+                             f"{', '.join(sorted(tables)[:5])}): pass another --db")
 
     def _add_missing_columns(self) -> None:
         # A database written by an older harness gains the columns added since.
@@ -84,19 +153,38 @@ class ResultStore:
         self.close()
 
     # -- runs -------------------------------------------------------------
+    @_guarded
     def create_run(self, run_id: str, suite: str, target: str, metadata: dict[str, Any]) -> None:
         with self.db:
             self.db.execute("INSERT OR IGNORE INTO runs (id, suite, target, created, metadata) "
                             "VALUES (?, ?, ?, ?, ?)", (run_id, suite, target, time.time(), json.dumps(metadata)))
 
+    @_guarded
+    def create_unique_run(self, base: str, suite: str, target: str, metadata: dict[str, Any]) -> str:
+        """Create a new run named ``base`` (or ``base-2``, ``base-3``, ...: the first free name) and
+        return its id. Atomic: two processes starting runs in the same second get distinct ids."""
+        n = 1
+        while True:
+            run_id = base if n == 1 else f"{base}-{n}"
+            try:
+                with self.db:
+                    self.db.execute("INSERT INTO runs (id, suite, target, created, metadata) VALUES (?, ?, ?, ?, ?)",
+                                    (run_id, suite, target, time.time(), json.dumps(metadata)))
+                return run_id
+            except sqlite3.IntegrityError:
+                n += 1
+
+    @_guarded
     def update_metadata(self, run_id: str, metadata: dict[str, Any]) -> None:
         with self.db:
             self.db.execute("UPDATE runs SET metadata = ? WHERE id = ?", (json.dumps(metadata), run_id))
 
+    @_guarded
     def finish_run(self, run_id: str) -> None:
         with self.db:
             self.db.execute("UPDATE runs SET finished = 1 WHERE id = ?", (run_id,))
 
+    @_guarded
     def runs(self) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT r.*, (SELECT COUNT(*) FROM results WHERE run_id = r.id) AS entries "
                                "FROM runs r ORDER BY created, id").fetchall()
@@ -118,6 +206,7 @@ class ResultStore:
         return out
 
     # -- results ----------------------------------------------------------
+    @_guarded
     def record(self, run_id: str, result: dict[str, Any]) -> None:
         columns = (*RESULT_COLUMNS, *JSON_COLUMNS)
         values = [result.get(c) for c in RESULT_COLUMNS] + [json.dumps(result.get(c) or []) for c in JSON_COLUMNS]
@@ -127,6 +216,7 @@ class ResultStore:
                 f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",
                 [run_id, *values, time.time()])
 
+    @_guarded
     def record_minimized(self, run_id: str, name: str, record: dict[str, Any]) -> None:
         """Link a result to its minimized repro (one per run and entry; a new minimization replaces it)."""
         with self.db:
@@ -135,13 +225,16 @@ class ResultStore:
                 f"VALUES (?, ?, {', '.join('?' for _ in MINIMIZED_COLUMNS)}, ?)",
                 [run_id, name, *[record.get(c) for c in MINIMIZED_COLUMNS], time.time()])
 
+    @_guarded
     def minimized(self, run_id: str) -> dict[str, dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM minimized WHERE run_id = ?", (run_id,)).fetchall()
         return {r["name"]: {c: r[c] for c in MINIMIZED_COLUMNS} for r in rows}
 
+    @_guarded
     def finished_names(self, run_id: str) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
 
+    @_guarded
     def results(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY name", (run_id,)).fetchall()
         minimized = self.minimized(run_id)
@@ -154,7 +247,7 @@ class ResultStore:
     @staticmethod
     def _result_dict(row: sqlite3.Row) -> dict[str, Any]:
         out = {c: row[c] for c in RESULT_COLUMNS}
-        for c in ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs"):
+        for c in _INT_COLUMNS:
             if out[c] is not None:
                 out[c] = int(out[c])
         for c in JSON_COLUMNS:
@@ -183,6 +276,10 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
     """
     merged: dict[str, int] = {}
     for path in sources:
+        if str(path).endswith(".jsonl"):
+            for run_id, n in _merge_spilled(into, Path(path)).items():
+                merged[run_id] = merged.get(run_id, 0) + n
+            continue
         with ResultStore(path) as src:
             for run, results in src.iter_all():
                 existing = before = into.run(run["id"])
@@ -205,4 +302,22 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
                 if run["finished"] and (before is None or before["finished"]):
                     into.finish_run(run["id"])
                 merged[run["id"]] = merged.get(run["id"], 0) + len(results)
+    return merged
+
+
+def _merge_spilled(into: ResultStore, path: Path) -> dict[str, int]:
+    """Results a run could not write to its store (``{"run": ..., "result": ...}`` per line)."""
+    merged: dict[str, int] = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            run, result = item["run"], item["result"]
+        except (ValueError, KeyError, TypeError):
+            raise StoreError(f"{path}:{number}: not a line of unsaved results") from None
+        if into.run(run["id"]) is None:
+            into.create_run(run["id"], run["suite"], run["target"], run.get("metadata") or {})
+        into.record(run["id"], result)
+        merged[run["id"]] = merged.get(run["id"], 0) + 1
     return merged

@@ -36,6 +36,8 @@ class Target:
 # when that fails (a GPU computes the fp64 reference of a large model in a fraction of the CPU's
 # time); "cpu"; "device" (no fallback); "none" (parity against eager only).
 REFERENCE_CHOICES = ("auto", "cpu", "device", "none")
+# What one run of an entry does: a forward, or a forward, a seeded loss and a backward (harness.training).
+MODES = ("inference", "train")
 
 
 class TargetUnavailable(RuntimeError):
@@ -104,8 +106,10 @@ def resolve_backend(target: Target) -> Callable[..., Any] | str:
     return target.backend
 
 
-def compile_model(target: Target, model: Any) -> Any:
-    """The callable a target runs: the model itself for eager, else torch.compile's wrapper."""
+def compile_model(target: Target, model: Any, dynamic: bool = False) -> Any:
+    """The callable a target runs: the model itself for eager, else torch.compile's wrapper.
+
+    ``dynamic=True`` compiles with dynamic shapes (``torch.compile(dynamic=True)``) for every target."""
     import torch
 
     if target.backend is None:
@@ -114,5 +118,6 @@ def compile_model(target: Target, model: Any) -> Any:
     # The crucible compiler specializes on static shapes: dynamic=False makes Dynamo recompile for
     # a new shape instead of handing it symbolic sizes after the first recompile (detection models
     # call their heads with data-dependent box counts).
-    dynamic = False if target.is_crucible else None
-    return torch.compile(model, backend=backend, options=dict(target.options) or None, dynamic=dynamic)
+    shapes = True if dynamic else (False if target.is_crucible else None)
+    return torch.compile(model, backend=backend, options=dict(target.options) or None, dynamic=shapes)
+
