@@ -71,7 +71,7 @@ def cmd_minify(args: argparse.Namespace) -> int:
     from harness.minify.case import load_case
     from harness.minify.entry_graphs import capture_entry
     from harness.minify.plugins import set_plugins
-    from harness.minify.session import minify_case
+    from harness.minify.session import MinifyError, minify_case
     from harness.minify.worker import CheckWorker
     from harness.targets import parse_target
 
@@ -83,7 +83,11 @@ def cmd_minify(args: argparse.Namespace) -> int:
         case = load_case(args.entry)
         case.target = args.target or case.target
         with CheckWorker(args.check_timeout, parse_target(case.target, args.device).device, case.target) as worker:
-            report = minify_case(case, out_dir, worker=worker, **options)
+            try:
+                report = minify_case(case, out_dir, worker=worker, **options)
+            except MinifyError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 3
         print(report.summary())
         return 0 if report.repro is not None else 1
 
@@ -113,9 +117,13 @@ def cmd_minify(args: argparse.Namespace) -> int:
         print(f"{len(graphs.cases)} graph(s), {len(failing)} failing on {target.name}", file=sys.stderr)
         for k, (case, outcome) in enumerate(failing):
             print(f"minimizing {case.origin}: {outcome.signature}", file=sys.stderr)
-            reports.append(minify_case(case, out_dir, worker=worker, expected=outcome,
-                                       decomposition_fails=decomposition_fails,
-                                       repro_name="repro.py" if k == 0 else f"repro_graph{k}.py", **options))
+            try:
+                reports.append(minify_case(case, out_dir, worker=worker, expected=outcome,
+                                           decomposition_fails=decomposition_fails,
+                                           repro_name="repro.py" if k == 0 else f"repro_graph{k}.py", **options))
+            except MinifyError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 3
     if not reports:
         if decomposition_fails:
             print(f"{entry.name}: every graph passes on {target.name}, but the decomposed graphs in eager already "

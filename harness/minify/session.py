@@ -18,7 +18,7 @@ from harness.minify.localize import Localization, first_divergent_node, localize
 from harness.minify.plugins import plugin_names
 from harness.minify.reduce import Budget, Reducer
 from harness.minify.repro_script import write_repro
-from harness.minify.worker import CheckWorker
+from harness.minify.worker import HARNESS_ERROR, CheckWorker
 from harness.status import Status
 from harness.targets import parse_target
 
@@ -26,6 +26,10 @@ from harness.targets import parse_target
 # size that one check could cost more than the whole reduction, and the minimized graph's answer
 # (always computed) names the same node.
 NODE_BY_NODE_LIMIT = 3000
+
+
+class MinifyError(RuntimeError):
+    """The minimizer's own machinery failed on a case (never a result about the target)."""
 
 
 @dataclass
@@ -105,6 +109,9 @@ def minify_case(case: GraphCase, out_dir: str | Path, *, worker: CheckWorker | N
     start = time.monotonic()
     try:
         original = expected or worker.check(case)
+        if original.message.startswith(HARNESS_ERROR):
+            raise MinifyError(f"{case.origin}: the minimizer's own check failed, not {case.target}: "
+                              f"{original.message}")
         report = MinifyReport(case.origin, case.target, original, node_count(case.gm))
         if not original.failed:
             report.seconds = time.monotonic() - start

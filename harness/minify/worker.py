@@ -2,10 +2,11 @@
 
 A crash (segfault, abort), a hang or a memory blow-up of the target under test must not take the
 minimizer down, and it is itself a failure to reproduce. A spawned server process imports torch
-(and the plugins) once; each check runs in a child forked from it, so every check starts from the
+(and the plugins) once; each CPU check runs in a child forked from it, so every check starts from the
 same clean state and a child that dies yields a ``crash``/``oom`` outcome
 (``harness.pool.death_status``), one past its deadline a ``timeout``, at the cost of a fork rather
-than of torch's import. A server that dies itself is replaced for the next check.
+than of torch's import. CUDA cannot be initialized again in a forked child, so GPU checks run in the
+server itself. A server that dies is replaced for the next check.
 """
 
 from __future__ import annotations
@@ -26,6 +27,9 @@ from harness.minify.case import GraphCase
 from harness.minify.check import Outcome
 from harness.pool import death_status
 from harness.status import Status
+
+# The message of an outcome where the minimizer's own check failed, not the target under test.
+HARNESS_ERROR = "harness error in the check"
 
 
 def _exit_with_parent(parent: int) -> None:
@@ -54,7 +58,7 @@ def _forked_check(case: GraphCase, target: str | None, device: str, timeout_s: f
             try:
                 outcome = check_case(case.to(device) if device != "cpu" else case, target)
             except Exception as exc:  # noqa: BLE001 -- a harness error is reported, never a silent pass
-                outcome = Outcome(Status.CRASH, f"harness error in the check: {type(exc).__name__}: {exc}")
+                outcome = Outcome(Status.CRASH, f"{HARNESS_ERROR}: {type(exc).__name__}: {exc}")
             data = pickle.dumps(outcome)
             while data:
                 data = data[os.write(write_end, data):]
@@ -88,6 +92,15 @@ def _forked_check(case: GraphCase, target: str | None, device: str, timeout_s: f
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     status_name, message = death_status(code)
     return Outcome(status_name, message)
+
+
+def _check_here(case: GraphCase, target: str | None) -> Outcome:
+    from harness.minify.check import check_case
+
+    try:
+        return check_case(case, target)
+    except Exception as exc:  # noqa: BLE001 -- a harness error is reported, never a silent pass
+        return Outcome(Status.CRASH, f"{HARNESS_ERROR}: {type(exc).__name__}: {exc}")
 
 
 def _preload_compilers(inductor: bool) -> None:
@@ -130,7 +143,12 @@ def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool, 
         if job is None:
             return
         case, target, device = job
-        conn.send(_forked_check(case, target, device, timeout_s))
+        if device == "cpu":
+            conn.send(_forked_check(case, target, device, timeout_s))
+        else:
+            # CUDA cannot be initialized again in a forked child: GPU checks run in the server itself
+            # (a crash kills it and the parent replaces it; the parent enforces the deadline)
+            conn.send(_check_here(case.to(device), target))
 
 
 class CheckWorker:
@@ -193,7 +211,9 @@ class CheckWorker:
             # tensor unpickled in the server would create a CUDA context there, which no fork survives.
             device = next((str(v.device) for v in case.inputs if isinstance(v, torch.Tensor)), "cpu")
             self._conn.send((case.to("cpu"), target, device))
-            if self._conn.poll(self.timeout_s + 60):  # the server enforces timeout_s; this is its backstop
+            # on the CPU the server enforces timeout_s on its forked child and this is the backstop;
+            # a GPU check runs in the server itself, so this is its deadline
+            if self._conn.poll(self.timeout_s + (60 if device == "cpu" else 0)):
                 return self._conn.recv()
         except (EOFError, OSError, BrokenPipeError):
             status, message = death_status(self._stop(kill=False))

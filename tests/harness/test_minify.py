@@ -243,3 +243,38 @@ def test_capture_entry_finds_a_decomposition_fault(monkeypatch: pytest.MonkeyPat
     stage, _ = stage_at_fault(broken.cases[0], Outcome("fail_accuracy"), lambda c, t: Outcome("pass"),
                               decomposition_fails=True)
     assert stage == "decomposition"
+
+
+class _BrokenCheckWorker:
+    """A worker whose own machinery fails on every check (as a CUDA fork did on the GPU)."""
+
+    checks = 0
+
+    def check(self, case: GraphCase, target: str | None = None) -> Outcome:
+        from harness.minify.worker import HARNESS_ERROR
+
+        self.checks += 1
+        return Outcome("crash", f"{HARNESS_ERROR}: RuntimeError: Cannot re-initialize CUDA in forked subprocess")
+
+
+def test_a_failing_check_is_never_minimized_as_the_targets_failure(tmp_path: Path) -> None:
+    """Regression: on a GPU every check crashed in the minimizer's forked child (CUDA cannot be
+    initialized again after a fork), and that harness error was minimized as transformers/beit's
+    failure down to one convolution."""
+    from harness.minify.session import MinifyError, minify_case
+
+    inputs = _inputs()
+    case = GraphCase(compiler.trace_aten(_model, *inputs), inputs, "inductor", origin="broken check")
+    with pytest.raises(MinifyError, match="the minimizer's own check failed"):
+        minify_case(case, tmp_path, worker=_BrokenCheckWorker())
+    assert not (tmp_path / "repro.py").exists()
+
+
+@pytest.mark.gpu
+def test_gpu_checks_run_without_a_fork(tmp_path: Path) -> None:
+    """GPU checks run in the worker's server process: a forked child cannot initialize CUDA again."""
+    inputs = [t.cuda() for t in _inputs()]
+    case = GraphCase(compiler.trace_aten(_model, *inputs), inputs, "inductor", origin="gpu graph")
+    with CheckWorker(timeout_s=300, device="cuda", target="inductor") as worker:
+        first, second = worker.check(case), worker.check(case)
+    assert first.status == second.status == "pass", (first.message, second.message)
