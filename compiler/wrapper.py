@@ -112,6 +112,7 @@ class _WrapperWriter:
             buf = self.buffers[name]
             if buf.kind == "computed":
                 self.allocate(buf)
+        read = set(last) | outputs
         for i, step in enumerate(self.schedule.steps):
             if isinstance(step, Kernel):
                 for s in step.live_stores():
@@ -119,7 +120,7 @@ class _WrapperWriter:
                 r = self.rendered[step.name]
                 self.lines.append(f"launchers[{step.name!r}]({', '.join(r.args)})")
             else:
-                self.extern(step)
+                self.extern(step, read)
             for name, at in last.items():
                 buf = self.buffers.get(name)
                 if at == i and buf is not None and buf.kind in ("computed", "extern") and name not in outputs \
@@ -143,14 +144,17 @@ class _WrapperWriter:
             return "(" + "".join(self.output_code(x) + ", " for x in o) + ")"
         return self.const(o)
 
-    def extern(self, node: ExternNode) -> None:
+    def extern(self, node: ExternNode, read: set[str]) -> None:
+        """The call, and each result something reads in the layout it was compiled for. Results
+        nothing reads are left alone: the library may not return them at all (flash attention's
+        debug mask is None at run time where its fake tensor says an empty tensor)."""
         op = self.const(node.op)
         args = ", ".join(self.arg_code(a) for a in node.args)
         kwargs = ", ".join(f"**{{{k!r}: {self.arg_code(v)}}}" for k, v in node.kwargs.items())
         call = f"{op}({args}{', ' if args and kwargs else ''}{kwargs})"
         self.lines.append(f"{node.name} = {call}  # {node.reason.value}")
         for i, buf in enumerate(node.outputs):
-            if buf is None:
+            if buf is None or buf.name not in read:
                 continue
             src = f"{node.name}[{i}]" if node.result_is_sequence else node.name
             if buf.is_contiguous:
