@@ -166,8 +166,11 @@ class GraphLowering:
                 env[node] = self.lower_constant(node)
             elif node.op == "output":
                 outs = torch.fx.node.map_arg(node.args[0], lambda n: env[n])
+                vals = torch.fx.node.map_arg(node.args[0], lambda n: n.meta.get("val"))
                 self.graph.single_output = not isinstance(outs, (list, tuple))
-                self.graph.outputs = [self.output_value(v) for v in ([outs] if self.graph.single_output else outs)]
+                if self.graph.single_output:
+                    outs, vals = [outs], [vals]
+                self.graph.outputs = [self.output_value(v, val) for v, val in zip(outs, vals)]
             else:
                 raise NotImplementedError(f"FX node kind {node.op!r} ({node.name}) is not supported")
         return self.graph
@@ -318,11 +321,20 @@ class GraphLowering:
         out = self.realize(value)
         return self.realize_contiguous(out) if any(s < 0 for s in out.stride) else out
 
-    def output_value(self, value: Any) -> Any:
+    def output_value(self, value: Any, val: Any) -> Any:
+        """A graph output, computed into the layout eager's graph returns (``val``, the FX meta value)
+        where that is a plain dense one: AOTAutograd hands outputs saved for the backward to a backward
+        graph compiled for exactly those strides (a transposed Cholesky factor came back row-major,
+        and its gradient was computed from the transpose)."""
+        if isinstance(value, Lazy) and not value.dtype.is_complex:
+            want = _plain_strides(val, value.shape)
+            if want is not None and 0 not in want and want != contiguous_strides(value.shape):
+                return self.realize(value, want)
         if isinstance(value, (Lazy, Strided)):
             return self.realize_viewable(value)
         if isinstance(value, (list, tuple)):
-            return type(value)(self.output_value(v) for v in value)
+            vals = val if isinstance(val, (list, tuple)) and len(val) == len(value) else [None] * len(value)
+            return type(value)(self.output_value(v, m) for v, m in zip(value, vals))
         return value
 
 
