@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from corpus.entry import Entry
-from harness.execute import DTYPES, _call, _cast, _copy, _fresh, _prepare
+from harness.execute import DTYPES, ModelCopies, _call, _cast, _fresh
 from harness.minify.case import GraphCase
 from harness.oracle import ParityOracle, ParityResult
 from harness.targets import Target
@@ -78,17 +78,20 @@ def capture_entry(entry: Entry, target: Target) -> EntryGraphs:
     from harness.execute import _reference
 
     device, dtype = target.device, DTYPES.get(entry.dtype)
-    built = entry.build("full" if device == "cuda" else "small")
-    model = _prepare(built.model, device, dtype)
+    scale = "full" if device == "cuda" else "small"
+    built = entry.build(scale)
+    models = ModelCopies(entry, scale, built.model)  # every run its own copy, as `crucible run` does
     args, kwargs = _cast(built.inputs, device, dtype), _cast(built.kwargs, device, dtype)
     out = EntryGraphs()
     torch._dynamo.reset()
     try:
         with torch.no_grad():
-            eager = _call(_copy(model), *_fresh(args, kwargs), entry.seed)
-            reference = _reference(built, entry.seed, device, "auto", {})
-            compiled = torch.compile(_copy(model), backend=_recording_backend(target, entry, out.cases),
-                                     dynamic=False)
+            eager = _call(models.fresh(device, dtype), *_fresh(args, kwargs), entry.seed)
+            (float64,) = _reference(models, [(None, built.inputs, built.kwargs)], entry.seed, device, "auto", {},
+                                    "inference")
+            reference = None if float64 is None else float64.out
+            compiled = torch.compile(models.fresh(device, dtype),
+                                     backend=_recording_backend(target, entry, out.cases), dynamic=False)
             decomposed = _call(compiled, *_fresh(args, kwargs), entry.seed)
     finally:
         torch._dynamo.reset()

@@ -184,6 +184,9 @@ def test_cli_minify_without_target_is_a_usage_error(tmp_path: Path, monkeypatch:
     from harness.cli import main
 
     monkeypatch.chdir(tmp_path)
+    # in this process: the planted bugs (which this module's fixture names in the environment for its
+    # workers) must not be imported here, or every later test in this process compiles with them
+    monkeypatch.delenv("CRUCIBLE_MINIFY_PLUGINS", raising=False)
     assert main(["minify", "timm/resnet18", "--out", "out"]) == 2  # no database here to take the target from
     assert "no --target given" in capsys.readouterr().err
 
@@ -278,3 +281,12 @@ def test_gpu_checks_run_without_a_fork(tmp_path: Path) -> None:
     with CheckWorker(timeout_s=300, device="cuda", target="inductor") as worker:
         first, second = worker.check(case), worker.check(case)
     assert first.status == second.status == "pass", (first.message, second.message)
+
+
+def test_this_process_never_imported_the_planted_bugs() -> None:
+    """The planted lowerings live only in check workers and repro scripts; imported here they would
+    break every later test of this pytest process (the cat and tanh plants)."""
+    import sys
+
+    assert PLANTS not in sys.modules
+
