@@ -159,7 +159,20 @@ def atan2(y: V, x: V) -> V:
 
 
 def sign(x: V) -> V:
-    return sel(x > 0, 1, sel(x < 0, -1, x, like=x), like=x)  # keeps NaN and -0.0
+    # ATen computes (0 < x) - (x < 0): NaN gives 0 and -0.0 gives +0.0
+    return sel(x > 0, 1, sel(x < 0, -1, 0, like=x), like=x)
+
+
+def unit_sign(x: V) -> V:
+    return sel(x > 0, 1, sel(x < 0, -1, x, like=x), like=x)  # keeps NaN and -0.0 (for odd functions)
+
+
+def asinh(x: V) -> V:
+    # x*x overflows past ~1e19 in float32 (inf/inf = NaN); there asinh(|x|) = log(2|x|) to
+    # within 1/(4x^2), far below one ulp.
+    a = vabs(x)
+    small = log1p(a + a * a / (vsqrt(a * a + 1) + 1))
+    return unit_sign(x) * sel(a > 1e9, vlog(a) + math.log(2.0), small)
 
 
 def round_half_even(x: V) -> V:
@@ -263,7 +276,7 @@ FLOAT_UNARY: dict[Any, Callable[[V], V]] = {
     aten.acos: lambda x: atan2(vsqrt((1 - x) * (1 + x)), x),
     aten.sinh: lambda x: (expm1(x) - expm1(-x)) * 0.5,
     aten.cosh: lambda x: (vexp(x) + vexp(-x)) * 0.5,
-    aten.asinh: lambda x: sign(x) * log1p(vabs(x) + x * x / (vsqrt(x * x + 1) + 1)),
+    aten.asinh: asinh,
     aten.acosh: lambda x: vlog(x + vsqrt((x - 1) * (x + 1))),
     aten.atanh: lambda x: log1p(2 * x / (1 - x)) * 0.5,
     aten.reciprocal: lambda x: 1 / x,
