@@ -65,6 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--db", default=DEFAULT_DB)
     p.add_argument("--json", metavar="PATH", help="export the run as JSON instead")
     p.add_argument("--runs", action="store_true", help="list the runs in the database")
+    p.add_argument("--repro", metavar="KEY", help="print the repro.py of the fuzz finding KEY of the run")
 
     p = sub.add_parser("diff", help="regressions and improvements from RUN_A to RUN_B (exit 1 on regressions)")
     p.add_argument("run_a")
@@ -76,6 +77,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("inputs", nargs="+")
 
     sub.add_parser("corpus", help="corpus maintenance: 'crucible corpus check ...'", add_help=False)
+    from harness.fuzz.cli import add_fuzz_parser
+
+    add_fuzz_parser(sub)
     return parser
 
 
@@ -203,6 +207,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(render_runs(store.runs()))
         return 0
     run, results = load_run(args.run, args.db)
+    if run["suite"] in ("fuzz", "fuzz-decomps"):
+        from harness.fuzz.report import print_fuzz_report
+
+        return print_fuzz_report(run, args)
     if args.json:
         doc = {"run": {k: v for k, v in run.items() if k != "metadata"} | run.get("metadata", {}),
                "entries": results}
@@ -250,7 +258,10 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "corpus":
         return cmd_corpus(argv[1:])
     args = _parser().parse_args(argv or ["run"])
-    commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge}
+    from harness.fuzz.cli import cmd_fuzz, cmd_fuzz_decomps
+
+    commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge,
+                "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps}
     try:
         return commands[args.command](args)
     except KeyError as exc:  # unknown suite/source from the registry

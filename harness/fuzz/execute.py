@@ -204,21 +204,29 @@ def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -
     return full.output_ops()[failing] if failing else ""
 
 
+_PLUGINS_CALLED: set[str] = set()
+
+
+def load_plugin(spec: str) -> None:
+    """Import ``MODULE`` or import ``MODULE:FUNCTION`` and call it (once per process)."""
+    module_name, _, function = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if function and spec not in _PLUGINS_CALLED:
+        getattr(module, function)()
+        _PLUGINS_CALLED.add(spec)
+
+
 def execute_payload(payload: dict[str, Any], target: Target, on_phase: Callable[[str], None]) -> dict[str, Any]:
-    """A worker task that is not a corpus entry: ``{"kind": "graph" | "decomp", ...}``.
+    """A worker task that is not a corpus entry: ``{"kind": "graph", "graph": ..., ...}``.
 
-    ``imports`` names modules to import first (plugins: a backend to register, or, in the
-    fuzzer's own tests, a module that plants a bug)."""
-    for module in payload.get("imports") or ():
-        importlib.import_module(module)
-    if payload["kind"] == "graph":
-        record = run_graph(FuzzGraph.from_json(payload["graph"]), target, on_phase,
-                           localize=bool(payload.get("localize")), capture=payload.get("capture", "fx"))
-    elif payload["kind"] == "decomp":
-        from harness.fuzz.decomps import run_decomp_case
-
-        record = run_decomp_case(payload, on_phase)
-    else:
+    ``imports`` names modules to import first, ``MODULE:FUNCTION`` also calls a function of it
+    once per process (plugins: a backend to register, or, in the fuzzer's own tests, a bug to
+    plant in the compiler)."""
+    for spec in payload.get("imports") or ():
+        load_plugin(spec)
+    if payload["kind"] != "graph":
         raise ValueError(f"unknown fuzz task kind {payload['kind']!r}")
+    record = run_graph(FuzzGraph.from_json(payload["graph"]), target, on_phase,
+                       localize=bool(payload.get("localize")), capture=payload.get("capture", "fx"))
     record["name"] = payload["name"]
     return record
