@@ -85,6 +85,7 @@ class CampaignRequest:
     timeout_s: float = 120.0
     mem_limit_mb: int | None = None
     in_process: bool = False
+    max_findings: int | None = None  # stop once this many new (not known) findings are in
     capture: str = "fx"  # harness.fuzz.execute.CAPTURES
     imports: tuple[str, ...] = ()
 
@@ -142,7 +143,8 @@ def run_campaign(request: CampaignRequest, runner: Any,
 
     def budget_left() -> bool:
         under_count = request.examples is None or summary.graphs < request.examples
-        return under_count and time.monotonic() < stop_at
+        enough = request.max_findings is not None and len(summary.new_findings) >= request.max_findings
+        return under_count and not enough and time.monotonic() < stop_at
 
     round_index = 0
     while budget_left():

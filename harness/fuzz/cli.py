@@ -26,6 +26,7 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--ops", help="only ops matching these globs, comma-separated (sum, aten.var*, *pool*)")
     p.add_argument("--max-nodes", type=int, default=6, help="ops per graph, at most (default 6)")
     p.add_argument("--shrink-seconds", type=float, default=120.0, help="time box per shrink (default 120)")
+    p.add_argument("--max-findings", type=int, help="stop after N new findings (default: run the whole budget)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per graph before it is a hang (default 120)")
     p.add_argument("--capture", choices=("fx", "dynamo"), default="fx",
                    help="hand graphs to the compiler directly (fx, default) or through torch.compile (dynamo)")
@@ -116,7 +117,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     request = CampaignRequest(target=target, device=args.device, seconds=seconds, examples=args.examples,
                               seed=args.seed, ops=args.ops, max_nodes=args.max_nodes,
                               shrink_seconds=args.shrink_seconds, timeout_s=args.timeout,
-                              in_process=args.in_process, capture=args.capture, imports=tuple(args.imports))
+                              in_process=args.in_process, max_findings=args.max_findings, capture=args.capture, imports=tuple(args.imports))
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     return _run_and_store(request, run_id, args.db)
 

@@ -40,3 +40,20 @@ def test_asinh_of_huge_values_and_negative_zero(codegen: str, device: str) -> No
     got = _compiled(lambda a: aten.asinh.default(a), x, codegen=codegen)(x)
     torch.testing.assert_close(got, torch.asinh(x), equal_nan=True)
     assert torch.signbit(got[1])
+
+
+def test_var_mean_over_an_empty_or_too_small_reduction(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 0: ``aten.var_mean.correction`` over a 0-size dim raised
+    ZeroDivisionError in Triton's interpreter (a literal division by 0.0) and gave mean 0 where
+    ATen gives NaN; with correction >= n ATen divides by zero (NaN or inf)."""
+    for shape, dims, correction in (((0, 3), [0], 1), ((17, 0, 5), [-3, -2], 1), ((1, 3), [0], 1),
+                                    ((2, 3), [0], 2), ((4, 3), [0], 0)):
+        x = torch.randn(shape, device=device)
+        fn = _var_mean(dims, correction)
+        got, want = _compiled(fn, x, codegen=codegen)(x), fn(x)
+        for g, w in zip(got, want):
+            torch.testing.assert_close(g, w, equal_nan=True)
+
+
+def _var_mean(dims, correction):
+    return lambda a: aten.var_mean.correction(a, dims, correction=correction, keepdim=False)
