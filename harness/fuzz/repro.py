@@ -48,10 +48,16 @@ def describe(name, eager, got, ref):
     if not e.numel():
         return ""
     err = (g - e).abs().max().item()
+    if err == 0:
+        return ""
     if ref is None:
         return f"{name}: max abs err vs eager {err:.3g}"
     r = ref.cpu()[finite].double()
     rmse = lambda a: ((a - r) ** 2).mean().sqrt().item()
+    # the harness's criterion: RMSE against float64 within 2x (3x for 16-bit types) eager's, plus a floor
+    ratio = 3.0 if eager.dtype in (torch.float16, torch.bfloat16) else 2.0
+    if rmse(g) <= ratio * rmse(e) + 1e-5 + 1e-6 * r.abs().mean().item():
+        return ""
     return (f"{name}: max abs err vs eager {err:.3g}; RMSE vs float64: target {rmse(g):.3g}, "
             f"eager {rmse(e):.3g}")
 

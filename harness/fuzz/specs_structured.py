@@ -352,8 +352,11 @@ def _batch_norm(n: NodeDraw) -> str:
     c = [_shape(n, a)[1]]
     dt = (n.dtype(a),)
     var = n.tensor(dt, shape=c, profile="positive", fresh_only=True)
-    return (f"aten._native_batch_norm_legit_no_training.default({a}, {n.tensor(dt, shape=c)}, "
-            f"{n.tensor(dt, shape=c)}, {n.tensor(dt, shape=c)}, {var}, 0.1, 1e-5)")
+    # parameters are fresh inputs: ATen's CPU kernel rejects some layouts/dtype mixes of
+    # computed parameter tensors ("mixed dtype (CPU)") that meta tensors accept
+    params = [n.tensor(dt, shape=c, fresh_only=True) for _ in range(3)]
+    return (f"aten._native_batch_norm_legit_no_training.default({a}, {params[0]}, "
+            f"{params[1]}, {params[2]}, {var}, 0.1, 1e-5)")
 
 
 def _matmul_dtypes() -> tuple[str, ...]:
