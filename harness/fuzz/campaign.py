@@ -198,7 +198,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
             check()
         except _Found as found:
             _conclude(found, request, runner, summary, on_finding)
-        except Exception as exc:  # hypothesis's own complaint (flaky replay, ...): keep the smallest failure
+        except Exception:  # hypothesis's own complaint (flaky replay, ...): keep the smallest failure
             if state["best"] is None:
                 raise
             _conclude(_Found(*state["best"]), request, runner, summary, on_finding)
