@@ -145,7 +145,7 @@ def _roll(n: NodeDraw) -> str:
 @spec("aten.as_strided.default", "view")
 def _as_strided(n: NodeDraw) -> str:
     # valid by construction: a window of a contiguous tensor's storage that stays inside it
-    a = n.tensor(ALL_DTYPES, contiguous=True, min_rank=1, nonempty=True)
+    a = n.tensor(ALL_DTYPES, contiguous=True, min_rank=1, nonempty=True, fresh_only=True)
     numel = n.meta(a).numel()
     rows = n.draw(st.integers(1, max(1, min(4, numel))))
     cols = n.draw(st.integers(1, max(1, numel // rows)))
@@ -341,9 +341,10 @@ def _group_norm(n: NodeDraw) -> str:
     channels = groups * n.draw(st.sampled_from([1, 2]))
     a = n.tensor(("float32", "float64"), shape=[n.draw(st.sampled_from([1, 2])), channels,
                                                 n.draw(st.sampled_from([1, 5, 16]))], fresh_only=True)
-    w = n.tensor(("float32", "float64"), shape=[channels])
+    w = n.tensor((n.dtype(a),), shape=[channels], fresh_only=True)
+    # output 0 only: the meta kernel's mean/rstd dtypes differ from the CPU kernel's
     return (f"aten.native_group_norm.default({a}, {w}, None, {_shape(n, a)[0]}, {channels}, "
-            f"{_shape(n, a)[2]}, {groups}, 1e-5)")
+            f"{_shape(n, a)[2]}, {groups}, 1e-5)[0]")
 
 
 @spec("aten._native_batch_norm_legit_no_training.default", "nn")
@@ -356,7 +357,7 @@ def _batch_norm(n: NodeDraw) -> str:
     # computed parameter tensors ("mixed dtype (CPU)") that meta tensors accept
     params = [n.tensor(dt, shape=c, fresh_only=True) for _ in range(3)]
     return (f"aten._native_batch_norm_legit_no_training.default({a}, {params[0]}, "
-            f"{params[1]}, {params[2]}, {var}, 0.1, 1e-5)")
+            f"{params[1]}, {params[2]}, {var}, 0.1, 1e-5)[0]")  # eager's saved stats are empty, meta's are not
 
 
 def _matmul_dtypes() -> tuple[str, ...]:
