@@ -26,6 +26,11 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-*", "fail_accuracy", "aten.var_mean.correction", "NaN positions",
                  "ATen's CPU var_mean returns mean NaN for inputs holding +-inf (torch.mean gives +-inf); "
                  "FINDINGS.md: 'var_mean's mean is NaN where mean is inf'"),
+    KnownFinding("aot_eager", "fail_accuracy", "aten.upsample_bilinear2d.vec", "NaN positions",
+                 "torch's upsample_bilinear2d decomposition: 0 * inf from a zero-weight neighbour; "
+                 "FINDINGS.md: 'upsample_bilinear2d: torch's decomposition gives NaN'"),
+    KnownFinding("inductor", "fail_accuracy", "aten.upsample_bilinear2d.vec", "NaN positions",
+                 "as for aot_eager (the same decomposition); FINDINGS.md: 'upsample_bilinear2d'"),
     KnownFinding("decompositions", "fail_accuracy", "torch:aten::gelu", "inf positions",
                  "ATen's CPU gelu kernel gives NaN for +inf and inf at finfo.max; the rule is right; "
                  "FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
