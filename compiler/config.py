@@ -1,13 +1,12 @@
 """Every option and environment variable of the compiler, in one place.
 
-| variable | meaning |
-|---|---|
-| ``CRUCIBLE_DEBUG`` | 1: summary per compiled graph; 2: + generated kernel source; 3: + IR after every pass |
-| ``CRUCIBLE_DUMP_DIR`` | write every stage of every graph to files there (incl. a runnable repro) |
-| ``CRUCIBLE_CACHE_DIR`` | cache root for generated kernels (default: ``$XDG_CACHE_HOME/crucible`` or ``~/.cache/crucible``) |
-| ``CRUCIBLE_CPP_FLAGS`` | replaces the C++ tuning flags (default ``-O3 -march=native -fno-math-errno``) |
-| ``CXX`` | the C++ compiler (default: g++, then c++) |
-| ``CRUCIBLE_COMPILE_THREADS`` | kernels built at once per graph (C++ builds, Triton GPU builds of every launch config); default: CPU cores, at most 8 (harness workers: their share of the cores); 1 builds one by one |
+No other module of ``compiler/`` reads ``os.environ`` (``tests/test_hygiene.py`` checks it);
+each variable has one function here, called when the value is needed (not cached at import,
+so tests and harness workers can set a variable before the compile that uses it).
+
+The README documents them in three tables (backend options, environment variables, debug
+levels); ``tests/test_hygiene.py`` checks those tables against this module: the options of
+``Options``, the variables read here and ``DEBUG_LEVELS``.
 
 Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" | "cpp";
 default triton on CUDA tensors and cpp on CPU tensors), ``strict`` (raise on an
@@ -16,23 +15,46 @@ internal compiler error instead of falling back to eager for that graph).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from dataclasses import dataclass
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 CODEGENS = ("triton", "cpp")
 
 
+# What each CRUCIBLE_DEBUG level adds, printed to stderr (levels are cumulative).
+DEBUG_LEVELS = {
+    1: "summary per compiled graph (kernels, extern calls with reasons, fallbacks); on the GPU, "
+       "the launch configs timed per kernel",
+    2: "+ generated kernel and wrapper source",
+    3: "+ the ATen graph and the IR after every pass, with its time",
+}
+
+
 def debug_level() -> int:
+    value = os.environ.get("CRUCIBLE_DEBUG", "").strip()
+    if not value:
+        return 0
     try:
-        return int(os.environ.get("CRUCIBLE_DEBUG", "0") or 0)
+        parsed = int(value)
     except ValueError:
-        return 1
+        parsed = -1
+    if parsed < 0:
+        raise ValueError(f"CRUCIBLE_DEBUG={value!r}: expected a level 0-{max(DEBUG_LEVELS)} "
+                         f"(1: graph summaries, 2: + kernel source, 3: + IR after every pass)")
+    return parsed
 
 
 def dump_dir() -> Path | None:
     value = os.environ.get("CRUCIBLE_DUMP_DIR")
     return Path(value) if value else None
+
+
+def simulator_checks() -> bool:
+    return os.environ.get("CRUCIBLE_SIM_CHECK", "0") not in ("", "0")
 
 
 MAX_DEFAULT_COMPILE_THREADS = 8
@@ -53,10 +75,60 @@ def compile_threads() -> int:
 
 
 def cache_root() -> Path:
-    if os.environ.get("CRUCIBLE_CACHE_DIR"):
-        return Path(os.environ["CRUCIBLE_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "crucible"
+    """``$CRUCIBLE_CACHE_DIR``, else ``$XDG_CACHE_HOME/crucible``, else ``~/.cache/crucible``;
+    ``~`` is expanded in either variable (a shell does not expand it inside ``VAR=~/x`` quotes)."""
+    explicit = os.environ.get("CRUCIBLE_CACHE_DIR")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "crucible"
+
+
+class UnsafeCacheDir(PermissionError):
+    """A kernel cache directory another user could write to (or that is not ours)."""
+
+
+def private_cache_dir(name: str) -> Path:
+    """``<cache root>/<name>``, created with mode 0700 and refused unless this user owns it and
+    neither group nor others can write to it: importing a cached Triton module or loading a
+    cached C++ library runs its code, so a foreign writer could run code as this user."""
+    path = cache_root() / name
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise UnsafeCacheDir(f"refusing to load kernels from {path}: it must be owned by this user and "
+                             f"not writable by others (loading a kernel runs its code); fix its mode "
+                             f"or point CRUCIBLE_CACHE_DIR elsewhere")
+    return path
+
+
+DEFAULT_CPP_TUNING_FLAGS = ("-O3", "-march=native", "-fno-math-errno")
+
+
+def cxx() -> str | None:
+    """``$CXX`` (a command prefix, e.g. ``ccache g++``), or None for the default search."""
+    return os.environ.get("CXX") or None
+
+
+def cpp_tuning_flags() -> tuple[str, ...]:
+    """``$CRUCIBLE_CPP_FLAGS`` split like a shell would; an empty value means no tuning flags."""
+    text = os.environ.get("CRUCIBLE_CPP_FLAGS")
+    return DEFAULT_CPP_TUNING_FLAGS if text is None else tuple(shlex.split(text))
+
+
+@contextlib.contextmanager
+def environment_override(name: str, value: str) -> Iterator[None]:
+    """Set an environment variable for the block, restoring it afterwards (benchmarks point a
+    compiler's cache, ours or Inductor's, at an empty directory this way)."""
+    old = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = old
 
 
 @dataclass(frozen=True)
@@ -67,9 +139,10 @@ class Options:
     @staticmethod
     def parse(options: dict | None) -> Options:
         options = dict(options or {})
-        unknown = set(options) - {"codegen", "strict"}
+        known = [f.name for f in fields(Options)]
+        unknown = set(options) - set(known)
         if unknown:
-            raise ValueError(f"unknown crucible option(s) {sorted(unknown)}; known: codegen, strict")
+            raise ValueError(f"unknown crucible option(s) {sorted(unknown)}; known: {', '.join(known)}")
         codegen = options.get("codegen")
         if codegen is not None and codegen not in CODEGENS:
             raise ValueError(f"codegen must be one of {CODEGENS}, got {codegen!r}")

@@ -7,16 +7,10 @@ pointers and int64 sizes; this module turns that text into a loaded library::
     fn = lib.function("add_kernel", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64])
     call_kernel(fn, x, out, x.numel())          # tensors are passed as data pointers
 
-Environment variables (read by the small functions below, to move to the central config):
-
-=====================  =========================================================================
-``CXX``                the compiler (may include arguments, e.g. ``ccache g++``); default: the
-                       first of ``g++``, ``c++`` on PATH
-``CRUCIBLE_CPP_FLAGS`` replaces the tuning flags ``-O3 -march=native -fno-math-errno``; the
-                       semantic flags below are always passed
-``CRUCIBLE_CACHE_DIR`` cache root; kernels go to ``<root>/cpp``. Default ``$XDG_CACHE_HOME/crucible``
-                       or ``~/.cache/crucible``
-=====================  =========================================================================
+Settings come from ``compiler/config.py`` (documented in the README): the compiler
+(``config.cxx()``, ``$CXX``, may include arguments such as ``ccache g++``; default the first of
+``g++``, ``c++`` on PATH), the tuning flags (``config.cpp_tuning_flags()``; the semantic flags
+below are always passed) and the cache directory (``config.private_cache_dir("cpp")``).
 
 Flags. Always: ``-shared -fPIC -std=c++17 -fopenmp -ffp-contract=off``. ``-ffp-contract=off``
 because a fused multiply-add rounds once where ATen's mul then add rounds twice, so ``x * a + b``
@@ -69,32 +63,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from compiler import config
+
 if TYPE_CHECKING:
     import torch
 
 PRELUDE = Path(__file__).with_name("cpp_prelude.h")
 SEMANTIC_FLAGS = ("-shared", "-fPIC", "-std=c++17", "-fopenmp", "-ffp-contract=off")
-DEFAULT_TUNING_FLAGS = ("-O3", "-march=native", "-fno-math-errno")
 ERROR_LINES = 20
 _CACHE_FORMAT = 1
-
-
-# --- environment (to move to compiler/config.py) ---------------------------------------------
-
-def env_cxx() -> str | None:
-    return os.environ.get("CXX") or None
-
-
-def env_tuning_flags() -> tuple[str, ...]:
-    text = os.environ.get("CRUCIBLE_CPP_FLAGS")
-    return DEFAULT_TUNING_FLAGS if text is None else tuple(shlex.split(text))
-
-
-def env_cache_root() -> Path:
-    if os.environ.get("CRUCIBLE_CACHE_DIR"):
-        return Path(os.environ["CRUCIBLE_CACHE_DIR"]).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "crucible"
 
 
 # --- errors and counters -------------------------------------------------------------------------
@@ -193,7 +170,7 @@ def safe_comment(text: str) -> str:
 
 def find_compiler(kernel: str = "<none>") -> list[str]:
     """The compiler command prefix: ``$CXX`` (split like a shell would), else g++, else c++."""
-    configured = env_cxx()
+    configured = config.cxx()
     if configured:
         words = shlex.split(configured)
         if words and shutil.which(words[0]):
@@ -213,7 +190,7 @@ def compiler_identity(compiler: tuple[str, ...]) -> str:
     try:
         done = subprocess.run([*compiler, "--version"], check=False, capture_output=True, text=True, timeout=60)
     except OSError as error:
-        raise CppCompileError("<none>", [*compiler, "--version"], str(error), reason="not runnable")
+        raise CppCompileError("<none>", [*compiler, "--version"], str(error), reason="not runnable") from error
     return f"{shlex.join(compiler)}\n{done.stdout}"
 
 
@@ -270,20 +247,17 @@ def clear_memory_cache() -> None:
 
 
 def cache_dir() -> Path:
-    path = env_cache_root() / "cpp"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o022:
-        raise CppBuildError(f"refusing to load kernels from {path}: it must be owned by this "
-                            "user and not writable by others (loading a library runs its code)")
-    return path
+    try:
+        return config.private_cache_dir("cpp")
+    except config.UnsafeCacheDir as error:
+        raise CppBuildError(str(error)) from error
 
 
 def build_library(source: str, name: str, *, extra_flags: Sequence[str] = ()) -> CppLibrary:
     """Compile ``source`` to a shared library (or reuse the cached one) and load it."""
     kernel = sanitize_identifier(name)
     compiler = find_compiler(kernel)
-    flags = [*SEMANTIC_FLAGS, *env_tuning_flags(), *extra_flags]
+    flags = [*SEMANTIC_FLAGS, *config.cpp_tuning_flags(), *extra_flags]
     key_parts = {"format": _CACHE_FORMAT, "source": source, "flags": flags, "name": kernel,
                  "compiler": compiler_identity(tuple(compiler)),
                  "prelude": _prelude_digest(),

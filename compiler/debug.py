@@ -44,7 +44,7 @@ def _stage_text(out: Any) -> str:
         return "\n\n".join(f"# {k}\n{getattr(v, 'source', v)}" for k, v in out.items())
     if hasattr(out, "steps"):
         return "\n".join(str(s) for s in out.steps) + "\n\nrefused fusions:\n" + "\n".join(
-            f"  {r.producer} -> {r.consumer}: {r.reason}" for r in out.refusals)
+            f"  {r}" for r in out.refusals)
     return str(out)
 
 

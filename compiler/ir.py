@@ -76,10 +76,6 @@ class ReduceOp(enum.Enum):
     ARGMIN = "argmin"
 
 
-UNARY = frozenset({Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.ERF, Op.FLOOR,
-                   Op.CEIL, Op.ISNAN, Op.NOT, Op.BITNOT, Op.CAST})
-BINARY = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN, Op.EQ, Op.NE, Op.LT,
-                    Op.LE, Op.GT, Op.GE, Op.AND, Op.OR, Op.BITAND, Op.BITOR, Op.BITXOR, Op.SHL, Op.SHR})
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 
 

@@ -1,30 +1,39 @@
 """Lowering: an ATen FX graph -> a LoweredGraph of loop nodes and extern calls.
 
-During lowering every FX value is a ``TensorValue``:
-
-* ``Lazy``: an unrealized pointwise expression over its own XVARs. Consumers inline
-  it, which is how pointwise chains fuse and how producers fuse into reductions.
-* ``Strided``: a strided window onto a buffer. Views of buffers stay ``Strided``
-  (new sizes/strides/offset), so views never materialize.
-
-Lowering rules live in ``compiler.lowerings`` and are registered in ``LOWERINGS``.
-A rule raises ``Unsupported`` to have the op run as an extern call instead.
+``GraphLowering`` walks the graph once. Every FX value is a ``TensorValue`` (``Lazy``: an
+unrealized pointwise expression consumers inline; ``Strided``: a window onto a buffer), see
+``compiler.lowerings.rules``; the rules themselves live in ``compiler.lowerings``. A rule
+raises ``Unsupported`` to have the op run as an extern call instead. Lowering emits only the
+IR ops the chosen renderer can emit (its ``Capabilities``).
 """
 
 from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 
 from compiler import ir
+from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
+from compiler.lowerings.rules import (
+    LOWERINGS,
+    Lazy,
+    Strided,
+    TensorValue,
+    Unsupported,
+    as_expr,
+    broadcast_read,
+    count_ops,
+    find_rule,
+    identity_index,
+    read,
+    register,
+)
 from compiler.report import ExternReason
 
 aten = torch.ops.aten
@@ -41,15 +50,6 @@ MAX_INLINE_READS = 4
 MAX_LAZY_DEPTH = 64
 
 
-class Unsupported(Exception):
-    """A lowering rule declines this call; the op becomes an extern call."""
-
-    def __init__(self, reason: ExternReason, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-
 class SymbolicShapes(Exception):
     """The graph has symbolic sizes; this compiler specializes on static shapes."""
 
@@ -60,76 +60,13 @@ class SymbolicShapes(Exception):
         super().__init__(f"{message}; {self.HINT}")
 
 
-@dataclass(frozen=True)
-class Lazy:
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    expr: Expr  # over XVAR(0..len(shape)-1)
-
-
-# A strided window onto a buffer is exactly what the wrapper sees as a View.
-Strided = View
-
-
-TensorValue = Lazy | Strided
-LoweringRule = Callable[..., Any]
-LOWERINGS: dict[Any, LoweringRule] = {}
-
-
-def register(*ops: Any) -> Callable[[LoweringRule], LoweringRule]:
-    """Register a rule for OpOverloads or whole OpOverloadPackets."""
-
-    def wrap(fn: LoweringRule) -> LoweringRule:
-        for op in ops:
-            LOWERINGS[op] = fn
-        return fn
-
-    return wrap
-
-
-def find_rule(target: Any) -> LoweringRule | None:
-    if target in LOWERINGS:
-        return LOWERINGS[target]
-    packet = getattr(target, "overloadpacket", None)
-    return LOWERINGS.get(packet)
-
-
-def read(value: TensorValue, index: list[Expr]) -> Expr:
-    """The element of ``value`` at ``index`` (one int64 expression per dim)."""
-    if isinstance(value, Lazy):
-        if not value.shape:
-            return value.expr
-        return ir.substitute(value.expr, {ir.xvar(d): idx for d, idx in enumerate(index)})
-    flat = ir.linear_index(index, value.stride, value.offset)
-    return ir.load(value.buffer, flat, value.dtype)
-
-
-def identity_index(shape: tuple[int, ...]) -> list[Expr]:
-    return [ir.xvar(d) if n != 1 else ir.const(0, ir.INDEX_DTYPE) for d, n in enumerate(shape)]
-
-
-def as_expr(value: TensorValue) -> Expr:
-    return read(value, identity_index(value.shape))
-
-
-def broadcast_read(value: TensorValue, out_shape: tuple[int, ...]) -> Expr:
-    """Read ``value`` broadcast to ``out_shape``, indexed by the output's XVARs."""
-    lead = len(out_shape) - len(value.shape)
-    index = []
-    for d, n in enumerate(value.shape):
-        index.append(ir.const(0, ir.INDEX_DTYPE) if n == 1 else ir.xvar(lead + d))
-    return read(value, index)
-
-
-def count_ops(expr: Expr) -> int:
-    return sum(1 for e in expr.walk() if e.src)
-
-
 class GraphLowering:
     """Walks an ATen FX graph once, building a LoweredGraph."""
 
-    def __init__(self, gm: torch.fx.GraphModule, device: torch.device) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, device: torch.device,
+                 capabilities: Capabilities = ANY_RENDERER) -> None:
         self.gm = gm
+        self.capabilities = capabilities  # the chosen renderer's: its op table and limits
         self.graph = LoweredGraph(inputs=[], device=device)
         self._counter = 0
         self.origin: str = ""
@@ -277,10 +214,41 @@ class GraphLowering:
             return self.extern(node, args, kwargs, ExternReason.UNSUPPORTED_DTYPE, "complex tensors")
         if rule is None:
             return self.extern(node, args, kwargs, ExternReason.NO_LOWERING, "no lowering rule")
+        first_new = len(self.graph.nodes)
         try:
-            return rule(self, node, *args, **kwargs)
+            value = rule(self, node, *args, **kwargs)
         except Unsupported as why:
             return self.extern(node, args, kwargs, why.reason, why.message)
+        if self.capabilities.ops == ANY_RENDERER.ops:
+            return value
+        value, missing = self.fit_to_renderer(value, first_new)
+        if missing:
+            del self.graph.nodes[first_new:]  # only the discarded value refers to them
+            names = ", ".join(sorted(op.value for op in missing))
+            return self.extern(node, args, kwargs, ExternReason.RENDERER_OP,
+                               f"the {self.capabilities.codegen} renderer cannot emit {names}")
+        return value
+
+    def fit_to_renderer(self, value: Any, first_new: int) -> tuple[Any, set[Op]]:
+        """``value`` and the nodes this call added, rewritten into the renderer's op table
+        (``compiler.ir_rewrites``); the ops no rule could replace."""
+        from compiler.ir_rewrites import rewrite_for
+
+        ops, missing = self.capabilities.ops, set()
+        for node in self.graph.nodes[first_new:]:
+            if isinstance(node, ComputedNode) and self.capabilities.missing(node.body):
+                node.body = rewrite_for(node.body, ops)
+                missing |= self.capabilities.missing(node.body)
+
+        def fit(v: Any) -> Any:
+            if isinstance(v, Lazy) and self.capabilities.missing(v.expr):
+                v = Lazy(v.shape, v.dtype, rewrite_for(v.expr, ops))
+                missing.update(self.capabilities.missing(v.expr))
+            elif isinstance(v, (list, tuple)):
+                return type(v)(fit(x) for x in v)
+            return v
+
+        return fit(value), missing
 
     def maybe_realize(self, node: torch.fx.Node, value: Any) -> Any:
         """Realize big lazy expressions that several users would otherwise recompute."""
@@ -400,13 +368,18 @@ def check_static(t: torch.Tensor, where: str) -> None:
             raise SymbolicShapes(f"{where} has symbolic size/stride {tuple(t.shape)}")
 
 
-def lower(gm: torch.fx.GraphModule, device: torch.device) -> LoweredGraph:
+def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabilities = ANY_RENDERER
+          ) -> LoweredGraph:
+    """The loop IR of ``gm``, in the ops the chosen renderer can emit."""
     import compiler.lowerings  # noqa: F401  (registers the rules)
+    from compiler.replay.record import observe
 
-    return GraphLowering(gm, device).run()
+    observe(gm)  # records the graph while ``python -m compiler.replay --capture`` runs the tests
+    return GraphLowering(gm, device, capabilities).run()
 
 
 __all__ = [
+    "LOWERINGS",
     "GraphLowering",
     "Lazy",
     "Op",

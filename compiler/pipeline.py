@@ -19,10 +19,11 @@ import torch.fx
 
 from compiler import debug
 from compiler.codegen.base import RenderedKernel, Renderer
+from compiler.codegen.registry import renderer_for
 from compiler.graph import LoweredGraph
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport
-from compiler.runtime import KernelLauncher, parallel_map
+from compiler.runtime import KernelLauncher, launcher_for, parallel_map
 from compiler.scheduler import Kernel, Schedule, schedule
 from compiler.wrapper import Wrapper, generate_wrapper
 
@@ -55,42 +56,16 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
     return cuda[0] if cuda else torch.device("cpu")
 
 
-def make_renderer(codegen: str, device: torch.device) -> Renderer:
-    if codegen == "triton":
-        from compiler.codegen.triton import TritonRenderer
-
-        return TritonRenderer(interpret=device.type != "cuda")
-    if codegen == "cpp":
-        if device.type != "cpu":
-            raise ValueError(f"codegen 'cpp' runs on CPU tensors; this graph's tensors are on {device}")
-        try:
-            from compiler.codegen.cpp import CppRenderer
-        except ImportError as why:
-            raise NotImplementedError("the C++ codegen is not available in this build; "
-                                      "use options={'codegen': 'triton'}") from why
-        return CppRenderer()
-    raise ValueError(f"unknown codegen {codegen!r}")
-
-
-def make_launcher(renderer: Renderer, rendered: RenderedKernel, device: torch.device) -> Any:
-    if rendered.codegen == "triton":
-        return KernelLauncher(rendered, interpret=device.type != "cuda")
-    from compiler.codegen.cpp import CppLauncher
-
-    return CppLauncher(rendered)
-
-
-def load_kernels(renderer: Renderer, rendered: dict[str, RenderedKernel], device: torch.device,
-                 lowered: LoweredGraph) -> dict[str, Any]:
+def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
+                 kernels: dict[str, Kernel]) -> dict[str, Any]:
     """Every kernel built and loaded, several at once (``config.compile_threads()``): C++
     libraries, and on the GPU each Triton launch config, which Triton would otherwise build one
     by one during the graph's first call."""
     names = list(rendered)
-    loaded = parallel_map(lambda n: make_launcher(renderer, rendered[n], device), names)
+    loaded = parallel_map(lambda n: launcher_for(rendered[n], device), names)
     launchers = dict(zip(names, loaded))
-    buffers = lowered.buffers()
     jobs = [job for n in names if isinstance(launchers[n], KernelLauncher)
-            for job in launchers[n].precompile_jobs([buffers[a].dtype for a in rendered[n].args])]
+            for job in launchers[n].precompile_jobs([kernels[n].param(a).dtype for a in rendered[n].args])]
     parallel_map(lambda job: job(), jobs)
     return launchers
 
@@ -119,19 +94,21 @@ class GraphCompilation:
 
     def compile(self) -> Wrapper:
         debug.graph_start(self)
-        lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device)
-        sched: Schedule = self.run_pass("schedule", schedule, lowered)
-        renderer = self.run_pass("select_renderer", make_renderer, self.codegen, self.device)
+        # chosen first: lowering and scheduling work within what this renderer can emit
+        renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
+        lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities)
+        sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
             "render", lambda: {k.name: renderer.render(k) for k in kernels})
-        launchers = self.run_pass("load", load_kernels, renderer, rendered, self.device, lowered)
+        launchers = self.run_pass("load", load_kernels, rendered, self.device,
+                                  {k.name: k for k in kernels})
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, lowered, sched, rendered, launchers)
-        self.fill_report(lowered, sched, rendered)
+        self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)
         return wrapper
 
-    def fill_report(self, lowered: LoweredGraph, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
+    def fill_report(self, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
         for step in sched.steps:
             if isinstance(step, Kernel):
                 r = rendered[step.name]

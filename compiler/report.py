@@ -24,6 +24,7 @@ class ExternReason(str, enum.Enum):
     UNSUPPORTED_DTYPE = "unsupported_dtype"
     UNSUPPORTED_ARGS = "unsupported_args"  # the lowering refused these arguments
     RANDOMNESS = "randomness"  # RNG ops keep ATen's generator semantics
+    RENDERER_OP = "renderer_op"  # the chosen renderer cannot emit an IR op the lowering needs
 
 
 class FallbackReason(str, enum.Enum):
@@ -31,7 +32,6 @@ class FallbackReason(str, enum.Enum):
 
     COMPILER_ERROR = "compiler_error"
     SYMBOLIC_SHAPES = "symbolic_shapes"
-    UNSUPPORTED_GRAPH = "unsupported_graph"
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,31 @@ class ExternReport:
     message: str = ""
 
 
+class FusionReason(str, enum.Enum):
+    """Why the scheduler did not put a node into a kernel (Inductor's WhyNoFuse, as data)."""
+
+    REDUCTION_MISMATCH = "reduction_mismatch"  # a reduction over other outer or reduced dims
+    PROLOGUE_SHAPE = "prologue_shape"  # a reduction's input side is not the kernel's iteration space
+    ROW_TOO_LARGE = "row_too_large"  # a looped (multi-block) reduction takes no fused producers
+    NEEDS_PERSISTENT = "needs_persistent"  # an input-side consumer needs the whole row in one block
+    ITERATION_SPACE = "iteration_space"  # a pointwise node over other dims than the kernel's
+    LOOPED_REDUCTION_CHAIN = "looped_reduction_chain"  # a looped reduction reading one of the kernel's
+    CROSS_PROGRAM_READ = "cross_program_read"  # reads a kernel-local value at another element
+    TOO_DEEP = "too_deep"  # the fused expression would pass the scheduler's depth limit
+
+
 @dataclass(frozen=True)
 class FusionRefusal:
-    """A fusion the scheduler considered and refused (Inductor's WhyNoFuse)."""
+    """A fusion the scheduler considered and refused: ``reason`` for tests and aggregation,
+    ``message`` with the shapes or indices involved for people."""
 
     producer: str
     consumer: str
-    reason: str
+    reason: FusionReason
+    message: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.producer} -> {self.consumer}: {self.reason.value}: {self.message}".rstrip(": ")
 
 
 @dataclass

@@ -34,9 +34,9 @@ _TUNED: dict[str, tuple[tuple[int, ...], dict]] = {}
 
 
 def triton_source_dir() -> Path:
-    path = config.cache_root() / "triton"
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    """Where generated Triton modules are written before import: ``<cache root>/triton``, with
+    the ownership check the C++ cache has (importing a module runs it)."""
+    return config.private_cache_dir("triton")
 
 
 def load_module(source: str, stem: str) -> Any:
@@ -150,3 +150,47 @@ class KernelLauncher:
         if config.debug_level() >= 1:
             table = ", ".join(f"{m} {t * 1e3:.1f}us" for t, _, m in timings)
             print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)
+
+
+class CppLauncher:
+    """A built and loaded C++ kernel; ``launcher(*tensors)`` calls it on their data pointers.
+
+    Tensors may be non-contiguous views: the kernel indexes with the strides it was
+    compiled for, relative to each tensor's ``data_ptr``. The C++ call releases the GIL.
+    """
+
+    def __init__(self, rendered: RenderedKernel) -> None:
+        import ctypes
+
+        from compiler import cpp_build
+
+        self.rendered = rendered
+        self.library = cpp_build.build_library(rendered.source, rendered.name, extra_flags=EXTRA_FLAGS)
+        symbol = rendered.symbol or cpp_build.sanitize_identifier(rendered.name)
+        self.fn = self.library.function(symbol, [ctypes.c_void_p] * len(rendered.args))
+        divides = any(h in rendered.source for h in ("crucible::div_trunc", "crucible::mod_trunc",
+                                                      "crucible::div_floor"))
+        self.take_zero_division = (self.library.function("crucible_take_zero_division", [], ctypes.c_int)
+                                   if divides else None)
+
+    def __call__(self, *tensors: torch.Tensor) -> None:
+        self.fn(*[t.data_ptr() for t in tensors])
+        if self.take_zero_division is not None and self.take_zero_division():
+            raise RuntimeError(f"ZeroDivisionError (integer division by zero in {self.rendered.name})")
+
+
+# Integer overflow wraps like ATen's through the prelude's wrap_* helpers, not -fwrapv (which
+# blocks vectorizing strided loads, see cpp_prelude.h). -fno-trapping-math: floating-point
+# exceptions are not observable from torch, and without it g++ will not vectorize floor/ceil/
+# float-int conversions (so neither exp_f32); values are unchanged (unlike -ffast-math, it allows
+# no reassociation and keeps NaN/inf/-0.0 semantics).
+EXTRA_FLAGS = ("-fno-trapping-math",)
+
+
+def launcher_for(rendered: RenderedKernel, device: torch.device) -> KernelLauncher | CppLauncher:
+    """The launcher of a rendered kernel: the runtime's one way to load and call kernels."""
+    if rendered.codegen == "triton":
+        return KernelLauncher(rendered, interpret=device.type != "cuda")
+    if rendered.codegen == "cpp":
+        return CppLauncher(rendered)
+    raise ValueError(f"no launcher for codegen {rendered.codegen!r}")

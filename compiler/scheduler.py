@@ -17,48 +17,69 @@ A buffer is stored only if something outside its kernel reads it.
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from compiler import ir
-from compiler.graph import ComputedNode, ExternNode, LoweredGraph, View, numel
+from compiler.capabilities import ANY_RENDERER, MAX_PERSISTENT_RNUMEL, Capabilities
+from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, numel
 from compiler.ir import Expr, Op
-from compiler.report import FusionRefusal
+from compiler.report import FusionReason, FusionRefusal
 
 # Fusion forwards a producer's value into its consumer's expression; past this depth the
 # consumer starts a new kernel instead (renderers recurse over expressions).
 MAX_FUSED_DEPTH = 192
 
-# Reductions up to this many elements keep a whole row in one block ("persistent"),
-# which lets several reductions and their consumers share one kernel.
-MAX_PERSISTENT_RNUMEL = 32768
 
 
-@dataclass
+class Level(str, enum.Enum):
+    """Where a fused node's values live in a kernel."""
+
+    X = "x"  # one value per outer point
+    XR = "xr"  # one value per outer x reduced point (a reduction's input side)
+
+
+@dataclass(frozen=True)
 class Store:
     buffer: str
     index: Expr
     value: Expr
-    level: str  # "x" (one value per outer point) | "xr" (one per outer x reduction point)
+    level: Level
 
 
-@dataclass
+@dataclass(frozen=True)
+class Param:
+    """A buffer a kernel touches: everything a renderer, the runtime and the wrapper need of it."""
+
+    buffer: str
+    dtype: torch.dtype
+    span: int  # elements addressed from the buffer's first element (decides index width)
+    read: bool
+    written: bool
+
+
+@dataclass(frozen=True)
 class Kernel:
+    """One scheduled kernel, the hand-off to renderers, runtime and wrapper (nothing after
+    scheduling reads the lowered graph). ``stores`` holds every fused node in program order;
+    those in ``kept`` are written to memory, the others live in registers."""
+
     name: str
-    ranges: tuple[int, ...]
-    rranges: tuple[int, ...] = ()
-    stores: list[Store] = field(default_factory=list)  # every fused node, stored or not
-    node_names: list[str] = field(default_factory=list)
-    origins: list[str] = field(default_factory=list)
-    # produced buffer -> (store index, value, level), for register reuse inside the kernel
-    produced: dict[str, tuple[Expr, Expr, str]] = field(default_factory=dict)
+    ranges: tuple[int, ...]  # outer dims (XVARs), size-1 dims dropped, adjacent ones merged
+    rranges: tuple[int, ...] = ()  # reduced dims (RVARs)
+    stores: tuple[Store, ...] = ()
+    kept: frozenset[str] = frozenset()
+    params: tuple[Param, ...] = ()  # every buffer the kept stores read or write, in first-use order
+    node_names: tuple[str, ...] = ()
+    origins: tuple[str, ...] = ()  # ATen ops computed here, in program order
+    persistent: bool = True  # a reduction's whole row fits one block (the renderer's limit)
 
     @property
     def is_reduction(self) -> bool:
         return bool(self.rranges)
-
-    @property
-    def persistent(self) -> bool:
-        return numel(self.rranges) <= MAX_PERSISTENT_RNUMEL
 
     @property
     def xnumel(self) -> int:
@@ -68,28 +89,94 @@ class Kernel:
     def rnumel(self) -> int:
         return numel(self.rranges)
 
+    @property
+    def max_span(self) -> int:
+        """The largest element offset any parameter is addressed at (plus one), for index width."""
+        return max((p.span for p in self.params), default=0)
+
     def live_stores(self) -> list[Store]:
         return [s for s in self.stores if s.buffer in self.kept]
 
-    kept: set[str] = field(default_factory=set)
-    buffer_sizes: dict[str, int] = field(default_factory=dict)  # elements each buffer spans
+    def param(self, buffer: str) -> Param:
+        for p in self.params:
+            if p.buffer == buffer:
+                return p
+        raise KeyError(f"{buffer} is not a parameter of {self.name}")
 
     def __str__(self) -> str:
         head = f"kernel {self.name} ranges={list(self.ranges)} rranges={list(self.rranges)}"
         lines = [head]
         for s in self.stores:
             mark = "store" if s.buffer in self.kept else "local"
-            lines.append(f"  {mark} {s.buffer}[{ir.render_expr(s.index)}] ({s.level}) = {ir.render_expr(s.value)}")
+            lines.append(f"  {mark} {s.buffer}[{ir.render_expr(s.index)}] ({s.level.value}) = "
+                         f"{ir.render_expr(s.value)}")
         return "\n".join(lines)
 
 
+def make_kernel(name: str, ranges: tuple[int, ...], stores: Sequence[Store], kept: Iterable[str],
+                rranges: tuple[int, ...] = (), node_names: Sequence[str] = (), origins: Sequence[str] = (),
+                buffers: Mapping[str, Buffer] | None = None,
+                max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL) -> Kernel:
+    """A frozen kernel with its parameter list derived from its stores. Without ``buffers`` (hand-built
+    IR in tests) a parameter's dtype is the one it is loaded or stored as and its span is unknown (0)."""
+    kept = frozenset(kept)
+    found: dict[str, dict] = {}
+
+    def touch(buffer: str, dtype: torch.dtype, write: bool) -> None:
+        entry = found.setdefault(buffer, {"dtype": dtype, "read": False, "written": False})
+        entry["written" if write else "read"] = True
+
+    for s in stores:
+        if s.buffer not in kept:
+            continue
+        for e in ir.loads(s.value):
+            touch(e.arg, e.dtype, write=False)
+        touch(s.buffer, s.value.dtype, write=True)
+    params = []
+    for buffer, entry in found.items():
+        buf = buffers.get(buffer) if buffers is not None else None
+        params.append(Param(buffer, buf.dtype if buf is not None else entry["dtype"],
+                            buf.storage_size if buf is not None else 0, entry["read"], entry["written"]))
+    return Kernel(name, tuple(ranges), tuple(rranges), tuple(stores), kept, tuple(params), tuple(node_names),
+                  tuple(origins), numel(tuple(rranges)) <= max_persistent_rnumel)
+
+
 Step = Kernel | ExternNode
+Refusal = tuple[FusionReason, str]
 
 
 @dataclass
 class Schedule:
     steps: list[Step]
     refusals: list[FusionRefusal]
+    buffers: dict[str, Buffer] = field(default_factory=dict)  # every buffer of the graph, by name
+
+
+@dataclass
+class _KernelBuilder:
+    """A kernel while the scheduler fills it; frozen into a ``Kernel`` once scheduling is done."""
+
+    name: str
+    ranges: tuple[int, ...]
+    rranges: tuple[int, ...] = ()
+    stores: list[Store] = field(default_factory=list)
+    node_names: list[str] = field(default_factory=list)
+    origins: list[str] = field(default_factory=list)
+    # produced buffer -> (store index, value, level), for register reuse inside the kernel
+    produced: dict[str, tuple[Expr, Expr, Level]] = field(default_factory=dict)
+    kept: set[str] = field(default_factory=set)
+    max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL
+
+    is_reduction = Kernel.is_reduction
+    rnumel = Kernel.rnumel
+
+    @property
+    def persistent(self) -> bool:
+        return self.rnumel <= self.max_persistent_rnumel
+
+    def freeze(self, buffers: Mapping[str, Buffer]) -> Kernel:
+        return make_kernel(self.name, self.ranges, self.stores, self.kept, self.rranges, self.node_names,
+                           self.origins, buffers, self.max_persistent_rnumel)
 
 
 def _canonical(node: ComputedNode) -> tuple[tuple[int, ...], tuple[int, ...], dict[Expr, Expr], dict[Expr, Expr]]:
@@ -116,9 +203,10 @@ class Scheduler:
     its inputs (not only the newest), so work that an extern call separates in
     program order, like a saved activation recomputed after a matmul, still fuses."""
 
-    def __init__(self, graph: LoweredGraph) -> None:
+    def __init__(self, graph: LoweredGraph, capabilities: Capabilities = ANY_RENDERER) -> None:
         self.graph = graph
-        self.steps: list[Step] = []
+        self.max_persistent_rnumel = capabilities.max_persistent_rnumel
+        self.steps: list[_KernelBuilder | ExternNode] = []
         self.refusals: list[FusionRefusal] = []
         self.producer: dict[str, int] = {}  # buffer -> index of the step that makes it
 
@@ -134,18 +222,20 @@ class Scheduler:
             else:
                 self.add(node)
         self.decide_stores()
-        # a kernel none of whose values anyone reads (dead code the graph kept) is not generated
-        self.steps = [s for s in self.steps if not isinstance(s, Kernel) or s.kept]
-        sizes = {name: buf.storage_size for name, buf in self.graph.buffers().items()}
+        buffers = self.graph.buffers()
+        steps: list[Step] = []
         for step in self.steps:
-            if isinstance(step, Kernel):
+            if isinstance(step, ExternNode):
+                steps.append(step)
+            elif step.kept:  # a kernel whose values nobody reads (dead code the graph kept) is dropped
                 merge_loops(step)
-                step.buffer_sizes = sizes
-        return Schedule(self.steps, self.refusals)
+                steps.append(step.freeze(buffers))
+        return Schedule(steps, self.refusals, buffers)
 
-    def new_kernel(self, ranges: tuple[int, ...], rranges: tuple[int, ...]) -> Kernel:
-        index = sum(1 for s in self.steps if isinstance(s, Kernel))
-        return Kernel(f"kernel{index}", ranges, rranges)
+    def new_kernel(self, ranges: tuple[int, ...], rranges: tuple[int, ...]) -> _KernelBuilder:
+        index = sum(1 for s in self.steps if isinstance(s, _KernelBuilder))
+        return _KernelBuilder(f"kernel{index}", ranges, rranges,
+                              max_persistent_rnumel=self.max_persistent_rnumel)
 
     def add(self, node: ComputedNode) -> None:
         outer, red, xmap, rmap = _canonical(node)
@@ -154,14 +244,14 @@ class Scheduler:
         first_refusal = None
         for pos in range(len(self.steps) - 1, max(earliest, 0) - 1, -1):
             k = self.steps[pos]
-            if not isinstance(k, Kernel):
+            if not isinstance(k, _KernelBuilder):
                 continue
             why = self.try_fuse(k, node, outer, red, xmap, rmap)
             if why is None:
                 self.producer[node.name] = pos
                 return
             if first_refusal is None:
-                first_refusal = FusionRefusal(k.node_names[-1], node.name, why)
+                first_refusal = FusionRefusal(k.node_names[-1], node.name, *why)
         if first_refusal is not None:
             self.refusals.append(first_refusal)
         k = self.new_kernel(outer, red)
@@ -170,34 +260,41 @@ class Scheduler:
         self.steps.append(k)
         self.producer[node.name] = len(self.steps) - 1
 
-    def try_fuse(self, k: Kernel, node: ComputedNode, outer: tuple[int, ...], red: tuple[int, ...],
-                 xmap: dict[Expr, Expr], rmap: dict[Expr, Expr]) -> str | None:
+    def try_fuse(self, k: _KernelBuilder, node: ComputedNode, outer: tuple[int, ...], red: tuple[int, ...],
+                 xmap: dict[Expr, Expr], rmap: dict[Expr, Expr]) -> Refusal | None:
         """Add ``node`` to kernel ``k`` and return None, or return why it cannot join."""
         upgrade = False
         if red:  # a reduction
             if k.is_reduction:
                 if (outer, red) != (k.ranges, k.rranges):
-                    return f"reduction space {outer}|{red} differs from kernel {k.ranges}|{k.rranges}"
+                    return (FusionReason.REDUCTION_MISMATCH,
+                            f"reduction space {outer}|{red} differs from kernel {k.ranges}|{k.rranges}")
             elif k.stores and k.ranges not in (outer, outer + red):
-                return f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}"
-            elif k.stores and k.ranges == outer + red and numel(red) > MAX_PERSISTENT_RNUMEL:
-                return "reduction too large to keep a row in one block; producers are not fused"
+                return (FusionReason.PROLOGUE_SHAPE,
+                        f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}")
+            elif k.stores and k.ranges == outer + red and numel(red) > self.max_persistent_rnumel:
+                return (FusionReason.ROW_TOO_LARGE, f"rows of {numel(red)} elements (persistent up to "
+                        f"{self.max_persistent_rnumel}) do not fit one block; producers are not fused")
             upgrade = not k.is_reduction
-            level = "x"
+            level = Level.X
             mapping = {v: _var(ir.xvar, i) for v, i in xmap.items()} | {v: _var(ir.rvar, i) for v, i in rmap.items()}
         elif not k.stores or outer == k.ranges:
-            level = "x"
+            level = Level.X
             mapping = {v: _var(ir.xvar, i) for v, i in xmap.items()}
         elif k.is_reduction and outer == k.ranges + k.rranges:
             if not k.persistent:
-                return "consumer at the reduction's input shape needs a persistent (single-block) reduction"
-            level = "xr"
+                return (FusionReason.NEEDS_PERSISTENT,
+                        f"consumer over {outer} needs the reduction's rows of {k.rnumel} elements in one "
+                        f"block (persistent up to {self.max_persistent_rnumel})")
+            level = Level.XR
             nx = len(k.ranges)
             mapping = {v: (_var(ir.xvar, i) if i is None or i < nx else ir.rvar(i - nx)) for v, i in xmap.items()}
         else:
-            return f"iteration space {outer} does not match kernel {k.ranges}|{k.rranges}"
+            return (FusionReason.ITERATION_SPACE,
+                    f"iteration space {outer} does not match kernel {k.ranges}|{k.rranges}")
         if red and k.is_reduction and not k.persistent and self.reads_local(k, node):
-            return "a looped reduction cannot consume another reduction of the same kernel"
+            return (FusionReason.LOOPED_REDUCTION_CHAIN,
+                    "a looped reduction cannot consume another reduction of the same kernel")
         value = ir.substitute(node.body, mapping)
         value, why = self.forward_locals(k, value)
         if why:
@@ -217,13 +314,13 @@ class Scheduler:
         return None
 
     @staticmethod
-    def upgrade(k: Kernel, outer: tuple[int, ...], red: tuple[int, ...]) -> None:
+    def upgrade(k: _KernelBuilder, outer: tuple[int, ...], red: tuple[int, ...]) -> None:
         """Turn a pointwise kernel into a reduction kernel's x or xr level."""
         if k.ranges == outer:
-            level, mapping = "x", {}
+            level, mapping = Level.X, {}
         else:
             nx = len(outer)
-            level = "xr"
+            level = Level.XR
             mapping = {ir.xvar(i): ir.rvar(i - nx) for i in range(nx, nx + len(red))}
 
         def move(e: Expr) -> Expr:
@@ -232,10 +329,10 @@ class Scheduler:
         k.stores = [Store(s.buffer, move(s.index), ir.substitute(s.value, mapping), level) for s in k.stores]
         k.produced = {s.buffer: (s.index, s.value, level) for s in k.stores}
 
-    def reads_local(self, k: Kernel, node: ComputedNode) -> bool:
+    def reads_local(self, k: _KernelBuilder, node: ComputedNode) -> bool:
         return any(e.arg in k.produced for e in ir.loads(node.body))
 
-    def forward_locals(self, k: Kernel, value: Expr) -> tuple[Expr, str | None]:
+    def forward_locals(self, k: _KernelBuilder, value: Expr) -> tuple[Expr, Refusal | None]:
         """Replace loads of kernel-local buffers with the producer's value."""
         mapping: dict[Expr, Expr] = {}
         for e in ir.loads(value):
@@ -244,25 +341,26 @@ class Scheduler:
                 continue
             index, produced_value, _level = hit
             if e.src[0] != index:
-                return value, (f"reads kernel-local {e.arg} at {ir.render_expr(e.src[0])}, "
-                               f"produced at {ir.render_expr(index)}")
+                return value, (FusionReason.CROSS_PROGRAM_READ, f"reads kernel-local {e.arg} at "
+                               f"{ir.render_expr(e.src[0])}, produced at {ir.render_expr(index)}")
             mapping[e] = ir.cast(produced_value, e.dtype)
         if not mapping:
             return value, None
         fused = ir.substitute(value, mapping)
         if fused.depth > MAX_FUSED_DEPTH:
-            return value, f"fused expression would be {fused.depth} deep (limit {MAX_FUSED_DEPTH})"
+            return value, (FusionReason.TOO_DEEP,
+                           f"fused expression would be {fused.depth} deep (limit {MAX_FUSED_DEPTH})")
         return fused, None
 
     def decide_stores(self) -> None:
         needed: set[str] = set()
-        owner: dict[str, Kernel] = {}
+        owner: dict[str, _KernelBuilder] = {}
         for step in self.steps:
-            if isinstance(step, Kernel):
+            if isinstance(step, _KernelBuilder):
                 for s in step.stores:
                     owner[s.buffer] = step
         for step in self.steps:
-            if isinstance(step, Kernel):
+            if isinstance(step, _KernelBuilder):
                 for s in step.stores:
                     for e in ir.loads(s.value):
                         if owner.get(e.arg) is not step:
@@ -271,7 +369,7 @@ class Scheduler:
                 needed.update(_views_in((step.args, step.kwargs)))
         needed.update(_views_in(self.graph.outputs))
         for step in self.steps:
-            if isinstance(step, Kernel):
+            if isinstance(step, _KernelBuilder):
                 step.kept = {s.buffer for s in step.stores if s.buffer in needed}
 
 
@@ -287,7 +385,7 @@ def _views_in(obj: object) -> set[str]:
 
 # --- loop merging ---------------------------------------------------------------
 
-def _var_sites(k: Kernel) -> tuple[list[Expr], set[Expr]]:
+def _var_sites(k: _KernelBuilder) -> tuple[list[Expr], set[Expr]]:
     """Affine index sites, and the vars used anywhere else (which block merging)."""
     sites: list[Expr] = []
     values = [s.value for s in k.stores]
@@ -323,7 +421,7 @@ def _vars_outside_indices(value: Expr) -> set[Expr]:
     return found
 
 
-def _try_merge(k: Kernel, kind: Op) -> bool:
+def _try_merge(k: _KernelBuilder, kind: Op) -> bool:
     sizes = list(k.ranges if kind is Op.XVAR else k.rranges)
     make = ir.xvar if kind is Op.XVAR else ir.rvar
     sites, blocked = _var_sites(k)
@@ -360,7 +458,7 @@ def _resite(index: Expr, mapping: dict[Expr, Expr]) -> Expr:
     return ir.from_affine(aff) if aff is not None else out
 
 
-def merge_loops(k: Kernel) -> None:
+def merge_loops(k: _KernelBuilder) -> None:
     """Merge adjacent dims that every access walks contiguously (fewer div/mods)."""
     k.produced = {}
     while _try_merge(k, Op.XVAR):
@@ -369,5 +467,6 @@ def merge_loops(k: Kernel) -> None:
         pass
 
 
-def schedule(graph: LoweredGraph) -> Schedule:
-    return Scheduler(graph).run()
+def schedule(graph: LoweredGraph, capabilities: Capabilities = ANY_RENDERER) -> Schedule:
+    """Kernels for ``graph`` under the chosen renderer's limits."""
+    return Scheduler(graph, capabilities).run()

@@ -30,9 +30,11 @@ class _WrapperWriter:
         self.graph = graph
         self.schedule = schedule
         self.rendered = rendered
-        self.buffers = graph.buffers()
+        self.buffers = schedule.buffers
         self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device,
                                         "with_strides": with_strides, **graph.constants}
+        # checked interpreter runs: a fresh or reused buffer's bytes count as unwritten (simulator/)
+        self.fresh = checked_allocation(graph.device, self.globals)
         self.lines: list[str] = []
         self.consts: list[Any] = []
         self.globals["consts"] = self.consts
@@ -64,10 +66,13 @@ class _WrapperWriter:
         pool = self.free.get(key) if buf.is_contiguous else None
         if pool:
             old = pool.pop()
-            self.lines.append(f"{buf.name} = {old}.view({tuple(buf.shape)})  # reuses {old}")
+            self.lines.append(f"{buf.name} = {self.checked(f'{old}.view({tuple(buf.shape)})')}  # reuses {old}")
             return
-        self.lines.append(f"{buf.name} = torch.empty_strided({tuple(buf.shape)}, {tuple(buf.stride)}, "
-                          f"dtype={buf.dtype}, device=device)")
+        self.lines.append(f"{buf.name} = " + self.checked(f"torch.empty_strided({tuple(buf.shape)}, "
+                                                          f"{tuple(buf.stride)}, dtype={buf.dtype}, device=device)"))
+
+    def checked(self, allocation: str) -> str:
+        return f"{self.fresh}({allocation})" if self.fresh else allocation
 
     def last_uses(self) -> dict[str, int]:
         last: dict[str, int] = {}
@@ -107,6 +112,7 @@ class _WrapperWriter:
             buf = self.buffers[name]
             if buf.kind == "computed":
                 self.allocate(buf)
+        read = set(last) | outputs
         for i, step in enumerate(self.schedule.steps):
             if isinstance(step, Kernel):
                 for s in step.live_stores():
@@ -114,7 +120,7 @@ class _WrapperWriter:
                 r = self.rendered[step.name]
                 self.lines.append(f"launchers[{step.name!r}]({', '.join(r.args)})")
             else:
-                self.extern(step)
+                self.extern(step, read)
             for name, at in last.items():
                 buf = self.buffers.get(name)
                 if at == i and buf is not None and buf.kind in ("computed", "extern") and name not in outputs \
@@ -138,20 +144,36 @@ class _WrapperWriter:
             return "(" + "".join(self.output_code(x) + ", " for x in o) + ")"
         return self.const(o)
 
-    def extern(self, node: ExternNode) -> None:
+    def extern(self, node: ExternNode, read: set[str]) -> None:
+        """The call, and each result something reads in the layout it was compiled for. Results
+        nothing reads are left alone: the library may not return them at all (flash attention's
+        debug mask is None at run time where its fake tensor says an empty tensor)."""
         op = self.const(node.op)
         args = ", ".join(self.arg_code(a) for a in node.args)
         kwargs = ", ".join(f"**{{{k!r}: {self.arg_code(v)}}}" for k, v in node.kwargs.items())
         call = f"{op}({args}{', ' if args and kwargs else ''}{kwargs})"
         self.lines.append(f"{node.name} = {call}  # {node.reason.value}")
         for i, buf in enumerate(node.outputs):
-            if buf is None:
+            if buf is None or buf.name not in read:
                 continue
             src = f"{node.name}[{i}]" if node.result_is_sequence else node.name
             if buf.is_contiguous:
                 self.lines.append(f"{buf.name} = {src}.contiguous()")
             else:
                 self.lines.append(f"{buf.name} = with_strides({src}, {tuple(buf.stride)})")
+
+
+def checked_allocation(device: Any, globals_: dict[str, Any]) -> str:
+    """The wrapper's name for the call around each allocation: "" normally; under the simulator's checks
+    (CPU), a function marking the buffer's bytes unwritten, so kernels reading them before any write are
+    reported."""
+    from simulator.interpreter import allocation_hook
+
+    hook = allocation_hook(device)
+    if hook is None:
+        return ""
+    globals_["uninitialized"] = hook
+    return "uninitialized"
 
 
 def with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:

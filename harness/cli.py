@@ -1,4 +1,4 @@
-"""The ``crucible`` command: list, run, report, diff, merge, corpus check."""
+"""The ``crucible`` command: list, run, report, diff, merge, minify, corpus check."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from tabulate import tabulate
 from corpus import SOURCES
 from corpus.entry import TIERS
 from corpus.registry import catalog, select
-from harness.store import DEFAULT_DB, ResultStore, export_json
-from harness.targets import REFERENCE_CHOICES
+from harness.store import DEFAULT_DB, ResultStore, StoreError, export_json
+from harness.targets import MODES, REFERENCE_CHOICES
 
 
 def _add_selection(p: argparse.ArgumentParser, default_suite: str | None) -> None:
@@ -40,7 +40,7 @@ def _parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run entries on a target and store the results")
     _add_selection(p, None)
-    p.add_argument("--target", help="eager, crucible-triton, crucible-interpret, crucible-cpp or a Dynamo "
+    p.add_argument("--target", help="eager, crucible-triton, crucible-interpret, crucible-sim, crucible-cpp or a Dynamo "
                                     "backend (default: crucible-triton with CUDA, else crucible-interpret)")
     p.add_argument("--device", choices=("cpu", "cuda"), help="device for eager and Dynamo-backend targets")
     p.add_argument("-j", "--jobs", type=int, default=None,
@@ -58,12 +58,22 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", choices=REFERENCE_CHOICES, default="auto",
                    help="where the float64 reference runs: auto (the target's device, CPU if that fails), "
                         "cpu, device, or none (compare with eager only); default auto")
+    p.add_argument("--mode", choices=MODES, default="inference",
+                   help="inference (default) or train: forward, a seeded scalar loss, backward; "
+                        "gradients of inputs and parameters graded too")
+    p.add_argument("--dynamic", action="store_true",
+                   help="compile with dynamic shapes and grade each entry at several batch sizes")
+    p.add_argument("--junit", metavar="PATH", help="also write JUnit XML (one testcase per entry)")
+    p.add_argument("--html", metavar="PATH", help="also write the HTML report (see `report --html`)")
     p.add_argument("--no-report", action="store_true", help="do not print the report at the end")
 
     p = sub.add_parser("report", help="print the report of a run (default: the latest)")
     p.add_argument("run", nargs="?", help="run id, results .sqlite (latest run; FILE:RUN_ID) or .json export")
     p.add_argument("--db", default=DEFAULT_DB)
     p.add_argument("--json", metavar="PATH", help="export the run as JSON instead")
+    p.add_argument("--html", metavar="PATH",
+                   help="write a self-contained HTML report (with the store's run history) instead")
+    p.add_argument("--junit", metavar="PATH", help="write the run as JUnit XML instead")
     p.add_argument("--runs", action="store_true", help="list the runs in the database")
     p.add_argument("--repro", metavar="KEY", help="print the repro.py of the fuzz finding KEY of the run")
 
@@ -75,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("merge", help="merge results databases (shards of one run id become one run)")
     p.add_argument("output")
     p.add_argument("inputs", nargs="+")
+
+    from harness.minify.command import add_parser as add_minify_parser
+
+    add_minify_parser(sub)
 
     sub.add_parser("corpus", help="corpus maintenance: 'crucible corpus check ...'", add_help=False)
     from harness.fuzz.cli import add_fuzz_parser
@@ -131,6 +145,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunRequest, execute_run, parse_shard, shard_entries
     from harness.targets import default_target, parse_target
 
+    with ResultStore(args.db):  # a damaged or foreign --db fails now, before any entry runs
+        pass
     target = args.target or default_target()
     if args.suite is None:  # naming entries picks them from every tier
         args.suite = "all" if args.entry else "smoke"
@@ -152,15 +168,24 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not torch.cuda.is_available():
             print(f"error: target {target} needs a CUDA GPU and none is available", file=sys.stderr)
             return 2
-    if args.jobs is None:
-        args.jobs = 1 if parse_target(target, args.device).device == "cuda" else min(8, os.cpu_count() or 1)
+    gpus: tuple[str, ...] = ()
+    if parse_target(target, args.device).device == "cuda":
+        from harness.pool import visible_gpus
+
+        gpus = visible_gpus()
+    if args.jobs is None:  # on CUDA one worker per GPU
+        args.jobs = max(1, len(gpus)) if gpus else min(8, os.cpu_count() or 1)
+    if args.jobs < 1:
+        print(f"error: -j/--jobs must be at least 1, got {args.jobs}", file=sys.stderr)
+        return 2
     print(f"running {len(entries)} entries of suite {args.suite} on {target} with {args.jobs} worker(s)",
           file=sys.stderr)
     request = RunRequest(
         suite=args.suite, target=target, entries=entries, catalog=cat, db=args.db, run_id=args.run_id,
         resume=args.resume, jobs=args.jobs, shard=args.shard, timeout_s=args.timeout,
         mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else _default_mem_limit(args.jobs),
-        device=args.device, capture=not args.no_capture, reference=args.reference)
+        device=args.device, capture=not args.no_capture, reference=args.reference, mode=args.mode,
+        dynamic=args.dynamic, gpus=gpus)
     try:
         run_id = execute_run(request)
     except KeyboardInterrupt:
@@ -169,10 +194,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     with ResultStore(args.db) as store:
         if args.json:
             Path(args.json).write_text(json.dumps(export_json(store, run_id), indent=1, default=str))
+        run = store.run(run_id)
+        selected = {e.name for e in entries}
+        results = [r for r in store.results(run_id) if r["name"] in selected]
+        if args.junit:
+            from harness.junit import write_junit
+
+            write_junit(args.junit, run, results)
+        if args.html:
+            from harness.html_report import write_html
+
+            write_html(args.html, run, results, list(store.iter_all()))
         if not args.no_report:
-            run = store.run(run_id)
-            selected = {e.name for e in entries}
-            print(render_report(run, [r for r in store.results(run_id) if r["name"] in selected]))
+            print(render_report(run, results))
     print(f"results: {args.db} (run {run_id})", file=sys.stderr)
     return 0
 
@@ -199,6 +233,18 @@ def load_run(ref: str | None, db: str) -> tuple[dict, list[dict]]:
         return run, store.results(run["id"])
 
 
+def _history(ref: str | None, db: str) -> list[tuple[dict, list[dict]]]:
+    """Every run of the store a report reference points into (none for a JSON export)."""
+    if ref and ref.endswith(".json"):
+        return []
+    if ref and ".sqlite:" in ref:
+        db = ref.partition(".sqlite:")[0] + ".sqlite"
+    elif ref and (ref.endswith(".sqlite") or Path(ref).is_file()):
+        db = ref
+    with ResultStore(db) as store:
+        return list(store.iter_all())
+
+
 def cmd_report(args: argparse.Namespace) -> int:
     from harness.report import render_report, render_runs
 
@@ -211,6 +257,16 @@ def cmd_report(args: argparse.Namespace) -> int:
         from harness.fuzz.report import print_fuzz_report
 
         return print_fuzz_report(run, args)
+    if args.junit:
+        from harness.junit import write_junit
+
+        write_junit(args.junit, run, results)
+        return 0
+    if args.html:
+        from harness.html_report import write_html
+
+        write_html(args.html, run, results, _history(args.run, args.db))
+        return 0
     if args.json:
         doc = {"run": {k: v for k, v in run.items() if k != "metadata"} | run.get("metadata", {}),
                "entries": results}
@@ -259,15 +315,19 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_corpus(argv[1:])
     args = _parser().parse_args(argv or ["run"])
     from harness.fuzz.cli import cmd_fuzz, cmd_fuzz_decomps
+    from harness.minify.command import cmd_minify
 
     commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge,
-                "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps}
+                "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps, "minify": cmd_minify}
     try:
         return commands[args.command](args)
     except KeyError as exc:  # unknown suite/source from the registry
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
     except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except StoreError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,9 +1,11 @@
 """Run one corpus entry on one target, in the current process, and grade it.
 
 The order is fixed: build -> eager twice -> float64 reference -> capture analysis
--> compile (first call) -> run (second call) -> parity oracle. ``on_phase`` is
-told each phase as it starts, so the parent process knows where a worker was
-when it crashed, hung or was killed for memory.
+-> compile (first call) -> run (second call) -> parity oracle. In train mode the
+first call's phases are ``forward`` and ``backward`` (AOTAutograd compiles the
+backward graph at the first backward). ``on_phase`` is told each phase as it
+starts, so the parent process knows where a worker was when it crashed, hung or
+was killed for memory.
 
 Model and compiler code can raise anything, and every exception is a result to
 record, not a harness bug: hence the broad ``except Exception`` clauses.
@@ -16,15 +18,20 @@ import re
 import time
 import traceback
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from corpus.entry import Entry, EntryUnavailable
 from harness.capture import analyze_capture, count_eager_ops
+from harness.compile_reasons import entry_fields
 from harness.oracle import ParityOracle, outputs_identical
+from harness.shapes import dynamo_counters, size_variants
 from harness.status import Status
 from harness.targets import REFERENCE_CHOICES, Target, TargetUnavailable, check_available, compile_model
+from simulator.session import for_entry, is_memory_error
+from harness.training import MODES, NoGradient, train_step
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
           "float64": torch.float64}
@@ -44,22 +51,41 @@ def _cast(value: Any, device: str, dtype: torch.dtype | None) -> Any:
     return value
 
 
-def _prepare(model: Any, device: str, dtype: torch.dtype | None) -> Any:
-    model = _copy(model)
-    if isinstance(model, torch.nn.Module):
-        model = model.to(device=device)
-        if dtype is not None:
-            model = model.to(dtype=dtype)
-    return model
+class ModelCopies:
+    """Hands out a fresh copy of an entry's model for every run (eager, reference, capture, compiled).
 
+    No run may change another's model: the float64 reference converts its copy in place, eager runs
+    update buffers (running stats, caches). The built model itself is never run. When
+    ``copy.deepcopy`` fails (an attribute that raises on copy: a config whose ``__getattr__`` raises,
+    a lock, an open file), each copy is rebuilt from the entry's seeded factory instead, which gives
+    the same weights."""
 
-def _copy(model: Any) -> Any:
-    # Each run gets its own copy so in-place updates of buffers (running stats,
-    # caches) in one run cannot change the next run's result.
-    try:
-        return copy.deepcopy(model)
-    except Exception:  # noqa: BLE001
+    def __init__(self, entry: Entry, scale: str, model: Any) -> None:
+        self.entry, self.scale, self.model = entry, scale, model
+        self.copy_error: str | None = None
+
+    def fresh(self, device: str, dtype: torch.dtype | None) -> Any:
+        model = None
+        if self.copy_error is None:
+            try:
+                model = copy.deepcopy(self.model)
+            except Exception as exc:  # noqa: BLE001 -- any attribute may refuse to be copied
+                self.copy_error = describe_error(exc)[0]
+        if model is None:
+            model = self.entry.build(self.scale).model
+        if isinstance(model, torch.nn.Module):
+            model = model.to(device=device)
+            if dtype is not None:
+                model = model.to(dtype=dtype)
         return model
+
+
+def _copy(value: Any) -> Any:
+    # Inputs: a model may mutate them in place, so every run gets its own copy.
+    try:
+        return copy.deepcopy(value)
+    except Exception:  # noqa: BLE001
+        return value
 
 
 def _innermost(exc: BaseException) -> BaseException:
@@ -90,11 +116,25 @@ def is_oom(exc: BaseException) -> bool:
     return bool(re.search(r"out of memory|can't allocate memory|std::bad_alloc", str(inner), re.IGNORECASE))
 
 
+# Errors a backend raises while compiling a graph outside Dynamo's frame compilation: AOTAutograd
+# compiles a backward graph lazily, at the first backward call, so those errors are not wrapped in
+# Dynamo's BackendCompilerFailed.
+_BACKEND_COMPILE_ERRORS = ("CompilerError", "InductorError", "LoweringException")
+
+
 def is_compile_error(exc: BaseException) -> bool:
     """Errors raised by Dynamo or by a backend while compiling (vs. running compiled code)."""
     from torch._dynamo.exc import TorchDynamoException
 
-    return isinstance(exc, (TorchDynamoException, TargetUnavailable))
+    if isinstance(exc, (TorchDynamoException, TargetUnavailable)):
+        return True
+    seen = set()
+    while isinstance(exc, BaseException) and id(exc) not in seen:
+        seen.add(id(exc))
+        if type(exc).__name__ in _BACKEND_COMPILE_ERRORS:
+            return True
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__
+    return False
 
 
 def _synchronize(device: str) -> None:
@@ -112,14 +152,54 @@ def _fresh(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return _copy(args), _copy(kwargs)
 
 
+@dataclass
+class StepOutput:
+    """What one run of an entry produced: outputs, and in train mode the gradients."""
+
+    out: Any
+    grads: dict[str, torch.Tensor] | None = None
+    backward_graphs: int | None = None
+
+
+# Train mode with gradients of the parameters only: for models whose eager backward fails when
+# their inputs require grad (they mutate an input in place, or call .numpy() on it).
+_TRAIN_PARAMS = "train-params"
+
+
+def _step(mode: str, model: Any, args: tuple, kwargs: dict, seed: int,
+          on_backward: Callable[[], None] = lambda: None) -> StepOutput:
+    if mode in ("train", _TRAIN_PARAMS):
+        return StepOutput(*train_step(model, args, kwargs, seed, on_backward, input_grads=mode == "train"))
+    return StepOutput(_call(model, args, kwargs, seed))
+
+
+def _identical(a: StepOutput, b: StepOutput) -> bool:
+    return outputs_identical(a.out, b.out) and (a.grads is None or outputs_identical(a.grads, b.grads))
+
+
+@dataclass
+class _Variant:
+    """One input size: ``batch`` is None when the entry runs at its built size only."""
+
+    batch: int | None
+    args: tuple
+    kwargs: dict
+
+
 def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] = lambda p: None,
-                  capture: bool = True, reference: str = "auto") -> dict[str, Any]:
+                  capture: bool = True, reference: str = "auto", mode: str = "inference",
+                  dynamic: bool = False) -> dict[str, Any]:
     """Run ``entry`` on ``target``; returns a result record (see harness.store for fields).
 
-    ``reference`` says where the float64 reference runs (``harness.targets.REFERENCE_CHOICES``)."""
+    ``reference`` says where the float64 reference runs (``harness.targets.REFERENCE_CHOICES``);
+    ``mode`` is ``inference`` or ``train`` (forward, seeded loss, backward; gradients graded);
+    ``dynamic`` compiles with dynamic shapes and grades every size of ``harness.shapes``."""
     if reference not in REFERENCE_CHOICES:
         raise ValueError(f"reference={reference!r}: choose one of {', '.join(REFERENCE_CHOICES)}")
-    result: dict[str, Any] = {"name": entry.name, "target": target.name, "status": None, "phase": "build"}
+    if mode not in MODES:
+        raise ValueError(f"mode={mode!r}: choose one of {', '.join(MODES)}")
+    result: dict[str, Any] = {"name": entry.name, "target": target.name, "status": None, "phase": "build",
+                              "mode": mode, "dynamic": int(dynamic)}
     if target.device not in entry.devices:
         result.update(status=Status.SKIPPED, error=f"entry does not run on {target.device}")
         return result
@@ -127,11 +207,15 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
         result.update(status=Status.SKIPPED, error=f"{target.name} needs a CUDA GPU and none is available")
         return result
     torch._dynamo.reset()
+    simulation = for_entry(target.name, on_phase)  # crucible-sim: kernels run checked, bytes counted
     try:
-        with torch.no_grad():
-            _execute(entry, target, result, on_phase, capture, reference)
+        with torch.no_grad():  # train mode re-enables grad inside its step
+            _execute(entry, target, result, simulation.phase if simulation else on_phase, capture, reference,
+                     dynamic)
     finally:
         torch._dynamo.reset()
+        if simulation:
+            simulation.close(result)
     xfail = entry.expected_failure(target.name)
     if xfail is not None and result["status"] == xfail.status:
         result["status"] = Status.XFAIL
@@ -140,13 +224,14 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
 
 
 def _fail(result: dict, status: str, exc: BaseException) -> None:
-    result["status"] = Status.OOM if is_oom(exc) else status
+    result["status"] = Status.OOM if is_oom(exc) else Status.FAIL_MEMORY if is_memory_error(exc) else status
     result["error"], result["error_detail"] = describe_error(exc)
 
 
 def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str], None],
-             capture: bool, reference_where: str) -> None:
+             capture: bool, reference_where: str, dynamic: bool) -> None:
     clock = {"phase": None, "start": time.perf_counter()}
+    mode = result["mode"]
 
     def phase(name: str) -> None:
         # Seconds per phase (build_s, eager_s, reference_s, capture_s) show where an
@@ -162,35 +247,68 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
     dtype = DTYPES.get(entry.dtype)
     phase("build")
     try:
-        built = entry.build("full" if device == "cuda" else "small")
-        model = _prepare(built.model, device, dtype)
-        args, kwargs = _cast(built.inputs, device, dtype), _cast(built.kwargs, device, dtype)
+        scale = "full" if device == "cuda" else "small"
+        built = entry.build(scale)
+        models = ModelCopies(entry, scale, built.model)
+        model = models.fresh(device, dtype)
+        sizes = size_variants(built.inputs, built.kwargs) if dynamic else [(None, built.inputs, built.kwargs)]
+        variants = [_Variant(b, _cast(a, device, dtype), _cast(k, device, dtype)) for b, a, k in sizes]
     except EntryUnavailable as exc:
         result.update(status=Status.SKIPPED, error=f"unavailable here: {exc}")
         return None
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.EAGER_FAIL, exc)
+    args, kwargs = variants[0].args, variants[0].kwargs
 
     phase("eager")
     try:
-        first = _copy(model)  # copied outside the op counter: copying dispatches ops too
-        eager_ops, eager_out = count_eager_ops(lambda *a, **k: _call(first, a, k, entry.seed),
-                                               *_fresh(args, kwargs))
+        # ATen ops of the forward (what capture coverage is measured against), counted on a copy
+        # made outside the op counter: copying dispatches ops too.
+        first = model if mode == "inference" else models.fresh(device, dtype)
+        eager_ops, counted = count_eager_ops(lambda *a, **k: _call(first, a, k, entry.seed), *_fresh(args, kwargs))
+        # inference: the counted run is the first eager run; train mode runs its own (with backward)
+        eager = [StepOutput(counted)] if mode == "inference" else []
+        try:
+            eager += [_step(mode, models.fresh(device, dtype), *_fresh(v.args, v.kwargs), entry.seed)
+                      for v in variants[len(eager):1]]
+        except NoGradient:
+            raise
+        except Exception as exc:
+            if mode != "train":
+                raise
+            mode = _TRAIN_PARAMS  # retried below with the parameters' gradients only
+            try:
+                eager = [_step(mode, models.fresh(device, dtype), *_fresh(args, kwargs), entry.seed)]
+            except NoGradient:
+                raise exc from None  # no parameters either: eager's own failure is the result
+            result["grad_note"] = (f"gradients of parameters only: with inputs requiring grad eager "
+                                   f"failed ({describe_error(exc)[0][:200]})")
         _synchronize(device)
-        eager_again = _call(_copy(model), *_fresh(args, kwargs), entry.seed)
+        eager_again = _step(mode, models.fresh(device, dtype), *_fresh(args, kwargs), entry.seed)
+    except NoGradient as exc:
+        result.update(status=Status.SKIPPED, error=f"train mode: {exc}")
+        return None
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.EAGER_FAIL, exc)
-    deterministic = outputs_identical(eager_out, eager_again)
+    finally:
+        first = None
+    deterministic = _identical(eager[0], eager_again)
     del eager_again
+    if len(variants) > 1:
+        variants, sizes = _eager_sizes(entry, models, mode, device, dtype, variants, sizes, eager, result)
+    if models.copy_error:
+        result["model_copy"] = f"rebuilt from the seeded factory for every run (deepcopy failed: " \
+                               f"{models.copy_error})"
 
     phase("reference")
-    reference = _reference(built, entry.seed, target.device, reference_where, result)
+    references = _reference(models, [(b, a, k) for b, a, k in sizes], entry.seed, device, reference_where,
+                            result, mode)
 
     if capture:
         phase("capture")
         try:
             torch._dynamo.reset()
-            cap, _ = analyze_capture(_copy(model), *_fresh(args, kwargs))
+            cap, _ = analyze_capture(models.fresh(device, dtype), *_fresh(args, kwargs))
             cap.eager_ops = eager_ops
             result.update(graphs=cap.graphs, graph_breaks=cap.graph_breaks,
                           capture_coverage=cap.coverage, captured_ops=cap.captured_ops, eager_ops=eager_ops,
@@ -204,26 +322,51 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
     if not deterministic:
         result.update(status=Status.EAGER_NONDETERMINISTIC, error="two eager runs gave different outputs")
         return None
-    _compile_and_compare(entry, target, model, args, kwargs, eager_out, reference, result, phase)
+    del model
+    _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic, mode)
     return None
 
 
-def _reference(built: Any, seed: int, device: str, where: str, result: dict) -> Any:
-    """The model's outputs in float64, or None; ``result["reference"]`` says where they were
-    computed or why there are none (the oracle compares on the CPU either way)."""
+def _eager_sizes(entry: Entry, models: ModelCopies, mode: str, device: str, dtype: torch.dtype | None,
+                 variants: list[_Variant], sizes: list, eager: list[StepOutput], result: dict) -> tuple[list, list]:
+    """--dynamic: eager at the further batch sizes (appended to ``eager``). A size eager fails at is
+    dropped and noted, not an eager failure: the leading dimension of an op's input need not be a
+    batch (a square matrix for cholesky)."""
+    kept, notes = [0], []
+    for i in range(1, len(variants)):
+        try:
+            eager.append(_step(mode, models.fresh(device, dtype), *_fresh(variants[i].args, variants[i].kwargs),
+                               entry.seed))
+            kept.append(i)
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"batch {variants[i].batch} dropped: eager fails at it ({describe_error(exc)[0][:160]})")
+    if notes:
+        result["dynamic_note"] = "; ".join(notes)
+    return [variants[i] for i in kept], [sizes[i] for i in kept]
+
+
+def _reference(models: ModelCopies, sizes: list[tuple[Any, tuple, dict]], seed: int, device: str, where: str,
+               result: dict, mode: str) -> list[StepOutput | None]:
+    """The float64 run at every size (None per size without one); ``result["reference"]`` says where
+    it was computed or why there is none (the oracle compares on the CPU either way)."""
     if where == "none":
         result["reference"] = "none (not requested)"
-        return None
+        return [None] * len(sizes)
     devices = {"cpu": ["cpu"], "device": [device], "auto": list(dict.fromkeys([device, "cpu"]))}[where]
     errors = []
     for dev in devices:
+        model64 = None
         try:
-            model64 = _prepare(built.model, dev, torch.float64)
-            out = _call(model64, _cast(built.inputs, dev, torch.float64), _cast(built.kwargs, dev, torch.float64),
-                        seed)
+            model64 = models.fresh(dev, torch.float64)
+            outs = []
+            for _, args, kwargs in sizes:
+                if mode == "train" and isinstance(model64, torch.nn.Module):
+                    model64 = models.fresh(dev, torch.float64)  # gradients must not accumulate
+                outs.append(_step(mode, model64, _cast(args, dev, torch.float64),
+                                  _cast(kwargs, dev, torch.float64), seed))
             _synchronize(dev)
             result["reference"] = "float64" if dev == "cpu" else f"float64 on {dev}"
-            return out
+            return outs
         except Exception as exc:  # noqa: BLE001 (e.g. no float64 kernel: compare with eager only)
             errors.append(f"{dev}: {describe_error(exc)[0][:200]}")
         finally:
@@ -231,27 +374,49 @@ def _reference(built: Any, seed: int, device: str, where: str, result: dict) -> 
             if dev == "cuda":
                 torch.cuda.empty_cache()
     result["reference"] = f"none ({'; '.join(errors)})"
-    return None
+    return [None] * len(sizes)
 
 
-def _compile_and_compare(entry: Entry, target: Target, model: Any, args: tuple, kwargs: dict,
-                         eager_out: Any, reference: Any, result: dict, phase: Callable[[str], None]) -> None:
+def _grade(entry: Entry, eager: StepOutput, compiled: StepOutput, reference: StepOutput | None) -> dict:
+    """Oracle verdict on outputs and (train mode) gradients: metric fields plus ``passed``/``reason``."""
+    oracle = ParityOracle(entry.dtype, entry.tolerance_for(entry.dtype))
+    parity = oracle.compare(eager.out, compiled.out, reference.out if reference is not None else None)
+    graded = {"max_abs_err": parity.max_abs_err, "max_rel_err": parity.max_rel_err,
+              "rmse_ratio": parity.rmse_ratio, "cosine": parity.cosine,
+              "passed": parity.passed, "reason": parity.reason}
+    if eager.grads is not None:
+        grads = oracle.compare(eager.grads, compiled.grads or {},
+                               reference.grads if reference is not None else None)
+        graded.update(grad_max_abs_err=grads.max_abs_err, grad_max_rel_err=grads.max_rel_err,
+                      grad_rmse_ratio=grads.rmse_ratio, grad_cosine=grads.cosine, grads=len(eager.grads))
+        if graded["passed"] and not grads.passed:
+            graded.update(passed=False, reason=f"gradient {grads.reason}")
+    return graded
+
+
+def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, variants: list[_Variant],
+                         eager: list[StepOutput], references: list[StepOutput | None], result: dict,
+                         phase: Callable[[str], None], dynamic: bool, mode: str) -> None:
     device = target.device
-    phase("compile")
+    dtype = DTYPES.get(entry.dtype)
+    args, kwargs = variants[0].args, variants[0].kwargs
+    phase("compile" if mode == "inference" else "forward")
     reports = _collector(target)
     try:
         check_available(target)
         with reports as rep:
             try:
-                compiled = compile_model(target, _copy(model))
-                call_args, call_kwargs = _fresh(args, kwargs)
+                compiled = compile_model(target, models.fresh(device, dtype), dynamic=dynamic)
+                graphs_before, failures_before = dynamo_counters()
                 start = time.perf_counter()
-                out = _call(compiled, call_args, call_kwargs, entry.seed)
+                out = _step(mode, compiled, *_fresh(args, kwargs), entry.seed, lambda: phase("backward"))
                 _synchronize(device)
                 result["compile_s"] = time.perf_counter() - start
+                if mode != "inference":
+                    result["backward_graphs"] = out.backward_graphs
             finally:  # graphs compiled before a failure still count
-                if rep is not None:
-                    result["kernels"], result["externs"] = len(rep.kernels), len(rep.externs)
+                if rep is not None:  # counts, extern ops and their reasons, fallbacks, refusals
+                    result.update(entry_fields(rep))
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.FAIL_COMPILE if is_compile_error(exc) else Status.FAIL_RUN, exc)
 
@@ -259,22 +424,71 @@ def _compile_and_compare(entry: Entry, target: Target, model: Any, args: tuple, 
     try:
         call_args, call_kwargs = _fresh(args, kwargs)
         start = time.perf_counter()
-        _call(compiled, call_args, call_kwargs, entry.seed)
+        _step(mode, compiled, call_args, call_kwargs, entry.seed)
         _synchronize(device)
         result["run_s"] = time.perf_counter() - start
     except Exception as exc:  # noqa: BLE001
         return _fail(result, Status.FAIL_RUN, exc)
 
     phase("compare")
-    oracle = ParityOracle(entry.dtype, entry.tolerance_for(entry.dtype))
-    parity = oracle.compare(eager_out, out, reference)
-    result.update(max_abs_err=parity.max_abs_err, max_rel_err=parity.max_rel_err,
-                  rmse_ratio=parity.rmse_ratio, cosine=parity.cosine)
-    if parity.passed:
+    graded = _grade(entry, eager[0], out, references[0])
+    if not dynamic:
+        _verdict(result, graded)
+        return None
+    _compare_sizes(entry, target, compiled, variants, eager, references, result, phase, graded,
+                   (graphs_before, failures_before), mode)
+    return None
+
+
+def _verdict(result: dict, graded: dict) -> None:
+    result.update({k: v for k, v in graded.items() if k not in ("passed", "reason")})
+    if graded["passed"]:
         result["status"] = Status.PASS
     else:
-        result.update(status=Status.FAIL_ACCURACY, error=parity.reason)
-    return None
+        result.update(status=Status.FAIL_ACCURACY, error=graded["reason"])
+
+
+def _compare_sizes(entry: Entry, target: Target, compiled: Any, variants: list[_Variant],
+                   eager: list[StepOutput], references: list[StepOutput | None], result: dict,
+                   phase: Callable[[str], None], first: dict, counters_before: tuple[int, int], mode: str) -> None:
+    """--dynamic: run the compiled model at every further size; grade each; record recompiles.
+
+    ``recompiles`` counts the graphs Dynamo compiled after the first size (a backend that handles
+    symbolic shapes compiles none for sizes >= 2); ``guard_failures`` the guards that failed."""
+    graphs_first = dynamo_counters()[0] - counters_before[0]
+    per_size = [{"batch": variants[0].batch, "status": Status.PASS if first["passed"] else Status.FAIL_ACCURACY,
+                 "rmse_ratio": first["rmse_ratio"], "grad_rmse_ratio": first.get("grad_rmse_ratio"),
+                 "graphs": graphs_first, "error": first["reason"] or None}]
+    worst = (None, first) if first["passed"] else (Status.FAIL_ACCURACY, first)
+    for i, variant in enumerate(variants[1:], start=1):
+        phase("run")
+        graphs_before = dynamo_counters()[0]
+        try:
+            out = _step(mode, compiled, *_fresh(variant.args, variant.kwargs), entry.seed)
+            _synchronize(target.device)
+            phase("compare")
+            graded = _grade(entry, eager[i], out, references[i])
+            status = Status.PASS if graded["passed"] else Status.FAIL_ACCURACY
+            row = {"batch": variant.batch, "status": status, "rmse_ratio": graded["rmse_ratio"],
+                   "grad_rmse_ratio": graded.get("grad_rmse_ratio"), "error": graded["reason"] or None}
+        except Exception as exc:  # noqa: BLE001
+            status = Status.OOM if is_oom(exc) else Status.FAIL_COMPILE if is_compile_error(exc) else Status.FAIL_RUN
+            graded = {"passed": False, "reason": describe_error(exc)[0], "detail": describe_error(exc)[1]}
+            row = {"batch": variant.batch, "status": status, "error": graded["reason"]}
+        row["graphs"] = dynamo_counters()[0] - graphs_before
+        per_size.append(row)
+        if status != Status.PASS and worst[0] is None:
+            worst = (status, graded)
+    graphs_now, failures_now = dynamo_counters()
+    result.update(sizes=per_size, recompiles=graphs_now - counters_before[0] - graphs_first,
+                  guard_failures=failures_now - counters_before[1])
+    _verdict(result, first)
+    if worst[0] is not None:
+        batch = per_size[[r["status"] for r in per_size].index(worst[0])]["batch"]
+        result.update(status=worst[0], error=f"at batch {batch}: {worst[1]['reason']}",
+                      error_detail=worst[1].get("detail"))
+    if len(variants) == 1 and variants[0].batch is None:
+        result["dynamic_note"] = "no common batch dimension: ran at the built size only"
 
 
 class _NoReports:
@@ -286,7 +500,8 @@ class _NoReports:
 
 
 def _collector(target: Target) -> Any:
-    """Collect crucible's compile reports (kernel and extern counts) when it can report them."""
+    """Collect crucible's compile reports (kernels, extern ops with reasons, fallbacks, refused
+    fusions) when it can report them."""
     if not target.is_crucible:
         return _NoReports()
     try:

@@ -11,7 +11,9 @@ Memory: on CPU targets each entry runs under ``RLIMIT_AS`` = the worker's
 address space when the entry starts + the limit, so a runaway allocation raises
 (``oom``) instead of taking the machine down. CUDA targets skip this limit
 (the CUDA driver reserves huge virtual ranges); GPU OOM is caught as an error.
-Workers of CPU targets run with the GPUs hidden (``CUDA_VISIBLE_DEVICES=""``).
+Workers of CPU targets run with the GPUs hidden (``CUDA_VISIBLE_DEVICES=""``); workers of CUDA
+targets are pinned round-robin to ``WorkerConfig.gpus``, each seeing one device.
+Each worker sets torch's intra-op threads to its share of the cores (``threads_per_worker``).
 """
 
 from __future__ import annotations
@@ -50,6 +52,44 @@ class WorkerConfig:
     capture: bool = True
     reference: str = "auto"  # see harness.execute.REFERENCE_CHOICES
     jobs: int = 1  # workers sharing the machine
+    mode: str = "inference"  # see harness.training.MODES
+    dynamic: bool = False
+    gpus: tuple[str, ...] = ()  # CUDA device ids the workers are spread over; () = all visible
+
+
+def available_cores() -> int:
+    """Cores this process may run on (the affinity mask: a container or taskset may restrict it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def threads_per_worker(jobs: int, cores: int | None = None) -> int:
+    """torch intra-op threads of each of ``jobs`` workers: their share of the cores.
+
+    Left alone, every worker starts one thread per core: 8 workers on a 16-core host ran 128
+    threads, and a float64 reference that takes seconds alone took over 300 s."""
+    return max(1, (cores or available_cores()) // max(1, jobs))
+
+
+def gpu_for_worker(index: int, gpus: tuple[str, ...]) -> str | None:
+    """The CUDA device worker ``index`` is pinned to: workers go round-robin over ``gpus``, so
+    ``-j 16`` on 8 GPUs puts two workers on each."""
+    return gpus[index % len(gpus)] if gpus else None
+
+
+def visible_gpus() -> tuple[str, ...]:
+    """The CUDA devices this process may use, as ids for ``CUDA_VISIBLE_DEVICES``.
+
+    Honours an existing ``CUDA_VISIBLE_DEVICES`` (ids or UUIDs); otherwise asks torch how many
+    devices there are. ``CRUCIBLE_GPUS`` (comma-separated) overrides both."""
+    listed = os.environ.get("CRUCIBLE_GPUS") or os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None and listed.strip():
+        return tuple(d.strip() for d in listed.split(",") if d.strip())
+    import torch
+
+    return tuple(str(i) for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
 
 
 def _address_space_bytes() -> int:
@@ -80,8 +120,11 @@ def _exit_with_parent(parent: int) -> None:
     os._exit(1)
 
 
-def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: int) -> None:
-    """Entry point of a worker process (spawned: nothing is inherited but arguments)."""
+def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: int,
+                gpu: str | None = None) -> None:
+    """Entry point of a worker process (spawned: nothing is inherited but arguments).
+
+    ``gpu``: the CUDA device this worker is pinned to (it sees only that one, as ``cuda:0``)."""
     import faulthandler
 
     log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
@@ -90,24 +133,33 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
     faulthandler.enable()  # a segfault's Python traceback goes to the log
     threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
 
-    from harness.targets import apply_env, parse_target
+    from harness.targets import parse_target
 
     target = parse_target(config.target, config.device)
-    apply_env(target)  # before torch/triton are imported
     if target.device == "cpu":
         # CPU targets never see the GPUs: under the address-space limit below, creating a CUDA
         # context fails as "out of memory", and some torch versions touch the accelerator while
         # tracing (Dynamo 2.11 asks for its current stream), which made CPU entries 'oom'.
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    elif gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpu
+    threads = threads_per_worker(config.jobs)
     # the compiler builds a graph's kernels on several threads; workers share the cores
-    os.environ.setdefault("CRUCIBLE_COMPILE_THREADS", str(max(1, (os.cpu_count() or 1) // max(1, config.jobs))))
+    os.environ.setdefault("CRUCIBLE_COMPILE_THREADS", str(threads))
+    # OpenMP reads this at start-up (before torch sets its pool), torch.set_num_threads below
+    os.environ["OMP_NUM_THREADS"] = str(threads)
     # torch and Dynamo take seconds to import: once per worker, before the first deadline.
-    import torch._dynamo  # noqa: F401
+    import torch
+    import torch._dynamo
+
+    torch.set_num_threads(threads)
 
     from corpus.registry import find_entry
     from harness.execute import describe_error, execute_entry
 
-    conn.send(("ready", None, None))
+    # the environment the worker really runs with, for the run metadata
+    conn.send(("ready", None, {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES") if gpu is not None else None,
+                               "threads": torch.get_num_threads()}))
     while True:
         try:
             task = conn.recv()
@@ -126,11 +178,15 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
             else:
                 entry = find_entry(task.name, task.origin)
                 result = execute_entry(entry, target, lambda p, n=task.name: conn.send(("phase", n, p)),
-                                       capture=config.capture, reference=config.reference)
+                                       capture=config.capture, reference=config.reference, mode=config.mode,
+                                       dynamic=config.dynamic)
         except Exception as exc:  # noqa: BLE001 -- the harness itself failed on this entry: record, keep going
             error, detail = describe_error(exc)
             result = {"name": task.name, "target": target.name, "status": Status.CRASH,
                       "phase": "harness", "error": f"harness error: {error}", "error_detail": detail}
+        # what the worker actually runs with (the environment it set), not what it was asked for
+        result.update(worker_threads=torch.get_num_threads(),
+                      worker_gpu=os.environ.get("CUDA_VISIBLE_DEVICES") if gpu is not None else None)
         conn.send(("done", task.name, result))
 
 
@@ -168,19 +224,31 @@ class _Slot:
 class WorkerPool:
     """Runs tasks on ``jobs`` isolated workers; calls ``on_result(record)`` as each finishes."""
 
-    def __init__(self, config: WorkerConfig, jobs: int = 1) -> None:
+    def __init__(self, config: WorkerConfig, jobs: int = 1, keep: bool = False) -> None:
+        """``keep=True``: the workers outlive a call of ``run`` (for callers that hand over one task
+        at a time, such as the pytest plugin); ``close()`` stops them."""
         self.config = config
         self.jobs = max(1, jobs)
+        self.keep = keep
+        self._kept: list[_Slot] = []
         self._ctx = mp.get_context("spawn")
         self._logdir = ""
+        # per worker slot, as the worker reported it at start-up: {"gpu": ..., "threads": ...}
+        self.workers: dict[int, dict] = {}
 
     def _start(self, slot: _Slot) -> None:
         parent_conn, child_conn = self._ctx.Pipe()
+        gpu = gpu_for_worker(slot.index, self.config.gpus) if self._pins_gpus() else None
         slot.proc = self._ctx.Process(target=worker_main, daemon=True,
-                                      args=(child_conn, self.config, slot.log_path, os.getpid()))
+                                      args=(child_conn, self.config, slot.log_path, os.getpid(), gpu))
         slot.proc.start()
         child_conn.close()
         slot.conn, slot.ready, slot.task = parent_conn, False, None
+
+    def _pins_gpus(self) -> bool:
+        from harness.targets import parse_target
+
+        return bool(self.config.gpus) and parse_target(self.config.target, self.config.device).device == "cuda"
 
     def _stop(self, slot: _Slot, kill: bool) -> int | None:
         if slot.proc is None:
@@ -225,16 +293,23 @@ class WorkerPool:
                   "error": f"{message} during {slot.phase}", "error_detail": self._log_tail(slot)}
         if status == Status.TIMEOUT:
             record["error"] = f"timed out after {self.config.timeout_s:g}s during {slot.phase}"
+        if self._pins_gpus():
+            record["worker_gpu"] = gpu_for_worker(slot.index, self.config.gpus)
         return record
 
     def run(self, tasks: list[Task], on_result: Callable[[dict], None],
             on_phase: Callable[[str, str], None] = lambda name, phase: None) -> None:
         pending = list(reversed(tasks))
-        self._logdir = tempfile.mkdtemp(prefix="crucible-workers-")
-        slots = [_Slot(i, os.path.join(self._logdir, f"worker-{i}.log")) for i in range(min(self.jobs, len(tasks)))]
+        if self._kept:  # kept=True: the workers of the previous call, still warm
+            slots = self._kept
+        else:
+            self._logdir = tempfile.mkdtemp(prefix="crucible-workers-")
+            slots = [_Slot(i, os.path.join(self._logdir, f"worker-{i}.log"))
+                     for i in range(min(self.jobs, len(tasks)))]
         try:
             for slot in slots:
-                self._start(slot)
+                if slot.proc is None:
+                    self._start(slot)
             while any(s.task is not None for s in slots) or pending:
                 for slot in slots:
                     if slot.ready and slot.task is None and pending:
@@ -258,14 +333,30 @@ class WorkerPool:
                         on_result(self._died(slot, Status.TIMEOUT, "timeout"))
                         slot.task = None
         finally:
-            for slot in slots:
-                if slot.conn is not None and slot.task is None:
-                    try:
-                        slot.conn.send(None)
-                    except OSError:
-                        pass
-                self._stop(slot, kill=slot.task is not None)
-            # Crashed entries already carry their log tail in their result.
+            if self.keep:
+                self._kept = slots
+                for slot in slots:
+                    if slot.task is not None:  # interrupted mid-entry: that worker cannot be reused
+                        self._stop(slot, kill=True)
+                        slot.task = None
+            else:
+                self._close(slots)
+
+    def close(self) -> None:
+        """Stop the workers a ``keep=True`` pool kept between calls of ``run``."""
+        self._close(self._kept)
+        self._kept = []
+
+    def _close(self, slots: list[_Slot]) -> None:
+        for slot in slots:
+            if slot.conn is not None and slot.task is None:
+                try:
+                    slot.conn.send(None)
+                except OSError:
+                    pass
+            self._stop(slot, kill=slot.task is not None)
+        # Crashed entries already carry their log tail in their result.
+        if self._logdir:
             shutil.rmtree(self._logdir, ignore_errors=True)
 
     def _receive(self, slot: _Slot, on_result: Callable[[dict], None],
@@ -286,6 +377,8 @@ class WorkerPool:
             return
         if kind == "ready":
             slot.ready, slot.failed_starts = True, 0
+            if payload:
+                self.workers[slot.index] = payload
         elif kind == "phase":
             if slot.phase == "load" and payload == "build":
                 # Listing the entry's source (once per worker, slow for some sources) is

@@ -1,4 +1,5 @@
-"""Reports over stored results: summary tables, top graph breaks, failure clusters."""
+"""Reports over stored results: summary tables, top graph breaks, what the compiler left to
+ATen (extern ops with reasons, graph fallbacks, refused fusions), failure clusters."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import Any
 
 from tabulate import tabulate
 
+from harness.compile_reasons import fallback_reasons, top_extern_ops, top_refused_fusions
 from harness.status import ALL_STATUSES, Status, eager_ok
 
 
@@ -69,13 +71,44 @@ def top_break_reasons(results: list[dict[str, Any]], limit: int = 15) -> list[li
 
 
 def failure_clusters(results: list[dict[str, Any]], limit: int = 20) -> list[list[Any]]:
+    """Failures grouped by signature: the minimized one (``crucible minify``) where an entry has it,
+    so entries failing from one bug form one group, else the blurred error message."""
     clusters: dict[tuple[str, str], list[dict]] = defaultdict(list)
     for r in results:
         if r["status"] in (Status.PASS, Status.SKIPPED, Status.XFAIL):
             continue
-        clusters[(r["status"], error_signature(r.get("error")))].append(r)
+        minimized = r.get("minimized") or {}
+        signature = f"minimized: {minimized['signature']}" if minimized.get("signature") else \
+            error_signature(r.get("error"))
+        clusters[(r["status"], signature)].append(r)
     ranked = sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    return [[status, len(items), signature, items[0]["name"]] for (status, signature), items in ranked[:limit]]
+    rows = []
+    for (status, signature), items in ranked[:limit]:
+        repro = next(((r.get("minimized") or {}).get("repro") for r in items if r.get("minimized")), None)
+        rows.append([status, len(items), signature, items[0]["name"] + (f" ({repro})" if repro else "")])
+    return rows
+
+
+def memory_error_kernels(results: list[dict[str, Any]], limit: int = 20) -> list[list[Any]]:
+    """Kernels the simulator found memory errors in (crucible-sim), with the entries they broke."""
+    entries: dict[str, list[dict]] = defaultdict(list)
+    for r in results:
+        for kernel in (r.get("memory_kernels") or "").split(", "):
+            if kernel:
+                entries[kernel].append(r)
+    ranked = sorted(entries.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    return [[kernel, len(items), items[0]["name"], (items[0].get("error") or "")[:90]]
+            for kernel, items in ranked[:limit]]
+
+
+def worst_traffic(results: list[dict[str, Any]], limit: int = 10) -> list[list[Any]]:
+    """Entries whose worst kernel moves the most bytes relative to its ideal (inputs read once, outputs
+    written once); above 1.5x a kernel is flagged."""
+    rows = [r for r in results if r.get("traffic_ratio") is not None]
+    rows.sort(key=lambda r: -r["traffic_ratio"])
+    return [[r["name"], r.get("traffic_kernel") or "-", f"{r['traffic_ratio']:.2f}x",
+             "yes" if r["traffic_ratio"] > 1.5 else "", _fmt(r.get("bytes_moved"), ".0f"),
+             _fmt(None if r.get("est_h200_s") is None else r["est_h200_s"] * 1e6, ".1f")] for r in rows[:limit]]
 
 
 def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
@@ -90,14 +123,19 @@ def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
                                                            meta["sources_unavailable"].items()))
     parts.append(tabulate(summary_rows(results), headers=[
         "suite", "target", "entries", "eager ok", "full graph", "breaks", "coverage", "pass rate", "statuses"]))
-    breaks = top_break_reasons(results)
-    if breaks:
-        parts.append("top graph-break reasons\n" + tabulate(
-            breaks, headers=["breaks", "entries", "category", "reason", "example"]))
-    clusters = failure_clusters(results)
-    if clusters:
-        parts.append("failures by error signature\n" + tabulate(
-            clusters, headers=["status", "entries", "signature", "example entry"]))
+    sections = [
+        ("top graph-break reasons", top_break_reasons(results),
+         ["breaks", "entries", "category", "reason", "example"]),
+        ("top extern ops / reasons", top_extern_ops(results), ["entries", "calls", "op", "reason", "example"]),
+        ("graphs that fell back to eager", fallback_reasons(results),
+         ["entries", "graphs", "reason", "failed pass", "example"]),
+        ("top refused fusions", top_refused_fusions(results), ["entries", "refusals", "reason", "example"]),
+        ("failures by error signature", failure_clusters(results), ["status", "entries", "signature", "example entry"]),
+        ("kernels with memory errors", memory_error_kernels(results), ["kernel", "entries", "example entry", "error"]),
+        ("worst traffic ratios (bytes moved / ideal bytes, run phase)", worst_traffic(results),
+         ["entry", "kernel", "ratio", "> 1.5x", "bytes moved", "est. H200 us"]),
+    ]
+    parts += [f"{title}\n{tabulate(rows, headers=headers)}" for title, rows, headers in sections if rows]
     return "\n\n".join(parts)
 
 

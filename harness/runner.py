@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -14,8 +15,8 @@ from typing import TextIO
 
 from corpus.entry import Entry
 from corpus.registry import Catalog
-from harness.pool import Task, WorkerConfig, WorkerPool
-from harness.store import ResultStore
+from harness.pool import Task, WorkerConfig, WorkerPool, gpu_for_worker, threads_per_worker
+from harness.store import ResultStore, StoreError
 
 # Cost assumed for entries without a measured eager time when balancing shards.
 _DEFAULT_EAGER_MS = 100.0
@@ -155,37 +156,78 @@ class RunRequest:
     device: str | None = None
     capture: bool = True
     reference: str = "auto"
+    mode: str = "inference"  # see harness.training.MODES
+    dynamic: bool = False
+    gpus: tuple[str, ...] = ()  # CUDA devices the workers are spread over (CUDA targets)
 
 
-def resolve_run_id(store: ResultStore, request: RunRequest) -> str:
+def resolve_run_id(store: ResultStore, request: RunRequest) -> str | None:
+    """The id of the run to continue (``--run-id`` or ``--resume``), or None for a new run."""
     if request.run_id:
         return request.run_id
     if request.resume:
-        # Continue the latest unfinished run of this suite and target.
+        # Continue the latest unfinished run of this suite, target and mode.
         unfinished = [r for r in store.runs() if r["suite"] == request.suite and r["target"] == request.target
-                      and not r["finished"] and r["metadata"].get("shard") == request.shard]
+                      and not r["finished"] and r["metadata"].get("shard") == request.shard
+                      and r["metadata"].get("mode", "inference") == request.mode
+                      and bool(r["metadata"].get("dynamic")) == request.dynamic]
         if unfinished:
             return unfinished[-1]["id"]
+    return None
+
+
+def new_run_base(request: RunRequest) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
     shard = f"-shard{request.shard.replace('/', 'of')}" if request.shard else ""
-    base = f"{request.suite}-{request.target}-{stamp}{shard}"
-    run_id, n = base, 1
-    while store.run(run_id) is not None:
-        n += 1
-        run_id = f"{base}-{n}"
-    return run_id
+    mode = "-train" if request.mode == "train" else ""
+    dynamic = "-dynamic" if request.dynamic else ""
+    return f"{request.suite}-{request.target}{mode}{dynamic}-{stamp}{shard}"
+
+
+class SafeRecorder:
+    """Stores results; when the store refuses a write (locked past its timeout, disk full, the
+    file damaged mid-run) the result goes to a JSON-lines file next to it instead, so a finished
+    result is never lost, and the run says how to bring those results into the store."""
+
+    def __init__(self, store: ResultStore, run: dict) -> None:
+        self.store, self.run = store, run
+        self.spill_path = f"{store.path}.unsaved-{run['id']}.jsonl"
+        self.spilled = 0
+        self.error = ""
+
+    def __call__(self, result: dict) -> None:
+        try:
+            self.store.record(self.run["id"], result)
+            return
+        except StoreError as exc:
+            self.error = str(exc)
+        with open(self.spill_path, "a") as f:
+            f.write(json.dumps({"run": self.run, "result": result}, default=str) + "\n")
+        self.spilled += 1
+
+    def advice(self) -> str:
+        return (f"{self.spilled} result(s) could not be written to {self.store.path} ({self.error}); they are "
+                f"in {self.spill_path}: once the store is usable, run `crucible merge {self.store.path} "
+                f"{self.spill_path}`")
 
 
 def execute_run(request: RunRequest) -> str:
     """Run the request's entries; every result is stored as it arrives. Returns the run id."""
+    jobs = max(1, request.jobs)
     with ResultStore(request.db) as store:
         run_id = resolve_run_id(store, request)
-        existing = store.run(run_id)
+        existing = store.run(run_id) if run_id else None
         if existing is None:
             seed = request.entries[0].seed if request.entries and len({e.seed for e in request.entries}) == 1 else None
-            store.create_run(run_id, request.suite, request.target,
-                             run_metadata(request.suite, request.target, seed, request.shard,
-                                          request.catalog.unavailable))
+            metadata = run_metadata(request.suite, request.target, seed, request.shard, request.catalog.unavailable)
+            metadata.update(mode=request.mode, dynamic=request.dynamic, jobs=jobs,
+                            threads_per_worker=threads_per_worker(jobs),
+                            worker_gpus=[gpu_for_worker(i, request.gpus) for i in range(jobs)]
+                            if request.gpus else None)
+            if run_id:
+                store.create_run(run_id, request.suite, request.target, metadata)
+            else:
+                run_id = store.create_unique_run(new_run_base(request), request.suite, request.target, metadata)
         done = store.finished_names(run_id) if (request.resume or existing is not None) else set()
         todo = [e for e in request.entries if e.name not in done]
         if done:
@@ -193,21 +235,34 @@ def execute_run(request: RunRequest) -> str:
         suite_of = {e.name: e.source for e in request.entries}
         progress = Progress(len(todo))
 
+        recorder = SafeRecorder(store, store.run(run_id))
+
         def store_result(result: dict) -> None:
             result["suite"] = suite_of.get(result["name"], request.suite)
-            store.record(run_id, result)
+            result.setdefault("mode", request.mode)
+            recorder(result)
             progress.finished(result)
 
         config = WorkerConfig(target=request.target, device=request.device, timeout_s=request.timeout_s,
                               mem_limit_mb=request.mem_limit_mb, capture=request.capture,
-                              reference=request.reference, jobs=request.jobs)
+                              reference=request.reference, jobs=jobs, mode=request.mode,
+                              dynamic=request.dynamic, gpus=request.gpus)
         # Longest first: the slowest entries must not start last on an otherwise idle pool.
         todo.sort(key=lambda e: -(e.eager_ms or _DEFAULT_EAGER_MS))
         tasks = [Task(e.name, request.catalog.origin_of(e.name)) for e in todo]
         try:
-            WorkerPool(config, request.jobs).run(tasks, store_result, progress.phase)
+            pool = WorkerPool(config, jobs)
+            pool.run(tasks, store_result, progress.phase)
+            if pool.workers:  # what each worker reported at start-up: its GPU and torch threads
+                metadata = store.run(run_id)["metadata"]
+                metadata["workers"] = [pool.workers[i] for i in sorted(pool.workers)]
+                store.update_metadata(run_id, metadata)
         finally:
             progress.close()
+            if recorder.spilled:
+                print(recorder.advice(), file=sys.stderr)
+        if recorder.spilled:
+            raise StoreError(recorder.advice())
         if len(store.finished_names(run_id) & {e.name for e in request.entries}) == len(request.entries):
             store.finish_run(run_id)
         return run_id

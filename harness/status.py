@@ -12,6 +12,7 @@ class Status:
     FAIL_ACCURACY = "fail_accuracy"
     FAIL_COMPILE = "fail_compile"
     FAIL_RUN = "fail_run"
+    FAIL_MEMORY = "fail_memory"  # the simulator found a memory-safety defect in a kernel (crucible-sim)
     TIMEOUT = "timeout"
     CRASH = "crash"  # the worker died from a signal (segfault, abort, ...)
     OOM = "oom"
@@ -22,7 +23,7 @@ class Status:
 
 
 COMPILER_STATUSES = (Status.PASS, Status.FAIL_ACCURACY, Status.FAIL_COMPILE, Status.FAIL_RUN,
-                     Status.TIMEOUT, Status.CRASH, Status.OOM)
+                     Status.FAIL_MEMORY, Status.TIMEOUT, Status.CRASH, Status.OOM)
 EAGER_STATUSES = (Status.EAGER_FAIL, Status.EAGER_NONDETERMINISTIC)
 ALL_STATUSES = COMPILER_STATUSES + EAGER_STATUSES + (Status.XFAIL, Status.SKIPPED)
 

@@ -1,19 +1,23 @@
 """The results store: one SQLite file, written as each entry finishes.
 
 Tables: ``runs`` (one row per run: id, suite, target, metadata as JSON, finished
-flag) and ``results`` (one row per run and entry; scalar metrics as columns, the
-graph-break list and error detail as JSON/text). A run killed half-way keeps the
+flag) and ``results`` (one row per run and entry; scalar metrics as columns, lists as
+JSON text: graph breaks, and from crucible's compile reports the extern ops with their
+reasons, the graphs that fell back and the refused fusions; error detail as text). A run killed half-way keeps the
 rows it wrote; ``--resume`` continues it, skipping entries already present.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+
+from harness.compile_reasons import FIELDS as COMPILE_REASON_FIELDS
 
 DEFAULT_DB = "crucible-results.sqlite"
 
@@ -22,18 +26,32 @@ RESULT_COLUMNS = (
     "name", "suite", "target", "status", "phase", "graphs", "graph_breaks", "capture_coverage",
     "captured_ops", "eager_ops", "max_abs_err", "max_rel_err", "rmse_ratio", "cosine", "compile_s",
     "run_s", "wall_s", "load_s", "build_s", "eager_s", "reference_s", "capture_s", "kernels", "externs", "reference", "error", "error_detail", "capture_error",
+    # crucible-sim: bytes the run phase's kernels moved, their ideal bytes, the roofline time on an H200,
+    # the worst kernel's moved/ideal ratio, and the kernels with memory findings
+    "bytes_moved", "ideal_bytes", "est_h200_s", "traffic_ratio", "traffic_kernel", "memory_kernels",
+    # train mode (gradients graded like outputs) and --dynamic (several input sizes)
+    "mode", "dynamic", "grads", "grad_max_abs_err", "grad_max_rel_err", "grad_rmse_ratio", "grad_cosine",
+    "backward_graphs", "recompiles", "guard_failures", "dynamic_note", "model_copy", "worker_threads",
+    "worker_gpu", "grad_note",
 )
 
 _TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
-                 "capture_error"}
+                 "capture_error", "traffic_kernel", "memory_kernels", "mode", "dynamic_note", "model_copy",
+                 "worker_gpu", "grad_note"}
+# Columns holding JSON (lists of dicts); the result field of the same name is the decoded value, a
+# missing list reads back as [].
+JSON_COLUMNS = ("break_reasons", "sizes", *COMPILE_REASON_FIELDS)
+_INT_COLUMNS = ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs", "dynamic", "grads",
+                "backward_graphs", "recompiles", "guard_failures", "worker_threads")
 _COLUMN_DEFS = ", ".join(f"{c} {'TEXT' if c in _TEXT_COLUMNS else 'REAL'}" for c in RESULT_COLUMNS)
+_JSON_DEFS = ", ".join(f"{c} TEXT" for c in JSON_COLUMNS)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, suite TEXT, target TEXT, created REAL, finished INTEGER DEFAULT 0,
     metadata TEXT
 );
 CREATE TABLE IF NOT EXISTS results (
-    run_id TEXT NOT NULL, {_COLUMN_DEFS}, break_reasons TEXT, recorded REAL,
+    run_id TEXT NOT NULL, {_COLUMN_DEFS}, {_JSON_DEFS}, recorded REAL,
     PRIMARY KEY (run_id, name)
 );
 CREATE TABLE IF NOT EXISTS fuzz_findings (
@@ -41,25 +59,93 @@ CREATE TABLE IF NOT EXISTS fuzz_findings (
     error TEXT, known TEXT, hits INTEGER, nodes INTEGER, graph TEXT, repro TEXT, recorded REAL,
     PRIMARY KEY (run_id, signature)
 );
+CREATE TABLE IF NOT EXISTS minimized (
+    run_id TEXT NOT NULL, name TEXT NOT NULL, status TEXT, signature TEXT, repro TEXT, nodes_before REAL,
+    nodes_after REAL, checks REAL, seconds REAL, first_divergent TEXT, stage TEXT, stage_evidence TEXT,
+    message TEXT, recorded REAL, PRIMARY KEY (run_id, name)
+);
 """
+# Columns of ``minimized``: an entry's failure shrunk by ``crucible minify`` (harness.minify).
+MINIMIZED_COLUMNS = ("status", "signature", "repro", "nodes_before", "nodes_after", "checks", "seconds",
+                     "first_divergent", "stage", "stage_evidence", "message")
+
+
+class StoreError(RuntimeError):
+    """The results file cannot be used: corrupted, truncated, locked, not SQLite, or another program's."""
+
+
+# How long a writer waits for another process's transaction before the store reports it locked.
+# Results are one short transaction each, so only a stuck process holds the lock this long.
+BUSY_TIMEOUT_S = 60.0
+_REQUIRED = {"runs": {"id", "suite", "target", "metadata"}, "results": {"run_id", "name", "status"}}
+
+
+def _describe(path: str, exc: sqlite3.Error) -> str:
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return (f"results database {path} is locked by another process (waited {BUSY_TIMEOUT_S:g}s): "
+                f"wait for it to finish or use another --db")
+    if "not a database" in text or "malformed" in text or "file is encrypted" in text:
+        return (f"results database {path} is corrupted or not an SQLite file ({text}): move it away "
+                f"or pass another --db")
+    return f"results database {path}: {text}"
+
+
+def _guarded(method: Callable) -> Callable:
+    """sqlite3 errors after opening (a file truncated or locked while in use) become StoreError."""
+
+    @functools.wraps(method)
+    def call(self: ResultStore, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+
+    return call
 
 
 class ResultStore:
+    """One results file. Several processes may write it at once (parallel runs, pytest-xdist
+    workers): WAL journaling lets readers and one writer proceed together, and every write is one
+    short transaction that waits up to ``BUSY_TIMEOUT_S`` for the others."""
+
     def __init__(self, path: str | Path = DEFAULT_DB) -> None:
         self.path = str(path)
-        # One short transaction per write: readers (report, resume) never see half a row.
-        self.db = sqlite3.connect(self.path, timeout=30)
-        self.db.row_factory = sqlite3.Row
-        self.db.executescript(_SCHEMA)
-        self._add_missing_columns()
+        if Path(self.path).is_dir():
+            raise StoreError(f"results database {self.path} is a directory: pass a file to --db")
+        try:
+            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+            self.db.row_factory = sqlite3.Row
+            self._check_foreign()
+            try:
+                self.db.execute("PRAGMA journal_mode=WAL")
+            except sqlite3.OperationalError:
+                pass  # a file system without shared memory: the rollback journal works too
+            self.db.executescript(_SCHEMA)
+            self._add_missing_columns()
+        except sqlite3.Error as exc:
+            raise StoreError(_describe(self.path, exc)) from None
+
+    def _check_foreign(self) -> None:
+        tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        for table, needed in _REQUIRED.items():
+            if table not in tables:
+                continue
+            have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+            if not needed <= have:
+                raise StoreError(f"{self.path} is an SQLite database of another program (its {table!r} table "
+                                 f"lacks {', '.join(sorted(needed - have))}): pass another --db")
+        if tables and not tables & set(_REQUIRED):
+            raise StoreError(f"{self.path} is an SQLite database of another program (tables: "
+                             f"{', '.join(sorted(tables)[:5])}): pass another --db")
 
     def _add_missing_columns(self) -> None:
         # A database written by an older harness gains the columns added since.
         have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
         with self.db:
-            for column in RESULT_COLUMNS:
+            for column in (*RESULT_COLUMNS, *JSON_COLUMNS):
                 if column not in have:
-                    kind = "TEXT" if column in _TEXT_COLUMNS else "REAL"
+                    kind = "TEXT" if column in _TEXT_COLUMNS or column in JSON_COLUMNS else "REAL"
                     self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
 
     def close(self) -> None:
@@ -72,19 +158,38 @@ class ResultStore:
         self.close()
 
     # -- runs -------------------------------------------------------------
+    @_guarded
     def create_run(self, run_id: str, suite: str, target: str, metadata: dict[str, Any]) -> None:
         with self.db:
             self.db.execute("INSERT OR IGNORE INTO runs (id, suite, target, created, metadata) "
                             "VALUES (?, ?, ?, ?, ?)", (run_id, suite, target, time.time(), json.dumps(metadata)))
 
+    @_guarded
+    def create_unique_run(self, base: str, suite: str, target: str, metadata: dict[str, Any]) -> str:
+        """Create a new run named ``base`` (or ``base-2``, ``base-3``, ...: the first free name) and
+        return its id. Atomic: two processes starting runs in the same second get distinct ids."""
+        n = 1
+        while True:
+            run_id = base if n == 1 else f"{base}-{n}"
+            try:
+                with self.db:
+                    self.db.execute("INSERT INTO runs (id, suite, target, created, metadata) VALUES (?, ?, ?, ?, ?)",
+                                    (run_id, suite, target, time.time(), json.dumps(metadata)))
+                return run_id
+            except sqlite3.IntegrityError:
+                n += 1
+
+    @_guarded
     def update_metadata(self, run_id: str, metadata: dict[str, Any]) -> None:
         with self.db:
             self.db.execute("UPDATE runs SET metadata = ? WHERE id = ?", (json.dumps(metadata), run_id))
 
+    @_guarded
     def finish_run(self, run_id: str) -> None:
         with self.db:
             self.db.execute("UPDATE runs SET finished = 1 WHERE id = ?", (run_id,))
 
+    @_guarded
     def runs(self) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT r.*, (SELECT COUNT(*) FROM results WHERE run_id = r.id) AS entries "
                                "FROM runs r ORDER BY created, id").fetchall()
@@ -106,28 +211,52 @@ class ResultStore:
         return out
 
     # -- results ----------------------------------------------------------
+    @_guarded
     def record(self, run_id: str, result: dict[str, Any]) -> None:
-        values = [result.get(c) for c in RESULT_COLUMNS]
+        columns = (*RESULT_COLUMNS, *JSON_COLUMNS)
+        values = [result.get(c) for c in RESULT_COLUMNS] + [json.dumps(result.get(c) or []) for c in JSON_COLUMNS]
         with self.db:
             self.db.execute(
-                f"INSERT OR REPLACE INTO results (run_id, {', '.join(RESULT_COLUMNS)}, break_reasons, recorded) "
-                f"VALUES (?, {', '.join('?' for _ in RESULT_COLUMNS)}, ?, ?)",
-                [run_id, *values, json.dumps(result.get("break_reasons") or []), time.time()])
+                f"INSERT OR REPLACE INTO results (run_id, {', '.join(columns)}, recorded) "
+                f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",
+                [run_id, *values, time.time()])
 
+    @_guarded
+    def record_minimized(self, run_id: str, name: str, record: dict[str, Any]) -> None:
+        """Link a result to its minimized repro (one per run and entry; a new minimization replaces it)."""
+        with self.db:
+            self.db.execute(
+                f"INSERT OR REPLACE INTO minimized (run_id, name, {', '.join(MINIMIZED_COLUMNS)}, recorded) "
+                f"VALUES (?, ?, {', '.join('?' for _ in MINIMIZED_COLUMNS)}, ?)",
+                [run_id, name, *[record.get(c) for c in MINIMIZED_COLUMNS], time.time()])
+
+    @_guarded
+    def minimized(self, run_id: str) -> dict[str, dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM minimized WHERE run_id = ?", (run_id,)).fetchall()
+        return {r["name"]: {c: r[c] for c in MINIMIZED_COLUMNS} for r in rows}
+
+    @_guarded
     def finished_names(self, run_id: str) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
 
+    @_guarded
     def results(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY name", (run_id,)).fetchall()
-        return [self._result_dict(r) for r in rows]
+        minimized = self.minimized(run_id)
+        out = [self._result_dict(r) for r in rows]
+        for r in out:
+            if r["name"] in minimized:
+                r["minimized"] = minimized[r["name"]]
+        return out
 
     @staticmethod
     def _result_dict(row: sqlite3.Row) -> dict[str, Any]:
         out = {c: row[c] for c in RESULT_COLUMNS}
-        for c in ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs"):
+        for c in _INT_COLUMNS:
             if out[c] is not None:
                 out[c] = int(out[c])
-        out["break_reasons"] = json.loads(row["break_reasons"] or "[]")
+        for c in JSON_COLUMNS:
+            out[c] = json.loads(row[c] or "[]")
         return out
 
     # -- fuzz findings (harness.fuzz) ----------------------------------------
@@ -165,6 +294,10 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
     """
     merged: dict[str, int] = {}
     for path in sources:
+        if str(path).endswith(".jsonl"):
+            for run_id, n in _merge_spilled(into, Path(path)).items():
+                merged[run_id] = merged.get(run_id, 0) + n
+            continue
         with ResultStore(path) as src:
             for run, results in src.iter_all():
                 existing = before = into.run(run["id"])
@@ -182,7 +315,27 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
                 into.update_metadata(run["id"], {**metadata, "shards": sorted(shards)})
                 for result in results:
                     into.record(run["id"], result)
+                for name, minimized in src.minimized(run["id"]).items():
+                    into.record_minimized(run["id"], name, minimized)
                 if run["finished"] and (before is None or before["finished"]):
                     into.finish_run(run["id"])
                 merged[run["id"]] = merged.get(run["id"], 0) + len(results)
+    return merged
+
+
+def _merge_spilled(into: ResultStore, path: Path) -> dict[str, int]:
+    """Results a run could not write to its store (``{"run": ..., "result": ...}`` per line)."""
+    merged: dict[str, int] = {}
+    for number, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+            run, result = item["run"], item["result"]
+        except (ValueError, KeyError, TypeError):
+            raise StoreError(f"{path}:{number}: not a line of unsaved results") from None
+        if into.run(run["id"]) is None:
+            into.create_run(run["id"], run["suite"], run["target"], run.get("metadata") or {})
+        into.record(run["id"], result)
+        merged[run["id"]] = merged.get(run["id"], 0) + 1
     return merged

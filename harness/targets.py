@@ -8,7 +8,6 @@ eager). Any other name is looked up as a registered Dynamo backend.
 from __future__ import annotations
 
 import importlib
-import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 CRUCIBLE_TARGETS: dict[str, dict[str, Any]] = {
     "crucible-triton": {"codegen": "triton", "strict": True},
     "crucible-interpret": {"codegen": "triton", "strict": True},
+    "crucible-sim": {"codegen": "triton", "strict": True},  # the interpreter's kernels, checked by simulator/
     "crucible-cpp": {"codegen": "cpp", "strict": True},
 }
 
@@ -26,9 +26,6 @@ class Target:
     device: str  # "cpu" | "cuda"
     backend: str | None  # Dynamo backend name; None for eager
     options: dict = field(default_factory=dict)
-    # Environment a worker needs before importing torch/triton. The crucible targets
-    # need none: the compiler runs CPU kernels in Triton's interpreter by itself.
-    env: dict = field(default_factory=dict)
 
     @property
     def is_crucible(self) -> bool:
@@ -39,6 +36,8 @@ class Target:
 # when that fails (a GPU computes the fp64 reference of a large model in a fraction of the CPU's
 # time); "cpu"; "device" (no fallback); "none" (parity against eager only).
 REFERENCE_CHOICES = ("auto", "cpu", "device", "none")
+# What one run of an entry does: a forward, or a forward, a seeded loss and a backward (harness.training).
+MODES = ("inference", "train")
 
 
 class TargetUnavailable(RuntimeError):
@@ -55,7 +54,7 @@ def parse_target(name: str, device: str | None = None) -> Target:
         return Target(name, device or "cpu", None)
     if name == "crucible-triton":
         return Target(name, "cuda", "crucible", CRUCIBLE_TARGETS[name])
-    if name == "crucible-interpret":
+    if name in ("crucible-interpret", "crucible-sim"):
         return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
     if name == "crucible-cpp":
         return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
@@ -107,8 +106,10 @@ def resolve_backend(target: Target) -> Callable[..., Any] | str:
     return target.backend
 
 
-def compile_model(target: Target, model: Any) -> Any:
-    """The callable a target runs: the model itself for eager, else torch.compile's wrapper."""
+def compile_model(target: Target, model: Any, dynamic: bool = False) -> Any:
+    """The callable a target runs: the model itself for eager, else torch.compile's wrapper.
+
+    ``dynamic=True`` compiles with dynamic shapes (``torch.compile(dynamic=True)``) for every target."""
     import torch
 
     if target.backend is None:
@@ -117,11 +118,6 @@ def compile_model(target: Target, model: Any) -> Any:
     # The crucible compiler specializes on static shapes: dynamic=False makes Dynamo recompile for
     # a new shape instead of handing it symbolic sizes after the first recompile (detection models
     # call their heads with data-dependent box counts).
-    dynamic = False if target.is_crucible else None
-    return torch.compile(model, backend=backend, options=dict(target.options) or None, dynamic=dynamic)
+    shapes = True if dynamic else (False if target.is_crucible else None)
+    return torch.compile(model, backend=backend, options=dict(target.options) or None, dynamic=shapes)
 
-
-def apply_env(target: Target) -> None:
-    """Set the target's environment in a fresh worker, before torch/triton are imported."""
-    for key, value in target.env.items():
-        os.environ[key] = value

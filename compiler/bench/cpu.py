@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import ctypes
-import os
 import statistics
 import tempfile
 import time
@@ -82,19 +81,14 @@ def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str) -> t
         from compiler import cpp_build
 
         cpp_build.clear_memory_cache()
-    old = os.environ.get(cache_env)
-    with tempfile.TemporaryDirectory(prefix=f"bench-{backend}-") as cache:
-        os.environ[cache_env] = cache
-        try:
-            opt = torch.compile(fn, backend=backend)
-            start = time.perf_counter()
-            opt(*inputs)
-            return opt, time.perf_counter() - start
-        finally:
-            if old is None:
-                os.environ.pop(cache_env, None)
-            else:
-                os.environ[cache_env] = old
+    from compiler import config
+
+    with tempfile.TemporaryDirectory(prefix=f"bench-{backend}-") as cache, \
+            config.environment_override(cache_env, cache):
+        opt = torch.compile(fn, backend=backend)
+        start = time.perf_counter()
+        opt(*inputs)
+        return opt, time.perf_counter() - start
 
 
 def median_ms(variants: dict[str, Callable], inputs: tuple, repeat: int, warmup_s: float = WARMUP_S,

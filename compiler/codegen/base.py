@@ -8,12 +8,16 @@ emit; lowering never produces others, and ``check_ops`` guards the contract.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+import torch
+
 from compiler import ir
-from compiler.ir import Expr, Op
+from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
+from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
 
@@ -29,14 +33,40 @@ class RenderedKernel:
     symbol: str = ""  # the function's name in ``source`` when it is not ``name`` (sanitized, or by content)
 
 
+def compute_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype a renderer computes a value of ``dtype`` in: 16-bit floats in float32."""
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+def reduction_identity(op: ReduceOp, dtype: torch.dtype) -> float | int:
+    """The value a reduction starts from (each renderer spells it): 0, 1, or the extreme of the
+    compute dtype (for bool, of int32) that loses to every element."""
+    if op is ReduceOp.SUM:
+        return 0
+    if op is ReduceOp.PROD:
+        return 1
+    lowest = op in (ReduceOp.MAX, ReduceOp.ARGMAX)
+    if dtype.is_floating_point:
+        return -math.inf if lowest else math.inf
+    info = torch.iinfo(torch.int32 if dtype == torch.bool else dtype)
+    return info.min if lowest else info.max
+
+
 class Renderer:
+    """Turns a scheduled ``Kernel`` into source text; publishes what it can emit."""
+
     codegen: ClassVar[str] = ""
     OPS: ClassVar[frozenset[Op]] = frozenset()
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=False)
 
     def render(self, kernel: Kernel) -> RenderedKernel:
         raise NotImplementedError
 
     def check_ops(self, kernel: Kernel) -> None:
+        """The contract lowering keeps: a kernel holds only ops of this renderer's table."""
         for store in kernel.stores:
             for e in store.value.walk():
                 if e.op not in self.OPS:

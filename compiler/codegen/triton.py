@@ -18,7 +18,15 @@ import math
 
 import torch
 
-from compiler.codegen.base import ExprLevels, RenderedKernel, Renderer, affine_index_code
+from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
+from compiler.codegen.base import (
+    ExprLevels,
+    RenderedKernel,
+    Renderer,
+    affine_index_code,
+    compute_dtype,
+    reduction_identity,
+)
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
@@ -28,10 +36,6 @@ TL_DTYPE = {
     torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
 }
 INT32_LIMIT = 2**31 - 1
-
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 def next_pow2(n: int) -> int:
@@ -52,17 +56,12 @@ def literal(value: object, dtype: torch.dtype) -> str:
 
 
 def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
-    if op is ReduceOp.SUM:
-        return literal(0, dtype)
-    if op is ReduceOp.PROD:
-        return literal(1, dtype)
-    lowest = op in (ReduceOp.MAX, ReduceOp.ARGMAX)
-    if dtype.is_floating_point:
-        return "float('-inf')" if lowest else "float('inf')"
-    info = torch.iinfo(torch.int32 if dtype == torch.bool else dtype)
-    if lowest:
-        return f"({info.min + 1} - 1)"  # the literal -2**63 would not parse as an int64 constant
-    return str(info.max)
+    value = reduction_identity(op, dtype)
+    if op in (ReduceOp.SUM, ReduceOp.PROD) or dtype.is_floating_point:
+        return literal(value, dtype)
+    if op in (ReduceOp.MAX, ReduceOp.ARGMAX):
+        return f"({value + 1} - 1)"  # the literal -2**63 would not parse as an int64 constant
+    return str(value)
 
 
 BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
@@ -83,6 +82,10 @@ class TritonRenderer(Renderer):
 
     def __init__(self, interpret: bool) -> None:
         self.interpret = interpret
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=self.interpret)
 
     # --- tiling ------------------------------------------------------------------
     def tiles(self, k: Kernel) -> list[tuple[int, int, int]]:
@@ -349,7 +352,7 @@ class _KernelWriter:
 
     def needs_int64(self) -> bool:
         """int64 offsets when any index this kernel computes can pass int32."""
-        touched = [self.k.buffer_sizes.get(b, 0) for b in self.args]
+        touched = [self.k.param(b).span for b in self.args]
         return self.k.xnumel * max(self.k.rnumel, 1) > INT32_LIMIT or max(touched, default=0) > INT32_LIMIT
 
     def assemble(self) -> RenderedKernel:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.lowering import GraphLowering, Unsupported, register
 from compiler.lowerings import indexing, pointwise, pooling, reductions, views  # noqa: F401
+from compiler.lowerings.rules import Unsupported, register
 from compiler.report import ExternReason
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 

@@ -9,24 +9,19 @@ reads a valid element instead of faulting (ATen would raise; we document it).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from compiler import ir
 from compiler.graph import numel
 from compiler.ir import Expr, Op
-from compiler.lowering import (
-    GraphLowering,
-    Lazy,
-    Strided,
-    TensorValue,
-    Unsupported,
-    read,
-    register,
-)
 from compiler.lowerings.pointwise import out_meta
+from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, read, register
 from compiler.report import ExternReason
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 prims = torch.ops.prims

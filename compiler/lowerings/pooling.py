@@ -10,17 +10,20 @@ read a clamped, valid address and are replaced by the reduction's identity
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from compiler import ir
 from compiler.ir import Expr, Op, ReduceOp
-from compiler.lowering import GraphLowering, Lazy, TensorValue, Unsupported, as_expr, read, register
 from compiler.lowerings.indexing import c64, clamp_index
 from compiler.lowerings.pointwise import out_meta
 from compiler.lowerings.reductions import acc_dtype_for
+from compiler.lowerings.rules import Lazy, TensorValue, Unsupported, as_expr, read, register
 from compiler.report import ExternReason
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 

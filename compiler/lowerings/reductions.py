@@ -9,25 +9,20 @@ for float64) and int64 for integer sums, like ATen.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from compiler import ir
 from compiler.ir import ReduceOp
-from compiler.lowering import (
-    GraphLowering,
-    Lazy,
-    TensorValue,
-    Unsupported,
-    as_expr,
-    broadcast_read,
-    register,
-)
-from compiler.lowerings.pointwise import V, out_meta, pointwise
+from compiler.lowerings.formulas import V
+from compiler.lowerings.pointwise import out_meta, pointwise
+from compiler.lowerings.rules import Lazy, TensorValue, Unsupported, as_expr, broadcast_read, register
 from compiler.lowerings.views import reshape
 from compiler.report import ExternReason
-from compiler.scheduler import MAX_PERSISTENT_RNUMEL
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 
@@ -61,10 +56,10 @@ def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], ke
         if rnumel == 0 or op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN):
             return Lazy(shape, out_dtype, ir.const(identity, out_dtype))
         return Lazy(shape, out_dtype, ir.cast(as_expr(reshape(ctx, x, shape)), out_dtype))
-    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > MAX_PERSISTENT_RNUMEL:
+    limit = ctx.capabilities.max_persistent_rnumel
+    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > limit:
         # index tracking is written for rows held in one block; longer rows stay with ATen
-        raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > "
-                                                          f"{MAX_PERSISTENT_RNUMEL} elements")
+        raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > {limit} elements")
     return ctx.reduction(x, dims, keepdim, op, acc, out_dtype)
 
 

@@ -9,13 +9,16 @@ realizes its input first, like ``torch.reshape`` copies.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from compiler import ir
 from compiler.ir import Expr
-from compiler.lowering import GraphLowering, Lazy, Strided, TensorValue, identity_index, read, register
+from compiler.lowerings.rules import Lazy, Strided, TensorValue, identity_index, read, register
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 IndexMap = Callable[[list[Expr]], list[Expr]]

@@ -16,8 +16,9 @@ import torch.nn.functional as F
 
 import compiler
 from compiler import cpp_build, ir
-from compiler.codegen.cpp import CppLauncher, CppRenderer
-from compiler.scheduler import Kernel, Store
+from compiler.codegen.cpp import CppRenderer
+from compiler.runtime import CppLauncher
+from compiler.scheduler import Level, Store, make_kernel
 from tests.compiler.parity import LOW_PRECISION, assert_close, upcast
 
 
@@ -280,8 +281,8 @@ def test_hostile_names_in_a_kernel_stay_in_comments_and_identifiers():
     """Buffer names, kernel name and origins straight from a graph: the source still compiles."""
     src, out = 'in */ "x"\n#define', "out\n*/ y"
     value = ir.binary(ir.Op.ADD, ir.load(src, ir.xvar(0), torch.float32), ir.const(1.0, torch.float32))
-    k = Kernel(f"kernel */ {HOSTILE}", (5,), stores=[Store(out, ir.xvar(0), value, "x")],
-               origins=[HOSTILE, "*/ int boom;"], kept={out})
+    k = make_kernel(f"kernel */ {HOSTILE}", (5,), [Store(out, ir.xvar(0), value, Level.X)], kept={out},
+                    origins=[HOSTILE, "*/ int boom;"])
     rendered = CppRenderer().render(k)
     for line in rendered.source.splitlines():
         code = line.strip()

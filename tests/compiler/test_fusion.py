@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -215,6 +216,34 @@ def test_extern_results_keep_eagers_layout(codegen: str) -> None:
     assert "with_strides(" in wrapper.source and wrapper.source.count(".contiguous()") == 1
     for got, want in zip(wrapper.call([q, q, q]), fn(q, q, q)):
         torch.testing.assert_close(got, want)
+
+
+def test_extern_results_nobody_reads_are_not_touched(codegen: str) -> None:
+    """Regression (GPT-2, ViT and a Llama-style decoder in bfloat16 on the H200): flash attention's
+    debug mask is an empty tensor in its fake result but None at run time, and the wrapper called
+    ``.contiguous()`` on every result. A result nothing reads is now left as the library returned it."""
+    q = torch.randn(2, 4, 16, 8)
+
+    def fn(q, k, v):
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v)[0] * 2
+
+    gm = _aten_graph(fn, q, q, q)
+    wrapper = GraphCompilation(gm, codegen, "inference").compile()
+    assert "[1]" not in wrapper.source  # the logsumexp is neither copied nor relaid out
+    torch.testing.assert_close(wrapper.call([q, q, q]), fn(q, q, q))
+
+
+@pytest.mark.gpu
+def test_bfloat16_flash_attention_compiles() -> None:
+    """Regression: a bf16 attention graph failed in strict mode with "'NoneType' object has no
+    attribute 'contiguous'" raised in the generated wrapper (the unused results of the CUDA op)."""
+    q = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+
+    def fn(q, k, v):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) * 2
+
+    compiled = torch.compile(fn, backend="crucible", options={"strict": True}, dynamic=False)
+    torch.testing.assert_close(compiled(q, q, q), fn(q, q, q), rtol=2e-2, atol=2e-2)
 
 
 def test_merged_loops_keep_index_values(codegen: str, device: str) -> None:

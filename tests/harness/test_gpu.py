@@ -17,5 +17,8 @@ def test_zoo_on_crucible_triton(tmp_path: Path, cli, load_json) -> None:
     mlp = doc["by_name"]["zoo/mlp"]
     assert mlp["status"] == "pass", mlp["error"]
     assert mlp["kernels"] and mlp["kernels"] > 0
+    # the Linear layers' matmuls are the vendor library's, recorded with their reason
+    assert ("aten.addmm.default", "library_kernel") in {(r["op"], r["reason"]) for r in mlp["extern_ops"]}
+    assert mlp["fallbacks"] == []
     # Whatever the compiler's state, the harness itself must not lose an entry.
     assert not [e["name"] for e in doc["entries"] if e["status"] in ("crash", "timeout", "oom")]

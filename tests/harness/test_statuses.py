@@ -202,21 +202,23 @@ def test_reference_falls_back_to_the_cpu_when_the_device_run_fails(monkeypatch) 
     """auto: a failed device reference (e.g. out of memory) is retried on the CPU, never lost."""
     import harness.execute as ex
 
-    real_prepare = ex._prepare
+    real_fresh = ex.ModelCopies.fresh
 
-    def failing_on_the_device(model, device, dtype):
+    def failing_on_the_device(self, device, dtype):
         if dtype == torch.float64 and device != "cpu":
             raise RuntimeError("planted: no float64 on this device")
-        return real_prepare(model, device, dtype)
+        return real_fresh(self, device, dtype)
 
-    monkeypatch.setattr(ex, "_prepare", failing_on_the_device)
+    monkeypatch.setattr(ex.ModelCopies, "fresh", failing_on_the_device)
     entry = _relu_entry()
     result: dict = {}
     built = entry.build("small")
-    assert ex._reference(built, entry.seed, "fake-device", "auto", result) is not None
+    models = ex.ModelCopies(entry, "small", built.model)
+    sizes = [(None, built.inputs, built.kwargs)]
+    assert ex._reference(models, sizes, entry.seed, "fake-device", "auto", result, "inference") != [None]
     assert result["reference"] == "float64"
     result = {}
-    assert ex._reference(built, entry.seed, "fake-device", "device", result) is None
+    assert ex._reference(models, sizes, entry.seed, "fake-device", "device", result, "inference") == [None]
     assert result["reference"] == "none (fake-device: RuntimeError: planted: no float64 on this device)"
 
 

@@ -1,0 +1,186 @@
+"""Math formulas over IR expressions: ``V``, operator sugar over ``Expr``, and the functions
+(tanh, expm1, atan, round-half-even, pow, ...) written from the IR's primitives, so every
+renderer's op table stays small and interpreter-safe. Pointwise and reduction lowerings use them.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from compiler import ir
+from compiler.ir import Expr, Op
+
+
+class V:
+    """Operator sugar over Expr for writing math formulas; constants take V's dtype."""
+
+    __slots__ = ("e",)
+
+    def __init__(self, e: Expr) -> None:
+        self.e = e
+
+    def _c(self, other: Any) -> Expr:
+        return other.e if isinstance(other, V) else ir.const(other, self.e.dtype)
+
+    def __add__(self, o: Any) -> V:
+        return V(ir.binary(Op.ADD, self.e, self._c(o)))
+
+    __radd__ = __add__
+
+    def __sub__(self, o: Any) -> V:
+        return V(ir.binary(Op.SUB, self.e, self._c(o)))
+
+    def __rsub__(self, o: Any) -> V:
+        return V(ir.binary(Op.SUB, self._c(o), self.e))
+
+    def __mul__(self, o: Any) -> V:
+        return V(ir.binary(Op.MUL, self.e, self._c(o)))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, o: Any) -> V:
+        return V(ir.binary(Op.DIV, self.e, self._c(o)))
+
+    def __rtruediv__(self, o: Any) -> V:
+        return V(ir.binary(Op.DIV, self._c(o), self.e))
+
+    def __neg__(self) -> V:
+        return V(ir.unary(Op.NEG, self.e))
+
+    def __lt__(self, o: Any) -> V:
+        return V(ir.binary(Op.LT, self.e, self._c(o)))
+
+    def __le__(self, o: Any) -> V:
+        return V(ir.binary(Op.LE, self.e, self._c(o)))
+
+    def __gt__(self, o: Any) -> V:
+        return V(ir.binary(Op.GT, self.e, self._c(o)))
+
+    def __ge__(self, o: Any) -> V:
+        return V(ir.binary(Op.GE, self.e, self._c(o)))
+
+    def eq(self, o: Any) -> V:
+        return V(ir.binary(Op.EQ, self.e, self._c(o)))
+
+    def ne(self, o: Any) -> V:
+        return V(ir.binary(Op.NE, self.e, self._c(o)))
+
+    def __and__(self, o: V) -> V:
+        return V(ir.binary(Op.AND, self.e, o.e))
+
+    def u(self, op: Op) -> V:
+        return V(ir.unary(op, self.e))
+
+
+def sel(cond: V, a: V | float, b: V | float, like: V | None = None) -> V:
+    """where(cond, a, b); python numbers take the dtype of the other arm (or ``like``)."""
+    ref = a if isinstance(a, V) else b if isinstance(b, V) else like
+    if ref is None:
+        raise TypeError("sel() needs a tensor arm or like=")
+    return V(ir.where(cond.e, ref._c(a), ref._c(b)))
+
+
+def vabs(x: V) -> V:
+    return x.u(Op.ABS)
+
+
+def vexp(x: V) -> V:
+    return x.u(Op.EXP)
+
+
+def vlog(x: V) -> V:
+    return x.u(Op.LOG)
+
+
+def vsqrt(x: V) -> V:
+    return x.u(Op.SQRT)
+
+
+def vmax(a: V, b: V) -> V:
+    return V(ir.binary(Op.MAX, a.e, b.e))
+
+
+def vmin(a: V, b: V) -> V:
+    return V(ir.binary(Op.MIN, a.e, b.e))
+
+
+def expm1(x: V) -> V:
+    # exp(x) - 1 cancels near 0; a short Taylor series is exact to fp32 there.
+    series = x * (1 + x * (0.5 + x * (1 / 6 + x * (1 / 24 + x * (1 / 120 + x * (1 / 720))))))
+    return sel(vabs(x) < 0.1, series, vexp(x) - 1)
+
+
+def log1p(x: V) -> V:
+    series = x * (1 + x * (-0.5 + x * (1 / 3 + x * (-0.25 + x * (0.2 + x * (-1 / 6))))))
+    return sel(vabs(x) < 0.05, series, vlog(x + 1))
+
+
+def sigmoid(x: V) -> V:
+    return 1 / (vexp(-x) + 1)
+
+
+def tanh(x: V) -> V:
+    m = expm1(vabs(x) * -2)  # in (-1, 0]
+    mag = -m / (m + 2)
+    return sel(x < 0, -mag, mag)
+
+
+def atan(x: V) -> V:
+    # Range reduction to |t| <= tan(pi/12), then an odd minimax polynomial (Cephes atanf).
+    a = vabs(x)
+    big = a > 2.414213562373095
+    mid = a > 0.4142135623730950
+    t = sel(big, -1 / a, sel(mid, (a - 1) / (a + 1), a))
+    base = sel(big, math.pi / 2, sel(mid, math.pi / 4, 0.0, like=x))
+    z = t * t
+    poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * t + t
+    r = base + poly
+    return sel(x < 0, -r, r)
+
+
+def atan2(y: V, x: V) -> V:
+    r = atan(y / x)
+    r = sel(x < 0, sel(y < 0, r - math.pi, r + math.pi), r)
+    r = sel(x.eq(0), sel(y > 0, math.pi / 2, sel(y < 0, -math.pi / 2, 0.0, like=y)), r)
+    return r
+
+
+def sign(x: V) -> V:
+    # ATen computes (0 < x) - (x < 0): NaN gives 0 and -0.0 gives +0.0
+    return sel(x > 0, 1, sel(x < 0, -1, 0, like=x), like=x)
+
+
+def unit_sign(x: V) -> V:
+    return sel(x > 0, 1, sel(x < 0, -1, x, like=x), like=x)  # keeps NaN and -0.0 (for odd functions)
+
+
+def asinh(x: V) -> V:
+    # x*x overflows past ~1e19 in float32 (inf/inf = NaN); there asinh(|x|) = log(2|x|) to
+    # within 1/(4x^2), far below one ulp.
+    a = vabs(x)
+    small = log1p(a + a * a / (vsqrt(a * a + 1) + 1))
+    return unit_sign(x) * sel(a > 1e9, vlog(a) + math.log(2.0), small)
+
+
+def round_half_even(x: V) -> V:
+    f = x.u(Op.FLOOR)
+    diff = x - f
+    half = f * 0.5
+    f_even = half.u(Op.FLOOR).eq(half)
+    up = sel(diff > 0.5, f + 1, sel(diff < 0.5, f, sel(f_even, f, f + 1)))
+    return sel(up.eq(0), x * 0, up)  # -0.3 rounds to -0.0, like ATen
+
+
+def trunc(x: V) -> V:
+    return sel(x < 0, x.u(Op.CEIL), x.u(Op.FLOOR))
+
+
+def pow_(x: V, y: V) -> V:
+    """x ** y for floats with C pow's special cases (negative base, zero, y == 0)."""
+    mag = vexp(y * vlog(vabs(x)))
+    y_int = y.u(Op.FLOOR).eq(y)
+    y_odd = y_int & (y * 0.5).u(Op.FLOOR).ne(y * 0.5)
+    neg = sel(y_int, sel(y_odd, -mag, mag), x * 0 + math.nan)
+    r = sel(x < 0, neg, mag)
+    return sel(y.eq(0), y * 0 + 1, sel(x.eq(1), x, r))

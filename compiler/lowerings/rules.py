@@ -1,0 +1,100 @@
+"""The values lowering rules take and return, and the registry of rules.
+
+During lowering every FX value is a ``TensorValue``:
+
+* ``Lazy``: an unrealized pointwise expression over its own XVARs. Consumers inline
+  it, which is how pointwise chains fuse and how producers fuse into reductions.
+* ``Strided``: a strided window onto a buffer. Views of buffers stay ``Strided``
+  (new sizes/strides/offset), so views never materialize.
+
+A rule is registered for ATen ops with ``register`` and raises ``Unsupported`` to have
+the op run as an extern call instead. This module imports no rule and no lowering pass,
+so rule modules and ``compiler.lowering`` both depend on it and not on each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from compiler import ir
+from compiler.graph import View
+from compiler.ir import Expr
+from compiler.report import ExternReason
+
+
+class Unsupported(Exception):
+    """A lowering rule declines this call; the op becomes an extern call."""
+
+    def __init__(self, reason: ExternReason, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Lazy:
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+    expr: Expr  # over XVAR(0..len(shape)-1)
+
+
+# A strided window onto a buffer is exactly what the wrapper sees as a View.
+Strided = View
+
+
+TensorValue = Lazy | Strided
+LoweringRule = Callable[..., Any]
+LOWERINGS: dict[Any, LoweringRule] = {}
+
+
+def register(*ops: Any) -> Callable[[LoweringRule], LoweringRule]:
+    """Register a rule for OpOverloads or whole OpOverloadPackets."""
+
+    def wrap(fn: LoweringRule) -> LoweringRule:
+        for op in ops:
+            LOWERINGS[op] = fn
+        return fn
+
+    return wrap
+
+
+def find_rule(target: Any) -> LoweringRule | None:
+    if target in LOWERINGS:
+        return LOWERINGS[target]
+    packet = getattr(target, "overloadpacket", None)
+    return LOWERINGS.get(packet)
+
+
+def read(value: TensorValue, index: list[Expr]) -> Expr:
+    """The element of ``value`` at ``index`` (one int64 expression per dim)."""
+    if isinstance(value, Lazy):
+        if not value.shape:
+            return value.expr
+        return ir.substitute(value.expr, {ir.xvar(d): idx for d, idx in enumerate(index)})
+    flat = ir.linear_index(index, value.stride, value.offset)
+    return ir.load(value.buffer, flat, value.dtype)
+
+
+def identity_index(shape: tuple[int, ...]) -> list[Expr]:
+    return [ir.xvar(d) if n != 1 else ir.const(0, ir.INDEX_DTYPE) for d, n in enumerate(shape)]
+
+
+def as_expr(value: TensorValue) -> Expr:
+    return read(value, identity_index(value.shape))
+
+
+def broadcast_read(value: TensorValue, out_shape: tuple[int, ...]) -> Expr:
+    """Read ``value`` broadcast to ``out_shape``, indexed by the output's XVARs."""
+    lead = len(out_shape) - len(value.shape)
+    index = []
+    for d, n in enumerate(value.shape):
+        index.append(ir.const(0, ir.INDEX_DTYPE) if n == 1 else ir.xvar(lead + d))
+    return read(value, index)
+
+
+def count_ops(expr: Expr) -> int:
+    return sum(1 for e in expr.walk() if e.src)

@@ -1,0 +1,97 @@
+"""Capture the ATen graphs a target receives from a corpus entry, with the real values they ran on.
+
+The entry is built and run exactly as ``harness.execute`` runs it (seeded build, working dtype,
+device, no_grad), through a recording Dynamo backend: Dynamo captures, AOTAutograd functionalizes
+and decomposes with the *target's* decomposition table (Crucible's for crucible targets,
+Inductor's for inductor, AOTAutograd's default otherwise), and each resulting ATen graph is kept
+together with the inputs of its first call. The recording backend runs the graphs in eager, so
+the model's output through it is "the decomposed graphs in eager": compared with eager and the
+float64 reference it tells whether the decompositions themselves already fail parity.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from corpus.entry import Entry
+from harness.execute import DTYPES, _call, _cast, _copy, _fresh, _prepare
+from harness.minify.case import GraphCase
+from harness.oracle import ParityOracle, ParityResult
+from harness.targets import Target
+
+
+@dataclass
+class EntryGraphs:
+    cases: list[GraphCase] = field(default_factory=list)
+    decomposition: ParityResult | None = None  # decomposed graphs in eager vs eager and float64
+
+
+def decomposition_table(target: Target) -> dict[Any, Callable] | None:
+    if target.is_crucible:
+        from compiler.decompositions import decomposition_table_for_compiler
+
+        return decomposition_table_for_compiler()
+    if target.backend == "inductor":
+        from torch._inductor.decomposition import select_decomp_table
+
+        return select_decomp_table()
+    return None
+
+
+def _snapshot(value: Any) -> Any:
+    return value.detach().clone() if isinstance(value, torch.Tensor) else value
+
+
+def _recording_backend(target: Target, entry: Entry, cases: list[GraphCase]) -> Callable:
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+    table = decomposition_table(target)
+
+    def record(aten_gm: torch.fx.GraphModule, fake_inputs: list) -> Callable:
+        slot: dict[str, GraphCase] = {}
+        inner = make_boxed_func(aten_gm.forward)
+
+        def run(args: list) -> Any:
+            if "case" not in slot:
+                slot["case"] = GraphCase(aten_gm, [_snapshot(a) for a in args], target.name, entry.dtype,
+                                         f"{entry.name} graph {len(cases)}",
+                                         tolerance=entry.tolerance_for(entry.dtype))
+                cases.append(slot["case"])
+            return inner(args)
+
+        run._boxed_call = True  # type: ignore[attr-defined]
+        return run
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        kwargs = {"decompositions": table} if table is not None else {}
+        return aot_module_simplified(gm, example_inputs, fw_compiler=record, inference_compiler=record, **kwargs)
+
+    return backend
+
+
+def capture_entry(entry: Entry, target: Target) -> EntryGraphs:
+    """The entry's ATen graphs as ``target`` receives them (raises when the model does not build/run)."""
+    from harness.execute import _reference
+
+    device, dtype = target.device, DTYPES.get(entry.dtype)
+    built = entry.build("full" if device == "cuda" else "small")
+    model = _prepare(built.model, device, dtype)
+    args, kwargs = _cast(built.inputs, device, dtype), _cast(built.kwargs, device, dtype)
+    out = EntryGraphs()
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad():
+            eager = _call(_copy(model), *_fresh(args, kwargs), entry.seed)
+            reference = _reference(built, entry.seed, device, "auto", {})
+            compiled = torch.compile(_copy(model), backend=_recording_backend(target, entry, out.cases),
+                                     dynamic=False)
+            decomposed = _call(compiled, *_fresh(args, kwargs), entry.seed)
+    finally:
+        torch._dynamo.reset()
+    out.decomposition = ParityOracle(entry.dtype, entry.tolerance_for(entry.dtype)).compare(
+        eager, decomposed, reference)
+    return out

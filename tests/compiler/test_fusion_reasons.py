@@ -1,0 +1,62 @@
+"""Each fusion refusal pinned to its typed reason, on small ATen graphs (no kernel is built)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compiler
+from compiler.lowering import lower
+from compiler.report import FusionReason
+from compiler.scheduler import MAX_PERSISTENT_RNUMEL, schedule
+
+BIG = MAX_PERSISTENT_RNUMEL + 8  # a row too long for one block: the reduction loops
+
+
+def _deep_chain(a: torch.Tensor) -> torch.Tensor:
+    for _ in range(80):
+        a = (a * 1.01 + 0.5).sin()
+    return a
+
+
+def _realized(*xs: torch.Tensor) -> torch.Tensor:
+    """A sum of five whole inputs: lowering realizes it when read twice (MAX_INLINE_READS), so its
+    kernel exists before the node that is refused."""
+    return xs[0] + xs[1] + xs[2] + xs[3] + xs[4]
+
+
+CASES = {
+    FusionReason.REDUCTION_MISMATCH: (lambda a: (a.sum(0), a.sum(1)), [(6, 9)]),
+    FusionReason.PROLOGUE_SHAPE: (lambda *x: (y := _realized(*x[:5]), y * 2, x[5].sum(-1)),
+                                  [(6, 9)] * 5 + [(4, 5)]),
+    FusionReason.ROW_TOO_LARGE: (lambda *x: (y := _realized(*x), y.sum(-1)), [(2, BIG)] * 5),
+    FusionReason.NEEDS_PERSISTENT: (lambda a: a - a.sum(-1, keepdim=True), [(2, BIG)]),
+    FusionReason.ITERATION_SPACE: (lambda a, b: (a * 2, b * 3), [(6, 9), (4, 5)]),
+    FusionReason.LOOPED_REDUCTION_CHAIN: (
+        lambda a: (a - a.mean(-1, keepdim=True)).pow(2).sum(-1), [(2, BIG)]),
+    FusionReason.CROSS_PROGRAM_READ: (lambda *x: (y := _realized(*x), y.flip(0) + 1), [(6, 9)] * 5),
+    FusionReason.TOO_DEEP: (_deep_chain, [(4, 4)]),
+}
+
+
+def refusals_of(fn, shapes: list[tuple[int, ...]]) -> list:
+    gm = compiler.trace_aten(fn, *[torch.randn(s) for s in shapes])
+    return schedule(lower(gm, torch.device("cpu"))).refusals
+
+
+@pytest.mark.parametrize("reason", list(FusionReason), ids=lambda r: r.value)
+def test_each_refusal_reports_its_reason(reason: FusionReason) -> None:
+    fn, shapes = CASES[reason]
+    refused = refusals_of(fn, shapes)
+    assert reason in {r.reason for r in refused}, [str(r) for r in refused]
+    assert all(r.message and r.producer and r.consumer for r in refused)
+
+
+def test_fused_program_has_no_refusals() -> None:
+    assert refusals_of(lambda a: torch.softmax(a * 2, -1), [(4, 10)]) == []
+
+
+def test_refusal_prints_reason_and_message() -> None:
+    (refusal,) = [r for r in refusals_of(*CASES[FusionReason.ITERATION_SPACE])
+                  if r.reason is FusionReason.ITERATION_SPACE]
+    assert str(refusal).startswith(f"{refusal.producer} -> {refusal.consumer}: iteration_space: ")

@@ -1,0 +1,86 @@
+"""The pytest plugin: corpus entries as pytest items, -k, --lf and -n over pytest-xdist, one store.
+
+Each test starts pytest in a subprocess (the plugin loaded with ``-p``, as the ``pytest11`` entry point
+loads it for an installed package), with a planted corpus and a planted 'compiler'."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from harness.store import ResultStore
+
+from .conftest import cli_env
+
+PLANTED = """
+    import torch
+    from torch._dynamo.backends.registry import _BACKENDS, register_backend
+    from corpus.entry import Built, Entry
+
+
+    def off_by_one(gm, example_inputs, **kwargs):
+        # a 'compiler' that gets every graph with a sin wrong
+        if not any(n.target in (torch.sin, torch.Tensor.sin, "sin") for n in gm.graph.nodes):
+            return gm.forward
+        return lambda *args: [o + 1 for o in gm(*args)]
+
+
+    if "planted_off_by_one" not in _BACKENDS:
+        register_backend(name="planted_off_by_one")(off_by_one)
+
+
+    def broken(x):
+        raise ValueError("planted eager failure")
+
+
+    def _entry(name, fn, **kw):
+        return Entry(name=f"plug/{name}", source="plug", family="op", tier="smoke",
+                     factory=lambda scale: Built(fn, (torch.randn(4, 4),)), **kw)
+
+
+    def entries():
+        return [_entry("sin", lambda x: x.sin()), _entry("cos", lambda x: x.cos()), _entry("broken", broken)]
+"""
+
+
+def _pytest(tmp_path: Path, corpus: Path, *args: str) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p", "no:randomly", "--rootdir", str(tmp_path), "-q", "-rA", "--crucible-suite", "plug", "--crucible-target",
+           "planted_off_by_one", "--crucible-corpus", str(corpus), "--crucible-db", str(tmp_path / "r.sqlite"),
+           "--crucible-timeout", "120", *args]
+    return subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_plugin_collects_runs_and_stores(tmp_path: Path, make_corpus) -> None:
+    corpus = make_corpus(tmp_path / "plug", {"plug.py": PLANTED})
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = _pytest(tmp_path, corpus, "--junitxml", str(tmp_path / "j.xml"))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 1, out[-3000:]
+    assert "1 failed, 1 passed, 1 skipped" in out, out[-3000:]
+    assert "FAILED crucible/planted_off_by_one::plug/sin" in out
+    assert "SKIPPED" in out and "eager_fail: ValueError: planted eager failure" in out
+    assert "reproduce: crucible run --entry plug/sin --target planted_off_by_one" in out
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        (run,) = store.runs()
+        results = {r["name"]: r["status"] for r in store.results(run["id"])}
+        assert run["finished"] and run["metadata"]["runner"] == "pytest"
+    assert results == {"plug/sin": "fail_accuracy", "plug/cos": "pass", "plug/broken": "eager_fail"}
+    assert (tmp_path / "j.xml").read_text().count("<testcase") == 3
+
+    # --lf reruns only the failure of the last session
+    proc = _pytest(tmp_path, corpus, "--lf")
+    assert "1 failed" in proc.stdout and "2 deselected" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_plugin_over_xdist_writes_one_run(tmp_path: Path, make_corpus) -> None:
+    corpus = make_corpus(tmp_path / "plug", {"plug.py": PLANTED})
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = _pytest(tmp_path, corpus, "-n", "2", "--dist", "load", "-k", "sin or cos")
+    out = proc.stdout + proc.stderr
+    # -k selects entries by name (xdist's summary does not count the deselected one; the store shows it)
+    assert "1 failed, 1 passed in" in out, out[-3000:]
+    with ResultStore(tmp_path / "r.sqlite") as store:
+        (run,) = store.runs()  # the controller's run, written by both xdist workers
+        assert {r["name"] for r in store.results(run["id"])} == {"plug/sin", "plug/cos"}
+        assert run["metadata"]["xdist_workers"] == 2

@@ -1,0 +1,177 @@
+"""Fault tests for the results store and the workers: bad --db files, locks, concurrent writers,
+results that cannot be written, intra-op threads per worker, GPU pinning with a simulated device list."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import store as store_module
+from harness.pool import Task, WorkerConfig, WorkerPool, gpu_for_worker, threads_per_worker
+from harness.runner import SafeRecorder
+from harness.store import ResultStore, StoreError
+
+from .conftest import cli_env
+
+TINY = """
+    import torch
+    from corpus.entry import Built, Entry
+
+    def entries():
+        return [Entry(name=f"tiny/op{i}", source="tiny", family="op", tier="smoke",
+                      factory=lambda scale, i=i: Built(lambda x: x.sin() * i, (torch.randn(4, 4),)))
+                for i in range(3)]
+"""
+
+
+def _valid_store(path: Path) -> None:
+    with ResultStore(path) as s:
+        s.create_run("r1", "smoke", "eager", {})
+        for i in range(200):
+            s.record("r1", {"name": f"e{i}", "suite": "x", "target": "eager", "status": "pass",
+                            "error": "x" * 200})
+
+
+def _bad_files(tmp_path: Path) -> dict[str, Path]:
+    files = {}
+    files["garbage"] = tmp_path / "garbage.sqlite"
+    files["garbage"].write_bytes(b"this is not a database\n" * 100)
+    files["truncated"] = tmp_path / "truncated.sqlite"
+    _valid_store(files["truncated"])
+    data = files["truncated"].read_bytes()
+    files["truncated"].write_bytes(data[: len(data) // 3])
+    files["corrupted"] = tmp_path / "corrupted.sqlite"
+    _valid_store(files["corrupted"])
+    data = bytearray(files["corrupted"].read_bytes())
+    data[100:4096] = b"\xff" * (4096 - 100)  # the schema page
+    files["corrupted"].write_bytes(bytes(data))
+    files["foreign"] = tmp_path / "foreign.sqlite"
+    with sqlite3.connect(files["foreign"]) as db:
+        db.execute("CREATE TABLE customers (id INTEGER, name TEXT)")
+    files["foreign_results"] = tmp_path / "foreign_results.sqlite"
+    with sqlite3.connect(files["foreign_results"]) as db:
+        db.execute("CREATE TABLE results (x INTEGER)")
+    files["directory"] = tmp_path / "adir.sqlite"
+    files["directory"].mkdir()
+    return files
+
+
+@pytest.mark.parametrize("kind", ["garbage", "truncated", "corrupted", "foreign", "foreign_results", "directory"])
+def test_bad_store_is_a_one_line_error(tmp_path: Path, kind: str) -> None:
+    path = _bad_files(tmp_path)[kind]
+    before = path.read_bytes() if path.is_file() else None
+    with pytest.raises(StoreError) as info, ResultStore(path) as s:
+        s.runs()
+    message = str(info.value)
+    assert "\n" not in message and str(path) in message and "--db" in message
+    if before is not None:
+        assert path.read_bytes()[:100] == before[:100], "a foreign or damaged file must not be rewritten"
+
+
+def test_bad_store_cli_exit_2(cli, tmp_path: Path) -> None:
+    files = _bad_files(tmp_path)
+    for args in (["run", "--suite", "zoo", "--entry", "zoo/mlp", "--target", "eager", "--db", str(files["garbage"])],
+                 ["report", "--db", str(files["truncated"])], ["report", str(files["foreign"])],
+                 ["report", "--runs", "--db", str(files["corrupted"])]):
+        proc = cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr[-2000:])
+        assert "Traceback" not in proc.stderr
+        assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+def test_locked_store_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "locked.sqlite"
+    _valid_store(path)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    monkeypatch.setattr(store_module, "BUSY_TIMEOUT_S", 0.2)
+    try:
+        with pytest.raises(StoreError, match="locked by another process"), ResultStore(path) as s:
+            s.record("r1", {"name": "late", "status": "pass"})
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_unwritable_results_are_kept_and_merge_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "runs.sqlite"
+    with ResultStore(path) as s:
+        s.create_run("r1", "smoke", "eager", {"mode": "inference"})
+        recorder = SafeRecorder(s, s.run("r1"))
+        recorder({"name": "first", "suite": "x", "target": "eager", "status": "pass"})
+        holder = sqlite3.connect(path, isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")
+        s.db.execute("PRAGMA busy_timeout = 200")  # give up on the lock after 0.2 s, not 60
+        recorder({"name": "second", "suite": "x", "target": "eager", "status": "fail_run",
+                  "break_reasons": [{"reason": "r", "category": "c", "frame": "f"}]})
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert recorder.spilled == 1 and "crucible merge" in recorder.advice()
+    spill = Path(recorder.spill_path)
+    assert json.loads(spill.read_text())["result"]["name"] == "second"
+    with ResultStore(path) as s:
+        from harness.store import merge
+
+        merge(s, [spill])
+        assert {r["name"]: r["status"] for r in s.results("r1")} == {"first": "pass", "second": "fail_run"}
+
+
+def test_two_runs_write_one_store_concurrently(tmp_path: Path, make_corpus) -> None:
+    corpus = make_corpus(tmp_path / "tiny", {"tiny.py": TINY})
+    db = tmp_path / "shared.sqlite"
+    cmd = [sys.executable, "-m", "harness", "run", "--corpus", str(corpus), "--suite", "tiny", "--target",
+           "eager", "--db", str(db), "-j", "1", "--no-capture", "--no-report"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=cli_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[1][-2000:] for o in outs]
+    with ResultStore(db) as s:
+        runs = s.runs()
+        # started in the same second: distinct run ids all the same, each with its own 3 results
+        assert len(runs) == 2 and len({r["id"] for r in runs}) == 2
+        assert all(r["entries"] == 3 and r["finished"] for r in runs)
+        assert all(r["metadata"]["threads_per_worker"] >= 1 for r in runs)
+
+
+def test_threads_per_worker_share_the_cores() -> None:
+    assert threads_per_worker(8, cores=16) == 2
+    assert threads_per_worker(1, cores=16) == 16
+    assert threads_per_worker(32, cores=16) == 1
+
+
+def test_gpu_assignment_round_robin_any_count() -> None:
+    gpus = tuple(str(i) for i in range(8))
+    assert [gpu_for_worker(i, gpus) for i in range(16)] == [str(i % 8) for i in range(16)]
+    assert [gpu_for_worker(i, ("GPU-a", "GPU-b", "GPU-c")) for i in range(4)] == ["GPU-a", "GPU-b", "GPU-c", "GPU-a"]
+    assert gpu_for_worker(3, ()) is None
+
+
+def test_workers_pinned_to_simulated_gpus_and_threads_recorded(tmp_path: Path, make_corpus,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA run on a machine without CUDA: each entry is skipped, but it reports the device its
+    worker was pinned to and the worker's torch threads, so the spread is checked without a GPU."""
+    from corpus.registry import catalog
+
+    # loading the corpus takes each worker 10 s (once), so every worker is still busy with its first
+    # entry when the others become ready: all three take one
+    corpus = make_corpus(tmp_path / "tiny", {"tiny.py": "import os, time\n"
+                         "if os.environ.get('CRUCIBLE_TEST_SLOW_LOAD'): time.sleep(10)\n" + textwrap.dedent(TINY)})
+    cat = catalog([str(corpus)], builtin=False)
+    monkeypatch.setenv("CRUCIBLE_TEST_SLOW_LOAD", "1")  # the workers' listing only, not this one
+    tasks = [Task(e.name, cat.origin_of(e.name)) for e in cat.entries]
+    results: list[dict] = []
+    config = WorkerConfig(target="eager", device="cuda", jobs=3, capture=False, gpus=("0", "1", "2"))
+    pool = WorkerPool(config, 3)
+    pool.run(tasks, results.append)
+    assert len(results) == 3 and all(r["status"] == "skipped" for r in results)
+    # each worker reports the one device it sees; the first ready worker may take every entry
+    assert {i: w["gpu"] for i, w in pool.workers.items()} == {0: "0", 1: "1", 2: "2"}
+    assert all(w["threads"] == threads_per_worker(3) for w in pool.workers.values())
+    assert all(r["worker_gpu"] in ("0", "1", "2") and r["worker_threads"] == threads_per_worker(3)
+               for r in results)

@@ -1,0 +1,117 @@
+"""The compiler's generated Triton kernels under the simulator, in process and through the harness."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import compiler  # noqa: F401  (registers the backend)
+from compiler.codegen.triton import TritonRenderer
+from corpus.entry import Built, Entry
+from harness.execute import execute_entry
+from harness.status import Status
+from harness.targets import parse_target
+from simulator import SimulatorMemoryError, session
+
+
+def _model(x: torch.Tensor) -> torch.Tensor:
+    return torch.relu(x * 2.0 + 1.0).sum(-1)
+
+
+@pytest.fixture
+def off_by_one_masks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The renderer's bounds checks planted as ``<=`` (the issue's first new-user experiment)."""
+    render = TritonRenderer.render
+
+    def planted(self: TritonRenderer, kernel: object) -> object:
+        out = render(self, kernel)
+        source = out.source.replace("xmask = xindex < xnumel", "xmask = xindex <= xnumel")
+        return dataclasses.replace(out, source=source.replace("rmask = rindex < rnumel", "rmask = rindex <= rnumel"))
+
+    monkeypatch.setattr(TritonRenderer, "render", planted)
+
+
+def test_generated_kernels_run_checked_and_counted() -> None:
+    torch._dynamo.reset()
+    x = torch.randn(33, 17)
+    with session.checking() as recorder:
+        out = torch.compile(_model, backend="crucible", options={"codegen": "triton", "strict": True})(x)
+    torch.testing.assert_close(out, _model(x))
+    assert recorder.reports and all(r.ok for r in recorder.reports)
+    summary = recorder.summary()
+    assert summary["bytes_moved"] >= x.numel() * 4 + 33 * 4
+    assert summary["est_h200_s"] > 0 and summary["memory_kernels"] is None
+
+
+def test_planted_renderer_bug_is_a_memory_error(off_by_one_masks: None) -> None:
+    torch._dynamo.reset()
+    with session.checking(), pytest.raises(SimulatorMemoryError) as info:
+        torch.compile(_model, backend="crucible", options={"codegen": "triton", "strict": True})(torch.randn(33, 17))
+    assert "out_of_bounds" in info.value.kinds
+    first = info.value.findings[0]
+    assert first.line is not None and ("tl.load" in first.source or "tl.store" in first.source), str(info.value)
+
+
+def _entry() -> Entry:
+    return Entry(name="planted/relu_sum", source="planted", family="planted", tier="smoke", devices=("cpu",),
+                 factory=lambda scale: Built(_model, (torch.randn(33, 17),)))
+
+
+def test_harness_reports_fail_memory_not_crash(off_by_one_masks: None) -> None:
+    """Regression: with the planted ``<=`` the interpreter crashed or passed; crucible-sim says fail_memory."""
+    result = execute_entry(_entry(), parse_target("crucible-sim"), capture=False, reference="none")
+    assert result["status"] == Status.FAIL_MEMORY, result.get("error")
+    assert "out_of_bounds" in result["error"] and result["memory_kernels"]
+
+
+def test_harness_records_bytes_and_h200_estimate() -> None:
+    result = execute_entry(_entry(), parse_target("crucible-sim"), capture=False, reference="none")
+    assert result["status"] == Status.PASS, result.get("error")
+    assert result["bytes_moved"] >= 33 * 17 * 4 and result["ideal_bytes"] > 0
+    assert 0 < result["est_h200_s"] < 1e-3
+    assert result["traffic_ratio"] >= 1.0 and result["traffic_kernel"]
+
+
+def _two_reductions(x: torch.Tensor) -> torch.Tensor:
+    return x.sum(-1)[:, None] * x.sum(0)[None, :]
+
+
+def test_skipped_producer_kernel_is_an_uninitialized_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The wrapper's buffers count as unwritten under checks: a consumer kernel reading a buffer whose
+    producer never ran is reported (a scheduling bug that dropped or reordered a kernel)."""
+    from compiler.runtime import KernelLauncher
+
+    torch._dynamo.reset()
+    x = torch.randn(8, 5)
+    with session.checking() as recorder:  # first, the real schedule: clean
+        torch.testing.assert_close(torch.compile(_two_reductions, backend="crucible", options={
+            "codegen": "triton", "strict": True})(x), _two_reductions(x))
+    assert len(recorder.reports) == 3 and all(r.ok for r in recorder.reports)
+    launch, calls = KernelLauncher.__call__, []
+
+    def skip_first(self: KernelLauncher, *args: object) -> None:
+        calls.append(self)
+        if len(calls) > 1:
+            launch(self, *args)
+
+    monkeypatch.setattr(KernelLauncher, "__call__", skip_first)
+    torch._dynamo.reset()
+    with session.checking(), pytest.raises(SimulatorMemoryError) as info:
+        torch.compile(_two_reductions, backend="crucible", options={"codegen": "triton", "strict": True})(x)
+    assert info.value.kinds == {"uninitialized"}, str(info.value)
+
+
+def test_environment_variable_turns_checks_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    from simulator.interpreter import CheckedKernel, interpreted
+    from tests.simulator.kernels import add
+
+    monkeypatch.delenv("CRUCIBLE_SIM_CHECK", raising=False)
+    assert not isinstance(interpreted(add), CheckedKernel)
+    monkeypatch.setenv("CRUCIBLE_SIM_CHECK", "1")
+    checked = interpreted(add)
+    assert isinstance(checked, CheckedKernel)
+    x = torch.randn(10)
+    with pytest.raises(SimulatorMemoryError, match="out_of_bounds"):
+        checked[(1,)](x, x, torch.empty(10), 12, BLOCK=16)  # n larger than the tensors
