@@ -75,6 +75,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="write a self-contained HTML report (with the store's run history) instead")
     p.add_argument("--junit", metavar="PATH", help="write the run as JUnit XML instead")
     p.add_argument("--runs", action="store_true", help="list the runs in the database")
+    p.add_argument("--repro", metavar="KEY", help="print the repro.py of the fuzz finding KEY of the run")
 
     p = sub.add_parser("diff", help="regressions and improvements from RUN_A to RUN_B (exit 1 on regressions)")
     p.add_argument("run_a")
@@ -90,6 +91,9 @@ def _parser() -> argparse.ArgumentParser:
     add_minify_parser(sub)
 
     sub.add_parser("corpus", help="corpus maintenance: 'crucible corpus check ...'", add_help=False)
+    from harness.fuzz.cli import add_fuzz_parser
+
+    add_fuzz_parser(sub)
     return parser
 
 
@@ -249,6 +253,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             print(render_runs(store.runs()))
         return 0
     run, results = load_run(args.run, args.db)
+    if run["suite"] in ("fuzz", "fuzz-decomps"):
+        from harness.fuzz.report import print_fuzz_report
+
+        return print_fuzz_report(run, args)
     if args.junit:
         from harness.junit import write_junit
 
@@ -306,10 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     if argv and argv[0] == "corpus":
         return cmd_corpus(argv[1:])
     args = _parser().parse_args(argv or ["run"])
+    from harness.fuzz.cli import cmd_fuzz, cmd_fuzz_decomps
     from harness.minify.command import cmd_minify
 
     commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge,
-                "minify": cmd_minify}
+                "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps, "minify": cmd_minify}
     try:
         return commands[args.command](args)
     except KeyError as exc:  # unknown suite/source from the registry

@@ -37,7 +37,10 @@ from harness.status import Status
 @dataclass(frozen=True)
 class Task:
     name: str
-    origin: Origin
+    origin: Origin | None
+    # A task that is not a corpus entry (a fuzz graph, a decomposition check): run by
+    # harness.fuzz.execute.execute_payload instead of building an entry by name.
+    payload: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -168,10 +171,15 @@ def worker_main(conn: Connection, config: WorkerConfig, log_path: str, parent: i
             _limit_memory(config.mem_limit_mb)
         try:
             conn.send(("phase", task.name, "load"))
-            entry = find_entry(task.name, task.origin)
-            result = execute_entry(entry, target, lambda p, n=task.name: conn.send(("phase", n, p)),
-                                   capture=config.capture, reference=config.reference, mode=config.mode,
-                                   dynamic=config.dynamic)
+            if task.payload is not None:
+                from harness.fuzz.execute import execute_payload
+
+                result = execute_payload(task.payload, target, lambda p, n=task.name: conn.send(("phase", n, p)))
+            else:
+                entry = find_entry(task.name, task.origin)
+                result = execute_entry(entry, target, lambda p, n=task.name: conn.send(("phase", n, p)),
+                                       capture=config.capture, reference=config.reference, mode=config.mode,
+                                       dynamic=config.dynamic)
         except Exception as exc:  # noqa: BLE001 -- the harness itself failed on this entry: record, keep going
             error, detail = describe_error(exc)
             result = {"name": task.name, "target": target.name, "status": Status.CRASH,

@@ -142,3 +142,30 @@ def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
 def render_runs(runs: list[dict[str, Any]]) -> str:
     rows = [[r["id"], r["suite"], r["target"], r["entries"], "yes" if r["finished"] else "no"] for r in runs]
     return tabulate(rows, headers=["run", "suite", "target", "entries", "finished"])
+
+
+def render_fuzz_findings(run: dict[str, Any], findings: list[dict[str, Any]]) -> str:
+    """A fuzz run (``crucible fuzz``/``fuzz-decomps``): its summary and findings, shrunk graph each."""
+    meta = run.get("metadata", {})
+    fuzz = meta.get("fuzz", {})
+    header = (f"run {run['id']}: {run['suite']} on {run['target']}, seed {meta.get('seed')}"
+              f"{'' if run.get('finished') else ' (unfinished)'}\n"
+              f"torch {meta.get('torch')}, triton {meta.get('triton')}, commit {(meta.get('git_commit') or '?')[:12]}")
+    parts = [header]
+    if fuzz.get("graphs") is not None:
+        parts.append(f"graphs {fuzz['graphs']}, validity {100 * fuzz.get('validity', 1.0):.1f}%, ops covered "
+                     f"{fuzz.get('ops_covered')}/{fuzz.get('ops_selected')}, {fuzz.get('graphs_per_s', 0):.2f} graphs/s")
+    if fuzz.get("rules") is not None:
+        parts.append(f"rules checked {fuzz['rules']}, cases {fuzz.get('cases')}")
+    if not findings:
+        parts.append("no findings")
+        return "\n\n".join(parts)
+    import hashlib
+
+    rows = [[hashlib.sha1(f["signature"].encode()).hexdigest()[:10], f["signature"], f["hits"], f["nodes"],
+             f["known"] or "NEW"] for f in findings]
+    parts.append("fuzz findings by signature\n" + tabulate(rows, headers=["key", "signature", "hits", "nodes", "known"]))
+    for f, row in zip(findings, rows):
+        parts.append(f"[{row[0]}] {f['signature']}\n  {(f['error'] or '')[:300]}\n  repro: crucible report "
+                     f"{run['id']} --repro {row[0]} > repro.py")
+    return "\n\n".join(parts)

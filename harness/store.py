@@ -54,6 +54,11 @@ CREATE TABLE IF NOT EXISTS results (
     run_id TEXT NOT NULL, {_COLUMN_DEFS}, {_JSON_DEFS}, recorded REAL,
     PRIMARY KEY (run_id, name)
 );
+CREATE TABLE IF NOT EXISTS fuzz_findings (
+    run_id TEXT NOT NULL, signature TEXT NOT NULL, kind TEXT, target TEXT, status TEXT, op TEXT,
+    error TEXT, known TEXT, hits INTEGER, nodes INTEGER, graph TEXT, repro TEXT, recorded REAL,
+    PRIMARY KEY (run_id, signature)
+);
 CREATE TABLE IF NOT EXISTS minimized (
     run_id TEXT NOT NULL, name TEXT NOT NULL, status TEXT, signature TEXT, repro TEXT, nodes_before REAL,
     nodes_after REAL, checks REAL, seconds REAL, first_divergent TEXT, stage TEXT, stage_evidence TEXT,
@@ -253,6 +258,19 @@ class ResultStore:
         for c in JSON_COLUMNS:
             out[c] = json.loads(row[c] or "[]")
         return out
+
+    # -- fuzz findings (harness.fuzz) ----------------------------------------
+    def record_finding(self, run_id: str, finding: dict[str, Any]) -> None:
+        columns = ("signature", "kind", "target", "status", "op", "error", "known", "hits", "nodes", "graph", "repro")
+        with self.db:
+            self.db.execute(f"INSERT OR REPLACE INTO fuzz_findings (run_id, {', '.join(columns)}, recorded) "
+                            f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",
+                            [run_id, *[finding.get(c) for c in columns], time.time()])
+
+    def findings(self, run_id: str) -> list[dict[str, Any]]:
+        rows = self.db.execute("SELECT * FROM fuzz_findings WHERE run_id = ? ORDER BY known IS NOT NULL, "
+                               "signature", (run_id,)).fetchall()
+        return [dict(r) for r in rows]
 
     def iter_all(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
         for run in self.runs():

@@ -147,7 +147,20 @@ def atan2(y: V, x: V) -> V:
 
 
 def sign(x: V) -> V:
-    return sel(x > 0, 1, sel(x < 0, -1, x, like=x), like=x)  # keeps NaN and -0.0
+    # ATen computes (0 < x) - (x < 0): NaN gives 0 and -0.0 gives +0.0
+    return sel(x > 0, 1, sel(x < 0, -1, 0, like=x), like=x)
+
+
+def unit_sign(x: V) -> V:
+    return sel(x > 0, 1, sel(x < 0, -1, x, like=x), like=x)  # keeps NaN and -0.0 (for odd functions)
+
+
+def asinh(x: V) -> V:
+    # x*x overflows past ~1e19 in float32 (inf/inf = NaN); there asinh(|x|) = log(2|x|) to
+    # within 1/(4x^2), far below one ulp.
+    a = vabs(x)
+    small = log1p(a + a * a / (vsqrt(a * a + 1) + 1))
+    return unit_sign(x) * sel(a > 1e9, vlog(a) + math.log(2.0), small)
 
 
 def round_half_even(x: V) -> V:

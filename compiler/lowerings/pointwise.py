@@ -19,6 +19,7 @@ from compiler import ir
 from compiler.ir import Expr, Op
 from compiler.lowerings.formulas import (
     V,
+    asinh,
     atan,
     atan2,
     expm1,
@@ -125,7 +126,7 @@ FLOAT_UNARY: dict[Any, Callable[[V], V]] = {
     aten.acos: lambda x: atan2(vsqrt((1 - x) * (1 + x)), x),
     aten.sinh: lambda x: (expm1(x) - expm1(-x)) * 0.5,
     aten.cosh: lambda x: (vexp(x) + vexp(-x)) * 0.5,
-    aten.asinh: lambda x: sign(x) * log1p(vabs(x) + x * x / (vsqrt(x * x + 1) + 1)),
+    aten.asinh: asinh,
     aten.acosh: lambda x: vlog(x + vsqrt((x - 1) * (x + 1))),
     aten.atanh: lambda x: log1p(2 * x / (1 - x)) * 0.5,
     aten.reciprocal: lambda x: 1 / x,

@@ -176,13 +176,19 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
     n = math.prod(x.shape[i] for i in d)
     corr = 1 if correction is None else correction
     total = reduce_to(ctx, node, x, d, True, ReduceOp.SUM, acc, acc)
-    mean_kd = Lazy(total.shape, acc, ir.cast(as_expr(total), acc) if n == 0 else
+    # an empty reduction's mean is 0/0 = NaN in ATen; the sum is exactly 0 there, and 0 * inf = NaN
+    mean_kd = Lazy(total.shape, acc, ir.binary(ir.Op.MUL, as_expr(total), ir.const(math.inf, acc)) if n == 0 else
                    ir.binary(ir.Op.DIV, as_expr(total), ir.const(n, acc)))
     dev = ir.binary(ir.Op.SUB, ir.cast(as_expr(x), acc), broadcast_read(mean_kd, x.shape))
     sq = Lazy(x.shape, acc, ir.binary(ir.Op.MUL, dev, dev))
     ssq = reduce_to(ctx, node, sq, d, keepdim, ReduceOp.SUM, acc, acc)
     denom = max(n - corr, 0)
-    var = Lazy(ssq.shape, x.dtype, ir.cast(ir.binary(ir.Op.DIV, as_expr(ssq), ir.const(denom, acc)), x.dtype))
+    # No degrees of freedom: ATen divides by zero (0/0 = NaN, ssq/0 = inf). A literal division
+    # by 0.0 raised ZeroDivisionError in Triton's interpreter when the sum folded to a Python
+    # float (fuzzer: var_mean over a 0-size dim); multiplying by inf gives the same values.
+    scaled = (ir.binary(ir.Op.MUL, as_expr(ssq), ir.const(math.inf, acc)) if denom == 0 else
+              ir.binary(ir.Op.DIV, as_expr(ssq), ir.const(denom, acc)))
+    var = Lazy(ssq.shape, x.dtype, ir.cast(scaled, x.dtype))
     if keepdim:
         mean = Lazy(mean_kd.shape, x.dtype, ir.cast(mean_kd.expr, x.dtype))
     else:

@@ -1,0 +1,243 @@
+"""A fuzz campaign: hypothesis draws graphs, a worker judges them, failures shrink and dedupe.
+
+Hypothesis runs in rounds of ``ROUND_EXAMPLES`` examples, round ``i`` seeded with
+``(seed, i)``, until the example budget or the time box is spent: a campaign is deterministic
+for a given seed, example count and installed versions. In a round, the first failure whose
+signature is new is raised to hypothesis, which shrinks it; while shrinking, only candidates
+failing with the *same* signature count as failing (no slipping onto another bug), and the
+shrink phase is time-boxed. A failure whose signature is already known counts as another hit
+and is not shrunk again. After shrinking, the minimal graph is localized (the first diverging
+op) and the final signature decides whether it is a new finding.
+
+Signature = (status, the op the failure is charged to, the error kind): the exception type for
+errors, the oracle's criterion (NaN positions, integer values, RMSE, ...) for accuracy failures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+
+from harness.fuzz.builder import GraphLimits, graphs, select_specs
+from harness.fuzz.graph import FuzzGraph
+from harness.fuzz.known import match_known
+from harness.status import EAGER_STATUSES, Status
+
+ROUND_EXAMPLES = 40
+FAILING = (Status.FAIL_ACCURACY, Status.FAIL_COMPILE, Status.FAIL_RUN, Status.TIMEOUT, Status.CRASH, Status.OOM)
+
+
+def error_kind(record: dict[str, Any]) -> str:
+    """The error part of a signature: what went wrong, without the values."""
+    error = record.get("error") or ""
+    if record["status"] == Status.FAIL_ACCURACY:
+        for marker, kind in (("NaN positions", "nan_positions"), ("Inf positions", "inf_positions"),
+                             ("integer/bool values", "integer_values"), ("shape differs", "shape"),
+                             ("dtype differs", "dtype"), ("structure differs", "structure"),
+                             ("RMSE", "rmse"), ("cosine", "cosine")):
+            if marker in error:
+                return kind
+        return "accuracy"
+    if record["status"] in (Status.TIMEOUT, Status.OOM):
+        return record["status"]
+    if record["status"] == Status.CRASH:
+        return error.split(" during ")[0].removeprefix("worker died from ")
+    return error.split(":")[0].strip() or "error"
+
+
+def signature(record: dict[str, Any]) -> str:
+    return f"{record['status']} | {record.get('op') or '?'} | {error_kind(record)}"
+
+
+@dataclass
+class Finding:
+    signature: str
+    status: str
+    op: str
+    error: str
+    graph: FuzzGraph
+    record: dict[str, Any]
+    hits: int = 1
+    known: str | None = None  # the documented reason when it matches harness.fuzz.known
+
+    @property
+    def key(self) -> str:
+        return hashlib.sha1(self.signature.encode()).hexdigest()[:10]
+
+
+@dataclass
+class CampaignRequest:
+    target: str
+    device: str | None = None
+    seconds: float | None = None
+    examples: int | None = None
+    seed: int = 0
+    ops: str | None = None
+    max_nodes: int = 6
+    shrink_seconds: float = 120.0
+    timeout_s: float = 120.0
+    mem_limit_mb: int | None = None
+    in_process: bool = False
+    max_findings: int | None = None  # stop once this many new (not known) findings are in
+    capture: str = "fx"  # harness.fuzz.execute.CAPTURES
+    imports: tuple[str, ...] = ()
+
+
+@dataclass
+class CampaignSummary:
+    graphs: int = 0  # examples generated and run (shrink runs excluded)
+    executions: int = 0  # every run, shrink runs included
+    statuses: Counter = field(default_factory=Counter)
+    ops_covered: set = field(default_factory=set)
+    ops_selected: int = 0
+    spec_rejections: int = 0
+    findings: dict[str, Finding] = field(default_factory=dict)
+    elapsed_s: float = 0.0
+
+    @property
+    def valid(self) -> int:
+        return self.graphs - sum(self.statuses[s] for s in EAGER_STATUSES)
+
+    @property
+    def validity(self) -> float:
+        return self.valid / self.graphs if self.graphs else 1.0
+
+    @property
+    def new_findings(self) -> list[Finding]:
+        return [f for f in self.findings.values() if f.known is None]
+
+
+class _Found(Exception):
+    """Raised to hypothesis for a failing example (one class: signatures are tracked by us)."""
+
+    def __init__(self, record: dict[str, Any], graph: FuzzGraph) -> None:
+        super().__init__(signature(record))
+        self.record, self.graph = record, graph
+
+
+def _payload(graph: FuzzGraph, request: CampaignRequest, localize: bool = False) -> dict[str, Any]:
+    name = "fuzz/" + hashlib.sha1(graph.to_json().encode()).hexdigest()[:12]
+    return {"kind": "graph", "name": name, "graph": graph.to_json(), "localize": localize,
+            "capture": request.capture,
+            "imports": list(request.imports)}
+
+
+def run_campaign(request: CampaignRequest, runner: Any,
+                 on_progress: Callable[[CampaignSummary], None] = lambda s: None,
+                 on_finding: Callable[[Finding], None] = lambda f: None) -> CampaignSummary:
+    """Fuzz ``request.target`` through ``runner`` (``harness.fuzz.workers``) until the budget is spent."""
+    if request.seconds is None and request.examples is None:
+        raise ValueError("give a budget: seconds or examples")
+    specs = select_specs(request.ops)
+    limits = GraphLimits(max_nodes=request.max_nodes)
+    summary = CampaignSummary(ops_selected=len(specs))
+    start = time.monotonic()
+    stop_at = start + request.seconds if request.seconds is not None else float("inf")
+
+    def budget_left() -> bool:
+        under_count = request.examples is None or summary.graphs < request.examples
+        enough = request.max_findings is not None and len(summary.new_findings) >= request.max_findings
+        return under_count and not enough and time.monotonic() < stop_at
+
+    round_index = 0
+    while budget_left():
+        # failed: graph JSON -> record of every example that failed with the target signature, so
+        # hypothesis's final replay of the minimal example never depends on the time box.
+        state: dict[str, Any] = {"target": None, "shrink_until": 0.0, "failed": {}, "best": None}
+
+        @settings(max_examples=ROUND_EXAMPLES, deadline=None, database=None, derandomize=False,
+                  suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
+                  phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False)
+        @hypothesis_seed(request.seed * 1_000_003 + round_index)
+        @given(graphs(specs, limits))
+        def check(graph: FuzzGraph) -> None:
+            shrinking = state["target"] is not None
+            if shrinking and graph.to_json() in state["failed"]:
+                _fail_example(state["failed"][graph.to_json()], graph)
+            if shrinking and time.monotonic() > state["shrink_until"]:
+                return  # shrink time box spent: the smallest failing graph so far stands
+            if not shrinking and not budget_left():
+                return
+            record = runner.run(_payload(graph, request))
+            summary.executions += 1
+            if not shrinking:
+                summary.graphs += 1
+                summary.statuses[record["status"]] += 1
+                summary.ops_covered.update(graph.ops)
+                summary.spec_rejections += len(getattr(graph, "rejected", []))
+                on_progress(summary)
+            if record["status"] not in FAILING:
+                return
+            sig = signature(record)
+            if shrinking:
+                if sig == state["target"]:
+                    _remember(state, record, graph)
+                    _fail_example(record, graph)
+                return
+            if sig in summary.findings:
+                summary.findings[sig].hits += 1
+                return
+            known = match_known(request.target, record)
+            if known is not None:  # documented upstream finding: counted, never shrunk again
+                summary.findings[sig] = Finding(sig, record["status"], record.get("op") or "?",
+                                                record.get("error") or "", graph, record, known=known)
+                on_finding(summary.findings[sig])
+                return
+            state.update(target=sig, shrink_until=time.monotonic() + request.shrink_seconds)
+            _remember(state, record, graph)
+            _fail_example(record, graph)
+
+        try:
+            check()
+        except _Found as found:
+            _conclude(found, request, runner, summary, on_finding)
+        except Exception:  # hypothesis's own complaint (flaky replay, ...): keep the smallest failure
+            if state["best"] is None:
+                raise
+            _conclude(_Found(*state["best"]), request, runner, summary, on_finding)
+        round_index += 1
+        on_progress(summary)
+    summary.elapsed_s = time.monotonic() - start
+    return summary
+
+
+def _fail_example(record: dict[str, Any], graph: FuzzGraph) -> None:
+    # One raise site: hypothesis tells bugs apart by where they are raised, and a second site
+    # would make it call the replay of a cached failure a different (flaky) bug.
+    raise _Found(record, graph)
+
+
+def _remember(state: dict[str, Any], record: dict[str, Any], graph: FuzzGraph) -> None:
+    state["failed"][graph.to_json()] = record
+    best = state["best"]
+    if best is None or len(graph.nodes) <= len(best[1].nodes):
+        state["best"] = (record, graph)
+
+
+def _conclude(found: _Found, request: CampaignRequest, runner: Any, summary: CampaignSummary,
+              on_finding: Callable[[Finding], None]) -> None:
+    """Localize the shrunk graph, dedupe by final signature, report the finding."""
+    record, graph = found.record, found.graph
+    if record["status"] == Status.FAIL_ACCURACY and len(graph.nodes) > 1:
+        localized = runner.run(_payload(graph, request, localize=True))
+        summary.executions += 1
+        if localized["status"] == record["status"]:
+            record = localized
+    sig = signature(record)
+    if sig in summary.findings:
+        existing = summary.findings[sig]
+        existing.hits += 1
+        if len(graph.nodes) < len(existing.graph.nodes):
+            existing.graph, existing.record = graph, record
+        return
+    finding = Finding(sig, record["status"], record.get("op") or "?", record.get("error") or "", graph, record,
+                      known=match_known(request.target, record))
+    summary.findings[sig] = finding
+    on_finding(finding)

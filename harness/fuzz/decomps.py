@@ -1,0 +1,168 @@
+"""Decomposition-rule fuzzing: each rule against the ATen op it replaces, on generated inputs.
+
+Rules: every entry of the table Crucible hands AOTAutograd (``decomposition_table_for_compiler``):
+a rule of ``compiler.decompositions.RULES`` under its own name, any other core-ATen
+decomposition torch applies for us as ``core:<op>`` (``core:aten::addmm``). Inputs: for an op
+in the fuzzer's op table, hypothesis draws one-node graphs over fresh inputs (special values,
+0-size dims, non-contiguous layouts included) and shrinks failures; for other ops, calls
+captured from OpInfo sample inputs (forward and backward) under a dispatch mode, with values
+hypothesis may replace by special ones. Rules with neither are listed as uncovered.
+
+Verdict per output: structure, shape and dtype equal the op's (empty outputs included);
+integer and bool values equal; NaN and +-inf where the op has them; each float element no
+further from the float64 reference than the op's own result is, plus a tolerance of about
+two units in the last place of the dtype.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.oracle import flatten_outputs
+
+# rtol per working dtype: ~2 ulp (float16 2^-10, bfloat16 2^-7), float32 a little looser for
+# reassociated sums; the absolute part scales with the output (see compare).
+RTOL = {torch.float64: 1e-10, torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+
+
+@dataclass(frozen=True)
+class Rule:
+    name: str
+    op: Any
+    fn: Any
+
+
+def decomposition_rules() -> dict[str, Rule]:
+    from compiler.decompositions import RULES, decomposition_table_for_compiler
+
+    named = {r.op: r.name for r in RULES.values()}
+    rules: dict[str, Rule] = {}
+    for op, fn in decomposition_table_for_compiler().items():
+        if not isinstance(op, torch._ops.OpOverload):
+            continue
+        name = named.get(op) or f"core:{op.name()}"
+        rules[name] = Rule(name, op, fn)
+    return rules
+
+
+def select_rules(patterns: list[str] | None) -> list[Rule]:
+    rules = decomposition_rules()
+    if not patterns:
+        return list(rules.values())
+    chosen = [r for n, r in rules.items() if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    if not chosen:
+        raise ValueError(f"--rule {', '.join(patterns)} matches no decomposition rule; "
+                         f"`crucible fuzz-decomps --list` lists the {len(rules)} rules")
+    return chosen
+
+
+def _to64(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.double() if value.is_floating_point() else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to64(v) for v in value)
+    return value
+
+
+def compare(orig: Any, dec: Any, ref: Any) -> str:
+    """Why the decomposition's outputs ``dec`` are worse than the op's ``orig`` ("" when not)."""
+    lo, ld = flatten_outputs(orig), flatten_outputs(dec)
+    if [p for p, _ in lo] != [p for p, _ in ld]:
+        return f"structure: op returns {[p for p, _ in lo]}, decomposition {[p for p, _ in ld]}"
+    lr = flatten_outputs(ref) if ref is not None else None
+    if lr is not None and [p for p, _ in lr] != [p for p, _ in lo]:
+        lr = None
+    for i, ((path, o), (_, d)) in enumerate(zip(lo, ld)):
+        if not isinstance(o, torch.Tensor) or not isinstance(d, torch.Tensor):
+            if o != d and not (isinstance(o, float) and math.isnan(o) and math.isnan(d)):
+                return f"{path}: value: op {o!r}, decomposition {d!r}"
+            continue
+        if o.shape != d.shape:
+            return f"{path}: shape: op {list(o.shape)}, decomposition {list(d.shape)}"
+        if o.dtype != d.dtype:
+            return f"{path}: dtype: op {o.dtype}, decomposition {d.dtype}"
+        if not o.is_floating_point():
+            if not torch.equal(o, d):
+                return f"{path}: integer/bool values differ"
+            continue
+        for label, mask in (("NaN", torch.isnan), ("+inf", lambda t: t == math.inf),
+                            ("-inf", lambda t: t == -math.inf)):
+            if not torch.equal(mask(o), mask(d)):
+                return f"{path}: {label} positions differ from the op"
+        finite = torch.isfinite(o)
+        if not finite.any():
+            continue
+        r = lr[i][1] if lr is not None else None
+        ov, dv = o[finite].double(), d[finite].double()
+        rv = r[finite].double() if isinstance(r, torch.Tensor) and r.shape == o.shape else ov
+        if not torch.isfinite(rv).all():
+            rv = ov
+        rtol = RTOL.get(o.dtype, 1e-5)
+        op_err = (ov - rv).abs()
+        # Per element: no further from float64 than the op there, plus ~2 ulp of the element and
+        # of the output's largest magnitude (cancellation), plus the op's own worst error anywhere
+        # (a rule may round differently, never be worse than the op at its worst).
+        # float64 cases: the reference is the op itself, so cancellation noise (1e-14 where the op
+        # rounds and the rule is exact) needs an absolute floor the output's scale cannot give.
+        floor = 1e-12 if o.dtype == torch.float64 else 1e-30
+        tol = rtol * rv.abs() + rtol * rv.abs().max() + op_err.max() + floor
+        excess = (dv - rv).abs() - op_err - tol
+        if (excess > 0).any():
+            j = int(excess.argmax())
+            return (f"{path}: {int((excess > 0).sum())} elements worse than the op, e.g. op {ov[j].item():.6g}, "
+                    f"decomposition {dv[j].item():.6g}, float64 {rv[j].item():.6g}")
+    return ""
+
+
+def judge(run_op: Any, run_rule: Any, run_reference: Any) -> tuple[str, str] | None:
+    """(status, reason) when the rule fails on one case; None when it passes or when the op
+    itself rejects the input (then it is not a valid case). Each argument is a thunk."""
+    from harness.execute import describe_error
+    from harness.status import Status
+
+    try:
+        orig = run_op()
+    except Exception:  # noqa: BLE001 -- the op rejects these inputs: not a case
+        return None
+    try:
+        dec = run_rule()
+    except Exception as exc:  # noqa: BLE001
+        return Status.FAIL_RUN, describe_error(exc)[0]
+    try:
+        ref = run_reference()
+    except Exception:  # noqa: BLE001 -- no float64 kernel: judged against the op only
+        ref = None
+    reason = compare(orig, dec, ref)
+    return (Status.FAIL_ACCURACY, reason) if reason else None
+
+
+def reason_kind(status: str, reason: str) -> str:
+    for marker, kind in (("NaN positions", "nan_positions"), ("inf positions", "inf_positions"),
+                         ("integer/bool", "integer_values"), ("shape:", "shape"), ("dtype:", "dtype"),
+                         ("structure:", "structure"), ("worse than the op", "error"), ("value:", "value")):
+        if marker in reason:
+            return kind
+    return reason.split(":")[0] if status != "fail_accuracy" else "accuracy"
+
+
+class RedirectedAten:
+    """``aten`` for a graph's source where one overload means a decomposition rule."""
+
+    def __init__(self, rule: Rule) -> None:
+        self.rule = rule
+
+    def __getattr__(self, name: str) -> Any:
+        packet = getattr(torch.ops.aten, name)
+        rule = self.rule
+
+        class Packet:
+            def __getattr__(self, overload: str) -> Any:
+                op = getattr(packet, overload)
+                return rule.fn if op is rule.op else op
+
+        return Packet()

@@ -1,0 +1,232 @@
+"""Run one fuzz graph on a target and grade it: the verdict a worker sends back.
+
+Same phases and statuses as a corpus entry (``harness.execute``): build inputs -> eager twice
+(different outputs: ``eager_nondeterministic``) -> float64 reference (the same graph source with
+every float dtype, casts included, meaning float64) -> compile (first call) -> run (second call)
+-> the parity oracle, per output in that output's dtype. Capture analysis is skipped: a fuzz
+graph is one Dynamo graph by construction. The record also names the op a failure is charged to
+(``op``): for accuracy failures, when ``localize`` is set, the first node whose value diverges
+when every intermediate is an output; otherwise the op that produced the failing output.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import time
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.execute import describe_error, is_compile_error, is_oom
+from harness.fuzz.graph import FuzzGraph
+from harness.oracle import ParityOracle, outputs_identical
+from harness.status import Status
+from harness.targets import Target, check_available, compile_model
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _fail(result: dict, status: str, exc: BaseException) -> dict:
+    result["status"] = Status.OOM if is_oom(exc) else status
+    result["error"], result["error_detail"] = describe_error(exc)
+    return result
+
+
+def blamed_op(graph: FuzzGraph, text: str) -> str:
+    """The graph op an error message names (its last mention wins), else the graph's last op."""
+    found = ""
+    for op in dict.fromkeys(graph.ops):
+        base = op.removeprefix("aten.").split(".")[0]
+        if re.search(rf"\baten[.:]+{re.escape(base)}\b", text):
+            found = op
+    return found or (graph.ops[-1] if graph.ops else "input")
+
+
+def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: tuple,
+                    reference: tuple | None) -> tuple[str, str, dict]:
+    """(failing output name or "", reason, metrics) judging each output by its own dtype."""
+    metrics: dict[str, float] = {}
+    for i, name in enumerate(names):
+        e = eager[i]
+        dtype = str(e.dtype).removeprefix("torch.") if isinstance(e, torch.Tensor) else "float32"
+        oracle = ParityOracle(dtype if dtype in ("float16", "bfloat16", "float64") else "float32")
+        ref = None if reference is None else reference[i]
+        parity = oracle.compare(e, compiled[i], ref)
+        for key in ("max_abs_err", "rmse_ratio"):
+            value = getattr(parity, key)
+            if value is not None:
+                metrics[key] = max(metrics.get(key, 0.0), value)
+        if not parity.passed:
+            return name, parity.reason.replace("out: ", f"{name}: ", 1), metrics
+    return "", "", metrics
+
+
+CAPTURES = ("fx", "dynamo")
+
+
+def compile_for_target(target: Target, fn: Callable, inputs: list, capture: str = "fx") -> Callable:
+    """``fn`` compiled by ``target``.
+
+    ``fx`` (default) hands the graph, already ATen, straight to the compiler: ``trace_aten`` +
+    ``compile_graph`` for crucible targets (Crucible's decompositions applied, as in its backend),
+    the registered backend called on the FX graph for any other target. It skips Dynamo's
+    bytecode analysis, which the fuzzer does not test and which costs 2-5x the compile of a
+    small graph. ``dynamo`` compiles through ``torch.compile`` exactly as corpus runs do."""
+    if target.backend is None or capture == "dynamo":
+        return compile_model(target, fn)
+    if target.is_crucible:
+        import compiler
+
+        gm = compiler.trace_aten(fn, *inputs)
+        return compiler.compile_graph(gm, inputs, codegen=target.options["codegen"], strict=True)
+    import torch.fx
+    from torch._dynamo.backends.registry import lookup_backend
+
+    from harness.targets import resolve_backend
+
+    backend = resolve_backend(target)
+    backend = lookup_backend(backend) if isinstance(backend, str) else backend
+    compiled = backend(torch.fx.symbolic_trace(fn), list(inputs))
+    return compiled
+
+
+def run_graph(graph: FuzzGraph, target: Target, on_phase: Callable[[str], None] = lambda p: None,
+              localize: bool = False, capture: str = "fx") -> dict[str, Any]:
+    """Execute ``graph`` on ``target`` in this process; returns a result record."""
+    result: dict[str, Any] = {"target": target.name, "status": None, "phase": "build", "ops": graph.ops}
+    if target.device == "cuda" and not torch.cuda.is_available():
+        result.update(status=Status.SKIPPED, error=f"{target.name} needs a CUDA GPU and none is available")
+        return result
+    torch._dynamo.reset()
+    try:
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _run(graph, target, result, on_phase, localize, capture)
+    finally:
+        torch._dynamo.reset()
+    return result
+
+
+def _run(graph: FuzzGraph, target: Target, result: dict, on_phase: Callable[[str], None], localize: bool,
+         capture: str) -> Any:
+    def phase(name: str) -> None:
+        result["phase"] = name
+        on_phase(name)
+
+    device = target.device
+    phase("build")
+    try:
+        fn = graph.function()
+        inputs = graph.make_inputs(device)
+    except Exception as exc:  # noqa: BLE001
+        return _fail(result, Status.EAGER_FAIL, exc)
+    phase("eager")
+    start = time.perf_counter()
+    try:
+        eager = fn(*graph.make_inputs(device))
+        again = fn(*graph.make_inputs(device))
+        _synchronize(device)
+    except Exception as exc:  # noqa: BLE001 -- an invalid graph: counted by the validity rate
+        return _fail(result, Status.EAGER_FAIL, exc)
+    result["eager_s"] = time.perf_counter() - start
+    if not outputs_identical(eager, again):
+        result.update(status=Status.EAGER_NONDETERMINISTIC, error="two eager runs gave different outputs")
+        return result
+    phase("reference")
+    try:
+        reference = graph.function(reference=True)(*graph.make_inputs("cpu", reference=True))
+    except Exception:  # noqa: BLE001 -- no float64 kernel for some op: judge against eager only
+        reference = None
+    phase("compile")
+    start = time.perf_counter()
+    try:
+        check_available(target)
+        compiled = compile_for_target(target, fn, inputs, capture)
+    except Exception as exc:  # noqa: BLE001
+        _fail(result, Status.FAIL_COMPILE, exc)
+        result["op"] = blamed_op(graph, f"{result['error']}\n{result.get('error_detail', '')}")
+        return result
+    try:
+        out = compiled(*inputs)
+        _synchronize(device)
+        result["compile_s"] = time.perf_counter() - start
+    except Exception as exc:  # noqa: BLE001
+        _fail(result, Status.FAIL_COMPILE if is_compile_error(exc) else Status.FAIL_RUN, exc)
+        result["op"] = blamed_op(graph, f"{result['error']}\n{result.get('error_detail', '')}")
+        return result
+    phase("run")
+    try:
+        start = time.perf_counter()
+        out = compiled(*graph.make_inputs(device))
+        _synchronize(device)
+        result["run_s"] = time.perf_counter() - start
+    except Exception as exc:  # noqa: BLE001
+        _fail(result, Status.FAIL_RUN, exc)
+        result["op"] = blamed_op(graph, f"{result['error']}\n{result.get('error_detail', '')}")
+        return result
+    phase("compare")
+    failing, reason, metrics = compare_outputs(graph, graph.outputs, eager, out, reference)
+    result.update(metrics)
+    if not failing:
+        result["status"] = Status.PASS
+        return result
+    result.update(status=Status.FAIL_ACCURACY, error=reason, op=graph.output_ops()[failing])
+    if localize:
+        op = localize_divergence(graph, target, capture)
+        if op:
+            result["op"] = op
+    return result
+
+
+def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -> str:
+    """The op of the first node whose value diverges when every intermediate is a graph output
+    ("" when none does: the failure then needs the original fusion to show)."""
+    full = graph.prefix(len(graph.nodes))
+    try:
+        torch._dynamo.reset()
+        device = target.device
+        eager = full.function()(*full.make_inputs(device))
+        try:
+            reference = full.function(reference=True)(*full.make_inputs("cpu", reference=True))
+        except Exception:  # noqa: BLE001
+            reference = None
+        inputs = full.make_inputs(device)
+        out = compile_for_target(target, full.function(), inputs, capture)(*inputs)
+    except Exception:  # noqa: BLE001 -- localization is best effort: the verdict stands
+        return ""
+    failing, _, _ = compare_outputs(full, full.outputs, eager, out, reference)
+    return full.output_ops()[failing] if failing else ""
+
+
+_PLUGINS_CALLED: set[str] = set()
+
+
+def load_plugin(spec: str) -> None:
+    """Import ``MODULE`` or import ``MODULE:FUNCTION`` and call it (once per process)."""
+    module_name, _, function = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if function and spec not in _PLUGINS_CALLED:
+        getattr(module, function)()
+        _PLUGINS_CALLED.add(spec)
+
+
+def execute_payload(payload: dict[str, Any], target: Target, on_phase: Callable[[str], None]) -> dict[str, Any]:
+    """A worker task that is not a corpus entry: ``{"kind": "graph", "graph": ..., ...}``.
+
+    ``imports`` names modules to import first, ``MODULE:FUNCTION`` also calls a function of it
+    once per process (plugins: a backend to register, or, in the fuzzer's own tests, a bug to
+    plant in the compiler)."""
+    for spec in payload.get("imports") or ():
+        load_plugin(spec)
+    if payload["kind"] != "graph":
+        raise ValueError(f"unknown fuzz task kind {payload['kind']!r}")
+    record = run_graph(FuzzGraph.from_json(payload["graph"]), target, on_phase,
+                       localize=bool(payload.get("localize")), capture=payload.get("capture", "fx"))
+    record["name"] = payload["name"]
+    return record

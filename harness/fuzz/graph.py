@@ -1,0 +1,109 @@
+"""The fuzz graph: a small DAG of ATen calls over described inputs, as data.
+
+A ``FuzzGraph`` is JSON-able (it travels to isolated workers and into the results store) and
+renders to Python source, one ATen call per line::
+
+    def graph(x0, x1):
+        v0 = aten.add.Tensor(x0, x1, alpha=2)
+        v1_0, v1_1 = aten.max.dim(v0, 1, True)
+        return (v1_0, v1_1)
+
+Dtypes appear in calls as the names ``f16``, ``bf16``, ``f32``, ``f64``, ``i32``, ``i64``,
+``b8``: the float64 reference runs the same source in a namespace where every float name
+means ``torch.float64``, so casts and ``dtype=`` arguments inside the graph are promoted too.
+Each graph gets its own code object (compiled from its own source), so Dynamo's per-code
+caches never mix two graphs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness.fuzz.values import make_input
+
+DTYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
+               "int32": "i32", "int64": "i64", "bool": "b8"}
+_TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
+                 "i32": torch.int32, "i64": torch.int64, "b8": torch.bool}
+_counter = itertools.count()
+
+
+def namespace(reference: bool = False) -> dict[str, Any]:
+    """Globals the rendered source runs in; ``reference`` maps every float dtype to float64."""
+    ns: dict[str, Any] = {"torch": torch, "aten": torch.ops.aten, "inf": float("inf"), "nan": float("nan")}
+    for name, dtype in _TORCH_DTYPES.items():
+        ns[name] = torch.float64 if reference and dtype.is_floating_point else dtype
+    return ns
+
+
+@dataclass
+class Node:
+    op: str  # the spec name, e.g. "aten.add.Tensor"
+    expr: str  # the call, over value names (x0, v1, v2_0) and dtype names
+    outputs: list[str]  # names of the values it defines (several when it returns a tuple)
+    out_meta: list[tuple[list[int], str]]  # (shape, dtype) per output
+    returns_tuple: bool = False
+
+    def line(self) -> str:
+        lhs = ", ".join(self.outputs) + ("," if len(self.outputs) == 1 and self.returns_tuple else "")
+        return f"{lhs} = {self.expr}"
+
+
+@dataclass
+class FuzzGraph:
+    inputs: list[dict[str, Any]] = field(default_factory=list)  # harness.fuzz.values descriptions
+    nodes: list[Node] = field(default_factory=list)
+    outputs: list[str] = field(default_factory=list)
+
+    # -- identity -----------------------------------------------------------------------
+    def to_json(self) -> str:
+        return json.dumps({"inputs": self.inputs, "nodes": [vars(n) for n in self.nodes],
+                           "outputs": self.outputs}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str | dict) -> FuzzGraph:
+        doc = json.loads(text) if isinstance(text, str) else text
+        nodes = [Node(n["op"], n["expr"], list(n["outputs"]), [(list(s), d) for s, d in n["out_meta"]],
+                      bool(n.get("returns_tuple"))) for n in doc["nodes"]]
+        return cls(list(doc["inputs"]), nodes, list(doc["outputs"]))
+
+    @property
+    def ops(self) -> list[str]:
+        return [n.op for n in self.nodes]
+
+    def input_names(self) -> list[str]:
+        return [f"x{i}" for i in range(len(self.inputs))]
+
+    # -- rendering ----------------------------------------------------------------------
+    def source(self, name: str = "graph") -> str:
+        body = [f"    {n.line()}" for n in self.nodes]
+        outs = ", ".join(self.outputs) + ("," if len(self.outputs) == 1 else "")
+        return "\n".join([f"def {name}({', '.join(self.input_names())}):", *body, f"    return ({outs})"]) + "\n"
+
+    def function(self, reference: bool = False) -> Any:
+        """The graph as a Python function with a code object of its own."""
+        ns = namespace(reference)
+        code = compile(self.source(), f"<fuzz-graph-{next(_counter)}>", "exec")
+        exec(code, ns)  # noqa: S102 -- the source is generated from our own op table
+        return ns["graph"]
+
+    def make_inputs(self, device: str = "cpu", reference: bool = False) -> list[torch.Tensor]:
+        tensors = [make_input(d, device) for d in self.inputs]
+        if reference:
+            tensors = [t.double() if t.is_floating_point() else t for t in tensors]
+        return tensors
+
+    def output_ops(self) -> dict[str, str]:
+        """Output value name -> the op that produced it."""
+        made = {out: n.op for n in self.nodes for out in n.outputs}
+        return {o: made.get(o, "input") for o in self.outputs}
+
+    def prefix(self, count: int) -> FuzzGraph:
+        """The graph of its first ``count`` nodes, returning every value they define (for localization)."""
+        nodes = self.nodes[:count]
+        return FuzzGraph(self.inputs, nodes, [o for n in nodes for o in n.outputs])

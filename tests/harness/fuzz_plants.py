@@ -1,0 +1,69 @@
+"""Bugs planted in the compiler for the fuzzer's CI tier (tests/harness/test_fuzz_ci.py).
+
+Not a test module: the fuzz worker imports it through ``crucible fuzz --import
+tests.harness.fuzz_plants:<function>``, so the bug is live inside the isolated worker.
+Each function patches one registry entry, the way tests/compiler/test_errors.py plants a
+broken lowering.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+aten = torch.ops.aten
+
+
+def var_without_bessel() -> None:
+    """var/var_mean lowered with correction 0 whatever the graph asks (a dropped Bessel correction)."""
+    import compiler.lowerings  # noqa: F401  (register every rule before patching)
+    from compiler.lowering import LOWERINGS
+
+    for op in (aten.var.correction, aten.var_mean.correction):
+        original = LOWERINGS[op]
+
+        def biased(ctx: Any, node: Any, x: Any, dims: Any = None, *, original: Any = original, **kw: Any) -> Any:
+            kw["correction"] = 0
+            return original(ctx, node, x, dims, **kw)
+
+        LOWERINGS[op] = biased
+
+
+def clamp_drops_nan() -> None:
+    """clamp lowered as sel(v > low, v, low): NaN inputs come out as the lower bound."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowering import LOWERINGS
+    from compiler.lowerings import pointwise as pw
+
+    def clamp(ctx: Any, node: Any, x: Any, lo: Any = None, hi: Any = None) -> Any:
+        if node.target.overloadpacket is aten.clamp_max:
+            lo, hi = None, lo
+        common = pw.promote(x, lo, hi)
+
+        def fn(v: Any, *bounds: Any) -> Any:
+            it = iter(bounds)
+            if lo is not None:
+                low = next(it)
+                v = pw.sel(v > low, v, low)
+            if hi is not None:
+                high = next(it)
+                v = pw.sel(v > high, high, v)
+            return v
+
+        return pw.pointwise(node, fn, x, *[b for b in (lo, hi) if b is not None], compute=common)
+
+    for op in (aten.clamp, aten.clamp_min, aten.clamp_max):
+        LOWERINGS[op] = clamp
+
+
+def hardsigmoid_rule_off_by_a_bit() -> None:
+    """The hardsigmoid decomposition rule with 1/5 for 1/6 in its slope."""
+    from compiler.decompositions import RULES, DecompRule
+
+    name = "torch:aten::hardsigmoid"
+
+    def wrong(x: torch.Tensor) -> torch.Tensor:
+        return torch.clamp(x / 5 + 0.5, 0, 1)
+
+    RULES[name] = DecompRule(name, aten.hardsigmoid.default, wrong, "torch")

@@ -1,0 +1,107 @@
+"""Fuzz campaign pieces: signatures and dedupe, shrinking, repros, CLI usage errors."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.fuzz.campaign import CampaignRequest, error_kind, run_campaign, signature
+from harness.fuzz.known import match_known
+from harness.status import Status
+
+
+class _SignRunner:
+    """A target that is wrong on every graph using aten.sign: fails with one signature."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def run(self, payload: dict) -> dict:
+        from harness.fuzz.graph import FuzzGraph
+
+        self.calls += 1
+        graph = FuzzGraph.from_json(payload["graph"])
+        if "aten.sign.default" in graph.ops:
+            return {"name": payload["name"], "status": Status.FAIL_ACCURACY, "op": "aten.sign.default",
+                    "error": "v0: NaN positions differ from eager"}
+        return {"name": payload["name"], "status": Status.PASS}
+
+    def close(self) -> None:
+        return None
+
+
+def test_campaign_shrinks_to_the_failing_op_and_dedupes() -> None:
+    runner = _SignRunner()
+    request = CampaignRequest(target="fake", examples=60, seed=4, ops="sign,add.Tensor,mul.Tensor,exp",
+                              shrink_seconds=30)
+    summary = run_campaign(request, runner)
+    (finding,) = summary.findings.values()
+    assert finding.signature == "fail_accuracy | aten.sign.default | nan_positions"
+    assert finding.graph.ops == ["aten.sign.default"], finding.graph.source()
+    assert finding.hits >= 1 and summary.graphs == 60 and runner.calls > 60  # shrink runs on top
+
+
+def test_campaign_is_deterministic_for_a_seed() -> None:
+    def ops_seen(seed: int) -> list:
+        seen = []
+
+        class Recorder(_SignRunner):
+            def run(self, payload: dict) -> dict:
+                seen.append(payload["name"])
+                return {"name": payload["name"], "status": Status.PASS}
+
+        run_campaign(CampaignRequest(target="fake", examples=15, seed=seed), Recorder())
+        return seen
+
+    assert ops_seen(1) == ops_seen(1)
+    assert ops_seen(1) != ops_seen(2)
+
+
+def test_signature_parts() -> None:
+    record = {"status": Status.FAIL_RUN, "op": "aten.cumsum.default", "error": "ZeroDivisionError: float division"}
+    assert signature(record) == "fail_run | aten.cumsum.default | ZeroDivisionError"
+    assert error_kind({"status": Status.CRASH, "error": "worker died from SIGSEGV during run"}) == "SIGSEGV"
+    assert error_kind({"status": Status.FAIL_ACCURACY, "error": "v1: RMSE vs fp64 3 > 2 x eager's"}) == "rmse"
+
+
+def test_known_findings_match_documented_upstream_behaviour() -> None:
+    record = {"status": Status.FAIL_ACCURACY, "op": "aten.var_mean.correction",
+              "error": "v0_1: NaN positions differ from eager"}
+    assert match_known("crucible-cpp", record)
+    assert match_known("inductor", record) is None
+
+
+def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
+    """A repro needs only torch and the target; exit 0 when the target agrees with eager."""
+    from harness.fuzz.graph import FuzzGraph, Node
+    from harness.fuzz.repro import write_repro
+
+    graph = FuzzGraph([{"shape": [3, 5], "dtype": "float32", "layout": "transposed", "profile": "special",
+                        "seed": 1}],
+                      [Node("aten.abs.default", "aten.abs.default(x0)", ["v0"], [([3, 5], "float32")])], ["v0"])
+    path = tmp_path / "repro.py"
+    path.write_text(write_repro(graph, "eager", None, {"status": "fail_accuracy", "op": "aten.abs.default"}))
+    out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["fuzz", "--target", "no-such-backend", "--examples", "1"], "unknown target"),
+    (["fuzz", "--target", "aot_eager", "--ops", "zzz", "--examples", "1"], "matches no op spec"),
+    (["fuzz", "--target", "aot_eager", "--examples", "0"], "must be positive"),
+    (["fuzz", "--target", "aot_eager", "--seconds", "5", "--examples", "3"], "not allowed with"),
+    (["fuzz-decomps", "--rule", "nope"], "matches no decomposition rule"),
+])
+def test_bad_usage_exits_2_with_one_line(cli, args: list, message: str) -> None:
+    out = cli(*args)
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert message in out.stderr
+
+
+def test_aot_eager_campaign_end_to_end(cli, tmp_path) -> None:
+    """A real worker on aot_eager: graphs run, validity and the summary printed, exit 0."""
+    out = cli("fuzz", "--target", "aot_eager", "--examples", "12", "--seed", "3", "--db", str(tmp_path / "f.sqlite"))
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+    assert "graphs run 12" in out.stdout and "no findings" in out.stdout

@@ -1,0 +1,53 @@
+"""The fuzzer's CI tier: fixed seeds, small time boxes, planted bugs it must find, and zero
+findings on the real compiler. Bugs are planted inside the isolated fuzz worker through
+``--import tests.harness.fuzz_plants:<function>`` (see that module)."""
+
+from __future__ import annotations
+
+import re
+
+PLANTED_OPS = "var.correction,var_mean.correction,clamp.default,clamp_min.default,hardsigmoid.default,add.Tensor"
+COMMON = ["--target", "crucible-interpret", "--seed", "0", "--ops", PLANTED_OPS, "--shrink-seconds", "5",
+          "--max-nodes", "3"]
+
+
+def _signatures(stdout: str) -> list[str]:
+    return re.findall(r"(fail_\w+ \| aten\.[\w.]+ \| \w+)\s+\d+\s+\d+\s+NEW", stdout)
+
+
+def test_planted_lowering_and_rule_bugs_are_found(cli, tmp_path) -> None:
+    """A var lowering without Bessel's correction, a clamp lowering that turns NaN into the
+    bound and a hardsigmoid decomposition rule with the wrong slope, all planted in the worker:
+    one fixed-seed campaign must report each as a new finding and exit 1."""
+    db = str(tmp_path / "fuzz.sqlite")
+    out = cli("fuzz", *COMMON, "--examples", "40", "--max-findings", "6", "--db", db,
+              "--import", "tests.harness.fuzz_plants:var_without_bessel",
+              "--import", "tests.harness.fuzz_plants:clamp_drops_nan",
+              "--import", "tests.harness.fuzz_plants:hardsigmoid_rule_off_by_a_bit", timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    ops = {s.split(" | ")[1] for s in _signatures(out.stdout)}
+    assert any(op.startswith("aten.var") for op in ops), out.stdout
+    assert any(op.startswith("aten.clamp") for op in ops), out.stdout
+    assert "aten.hardsigmoid.default" in ops, out.stdout
+    report = cli("report", "--db", db)
+    assert report.returncode == 0 and "fuzz findings by signature" in report.stdout
+    key = re.search(r"\[([0-9a-f]{10})\]", report.stdout).group(1)
+    repro = cli("report", "--db", db, "--repro", key)
+    assert "def graph(" in repro.stdout and "torch.compile" in repro.stdout
+
+
+def test_real_compiler_has_no_findings_on_the_same_campaign(cli, tmp_path) -> None:
+    """The same seed and ops without planted bugs: zero new findings, exit 0 (the CI gate)."""
+    out = cli("fuzz", *COMMON, "--examples", "20", "--db", str(tmp_path / "fuzz.sqlite"), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr[-3000:]
+    assert "graphs run 20" in out.stdout and "validity 100.0%" in out.stdout
+
+
+def test_decomposition_fuzzer_finds_a_planted_rule_and_passes_the_real_one(cli, tmp_path) -> None:
+    """fuzz-decomps on one rule by name: the planted slope error fails it, the real rule passes."""
+    db = str(tmp_path / "decomps.sqlite")
+    rule = ["fuzz-decomps", "--rule", "torch:aten::hardsigmoid", "--examples", "30", "--seed", "0", "--db", db]
+    bad = cli(*rule, "--import", "tests.harness.fuzz_plants:hardsigmoid_rule_off_by_a_bit")
+    assert bad.returncode == 1 and "torch:aten::hardsigmoid" in bad.stdout, bad.stdout + bad.stderr[-2000:]
+    good = cli(*rule)
+    assert good.returncode == 0 and "no findings" in good.stdout, good.stdout + good.stderr[-2000:]
