@@ -44,8 +44,17 @@ PLANTED = """
 """
 
 
+def _plugin_args() -> list[str]:
+    """``-p harness.pytest_plugin`` unless the installed package's ``pytest11`` entry point already
+    loads it (naming it twice is pytest's "Plugin already registered" error)."""
+    from importlib.metadata import entry_points
+
+    installed = any(ep.value == "harness.pytest_plugin" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "harness.pytest_plugin"]
+
+
 def _pytest(tmp_path: Path, corpus: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "pytest", "-p", "harness.pytest_plugin", "-p", "no:randomly", "--rootdir", str(tmp_path), "-q", "-rA", "--crucible-suite", "plug", "--crucible-target",
+    cmd = [sys.executable, "-m", "pytest", *_plugin_args(), "-p", "no:randomly", "--rootdir", str(tmp_path), "-q", "-rA", "--crucible-suite", "plug", "--crucible-target",
            "planted_off_by_one", "--crucible-corpus", str(corpus), "--crucible-db", str(tmp_path / "r.sqlite"),
            "--crucible-timeout", "120", *args]
     return subprocess.run(cmd, cwd=tmp_path, env=cli_env(), capture_output=True, text=True, timeout=300, check=False)
