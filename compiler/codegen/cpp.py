@@ -33,15 +33,15 @@ from __future__ import annotations
 from typing import ClassVar
 
 from compiler.codegen.base import RenderedKernel, Renderer
-from compiler.codegen.cpp_kernel import KernelWriter
+from compiler.codegen.cpp_kernel import write_kernel
 from compiler.ir import Op
 from compiler.scheduler import Kernel
 
 
 class CppRenderer(Renderer):
     codegen = "cpp"
-    # Every IR op has an explicit rendering below (expression ops in ``_KernelWriter.op_code``,
-    # leaves and REDUCE in ``_KernelWriter.value``).
+    # Every IR op has an explicit rendering (expression ops in ``cpp_expr.ExprWriter.op_code``,
+    # leaves in ``ExprWriter.value``, REDUCE by ``cpp_accumulators``).
     OPS: ClassVar[frozenset[Op]] = frozenset({
         Op.CONST, Op.XVAR, Op.RVAR, Op.LOAD,
         Op.NEG, Op.ABS, Op.EXP, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.ERF, Op.FLOOR, Op.CEIL, Op.ISNAN,
@@ -54,4 +54,4 @@ class CppRenderer(Renderer):
 
     def render(self, kernel: Kernel) -> RenderedKernel:
         self.check_ops(kernel)
-        return KernelWriter(kernel).write()
+        return write_kernel(kernel)

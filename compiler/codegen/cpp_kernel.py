@@ -1,320 +1,49 @@
-"""The C++ kernel writer behind ``CppRenderer``: loop nests, passes and expressions.
+"""The C++ kernel writer behind ``CppRenderer``: one ``extern "C"`` function per kernel.
 
-Expressions become ``const`` locals in the innermost scope that has their inputs:
-x-level values of a reduction kernel (they depend on outer indices and reduction
-results only) are computed once per outer point, xr-level values inside the loop of
-the pass that needs them. See ``compiler.codegen.cpp`` for the overall scheme.
+Composition, top to bottom: an ``ExprWriter`` (``cpp_expr``) names and renders values; a
+pointwise kernel's body is its loop nest (``cpp_loops``); a reduction kernel's is planned as
+data first (``cpp_plan.plan_reduction``) and then emitted layout by layout (``cpp_reduction``).
+See ``compiler.codegen.cpp`` for the overall scheme.
 """
 
 from __future__ import annotations
 
-import math
-
-import torch
-
-from compiler import cpp_build, ir
-from compiler.codegen.base import ExprLevels, RenderedKernel, affine_index_code
-from compiler.codegen.cpp_lang import (
-    ATOMIC_LITERAL,
-    CALL,
-    FROM_FLOAT,
-    INFIX,
-    INT_CALL,
-    TO_FLOAT,
-    VECTOR_MATH,
-    WIDE_INTS,
-    WRAPPING,
-    Scope,
-    _safe_divisor,
-    block,
-    compute_dtype,
-    ctype,
-    cvalue_type,
-    literal,
-)
-from compiler.codegen.cpp_plan import INNER_TILE, PARALLEL_MIN_WORK, TILE_MAX_OUTER
-from compiler.codegen.cpp_reduction import ReductionWriter
-from compiler.ir import Expr, Op
-from compiler.scheduler import Kernel, Store
+from compiler import cpp_build
+from compiler.codegen.base import RenderedKernel
+from compiler.codegen.cpp_expr import ExprWriter
+from compiler.codegen.cpp_lang import ctype
+from compiler.codegen.cpp_loops import pointwise
+from compiler.codegen.cpp_plan import plan_reduction
+from compiler.codegen.cpp_reduction import emit_reduction
+from compiler.scheduler import Kernel
 
 
-class KernelWriter(ReductionWriter):
-    def __init__(self, k: Kernel) -> None:
-        self.k = k
-        self.live = k.live_stores()
-        self.params: dict[str, str] = {}
-        self.args: list[str] = []
-        self.counter = 0
-        self.levels = ExprLevels()
-        self.root = Scope(None)
-        self.scope = self.root
-        self.xscope: Scope | None = None  # per outer point, in reduction kernels
-        # loop nests over the outer dims: values that do not vary along the innermost dim are
-        # computed once per row, before the innermost loop (hoisted), not once per element
-        self.hoist: Scope | None = None
-        self.inner: Expr | None = None
-        self._varies: dict[Expr, bool] = {}
-        self.split_decls: list[str] = []  # partial-result arrays of a split reduction
-        # xr value -> (pass computing it, a row buffer's name or the output store whose row holds it)
-        self.row_buffers: dict[Expr, tuple[int, str | Store]] = {}
-        self.pass_number = 1
-        self.split_finals: list[tuple[Expr, str, str]] = []
-        self.in_index = False  # rendering a load/store address (never overflows: no wrapping helpers)
+def write_kernel(k: Kernel) -> RenderedKernel:
+    w = ExprWriter(k)
+    body = emit_reduction(w, plan_reduction(k, w.levels)) if k.is_reduction else pointwise(w)
+    return assemble(w, body)
 
-    # --- names ----------------------------------------------------------------------------
-    def fresh(self, prefix: str = "t") -> str:
-        self.counter += 1
-        return f"{prefix}{self.counter - 1}"
 
-    def param(self, buffer: str) -> str:
-        if buffer not in self.params:
-            name = cpp_build.sanitize_identifier(f"p_{buffer}")
-            taken = set(self.params.values())
-            base, n = name, 1
-            while name in taken:
-                name, n = f"{base}_{n}", n + 1
-            self.params[buffer] = name
-            self.args.append(buffer)
-        return self.params[buffer]
-
-    def is_xr(self, e: Expr) -> bool:
-        """Depends on a reduction index outside any REDUCE."""
-        return self.levels.is_xr(e)
-
-    # --- expressions --------------------------------------------------------------------------
-    def value(self, e: Expr) -> str:
-        op = e.op
-        if op is Op.CONST:
-            return literal(e.arg, e.dtype)
-        if op is Op.XVAR:
-            return f"x{e.arg}"
-        if op is Op.RVAR:
-            return f"r{e.arg}"
-        hit = self.scope.find(e)
-        if hit is not None:
-            return hit
-        if op is Op.REDUCE:
-            raise ValueError(f"cpp renderer: reduction {ir.render_expr(e)} used before its pass")
-        target = self.xscope if self.xscope is not None and not self.is_xr(e) else self.scope
-        if self.hoist is not None and (target is self.xscope or self.xscope is None) and not self.varies(e):
-            target = self.hoist
-        saved, self.scope = self.scope, target
-        try:
-            code = self.op_code(e)
-        finally:
-            self.scope = saved
-        if code.isidentifier() or ATOMIC_LITERAL.fullmatch(code):  # used inline by its users
-            target.names[e] = code
-            return code
-        name = self.fresh()
-        target.lines.append(f"const {cvalue_type(e.dtype)} {name} = {code};")
-        target.names[e] = name
-        return name
-
-    def varies(self, e: Expr) -> bool:
-        """Depends on the innermost loop's index or on a reduction index (iterative, memoized)."""
-        memo = self._varies
-        stack = [e]
-        while stack:
-            top = stack[-1]
-            if top in memo:
-                stack.pop()
-                continue
-            pending = [s for s in top.src if s not in memo]
-            if pending:
-                stack.extend(pending)
-                continue
-            stack.pop()
-            memo[top] = (top == self.inner or top.op is Op.RVAR or top.op is Op.REDUCE
-                         or any(memo[s] for s in top.src))
-        return memo[e]
-
-    def invariant_divisor(self, e: Expr) -> bool:
-        """A division inside the innermost loop (or a reduction's row loop) by a value computed
-        outside it."""
-        num, den = e.src
-        if den.op is Op.CONST:
-            return False
-        if self.hoist is not None:
-            return self.varies(num) and not self.varies(den)
-        return self.xscope is not None and self.is_xr(num) and not self.is_xr(den)
-
-    def index_code(self, e: Expr) -> str:
-        saved, self.in_index = self.in_index, True  # addresses: plain int64 arithmetic, no wrapping
-        try:
-            code = affine_index_code(e, self.value)
-            return code.replace("+ -", "- ") if code is not None else self.value(e)
-        finally:
-            self.in_index = saved
-
-    def op_code(self, e: Expr) -> str:
-        op = e.op
-        if op is Op.LOAD:
-            buf = self.param(e.arg)
-            code = f"{buf}[{self.index_code(e.src[0])}]"
-            return f"{TO_FLOAT[e.dtype]}({code})" if e.dtype in TO_FLOAT else code
-        a = [self.value(s) for s in e.src]
-        src_dt = compute_dtype(e.src[0].dtype)
-        dt = compute_dtype(e.dtype)
-        t = cvalue_type(e.dtype)
-        is_float = dt.is_floating_point
-        if op is Op.CAST:
-            return self.cast(a[0], e.src[0].dtype, e.dtype)
-        if op in WRAPPING and dt in WIDE_INTS and not self.in_index:
-            return f"crucible::{WRAPPING[op]}<{t}>({a[0]}, {a[1]})"
-        if op in INFIX:
-            return f"{a[0]} {INFIX[op]} {a[1]}"
-        if op is Op.DIV:
-            if is_float and self.invariant_divisor(e):
-                # one division per row, a multiplication per element (as ATen's softmax does;
-                # within an ulp of the quotient); vector division costs ~20x a multiplication
-                inverse = self.value(ir.binary(Op.DIV, ir.const(1, e.src[1].dtype), e.src[1]))
-                return f"{a[0]} * {inverse}"
-            if is_float or _safe_divisor(e.src[1]):
-                return f"{a[0]} / {a[1]}"
-            return f"crucible::div_trunc<{t}>({a[0]}, {a[1]})"
-        if op is Op.MOD:
-            if is_float:
-                return f"std::fmod({a[0]}, {a[1]})"
-            if _safe_divisor(e.src[1]):
-                return f"{a[0]} % {a[1]}"
-            return f"crucible::mod_trunc<{t}>({a[0]}, {a[1]})"
-        if op in INT_CALL:
-            if is_float:
-                return f"std::floor({a[0]} / {a[1]})"
-            return f"{INT_CALL[op]}<{t}>({a[0]}, {a[1]})"
-        if op in (Op.MAX, Op.MIN):
-            fn = "max_nan" if op is Op.MAX else "min_nan"
-            return f"crucible::{fn}<{t}>({a[0]}, {a[1]})"
-        if op is Op.WHERE:
-            return f"{a[0]} ? {a[1]} : {a[2]}"
-        if op is Op.NEG:
-            return f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS and not self.in_index else f"-{a[0]}"
-        if op is Op.ABS:
-            return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
-        if op in VECTOR_MATH and dt == torch.float32:
-            return f"crucible::{VECTOR_MATH[op]}({a[0]})"
-        if op is Op.RSQRT:
-            return f"{literal(1, dt)} / std::sqrt({a[0]})"
-        if op in CALL:
-            return f"{CALL[op]}({a[0]})"
-        if op is Op.ISNAN:
-            return f"{a[0]} != {a[0]}" if src_dt.is_floating_point else "false"
-        if op is Op.NOT:
-            return f"!{a[0]}"
-        if op is Op.BITNOT:
-            return f"!{a[0]}" if dt == torch.bool else f"~{a[0]}"
-        raise ValueError(f"cpp renderer: no code for {op}")
-
-    def cast(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:
-        if dst == torch.bool:
-            return code if src == torch.bool else f"{code} != 0"
-        if dst in FROM_FLOAT:
-            inner = code if compute_dtype(src) == torch.float32 else f"static_cast<float>({code})"
-            return f"{TO_FLOAT[dst]}({FROM_FLOAT[dst]}({inner}))"
-        if compute_dtype(src) == compute_dtype(dst):
-            return code
-        return f"static_cast<{cvalue_type(dst)}>({code})"
-
-    def store(self, s: Store) -> None:
-        buf = self.param(s.buffer)
-        value = self.value(s.value)
-        index = self.index_code(s.index)
-        dt = s.value.dtype
-        if dt in FROM_FLOAT:
-            value = f"{FROM_FLOAT[dt]}({value})"
-        self.scope.lines.append(f"{buf}[{index}] = {value};")
-
-    # --- kernels ------------------------------------------------------------------------------
-    def write(self) -> RenderedKernel:
-        body = self.reduction() if self.k.is_reduction else self.pointwise()
-        return self.assemble(body)
-
-    def work_per_element(self) -> int:
-        return max(1, sum(1 for s in self.live for e in s.value.walk() if e.src))
-
-    def inner_simd_ok(self, var: Expr) -> bool:
-        """Every access is contiguous or invariant along ``var`` (worth forcing vectorization)."""
-        sites = [s.index for s in self.live] + [e.src[0] for s in self.live for e in ir.loads(s.value)]
-        for site in sites:
-            aff = ir.to_affine(site)
-            if aff is None:
-                if any(v == var for v in site.walk()):
-                    return False
-            elif aff.get(var, 0) not in (0, 1):
-                return False
-        return True
-
-    def pointwise(self) -> list[str]:
-        hoist = self.start_hoisting() if self.k.ranges else None
-        body = Scope(hoist or self.root)
-        self.scope = body
-        for s in self.live:
-            self.store(s)
-        self.scope, self.hoist = self.root, None
-        if hoist is None:
-            return body.lines
-        simd = self.inner_simd_ok(self.inner)
-        return self.x_nest(body.lines, simd, self.k.xnumel * self.work_per_element(), hoist.lines)
-
-    def start_hoisting(self) -> Scope:
-        self.hoist = Scope(self.root)
-        self.inner = ir.xvar(len(self.k.ranges) - 1)
-        self._varies = {}
-        return self.hoist
-
-    def x_nest(self, body: list[str], simd: bool, work: int, hoisted: list[str] = ()) -> list[str]:
-        """``body`` inside one loop per outer dim, the innermost dim last (``#pragma omp simd``
-        when ``simd``), the outer loops shared by threads when ``work`` is worth it; ``hoisted``
-        lines (values that do not vary along the innermost dim) come right before the innermost loop."""
-        k = self.k
-        n = len(k.ranges)
-        parallel = work >= PARALLEL_MIN_WORK and k.xnumel > 1
-        inner = n - 1
-        size = k.ranges[inner]
-        outer_points = math.prod(k.ranges[:inner])
-        tiled = parallel and n >= 2 and outer_points < TILE_MAX_OUTER and size >= 2 * INNER_TILE
-        if tiled:
-            lo, hi = f"xt * {INNER_TILE}", f"std::min<int64_t>(xt * {INNER_TILE} + {INNER_TILE}, {size})"
-        else:
-            lo, hi = "0", str(size)
-        var = f"x{inner}"
-        if n == 1 and parallel:
-            pragma = "#pragma omp parallel for simd schedule(static)" if simd else \
-                "#pragma omp parallel for schedule(static)"
-        else:
-            pragma = "#pragma omp simd" if simd else None
-        lines = [*hoisted, *block(f"for (int64_t {var} = {lo}; {var} < {hi}; ++{var})", body, pragma)]
-        heads = [f"for (int64_t x{d} = 0; x{d} < {k.ranges[d]}; ++x{d})" for d in range(inner)]
-        if tiled:
-            heads.append(f"for (int64_t xt = 0; xt < {-(-size // INNER_TILE)}; ++xt)")
-        for depth, head in reversed(list(enumerate(heads))):
-            pragma = None
-            if depth == 0 and parallel:
-                collapse = f" collapse({len(heads)})" if len(heads) > 1 else ""
-                pragma = f"#pragma omp parallel for{collapse} schedule(static)"
-            lines = block(head, lines, pragma)
-        return lines
-
-    # --- the function -----------------------------------------------------------------------
-    def assemble(self, body: list[str]) -> RenderedKernel:
-        k = self.k
-        symbol = cpp_build.sanitize_identifier(k.name)
-        params = []
-        for buf in self.args:
-            dtype = self.k.param(buf).dtype
-            const = "" if self.k.param(buf).written else "const "
-            params.append(f"{const}{ctype(dtype)}* __restrict__ {self.params[buf]}")
-        origins = cpp_build.safe_comment(", ".join(dict.fromkeys(k.origins))) or "(none)"
-        shape = f"ranges {list(k.ranges)}" + (f", reduced {list(k.rranges)}" if k.rranges else "")
-        lines = [
-            "// Generated by crucible's C++ renderer.",
-            f"// {cpp_build.safe_comment(k.name)}: {shape}",
-            f"// fused: {origins}",
-            '#include "cpp_prelude.h"',
-            "",
-            f'extern "C" void {symbol}({", ".join(params)}) {{',
-        ]
-        lines += ["  " + line for line in body]
-        lines.append("}")
-        return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", tuple(self.args), (), symbol=symbol)
+def assemble(w: ExprWriter, body: list[str]) -> RenderedKernel:
+    """The function around ``body``: a header naming the kernel, its shape and the ATen ops fused
+    into it, and one ``__restrict__`` pointer per parameter in the order the body first used them."""
+    k = w.k
+    symbol = cpp_build.sanitize_identifier(k.name)
+    params = []
+    for buf in w.args:
+        dtype = k.param(buf).dtype
+        const = "" if k.param(buf).written else "const "
+        params.append(f"{const}{ctype(dtype)}* __restrict__ {w.params[buf]}")
+    origins = cpp_build.safe_comment(", ".join(dict.fromkeys(k.origins))) or "(none)"
+    shape = f"ranges {list(k.ranges)}" + (f", reduced {list(k.rranges)}" if k.rranges else "")
+    lines = [
+        "// Generated by crucible's C++ renderer.",
+        f"// {cpp_build.safe_comment(k.name)}: {shape}",
+        f"// fused: {origins}",
+        '#include "cpp_prelude.h"',
+        "",
+        f'extern "C" void {symbol}({", ".join(params)}) {{',
+    ]
+    lines += ["  " + line for line in body]
+    lines.append("}")
+    return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", tuple(w.args), (), symbol=symbol)

@@ -1,22 +1,23 @@
-"""The C++ writer's plan for a kernel, as pure data: tuning constants, and for a reduction
-its layout, passes and chunks (``plan_reduction``), decided before any line is emitted.
+"""The C++ writer's plan for a reduction kernel, as pure data decided before any line is
+emitted: its layout, its passes over the reduced dims with their lanes and cascades, its row
+buffers and its chunks (``plan_reduction``), plus the writer's tuning constants.
 
 Layouts: ``window`` (a few elements per output point: unrolled, vectorized across points),
 ``column`` (a reduction over a leading dim: vectorized across outer points), ``split`` (few
 outer points and long rows: chunks reduced in parallel, then folded in order) and ``rows``
 (one outer point per iteration, the reductions in passes; see ``compiler.codegen.cpp``).
+The emitters (``compiler.codegen.cpp_reduction``) render a plan and decide nothing.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
 from compiler import ir
-from compiler.codegen.cpp_lang import compute_dtype
+from compiler.codegen.base import ExprLevels, compute_dtype
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel, Level, Store
 
@@ -48,17 +49,18 @@ TILE_MAX_OUTER = 16
 WINDOW_MAX_RNUMEL = 16  # measured on contiguous rows: 2-3x faster than lanes at 16, mixed at 32, slower at 64
 
 
-def _stride_along(index: Expr, var: Expr) -> int | None:
+def stride_along(index: Expr, var: Expr) -> int | None:
     """The coefficient of ``var`` in an affine ``index``; None when the index is not affine."""
     aff = ir.to_affine(index)
     return None if aff is None else aff.get(var, 0)
 
 
-def _size(dtype: torch.dtype) -> int:
+def value_bytes(dtype: torch.dtype) -> int:
     return 1 if dtype == torch.bool else dtype.itemsize
 
 
-def _cascaded(e: Expr) -> bool:
+def cascaded(e: Expr) -> bool:
+    """A float sum: its lanes flush into a cascade (log-like error growth on long rows)."""
     return e.arg is ReduceOp.SUM and compute_dtype(e.dtype).is_floating_point
 
 
@@ -70,17 +72,46 @@ class Layout(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class Pass:
+    """One loop over the reduced dims: the reductions whose inputs are ready and the xr-level
+    stores it computes, with the accumulator slots each reduction keeps (``lanes``: along the
+    innermost reduced dim in rows/split, the outer points of a tile in column, 1 in window) and
+    whether its float sums flush their lanes into a cascade (rows long enough to need it)."""
+
+    reduces: tuple[Expr, ...]
+    stores: tuple[Store, ...]
+    lanes: int
+    cascade: bool
+
+
+@dataclass(frozen=True)
+class RowBuffer:
+    """An expensive xr-level value computed in pass ``home`` and read again by a later pass: kept
+    per outer point in the row of output store ``scratch`` (until that pass overwrites it), or in
+    a per-thread stack buffer of ``rnumel`` values when ``scratch`` is None."""
+
+    value: Expr
+    home: int  # 1-based pass number
+    scratch: Store | None
+
+
+@dataclass(frozen=True)
 class ReductionPlan:
     layout: Layout
     reduces: tuple[Expr, ...]  # every REDUCE of the kernel, inner reductions first
-    passes: tuple[tuple[tuple[Expr, ...], tuple[Store, ...]], ...]  # per pass: its reductions, xr stores
+    passes: tuple[Pass, ...]
     x_stores: tuple[Store, ...]  # stores once per outer point, after the passes
+    row_buffers: tuple[RowBuffer, ...] = ()  # rows layout only, in declaration order
     split: int = 1  # chunks of the reduced space (layout split)
+    chunk: int = 0  # elements of the first reduced dim per chunk (layout split)
 
 
-def plan_reduction(k: Kernel, live: list[Store], is_xr: Callable[[Expr], bool]) -> ReductionPlan:
+def plan_reduction(k: Kernel, levels: ExprLevels | None = None) -> ReductionPlan:
     """Passes: a reduction joins the first pass after every reduction it reads; an xr-level store
-    joins the pass after the reductions it reads. Then the cheapest layout that fits."""
+    joins the pass after the reductions it reads. Then the cheapest layout that fits, the lanes
+    of each pass and, for rows, the values kept in row buffers."""
+    levels = levels if levels is not None else ExprLevels()
+    live = k.live_stores()
     reduces: list[Expr] = []
     seen: set[Expr] = set()
     for s in live:
@@ -95,20 +126,60 @@ def plan_reduction(k: Kernel, live: list[Store], is_xr: Callable[[Expr], bool]) 
     def pass_of(s: Store) -> int:
         return 1 + max((depth[d] for d in s.value.walk() if d.op is Op.REDUCE), default=0)
 
-    xr_stores = [s for s in live if s.level == Level.XR or is_xr(s.value)]
+    xr_stores = [s for s in live if s.level == Level.XR or levels.is_xr(s.value)]
     x_stores = tuple(s for s in live if s not in xr_stores)
     count = max([*depth.values(), *(pass_of(s) for s in xr_stores)], default=0)
-    passes = tuple((tuple(e for e in reduces if depth[e] == p),
-                    tuple(s for s in xr_stores if pass_of(s) == p)) for p in range(1, count + 1))
+    groups = [(tuple(e for e in reduces if depth[e] == p), tuple(s for s in xr_stores if pass_of(s) == p))
+              for p in range(1, count + 1)]
     one_pass = count == 1 and not xr_stores
     if one_pass and k.ranges and k.rnumel <= WINDOW_MAX_RNUMEL:
+        passes = tuple(Pass(r, s, 1, False) for r, s in groups)
         return ReductionPlan(Layout.WINDOW, tuple(reduces), passes, x_stores)
     if one_pass and column_layout(k, live):
+        passes = tuple(Pass(r, s, tile_width(k, r), k.rnumel > CASCADE_BLOCK and any(map(cascaded, r)))
+                       for r, s in groups)
         return ReductionPlan(Layout.COLUMN, tuple(reduces), passes, x_stores)
     split = split_count(k) if one_pass else 1
+    passes = tuple(row_pass(k, r, s, split) for r, s in groups)
     if split > 1:
-        return ReductionPlan(Layout.SPLIT, tuple(reduces), passes, x_stores, split)
-    return ReductionPlan(Layout.ROWS, tuple(reduces), passes, x_stores)
+        return ReductionPlan(Layout.SPLIT, tuple(reduces), passes, x_stores, split=split,
+                             chunk=chunk_size(k, split, passes[0].lanes))
+    row_buffers = plan_row_buffers(k, passes, levels)
+    return ReductionPlan(Layout.ROWS, tuple(reduces), passes, x_stores, row_buffers)
+
+
+def _widest(reduces: tuple[Expr, ...]) -> int:
+    """Bytes of the widest accumulator or input of ``reduces`` (1 when there are none)."""
+    return max([1] + [value_bytes(compute_dtype(e.dtype)) for e in reduces]
+               + [value_bytes(compute_dtype(e.src[0].dtype)) for e in reduces])
+
+
+def row_pass(k: Kernel, reduces: tuple[Expr, ...], stores: tuple[Store, ...], split: int) -> Pass:
+    """A pass of the rows or split layout: lanes along the innermost reduced dim; a cascade when
+    each lane sees more than CASCADE_BLOCK elements (of its chunk)."""
+    lanes = row_lanes(k, reduces)
+    return Pass(reduces, stores, lanes, k.rnumel // split > CASCADE_BLOCK * lanes and any(map(cascaded, reduces)))
+
+
+def row_lanes(k: Kernel, reduces: tuple[Expr, ...]) -> int:
+    """Accumulators per reduction along the innermost reduced dim: LANE_BYTES (LONG_ROW_LANE_BYTES
+    on long rows) of the widest accumulator, at most the dim's size rounded down to a power of two."""
+    inner = k.rranges[-1]
+    lane_bytes = LONG_ROW_LANE_BYTES if inner >= LONG_ROW else LANE_BYTES
+    return min(lane_bytes // _widest(reduces), 1 << (inner.bit_length() - 1))
+
+
+def tile_width(k: Kernel, reduces: tuple[Expr, ...]) -> int:
+    """Outer points per tile of the column layout (one accumulator each): LANE_BYTES of the widest
+    accumulator, at most the last outer dim rounded down to a power of two."""
+    size = k.ranges[-1]
+    return min(LANE_BYTES // _widest(reduces), 1 << (size.bit_length() - 1))
+
+
+def chunk_size(k: Kernel, split: int, lanes: int) -> int:
+    """Elements of the first reduced dim per chunk; a whole number of lanes when it is the only one."""
+    chunk = -(-k.rranges[0] // split)
+    return -(-chunk // lanes) * lanes if len(k.rranges) == 1 else chunk
 
 
 def split_count(k: Kernel) -> int:
@@ -130,3 +201,57 @@ def column_layout(k: Kernel, live: list[Store]) -> bool:
     along_x = any(a is not None and a.get(xl, 0) == 1 for a in affs)
     along_r = any(a is not None and a.get(rl, 0) == 1 for a in affs)
     return along_x and not along_r
+
+
+def plan_row_buffers(k: Kernel, passes: tuple[Pass, ...], levels: ExprLevels) -> tuple[RowBuffer, ...]:
+    """Keep expensive xr-level values (exp, log, ...) that a later pass needs again in a row
+    buffer per outer point instead of recomputing them (softmax: exp(x - max) from the sum pass
+    to the store pass). Cheap values are recomputed (rows stay in cache)."""
+    seen_in = [xr_nodes([e.src[0] for e in p.reduces] + [s.value for s in p.stores], levels) for p in passes]
+    budget = 4 * ROW_BUFFER_BYTES  # all buffers of a kernel, per thread
+    taken: set[str] = set()
+    out: dict[Expr, RowBuffer] = {}
+    for p, nodes in enumerate(seen_in, start=1):
+        for n in sorted(nodes, key=lambda e: ir.render_expr(e)):  # a stable order: same source every time
+            size = k.rnumel * value_bytes(compute_dtype(n.dtype))
+            if size <= min(ROW_BUFFER_BYTES, budget) and n.op in EXPENSIVE and n not in out \
+                    and any(n in later for later in seen_in[p:]):
+                last_use = max(q for q in range(p + 1, len(passes) + 1) if n in seen_in[q - 1])
+                scratch = scratch_store(k, n, passes[last_use - 1].stores, taken)
+                if scratch is not None:  # the output row itself holds the value until overwritten
+                    taken.add(scratch.buffer)
+                else:
+                    budget -= size
+                out[n] = RowBuffer(n, p, scratch)
+    return tuple(out.values())
+
+
+def scratch_store(k: Kernel, n: Expr, stores: tuple[Store, ...], taken: set[str]) -> Store | None:
+    """A store of the pass that last uses ``n`` whose row can hold ``n`` until then (what ATen's
+    softmax does with its output): same dtype, written once per reduced element, its buffer
+    not read by this kernel. Saves a row buffer's worth of cache traffic."""
+    if compute_dtype(n.dtype) != n.dtype:
+        return None
+    live = k.live_stores()
+    loaded = {e.arg for s in live for e in ir.loads(s.value)}
+    for s in stores:
+        aff = ir.to_affine(s.index)
+        if s.value.dtype != n.dtype or s.buffer in taken or s.buffer in loaded or aff is None \
+                or sum(1 for t in live if t.buffer == s.buffer) != 1:
+            continue
+        if all(aff.get(ir.rvar(d), 0) != 0 for d, size in enumerate(k.rranges) if size > 1):
+            return s
+    return None
+
+
+def xr_nodes(roots: list[Expr], levels: ExprLevels) -> set[Expr]:
+    """The xr-level nodes a pass evaluates for ``roots`` (not looking inside reductions)."""
+    out: set[Expr] = set()
+    stack = list(roots)
+    while stack:
+        e = stack.pop()
+        if e in out or e.op is Op.REDUCE or not levels.is_xr(e):
+            continue
+        out.add(e)
+        stack.extend(e.src)
+    return out

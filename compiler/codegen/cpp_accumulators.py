@@ -1,0 +1,101 @@
+"""How the C++ writer spells one reduction's accumulators: ``lanes`` slots folded in a fixed order
+at the end (an index array beside them for argmax/argmin), and a cascade behind a float sum.
+
+max/min/argmax/argmin follow ATen's NaN rules (NaN wins; argmax: first NaN, ties to the lowest
+index); 32/64-bit integer sums and products wrap instead of overflowing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from compiler.codegen.cpp_expr import ExprWriter
+from compiler.codegen.cpp_lang import FOLD, WIDE_INTS, compute_dtype, cvalue_type, reduce_init
+from compiler.codegen.cpp_plan import cascaded
+from compiler.ir import Expr, ReduceOp
+
+
+def flat_rindex(rranges: tuple[int, ...]) -> str:
+    """The flat index into the reduced space, from the reduced loop variables."""
+    last = len(rranges) - 1
+    return " + ".join(f"r{d} * {math.prod(rranges[d + 1:])}" if d < last else f"r{d}" for d in range(last + 1))
+
+
+@dataclass(frozen=True)
+class Accumulator:
+    reduce: Expr  # the REDUCE it computes
+    name: str
+    lanes: int
+    cascade: bool  # the pass flushes float sums into cascades
+
+    @property
+    def is_arg(self) -> bool:
+        return self.reduce.arg in (ReduceOp.ARGMAX, ReduceOp.ARGMIN)
+
+    @property
+    def flushes(self) -> bool:
+        """Its lanes are pushed into a cascade every CASCADE_BLOCK lane iterations."""
+        return self.cascade and cascaded(self.reduce)
+
+    def declare(self) -> list[str]:
+        e, acc, lanes = self.reduce, self.name, self.lanes
+        op: ReduceOp = e.arg
+        if self.is_arg:
+            vt = cvalue_type(e.src[0].dtype)
+            return [f"{vt} {acc}[{lanes}];", f"int64_t {acc}_i[{lanes}];",
+                    (f"for (int j = 0; j < {lanes}; ++j) {{ {acc}[j] = {reduce_init(op, e.src[0].dtype)}; "
+                    f"{acc}_i[j] = -1; }}")]
+        t = cvalue_type(e.dtype)
+        lines = [f"{t} {acc}[{lanes}];",
+                 f"for (int j = 0; j < {lanes}; ++j) {acc}[j] = {reduce_init(op, e.dtype)};"]
+        if self.flushes:
+            lines.append(f"crucible::SumCascade<{t}, {lanes}> {acc}_c;")
+        return lines
+
+    def update(self, w: ExprWriter, lane: str) -> None:
+        """Fold the reduction's input at the current point into slot ``lane`` (lines into ``w``'s scope)."""
+        e, acc = self.reduce, self.name
+        op: ReduceOp = e.arg
+        src = e.src[0]
+        v = w.value(src)
+        lines = w.scope.lines
+        slot = f"{acc}[{lane}]"
+        if self.is_arg:
+            cmp = ">" if op is ReduceOp.ARGMAX else "<"
+            take = w.fresh("take")
+            nan = f"!({slot} != {slot}) & (({v} != {v}) | ({v} {cmp} {slot}))"
+            lines.append(f"const bool {take} = ({acc}_i[{lane}] < 0) | ({nan});")
+            lines.append(f"{slot} = {take} ? {v} : {slot};")
+            lines.append(f"{acc}_i[{lane}] = {take} ? ({flat_rindex(w.k.rranges)}) : {acc}_i[{lane}];")
+            return
+        t = cvalue_type(e.dtype)
+        if compute_dtype(src.dtype) != compute_dtype(e.dtype):
+            v = f"static_cast<{t}>({v})"
+        if op in (ReduceOp.SUM, ReduceOp.PROD) and compute_dtype(e.dtype) in WIDE_INTS:
+            fn = "wrap_add" if op is ReduceOp.SUM else "wrap_mul"
+            lines.append(f"{slot} = crucible::{fn}<{t}>({slot}, {v});")
+        elif op is ReduceOp.SUM:
+            lines.append(f"{slot} = {slot} + {v};")
+        elif op is ReduceOp.PROD:
+            lines.append(f"{slot} = {slot} * {v};")
+        else:
+            fn = "max_nan" if op is ReduceOp.MAX else "min_nan"
+            lines.append(f"{slot} = crucible::{fn}<{t}>({slot}, {v});")
+
+    def fold(self, best_value: str = "nullptr") -> str:
+        """The reduction's result from its lanes (argmax/argmin: the index; the value goes to
+        ``best_value`` when that is a pointer)."""
+        e, acc, lanes = self.reduce, self.name, self.lanes
+        if self.is_arg:
+            vt = cvalue_type(e.src[0].dtype)
+            is_max = str(e.arg is ReduceOp.ARGMAX).lower()
+            return f"crucible::fold_arg<{is_max}, {vt}, {lanes}>({acc}, {acc}_i, {best_value})"
+        if self.flushes:
+            return f"{acc}_c.total({acc})"
+        return f"{FOLD[e.arg]}<{cvalue_type(e.dtype)}, {lanes}>({acc})"
+
+
+def accumulators(w: ExprWriter, reduces: tuple[Expr, ...], lanes: int, cascade: bool) -> list[Accumulator]:
+    """One accumulator per reduction, named in order."""
+    return [Accumulator(e, w.fresh("acc"), lanes, cascade) for e in reduces]
