@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 
 from compiler import cpp_build, ir
-from compiler.codegen.base import ExprLevels, affine_index_code
 from compiler.codegen.cpp_lang import (
     ATOMIC_LITERAL,
     CALL,
@@ -30,8 +29,14 @@ from compiler.codegen.cpp_lang import (
     cvalue_type,
     literal,
 )
+from compiler.codegen.shared import ExprLevels, Parameters, affine_index_code, leaf
 from compiler.ir import Expr, Op
 from compiler.scheduler import Kernel, Store
+
+
+def cpp_parameter_name(position: int, buffer: str) -> str:
+    """``p_`` and the buffer's name as an identifier: readable in a debugger and a profile."""
+    return cpp_build.sanitize_identifier(f"p_{buffer}")
 
 
 class ExprWriter:
@@ -40,8 +45,7 @@ class ExprWriter:
     def __init__(self, k: Kernel) -> None:
         self.k = k
         self.live = k.live_stores()
-        self.params: dict[str, str] = {}
-        self.args: list[str] = []
+        self.params = Parameters(k, cpp_parameter_name)
         self.counter = 0
         self.levels = ExprLevels()
         self.root = Scope(None)
@@ -59,30 +63,16 @@ class ExprWriter:
         self.counter += 1
         return f"{prefix}{self.counter - 1}"
 
-    def param(self, buffer: str) -> str:
-        if buffer not in self.params:
-            name = cpp_build.sanitize_identifier(f"p_{buffer}")
-            taken = set(self.params.values())
-            base, n = name, 1
-            while name in taken:
-                name, n = f"{base}_{n}", n + 1
-            self.params[buffer] = name
-            self.args.append(buffer)
-        return self.params[buffer]
-
     def is_xr(self, e: Expr) -> bool:
         """Depends on a reduction index outside any REDUCE."""
         return self.levels.is_xr(e)
 
     # --- expressions --------------------------------------------------------------------------
     def value(self, e: Expr) -> str:
+        code = leaf(e, literal)
+        if code is not None:
+            return code
         op = e.op
-        if op is Op.CONST:
-            return literal(e.arg, e.dtype)
-        if op is Op.XVAR:
-            return f"x{e.arg}"
-        if op is Op.RVAR:
-            return f"r{e.arg}"
         hit = self.scope.find(e)
         if hit is not None:
             return hit
@@ -143,7 +133,7 @@ class ExprWriter:
     def op_code(self, e: Expr) -> str:
         op = e.op
         if op is Op.LOAD:
-            buf = self.param(e.arg)
+            buf = self.params.name(e.arg)
             code = f"{buf}[{self.index_code(e.src[0])}]"
             return f"{TO_FLOAT[e.dtype]}({code})" if e.dtype in TO_FLOAT else code
         a = [self.value(s) for s in e.src]
@@ -210,7 +200,7 @@ class ExprWriter:
         return f"static_cast<{cvalue_type(dst)}>({code})"
 
     def store(self, s: Store) -> None:
-        buf = self.param(s.buffer)
+        buf = self.params.name(s.buffer)
         value = self.value(s.value)
         index = self.index_code(s.index)
         dt = s.value.dtype

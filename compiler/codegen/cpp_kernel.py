@@ -29,11 +29,8 @@ def assemble(w: ExprWriter, body: list[str]) -> RenderedKernel:
     into it, and one ``__restrict__`` pointer per parameter in the order the body first used them."""
     k = w.k
     symbol = cpp_build.sanitize_identifier(k.name)
-    params = []
-    for buf in w.args:
-        dtype = k.param(buf).dtype
-        const = "" if k.param(buf).written else "const "
-        params.append(f"{const}{ctype(dtype)}* __restrict__ {w.params[buf]}")
+    params = [f"{'' if param.written else 'const '}{ctype(param.dtype)}* __restrict__ {name}"
+              for param, name in w.params.signature()]
     origins = cpp_build.safe_comment(", ".join(dict.fromkeys(k.origins))) or "(none)"
     shape = f"ranges {list(k.ranges)}" + (f", reduced {list(k.rranges)}" if k.rranges else "")
     lines = [
@@ -46,4 +43,4 @@ def assemble(w: ExprWriter, body: list[str]) -> RenderedKernel:
     ]
     lines += ["  " + line for line in body]
     lines.append("}")
-    return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", tuple(w.args), (), symbol=symbol)
+    return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", w.params.buffers, (), symbol=symbol)

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from compiler.codegen.base import compute_dtype, reduction_identity
+from compiler.codegen.shared import compute_dtype, reduction_identity
 from compiler.ir import Expr, Op, ReduceOp
 
 C_TYPE = {

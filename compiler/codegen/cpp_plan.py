@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from compiler import ir
-from compiler.codegen.base import ExprLevels, compute_dtype
+from compiler.codegen.shared import ExprLevels, compute_dtype
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel, Level, Store
 

@@ -14,6 +14,7 @@ from compiler.codegen.cpp_accumulators import Accumulator, accumulators, flat_ri
 from compiler.codegen.cpp_expr import ExprWriter
 from compiler.codegen.cpp_lang import FOLD, Scope, block, cvalue_type
 from compiler.codegen.cpp_loops import x_nest
+from compiler.codegen.shared import unravel, unravel_terms
 from compiler.codegen.cpp_plan import (
     CASCADE_BLOCK,
     PARALLEL_MIN_WORK,
@@ -35,14 +36,8 @@ def emit_reduction(w: ExprWriter, plan: ReductionPlan) -> list[str]:
 
 
 def unravel_x(ranges: tuple[int, ...]) -> list[str]:
-    lines = []
-    for i, size in enumerate(ranges):
-        stride = math.prod(ranges[i + 1:])
-        code = "xi" if stride == 1 else f"(xi / {stride})"
-        if i > 0:
-            code = f"{code} % {size}"
-        lines.append(f"const int64_t x{i} = {code};")
-    return lines
+    """The outer indices of outer point ``xi``."""
+    return [f"const int64_t x{i} = {code};" for i, code in enumerate(unravel("xi", ranges, "/"))]
 
 
 def _rows(w: ExprWriter, plan: ReductionPlan) -> list[str]:
@@ -156,9 +151,9 @@ def _column(w: ExprWriter, plan: ReductionPlan) -> list[str]:
     ntiles = -(-size // xb)
     head = [f"const int64_t base = (w % {ntiles}) * {xb};",
             f"const int64_t width = std::min<int64_t>({xb}, {size} - base);"]
-    for i in range(last):
-        stride = math.prod(k.ranges[i + 1:last]) * ntiles
-        head.append(f"const int64_t x{i} = (w / {stride})" + (f" % {k.ranges[i]};" if i else ";"))
+    # tile w unravels over (outer dims but the last, tiles): the division spelled even by 1
+    for i, (stride, modulus) in enumerate(unravel_terms(k.ranges[:last] + (ntiles,))[:last]):
+        head.append(f"const int64_t x{i} = (w / {stride})" + (f" % {modulus};" if modulus else ";"))
     accs = accumulators(w, p.reduces, xb, p.cascade)
     head += [line for acc in accs for line in acc.declare()]
     w.xscope = None
@@ -194,7 +189,7 @@ def _column(w: ExprWriter, plan: ReductionPlan) -> list[str]:
 
 def _row_slot(w: ExprWriter, row: str | Store, flat: str) -> str:
     if isinstance(row, Store):
-        return f"{w.param(row.buffer)}[{w.index_code(row.index)}]"
+        return f"{w.params.name(row.buffer)}[{w.index_code(row.index)}]"
     return f"{row}[{flat}]"
 
 

@@ -19,14 +19,16 @@ import math
 import torch
 
 from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
-from compiler.codegen.base import (
+from compiler.codegen.base import RenderedKernel, Renderer
+from compiler.codegen.shared import (
     ExprLevels,
-    RenderedKernel,
-    Renderer,
+    Parameters,
     affine_index_code,
     compute_dtype,
+    leaf,
     reduction_identity,
 )
+from compiler.codegen.shared import unravel as unravel_codes
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel
 
@@ -128,20 +130,13 @@ class _KernelWriter:
         self.loop: list[str] = []
         self.post: list[str] = []
         self.names: dict[Expr, str] = {}
-        self.args: list[str] = []
-        self.params: dict[str, str] = {}
+        # positional names: kernels that compute the same thing on other buffers (the layers of a
+        # transformer) render to the same source, so Triton builds and tunes them once
+        self.params = Parameters(k, lambda position, buffer: f"p{position}")
         self.levels = ExprLevels()
         self.counter = 0
 
     # --- helpers --------------------------------------------------------------------
-    def param(self, buffer: str) -> str:
-        # positional names: kernels that compute the same thing on other buffers (the layers of a
-        # transformer) render to the same source, so Triton builds and tunes them once
-        if buffer not in self.params:
-            self.params[buffer] = f"p{len(self.args)}"
-            self.args.append(buffer)
-        return self.params[buffer]
-
     def is_xr(self, e: Expr) -> bool:
         return self.levels.is_xr(e)
 
@@ -183,13 +178,10 @@ class _KernelWriter:
         hit = self.names.get(e)
         if hit is not None:
             return hit
+        code = leaf(e, literal)
+        if code is not None:
+            return code
         op = e.op
-        if op is Op.CONST:
-            return literal(e.arg, e.dtype)
-        if op is Op.XVAR:
-            return f"x{e.arg}"
-        if op is Op.RVAR:
-            return f"r{e.arg}"
         if op is Op.LOAD:
             return self.load(e)
         if op is Op.REDUCE:
@@ -243,7 +235,7 @@ class _KernelWriter:
         return f"({code}).to({TL_DTYPE[dst]})"
 
     def load(self, e: Expr) -> str:
-        buf = self.param(e.arg)
+        buf = self.params.name(e.arg)
         index = self.index_code(e.src[0])
         mask = self.mask_for(e.src[0])
         masked = f", mask={mask}, other=0" if mask else ""
@@ -316,7 +308,7 @@ class _KernelWriter:
                 section = self.loop
             else:
                 section = self.post if self.after_reduce(store.value) else self.pre
-            ptr = self.param(store.buffer)
+            ptr = self.params.name(store.buffer)
             index = self.index_code(store.index)
             # a store whose address ignores a loop dim still needs a pointer block of the full shape
             ux, ur = self.uses(store.index)
@@ -352,12 +344,12 @@ class _KernelWriter:
 
     def needs_int64(self) -> bool:
         """int64 offsets when any index this kernel computes can pass int32."""
-        touched = [self.k.param(b).span for b in self.args]
+        touched = [param.span for param, _ in self.params.signature()]
         return self.k.xnumel * max(self.k.rnumel, 1) > INT32_LIMIT or max(touched, default=0) > INT32_LIMIT
 
     def assemble(self) -> RenderedKernel:
         k = self.k
-        params = ", ".join(self.params[b] for b in self.args)
+        params = ", ".join(name for _, name in self.params.signature())
         consts = "XBLOCK: tl.constexpr" + (", RBLOCK: tl.constexpr" if k.is_reduction else "")
         body = self.header() + self.pre
         if self.looped:
@@ -387,16 +379,10 @@ class _KernelWriter:
         text = "\n".join(src) + "\n"
         # named by content: the same kernel body is one Triton function (one build, one tuning)
         symbol = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
-        return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), tuple(self.args), grid,
+        return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), self.params.buffers, grid,
                               meta, tuple(launches[1:]), symbol)
 
 
 def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:
-    lines = []
-    for i in range(len(sizes)):
-        stride = math.prod(sizes[i + 1:])
-        code = flat if stride == 1 else f"({flat} // {stride})"
-        if i > 0:
-            code = f"{code} % {sizes[i]}"
-        lines.append(f"{prefix}{i} = {code}")
-    return lines
+    """``{prefix}0 = ...``: the per-dim indices of the flat index ``flat``."""
+    return [f"{prefix}{i} = {code}" for i, code in enumerate(unravel_codes(flat, sizes, "//"))]
