@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from compiler.codegen.registry import default_codegen
 from compiler.config import Options
 from compiler.decompositions import decomposition_table_for_compiler
 from compiler.lowering import SymbolicShapes
@@ -33,7 +34,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     """Compile one ATen graph (boxed calling convention: ``fn(list_of_args)``)."""
     from torch._functorch.aot_autograd import make_boxed_func
 
-    codegen = options.codegen_for(graph_device(gm).type)
+    codegen = options.codegen or default_codegen(graph_device(gm).type)
     comp = GraphCompilation(gm, codegen, kind)
     try:
         wrapper = comp.compile()

@@ -9,7 +9,8 @@ levels); ``tests/test_hygiene.py`` checks those tables against this module: the 
 ``Options``, the variables read here and ``DEBUG_LEVELS``.
 
 Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" | "cpp";
-default triton on CUDA tensors and cpp on CPU tensors), ``strict`` (raise on an
+default: the registry's default codegen for the graph's device, triton on CUDA tensors and cpp
+on CPU tensors, see ``compiler.codegen.registry``), ``strict`` (raise on an
 internal compiler error instead of falling back to eager for that graph).
 """
 
@@ -133,7 +134,7 @@ def environment_override(name: str, value: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Options:
-    codegen: str | None = None  # None: pick from the device
+    codegen: str | None = None  # None: the registry's default for the graph's device
     strict: bool = False
 
     @staticmethod
@@ -147,8 +148,3 @@ class Options:
         if codegen is not None and codegen not in CODEGENS:
             raise ValueError(f"codegen must be one of {CODEGENS}, got {codegen!r}")
         return Options(codegen=codegen, strict=bool(options.get("strict", False)))
-
-    def codegen_for(self, device_type: str) -> str:
-        if self.codegen is not None:
-            return self.codegen
-        return "triton" if device_type == "cuda" else "cpp"

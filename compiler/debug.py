@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler import config
+from compiler.codegen.registry import source_suffix
 
 if TYPE_CHECKING:
     from compiler.pipeline import GraphCompilation
@@ -76,8 +77,7 @@ def graph_done(comp: GraphCompilation, wrapper: Any, rendered: dict) -> None:
     if path is not None:
         (path / "wrapper.py").write_text(wrapper.source)
         for name, r in rendered.items():
-            suffix = "py" if r.codegen == "triton" else "cpp"
-            (path / f"{name}.{suffix}").write_text(r.source)
+            (path / f"{name}.{source_suffix(r.codegen)}").write_text(r.source)
     if level >= 1:
         _print(f"[crucible] {comp.report}")
     if level >= 2:

@@ -19,7 +19,8 @@ from compiler.ir import Expr, ReduceOp
 def flat_rindex(rranges: tuple[int, ...]) -> str:
     """The flat index into the reduced space, from the reduced loop variables."""
     last = len(rranges) - 1
-    return " + ".join(f"r{d} * {math.prod(rranges[d + 1:])}" if d < last else f"r{d}" for d in range(last + 1))
+    return " + ".join(f"r{d} * {math.prod(rranges[d + 1:])}" if d < last else f"r{d}"
+                      for d in range(last + 1))
 
 
 @dataclass(frozen=True)

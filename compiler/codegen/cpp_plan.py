@@ -158,7 +158,8 @@ def row_pass(k: Kernel, reduces: tuple[Expr, ...], stores: tuple[Store, ...], sp
     """A pass of the rows or split layout: lanes along the innermost reduced dim; a cascade when
     each lane sees more than CASCADE_BLOCK elements (of its chunk)."""
     lanes = row_lanes(k, reduces)
-    return Pass(reduces, stores, lanes, k.rnumel // split > CASCADE_BLOCK * lanes and any(map(cascaded, reduces)))
+    long_rows = k.rnumel // split > CASCADE_BLOCK * lanes
+    return Pass(reduces, stores, lanes, long_rows and any(map(cascaded, reduces)))
 
 
 def row_lanes(k: Kernel, reduces: tuple[Expr, ...]) -> int:

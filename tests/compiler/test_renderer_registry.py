@@ -100,3 +100,31 @@ def test_check_ops_refuses_a_kernel_outside_the_table() -> None:
     CppRenderer().check_ops(k)
     with pytest.raises(ValueError, match="cpp-narrow renderer cannot emit Op.SIN"):
         NarrowCppRenderer().check_ops(k)
+
+
+def test_default_codegen_and_source_suffix_come_from_the_registry(narrow_codegen: str) -> None:
+    """Nothing outside the registry branches on a codegen's name: the default per device and the
+    suffix of dumped sources are registered facts (a codegen registered without them has none)."""
+    assert registry.default_codegen("cuda") == "triton" and registry.default_codegen("cpu") == "cpp"
+    assert [registry.source_suffix(c) for c in ("triton", "cpp", narrow_codegen, "unknown")] == [
+        "py", "cpp", "txt", "txt"]
+    with pytest.raises(ValueError, match="no codegen is the default for mps tensors; name one of: "
+                                         r"\(none registered\)"):
+        registry.default_codegen("mps")
+
+
+def test_a_default_is_on_a_device_the_codegen_runs_on_and_has_one_owner() -> None:
+    with pytest.raises(ValueError, match=r"'cpp-gpu' cannot be the default on \['cuda'\]: it runs on \['cpu'\]"):
+        registry.register_renderer("cpp-gpu", {"cpu"}, lambda device: CppRenderer(), default_on={"cuda"})
+    with pytest.raises(ValueError, match=r"'cpp' is already the default on \['cpu'\]"):
+        registry.register_renderer("cpp-2", {"cpu"}, lambda device: CppRenderer(), default_on={"cpu"})
+    assert set(registry.registered_codegens()) == set(config.CODEGENS)  # neither was registered
+
+
+def test_debug_dump_names_sources_by_the_registry_suffix(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRUCIBLE_DUMP_DIR", str(tmp_path))
+    gm = compiler.trace_aten(lambda a: (a * 2).exp().sum(-1), torch.randn(3, 4))
+    for codegen in ("cpp", "triton"):
+        GraphCompilation(gm, codegen, "inference").compile()
+    suffixes = sorted(p.suffix for p in tmp_path.rglob("kernel*.*"))
+    assert suffixes == [".cpp", ".py"], suffixes
