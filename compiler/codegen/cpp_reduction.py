@@ -54,11 +54,7 @@ def _rows(w: ExprWriter, plan: ReductionPlan) -> list[str]:
         homes[rb.value] = (rb.home, name)
         xscope.lines.append(f"{cvalue_type(rb.value.dtype)} {name}[{k.rnumel}];")
     for number, p in enumerate(plan.passes, start=1):
-        accs = _emit_pass(w, p, number, homes)
-        for acc in accs:
-            name = w.fresh("red")
-            xscope.lines.append(f"const {cvalue_type(acc.reduce.dtype)} {name} = {acc.fold()};")
-            xscope.names[acc.reduce] = name
+        _fold(w, xscope, _emit_pass(w, p, number, homes))
     w.scope = xscope
     for s in plan.x_stores:
         w.store(s)
@@ -91,10 +87,7 @@ def _window(w: ExprWriter, plan: ReductionPlan) -> list[str]:
     for d in reversed(range(len(k.rranges))):
         loop = block(f"for (int64_t r{d} = 0; r{d} < {k.rranges[d]}; ++r{d})", loop)
     xscope.lines += head + loop
-    for acc in accs:
-        name = w.fresh("red")
-        xscope.lines.append(f"const {cvalue_type(acc.reduce.dtype)} {name} = {acc.fold()};")
-        xscope.names[acc.reduce] = name
+    _fold(w, xscope, accs)
     w.scope = xscope
     for s in plan.x_stores:
         w.store(s)
@@ -187,6 +180,14 @@ def _column(w: ExprWriter, plan: ReductionPlan) -> list[str]:
     return block(f"for (int64_t w = 0; w < {items}; ++w)", body, pragma)
 
 
+def _fold(w: ExprWriter, scope: Scope, accs: list[Accumulator]) -> None:
+    """Each reduction's result as a named value of ``scope``, folded from its lanes."""
+    for acc in accs:
+        name = w.fresh("red")
+        scope.lines.append(f"const {cvalue_type(acc.reduce.dtype)} {name} = {acc.fold()};")
+        scope.names[acc.reduce] = name
+
+
 def _row_slot(w: ExprWriter, row: str | Store, flat: str) -> str:
     if isinstance(row, Store):
         return f"{w.params.name(row.buffer)}[{w.index_code(row.index)}]"
@@ -208,7 +209,8 @@ def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int 
     names = ", ".join(e.arg.value for e in p.reduces) or "stores"
     head: list[str] = [f"// pass over the reduced dims: {names}"]
     if split > 1:
-        head += [f"const int64_t lo = c * {chunk};", f"const int64_t hi = std::min<int64_t>(lo + {chunk}, {rr[0]});"]
+        head += [f"const int64_t lo = c * {chunk};",
+                 f"const int64_t hi = std::min<int64_t>(lo + {chunk}, {rr[0]});"]
         lo, hi = "lo", "hi"
     else:
         lo, hi = "0", str(rr[0])
