@@ -22,6 +22,11 @@ as loop nests that g++ vectorizes and OpenMP spreads over cores:
   sum. max/min/argmax/argmin follow ATen's NaN rules (NaN wins; argmax: first NaN,
   ties to the lowest index).
 
+Where each part lives: the reduction's decisions (layout, passes, lanes, cascades, row
+buffers, chunks) as data in ``cpp_plan``; values and stores in ``cpp_expr``; loop nests in
+``cpp_loops`` and ``cpp_reduction``; accumulators in ``cpp_accumulators``; C++ spellings in
+``cpp_lang``; the function around them in ``cpp_kernel``.
+
 fp16/bf16 are stored as 16-bit and computed in float32 (casts to them round, as a
 tensor would). Integer division by zero gives 0 instead of trapping. Every helper
 the generated code calls lives in ``cpp_prelude.h``; building, caching and loading

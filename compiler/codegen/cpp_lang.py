@@ -1,6 +1,6 @@
 """How the C++ writer spells the IR: types, literals, operators, reduction identities, blocks.
 
-Shared by the pointwise and the reduction emitters (``cpp_kernel``, ``cpp_reduction``).
+Shared by the C++ emitters (``cpp_expr``, ``cpp_loops``, ``cpp_accumulators``, ``cpp_reduction``).
 """
 
 from __future__ import annotations
