@@ -103,7 +103,7 @@ class GraphCompilation:
             "render", lambda: {k.name: renderer.render(k) for k in kernels})
         launchers = self.run_pass("load", load_kernels, rendered, self.device,
                                   {k.name: k for k in kernels})
-        wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, lowered, sched, rendered, launchers)
+        wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, sched, rendered, launchers)
         self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)
         return wrapper

@@ -20,6 +20,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -147,9 +148,26 @@ Refusal = tuple[FusionReason, str]
 
 @dataclass
 class Schedule:
+    """The scheduled graph: everything the wrapper needs, so nothing after scheduling reads the
+    lowered graph (kernels and extern calls in order, plus the graph's interface)."""
+
     steps: list[Step]
     refusals: list[FusionRefusal]
     buffers: dict[str, Buffer] = field(default_factory=dict)  # every buffer of the graph, by name
+    inputs: list[Buffer | None] = field(default_factory=list)  # one per placeholder; None: not a tensor
+    outputs: list[Any] = field(default_factory=list)  # View | python value, per graph output
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    constants: dict[str, torch.Tensor] = field(default_factory=dict)  # tensors the graph module holds
+    single_output: bool = False  # the FX graph returns one value, not a tuple
+    moved_inputs: list[str] = field(default_factory=list)  # inputs on another device, copied first
+
+    @property
+    def kernels(self) -> list[Kernel]:
+        return [s for s in self.steps if isinstance(s, Kernel)]
+
+    @property
+    def externs(self) -> list[ExternNode]:
+        return [s for s in self.steps if isinstance(s, ExternNode)]
 
 
 @dataclass
@@ -230,7 +248,9 @@ class Scheduler:
             elif step.kept:  # a kernel whose values nobody reads (dead code the graph kept) is dropped
                 merge_loops(step)
                 steps.append(step.freeze(buffers))
-        return Schedule(steps, self.refusals, buffers)
+        g = self.graph
+        return Schedule(steps, self.refusals, buffers, list(g.inputs), list(g.outputs), g.device,
+                        dict(g.constants), g.single_output, list(g.moved_inputs))
 
     def new_kernel(self, ranges: tuple[int, ...], rranges: tuple[int, ...]) -> _KernelBuilder:
         index = sum(1 for s in self.steps if isinstance(s, _KernelBuilder))

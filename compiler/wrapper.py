@@ -14,7 +14,7 @@ from typing import Any
 import torch
 
 from compiler.codegen.base import RenderedKernel
-from compiler.graph import Buffer, ExternNode, LoweredGraph, View, same_layout
+from compiler.graph import Buffer, ExternNode, View, same_layout
 from compiler.scheduler import Kernel, Schedule
 
 
@@ -25,16 +25,15 @@ class Wrapper:
 
 
 class _WrapperWriter:
-    def __init__(self, graph: LoweredGraph, schedule: Schedule, rendered: dict[str, RenderedKernel],
+    def __init__(self, schedule: Schedule, rendered: dict[str, RenderedKernel],
                  launchers: dict[str, Any]) -> None:
-        self.graph = graph
         self.schedule = schedule
         self.rendered = rendered
         self.buffers = schedule.buffers
-        self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": graph.device,
-                                        "with_strides": with_strides, **graph.constants}
+        self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": schedule.device,
+                                        "with_strides": with_strides, **schedule.constants}
         # checked interpreter runs: a fresh or reused buffer's bytes count as unwritten (simulator/)
-        self.fresh = checked_allocation(graph.device, self.globals)
+        self.fresh = checked_allocation(schedule.device, self.globals)
         self.lines: list[str] = []
         self.consts: list[Any] = []
         self.globals["consts"] = self.consts
@@ -90,17 +89,17 @@ class _WrapperWriter:
         return last
 
     def write(self) -> Wrapper:
-        inputs = [b.name if b is not None else f"_unused{i}" for i, b in enumerate(self.graph.inputs)]
-        outputs = _view_buffers(self.graph.outputs)
+        inputs = [b.name if b is not None else f"_unused{i}" for i, b in enumerate(self.schedule.inputs)]
+        outputs = _view_buffers(self.schedule.outputs)
         last = self.last_uses()
         self.lines.append(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args" if inputs else "pass")
-        for buf in self.graph.inputs:
+        for buf in self.schedule.inputs:
             if buf is not None and buf.shape == ():
                 # a Python float the graph takes as a 0-d tensor: traced as float32, Dynamo passes the
                 # value as float64 (kernels would read 4 of its 8 bytes)
                 self.lines.append(f"{buf.name} = {buf.name} if {buf.name}.dtype == {buf.dtype} "
                                   f"else {buf.name}.to({buf.dtype})")
-        for name in self.graph.moved_inputs:
+        for name in self.schedule.moved_inputs:
             self.lines.append(f"{name} = torch.empty_strided({name}.size(), {name}.stride(), dtype={name}.dtype, "
                               f"device=device).copy_({name})")
         # buffers no kernel ever computes (0-element values, unused results) still need storage when
@@ -126,11 +125,11 @@ class _WrapperWriter:
                 if at == i and buf is not None and buf.kind in ("computed", "extern") and name not in outputs \
                         and name not in self.no_reuse and buf.is_contiguous:
                     self.free.setdefault((buf.dtype, buf.numel), []).append(name)
-        outs = ", ".join(self.output_code(o) for o in self.graph.outputs)
-        if self.graph.single_output:
+        outs = ", ".join(self.output_code(o) for o in self.schedule.outputs)
+        if self.schedule.single_output:
             self.lines.append(f"return {outs}")
         else:
-            self.lines.append(f"return ({outs}{',' if len(self.graph.outputs) == 1 else ''})")
+            self.lines.append(f"return ({outs}{',' if len(self.schedule.outputs) == 1 else ''})")
         body = "\n".join("    " + line for line in self.lines)
         source = f"def call(args):\n{body}\n"
         namespace = dict(self.globals)
@@ -210,6 +209,7 @@ def _view_buffers(obj: Any) -> set[str]:
     return set()
 
 
-def generate_wrapper(graph: LoweredGraph, schedule: Schedule, rendered: dict[str, RenderedKernel],
-                     launchers: dict[str, Any]) -> Wrapper:
-    return _WrapperWriter(graph, schedule, rendered, launchers).write()
+def generate_wrapper(schedule: Schedule, rendered: dict[str, RenderedKernel], launchers: dict[str, Any]) -> Wrapper:
+    """The wrapper of a scheduled graph: it reads the schedule, the rendered kernels' argument lists
+    and the loaded launchers, never the lowered graph."""
+    return _WrapperWriter(schedule, rendered, launchers).write()

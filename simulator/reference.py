@@ -306,7 +306,7 @@ def _wrap(lowered: Any, sched: Any, args: Mapping[str, tuple[str, ...]], launche
     from compiler.wrapper import generate_wrapper
 
     rendered = {name: RenderedKernel(name, "reference", "", names, ()) for name, names in args.items()}
-    return generate_wrapper(lowered, sched, rendered, dict(launchers))
+    return generate_wrapper(sched, rendered, dict(launchers))
 
 
 def run_schedule(lowered: Any, sched: Any, inputs: Sequence[Any]) -> Any:

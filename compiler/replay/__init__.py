@@ -60,7 +60,7 @@ def render_graph(record: dict) -> dict[str, str]:
             lowered, sched = lowered_for[key]
             kernels = [s for s in sched.steps if isinstance(s, Kernel)]
             rendered = {k.name: renderer.render(k) for k in kernels}
-            wrapper = generate_wrapper(lowered, sched, rendered, {})
+            wrapper = generate_wrapper(sched, rendered, {})
         except Exception as why:  # noqa: BLE001  (a failing compile is a recorded outcome)
             out[f"{suffix}/error"] = f"{type(why).__name__}: {why}"
             continue

@@ -76,3 +76,29 @@ def test_hand_built_kernel_without_buffers_takes_dtypes_from_its_ir() -> None:
         ("a", torch.float16, True, False), ("o", torch.float32, False, True)]
     with pytest.raises(KeyError, match="not a parameter"):
         k.param("b")
+
+
+def test_wrapper_needs_only_the_schedule() -> None:
+    """The wrapper takes the schedule, the rendered kernels and their launchers; the lowered graph
+    may be gone (its lists emptied here) and the wrapper still runs the graph, an extern call and a
+    held constant included."""
+    from compiler.runtime import launcher_for
+    from compiler.wrapper import generate_wrapper
+
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.decompositions import decomposition_table_for_compiler
+
+    weight = torch.randn(5, 3)  # traced for real, the graph module holds it as a constant
+    gm = make_fx(lambda a: (torch.relu(a @ weight) + 1, a.sum()),
+                 decomposition_table=decomposition_table_for_compiler())(torch.randn(4, 5))
+    lowered = lower(gm, torch.device("cpu"))
+    sched = schedule(lowered, CppRenderer().capabilities)
+    lowered.inputs.clear(), lowered.outputs.clear(), lowered.nodes.clear(), lowered.constants.clear()
+    assert sched.externs and sched.constants and len(sched.inputs) == 1
+    rendered = {k.name: CppRenderer().render(k) for k in sched.kernels}
+    wrapper = generate_wrapper(sched, rendered, {n: launcher_for(r, sched.device) for n, r in rendered.items()})
+    x = torch.randn(4, 5)
+    out, total = wrapper.call([x])
+    torch.testing.assert_close(out, torch.relu(x @ weight) + 1)
+    torch.testing.assert_close(total, x.sum())
