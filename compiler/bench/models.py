@@ -1,0 +1,318 @@
+"""Model benchmark: eager, Inductor (default and reduce-overhead), Crucible and Crucible with CUDA
+graphs on timm and transformers models (random weights), in float32 and bfloat16, at inference.
+
+    python -m compiler.bench.models [--models resnet50 gpt2] [--dtypes fp32 bf16] [--tiny]
+                                    [--device cuda|cpu] [--timeout 300] [--markdown FILE]
+
+Per model and dtype: latency (ms per call, back-to-back calls), speed ratios, cold compile time
+(first call with empty kernel caches), max abs error against eager, Crucible's kernel and extern
+counts and its host time per launched step; then geomeans and the launch micro-benchmark
+(``compiler.bench.launch``). Each model runs in its own process (a true cold compile, and one that
+crashes, hangs or runs out of memory is a row of its own) unless ``--in-process``. Performance
+goals are read from this table; nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from compiler.bench.zoo import MODELS
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+BACKENDS = ("eager", "inductor", "inductor-ro", "crucible", "crucible-cg")
+_RESULT = "RESULT "
+
+
+def sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def latency_ms(call: Callable[[], Any], device: str, budget_s: float = 1.0) -> float:
+    """Median over 5 rounds of the mean time of back-to-back calls (host and device together:
+    a host-bound wrapper shows up here), each round about ``budget_s / 5``."""
+    sync(device)
+    start = time.perf_counter()
+    call()
+    sync(device)
+    once = max(time.perf_counter() - start, 1e-6)
+    calls = max(1, min(200, int(budget_s / 5 / once)))
+    rounds = []
+    for _ in range(5):
+        sync(device)
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        sync(device)
+        rounds.append((time.perf_counter() - start) / calls)
+    return statistics.median(rounds) * 1e3
+
+
+def host_ms(call: Callable[[], Any], device: str, repeat: int = 20) -> float:
+    """Host time of one call started on an idle device (its launches never wait for a full queue)."""
+    times = []
+    for _ in range(repeat):
+        sync(device)
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    sync(device)
+    return statistics.median(times) * 1e3
+
+
+def _first_tensor(out: Any) -> torch.Tensor:
+    while isinstance(out, (list, tuple)):
+        out = out[0]
+    return out
+
+
+def compiled_for(backend: str, model: torch.nn.Module) -> Callable:
+    if backend == "eager":
+        return model
+    if backend == "inductor":
+        return torch.compile(model, backend="inductor", dynamic=False)
+    if backend == "inductor-ro":
+        return torch.compile(model, mode="reduce-overhead", dynamic=False)
+    options = {"strict": True, **({"cudagraphs": True} if backend == "crucible-cg" else {})}
+    return torch.compile(model, backend="crucible", dynamic=False, options=options)
+
+
+def _cache_env(backend: str, root: Path) -> dict[str, str]:
+    """Empty caches for a cold compile: Inductor's (its Triton cache lives inside), or Crucible's and
+    Triton's. The CUDA-graph variants share their base's caches (their compile is not the cold one)."""
+    base = root / backend.removesuffix("-ro").removesuffix("-cg")
+    if backend.startswith("inductor"):
+        return {"TORCHINDUCTOR_CACHE_DIR": str(base)}
+    return {"CRUCIBLE_CACHE_DIR": str(base), "TRITON_CACHE_DIR": str(base / "triton")}
+
+
+def measure_backend(backend: str, model: torch.nn.Module, inputs: tuple, expected: torch.Tensor | None,
+                    device: str, cache_root: Path) -> dict[str, Any]:
+    import torch._dynamo
+
+    from compiler import collect_reports
+    from compiler.config import environment_override
+
+    torch._dynamo.reset()
+    row: dict[str, Any] = {}
+    fn = compiled_for(backend, model)
+    overrides = _cache_env(backend, cache_root) if backend != "eager" else {}
+    with collect_reports() as report, torch.no_grad():
+        start = time.perf_counter()
+        with _environment(overrides, environment_override):
+            out = _first_tensor(fn(*inputs))
+            sync(device)
+        row["compile_s"] = time.perf_counter() - start
+        out = out.detach().clone()  # a CUDA graph's next replay overwrites its outputs
+        row["ms"] = latency_ms(lambda: fn(*inputs), device)
+        row["host_ms"] = host_ms(lambda: fn(*inputs), device)
+    if expected is not None:
+        row["max_err"] = float((out.float() - expected.float()).abs().max())
+    if backend.startswith("crucible"):
+        row["kernels"] = len(report.kernels)
+        row["externs"] = len(report.externs)
+        row["fallbacks"] = [f"{g.fallback.value}: {g.fallback_message}" for g in report.fallbacks]
+        row["notes"] = sorted({n for g in report.graphs for n in getattr(g, "notes", ())})
+        steps = row["kernels"] + row["externs"]
+        row["host_us_per_step"] = row["host_ms"] * 1e3 / steps if steps else None
+    return row
+
+
+class _environment:
+    """Several ``environment_override`` blocks at once."""
+
+    def __init__(self, values: dict[str, str], override: Callable) -> None:
+        self.blocks = [override(k, v) for k, v in values.items()]
+
+    def __enter__(self) -> None:
+        for b in self.blocks:
+            b.__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        for b in reversed(self.blocks):
+            b.__exit__(*exc)
+
+
+def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tuple[str, ...]) -> dict[str, Any]:
+    """One model in one dtype under every backend; a backend that fails gets its error, not a row."""
+    import compiler  # noqa: F401  (registers the backend)
+
+    torch.manual_seed(0)
+    model, inputs = MODELS[name].build(DTYPES[dtype], device, tiny)
+    result: dict[str, Any] = {"model": name, "dtype": dtype, "backends": {}}
+    with torch.no_grad():
+        expected = _first_tensor(model(*inputs)).detach().clone()
+    with tempfile.TemporaryDirectory(prefix="crucible-bench-") as tmp:
+        for backend in backends:
+            if backend in ("inductor-ro", "crucible-cg") and device != "cuda":
+                continue
+            try:
+                result["backends"][backend] = measure_backend(backend, model, inputs, expected, device, Path(tmp))
+            except Exception as why:  # noqa: BLE001  (one backend failing is a table entry)
+                result["backends"][backend] = {"error": f"{type(why).__name__}: {why}".splitlines()[0][:300]}
+            if device == "cuda":
+                torch.cuda.empty_cache()
+    return result
+
+
+def run_isolated(name: str, dtype: str, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "compiler.bench.models", "--worker", "--models", name, "--dtypes", dtype,
+           "--device", args.device, "--backends", *args.backends] + (["--tiny"] if args.tiny else [])
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"model": name, "dtype": dtype, "error": f"timeout after {args.timeout} s", "backends": {}}
+    for line in done.stdout.splitlines():
+        if line.startswith(_RESULT):
+            return json.loads(line[len(_RESULT):])
+    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
+    return {"model": name, "dtype": dtype, "error": f"exit {done.returncode}: {tail[:300]}", "backends": {}}
+
+
+def _ms(row: dict, backend: str) -> float | None:
+    return row["backends"].get(backend, {}).get("ms")
+
+
+def _ratio(row: dict, slow: str, fast: str) -> float | None:
+    a, b = _ms(row, slow), _ms(row, fast)
+    return a / b if a and b else None
+
+
+def _fmt(value: Any, spec: str = ".2f") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+# (column, how to get it from a result row)
+COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
+    ("model", lambda r: r["model"]),
+    ("dtype", lambda r: r["dtype"]),
+    *[(f"{b} ms", lambda r, b=b: _fmt(_ms(r, b), ".3f")) for b in BACKENDS],
+    ("crucible/inductor", lambda r: _fmt(_ratio(r, "inductor", "crucible"))),
+    ("crucible/eager", lambda r: _fmt(_ratio(r, "eager", "crucible"))),
+    ("crucible-cg/inductor-ro", lambda r: _fmt(_ratio(r, "inductor-ro", "crucible-cg"))),
+    ("compile s inductor", lambda r: _fmt(r["backends"].get("inductor", {}).get("compile_s"), ".1f")),
+    ("compile s crucible", lambda r: _fmt(r["backends"].get("crucible", {}).get("compile_s"), ".1f")),
+    ("max err crucible", lambda r: _fmt(r["backends"].get("crucible", {}).get("max_err"), ".2g")),
+    ("max err inductor", lambda r: _fmt(r["backends"].get("inductor", {}).get("max_err"), ".2g")),
+    ("host us/step", lambda r: _fmt(r["backends"].get("crucible", {}).get("host_us_per_step"), ".1f")),
+    ("kernels+externs", lambda r: "-" if "kernels" not in r["backends"].get("crucible", {}) else
+     f"{r['backends']['crucible']['kernels']}+{r['backends']['crucible']['externs']}"),
+]
+
+GEOMEANS = (("crucible/inductor", "inductor", "crucible"), ("crucible/eager", "eager", "crucible"),
+            ("crucible-cg/inductor-ro", "inductor-ro", "crucible-cg"),
+            ("crucible-cg/inductor", "inductor", "crucible-cg"))
+
+
+def geomean(values: list[float]) -> float | None:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else None
+
+
+def problems(results: list[dict]) -> list[str]:
+    """Every error, fallback and note of the run, one line each."""
+    out = []
+    for r in results:
+        where = f"{r['model']} {r['dtype']}"
+        if "error" in r:
+            out.append(f"{where}: {r['error']}")
+        for backend, row in r["backends"].items():
+            if "error" in row:
+                out.append(f"{where} {backend}: {row['error']}")
+            out += [f"{where} {backend}: fell back to eager: {f}" for f in row.get("fallbacks", ())]
+            out += [f"{where} {backend}: {n}" for n in row.get("notes", ())]
+    return out
+
+
+def render_tables(results: list[dict], launch_rows: list[tuple[str, float]]) -> str:
+    from tabulate import tabulate
+
+    rows = [[get(r) for _, get in COLUMNS] for r in results]
+    text = [tabulate(rows, headers=[c for c, _ in COLUMNS], tablefmt="github")]
+    geo = []
+    for dtype in DTYPES:
+        mine = [r for r in results if r["dtype"] == dtype]
+        if mine:
+            geo.append([dtype] + [_fmt(geomean([x for r in mine if (x := _ratio(r, slow, fast))]))
+                                  for _, slow, fast in GEOMEANS])
+    text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +
+                tabulate(geo, headers=["dtype", *[g[0] for g in GEOMEANS]], tablefmt="github"))
+    if launch_rows:
+        text.append("host time per launch:\n" + tabulate([(w, f"{us:.1f}") for w, us in launch_rows],
+                                                         headers=["launch", "host us"], tablefmt="github"))
+    issues = problems(results)
+    if issues:
+        text.append("errors, fallbacks and notes:\n" + "\n".join(f"- {p}" for p in issues))
+    return "\n\n".join(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compiler.bench.models", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS), metavar="MODEL",
+                        help=f"models to run (default: all of {', '.join(MODELS)})")
+    parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS,
+                        help="what to run (the CUDA-graph variants need --device cuda)")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--tiny", action="store_true",
+                        help="tiny stand-ins of each model and small inputs: a smoke check of the script")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per model and dtype (default 600)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every model in this process (no timeout; compiles are not cold after the first)")
+    parser.add_argument("--no-launch-bench", action="store_true", help="skip the launch micro-benchmark")
+    parser.add_argument("--json", type=Path, help="also write every result row to this file (JSON lines)")
+    parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print("compiler.bench.models: no CUDA GPU here; use --device cpu (with --tiny for a smoke check)")
+        return 2
+    if args.worker:
+        for name in args.models:
+            for dtype in args.dtypes:
+                row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends))
+                print(_RESULT + json.dumps(row), flush=True)
+        return 0
+    launch_rows = []
+    if args.device == "cuda" and not args.no_launch_bench:
+        from compiler.bench.launch import launch_table
+
+        launch_rows = launch_table()
+    results = []
+    for name in args.models:
+        for dtype in args.dtypes:
+            started = time.perf_counter()
+            row = (measure_model(name, dtype, args.device, args.tiny, tuple(args.backends)) if args.in_process
+                   else run_isolated(name, dtype, args))
+            results.append(row)
+            print(f"[{time.perf_counter() - started:6.1f} s] {name} {dtype}: " +
+                  ", ".join(f"{b} {_fmt(v.get('ms'), '.3f')} ms" if "ms" in v else f"{b} FAILED"
+                            for b, v in row["backends"].items()) + (f" ({row['error']})" if "error" in row else ""),
+                  flush=True)
+            if args.json:
+                with args.json.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+    device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    head = f"device: {device}, torch {torch.__version__}" + (", tiny models" if args.tiny else "")
+    text = head + "\n\n" + render_tables(results, launch_rows)
+    print(text)
+    if args.markdown:
+        args.markdown.write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
