@@ -20,7 +20,7 @@ import torch.fx
 from compiler import debug
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.registry import renderer_for
-from compiler.graph import LoweredGraph
+from compiler.graph import Buffer, LoweredGraph
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport
 from compiler.runtime import KernelLauncher, launcher_for, parallel_map
@@ -57,13 +57,18 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
 
 
 def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
-                 kernels: dict[str, Kernel]) -> dict[str, Any]:
+                 kernels: dict[str, Kernel], buffers: dict[str, Buffer] | None = None) -> dict[str, Any]:
     """Every kernel built and loaded, several at once (``config.compile_threads()``): C++
     libraries, and on the GPU each Triton launch config, which Triton would otherwise build one
-    by one during the graph's first call."""
+    by one during the graph's first call. A Triton launcher checks the alignment of the graph's
+    inputs and extern results only: the wrapper's own allocations are aligned."""
     names = list(rendered)
     loaded = parallel_map(lambda n: launcher_for(rendered[n], device), names)
     launchers = dict(zip(names, loaded))
+    for n in names:
+        if isinstance(launchers[n], KernelLauncher) and buffers is not None:
+            launchers[n].check_alignment([i for i, a in enumerate(rendered[n].args)
+                                          if a not in buffers or buffers[a].kind != "computed"])
     jobs = [job for n in names if isinstance(launchers[n], KernelLauncher)
             for job in launchers[n].precompile_jobs([kernels[n].param(a).dtype for a in rendered[n].args])]
     parallel_map(lambda job: job(), jobs)
@@ -102,7 +107,7 @@ class GraphCompilation:
         rendered: dict[str, RenderedKernel] = self.run_pass(
             "render", lambda: {k.name: renderer.render(k) for k in kernels})
         launchers = self.run_pass("load", load_kernels, rendered, self.device,
-                                  {k.name: k for k in kernels})
+                                  {k.name: k for k in kernels}, sched.buffers)
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, sched, rendered, launchers)
         self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)

@@ -105,6 +105,16 @@ class KernelLauncher:
         self.symbol = symbol
         self.grid, self.meta = _TUNED.get(symbol, self.configs[0])
         self.tuned = len(self.configs) == 1 or symbol in _TUNED
+        self.bound: Callable[..., None] | None = None
+        # argument positions whose alignment a launch checks: every one, unless the loader says which
+        # buffers are the wrapper's own allocations (always 16-byte aligned), see ``check_alignment``
+        self.checked: tuple[int, ...] = tuple(range(len(rendered.args)))
+
+    def check_alignment(self, positions: Sequence[int]) -> None:
+        """Check only these argument positions (the graph's inputs and extern results) before a bound
+        launch; the others are buffers the wrapper allocates."""
+        self.checked = tuple(positions)
+        self.bound = None
 
     def precompile_jobs(self, arg_dtypes: Sequence[torch.dtype]) -> list[Callable[[], None]]:
         """One job per launch config that builds it ahead of the first launch (GPU only), so a
@@ -125,9 +135,24 @@ class KernelLauncher:
         return [lambda grid=grid, meta=meta: build(grid, meta) for grid, meta in configs]
 
     def __call__(self, *args: Any) -> None:
+        if self.bound is not None:
+            self.bound(*args)
+            return
+        self.dispatch(*args)
+
+    def dispatch(self, *args: Any) -> None:
+        """A launch through Triton's JIT dispatch (it binds the arguments, computes their
+        specialization key and looks the compiled kernel up); the first one on the GPU binds the
+        compiled kernel, so later launches skip all that (``BoundLaunch``)."""
         if not self.tuned:
             self.tune(args)
-        self.fn[self.grid](*args, **self.meta)
+        if self.interpret:
+            self.fn[self.grid](*args, **self.meta)
+            return
+        kernel = self.fn.run(*args, grid=self.grid, warmup=False, **self.meta)
+        if self.bound is None and kernel is not None and all(_aligned(a) for a in args):
+            self.bound = bind_launch(kernel, self.fn.arg_names, self.grid, self.meta, len(args),
+                                     self.checked, self.dispatch, torch.cuda.current_device())
 
     def tune(self, args: tuple) -> None:
         from triton.testing import do_bench
@@ -150,6 +175,51 @@ class KernelLauncher:
         if config.debug_level() >= 1:
             table = ", ".join(f"{m} {t * 1e3:.1f}us" for t, _, m in timings)
             print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)
+
+
+def _aligned(t: Any) -> bool:
+    return not isinstance(t, torch.Tensor) or t.data_ptr() % ALIGNMENT == 0
+
+
+# Triton specializes a pointer argument on 16-byte alignment (vectorized loads); a kernel compiled
+# for aligned arguments must not be launched on a misaligned one (a view at an odd storage offset).
+ALIGNMENT = 16
+
+
+def bind_launch(kernel: Any, arg_names: Sequence[str], grid: tuple[int, ...], meta: dict, nargs: int,
+                checked: Sequence[int], fallback: Callable[..., None], device_index: int,
+                stream: Callable[[int], int] | None = None) -> Callable[..., None] | None:
+    """A launch function for one compiled Triton kernel with its grid, constexprs and launch handles
+    bound at load: each launch is one call of Triton's driver launcher, as the JIT dispatch makes it
+    last (``kernel.run(grid, stream, function, metadata, hooks, *args, *constexprs)``) but without
+    the dispatch's per-call binding, specialization key and cache lookup (~11 us a launch on the
+    H200). It still checks what that kernel was specialized on that can change between calls: the
+    alignment of the ``checked`` arguments; and profiler launch hooks, which need the dispatch's
+    launch metadata. Either sends that launch through ``fallback``. None when the kernel takes
+    parameters this cannot bind (then every launch dispatches)."""
+    import triton
+
+    runtime_knobs = triton.knobs.runtime
+    if len(arg_names) < nargs or any(n not in meta for n in arg_names[nargs:]):
+        return None
+    tail = tuple(meta[n] for n in arg_names[nargs:])
+    grid3 = tuple(grid) + (1,) * (3 - len(grid))
+    params = ", ".join(f"a{i}" for i in range(nargs))
+    check = " | ".join(f"a{i}.data_ptr()" for i in checked)
+    misaligned = f"({check}) % {ALIGNMENT} or " if check else ""
+    # an active launch hook: a non-empty HookChain (triton 3.8), or any hook at all (3.6, None when unset)
+    hooked = ("knobs.launch_enter_hook.calls" if hasattr(runtime_knobs.launch_enter_hook, "calls")
+              else "knobs.launch_enter_hook is not None")
+    source = (f"def launch({params}):\n"
+              f"    if {misaligned}{hooked}:\n"
+              f"        return fallback({params})\n"
+              f"    run({grid3[0]}, {grid3[1]}, {grid3[2]}, stream({device_index}), function, metadata, None, "
+              f"None, None, {params}{', ' if params else ''}*tail)\n")
+    namespace = {"knobs": runtime_knobs, "fallback": fallback, "run": kernel.run, "function": kernel.function,
+                 "metadata": kernel.packed_metadata, "tail": tail,
+                 "stream": stream or torch._C._cuda_getCurrentRawStream}
+    exec(compile(source, f"<crucible-launch {getattr(kernel, 'name', '')}>", "exec"), namespace)  # noqa: S102
+    return namespace["launch"]
 
 
 class CppLauncher:

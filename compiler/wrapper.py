@@ -8,7 +8,7 @@ Buffers that die are handed to later allocations of the same dtype and size.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -22,6 +22,7 @@ from compiler.scheduler import Kernel, Schedule
 class Wrapper:
     source: str
     call: Callable[[list], Any]
+    launchers: dict[str, Any] = field(default_factory=dict)  # kernel name -> what the source launches
 
 
 class _WrapperWriter:
@@ -134,7 +135,7 @@ class _WrapperWriter:
         source = f"def call(args):\n{body}\n"
         namespace = dict(self.globals)
         exec(compile(source, "<crucible-wrapper>", "exec"), namespace)  # noqa: S102  (our own generated code)
-        return Wrapper(source, namespace["call"])
+        return Wrapper(source, namespace["call"], self.globals["launchers"])
 
     def output_code(self, o: Any) -> str:
         if isinstance(o, View):

@@ -63,7 +63,7 @@ def launch_table() -> list[tuple[str, float]]:
     launcher, args = crucible_launcher(add_one, x)
     launcher(*args)  # tunes and builds
     rows = [("crucible launcher (bound at load)", host_us(lambda: launcher(*args)))]
-    jit = getattr(launcher, "jit_fn", None) or launcher.fn
+    jit = launcher.fn
     grid, meta = launcher.grid, launcher.meta
     rows.append(("triton JIT dispatch fn[grid](...)", host_us(lambda: jit[grid](*args, **meta))))
     for backend in ("crucible", "inductor"):

@@ -1,0 +1,103 @@
+"""Bound launches: a compiled Triton kernel launched without Triton's JIT dispatch.
+
+The CPU tests drive ``bind_launch`` with a stand-in for Triton's compiled kernel (its launcher
+records what it is called with); the GPU tests check real kernels and the fallback for a
+misaligned input.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from compiler.runtime import ALIGNMENT, bind_launch
+
+
+class FakeCompiledKernel:
+    """What ``bind_launch`` uses of a Triton ``CompiledKernel``: ``run``, ``function``, ``packed_metadata``."""
+
+    name = "k_test"
+    function = 1234
+    packed_metadata = ("meta",)
+
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def run(self, *args) -> None:
+        self.calls.append(args)
+
+
+def _bind(kernel: FakeCompiledKernel, fallback, checked=(0, 1), grid=(7,)):
+    return bind_launch(kernel, ["p0", "p1", "XBLOCK", "RBLOCK"], grid, {"XBLOCK": 64, "RBLOCK": 8, "num_warps": 4},
+                       2, checked, fallback, device_index=0, stream=lambda device: 99 + device)
+
+
+def test_bound_launch_calls_the_driver_launcher_with_grid_stream_and_constexprs() -> None:
+    kernel, fell_back = FakeCompiledKernel(), []
+    launch = _bind(kernel, lambda *a: fell_back.append(a))
+    a, b = torch.zeros(8), torch.zeros(8)
+    launch(a, b)
+    assert not fell_back
+    assert kernel.calls == [(7, 1, 1, 99, 1234, ("meta",), None, None, None, a, b, 64, 8)]
+
+
+def test_misaligned_argument_goes_through_the_dispatch() -> None:
+    """A view at an odd storage offset breaks the alignment the kernel was compiled for."""
+    kernel, fell_back = FakeCompiledKernel(), []
+    launch = _bind(kernel, lambda *a: fell_back.append(a))
+    base = torch.zeros(9)
+    view = base[1:]
+    assert view.data_ptr() % ALIGNMENT
+    launch(view, base)
+    assert not kernel.calls and len(fell_back) == 1
+
+
+def test_unchecked_positions_are_not_looked_at() -> None:
+    """Buffers the wrapper allocates are aligned: only the loader's ``checked`` positions are read."""
+    kernel, fell_back = FakeCompiledKernel(), []
+    launch = _bind(kernel, lambda *a: fell_back.append(a), checked=(1,))
+    base = torch.zeros(9)
+    launch(base[1:], base)
+    assert len(kernel.calls) == 1 and not fell_back
+
+
+def test_a_profiler_launch_hook_goes_through_the_dispatch(monkeypatch) -> None:
+    import triton
+
+    kernel, fell_back = FakeCompiledKernel(), []
+    launch = _bind(kernel, lambda *a: fell_back.append(a))
+    hook = triton.knobs.runtime.launch_enter_hook
+    if hasattr(hook, "add"):  # triton 3.8: a chain of hooks
+        monkeypatch.setattr(hook, "calls", [lambda *a: None])
+    else:
+        monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
+    launch(torch.zeros(4), torch.zeros(4))
+    assert not kernel.calls and len(fell_back) == 1
+
+
+def test_unbindable_parameters_keep_the_dispatch() -> None:
+    """A constexpr the launch config does not give (a kernel with a default) is left to Triton."""
+    assert bind_launch(FakeCompiledKernel(), ["p0", "XBLOCK", "EXTRA"], (1,), {"XBLOCK": 4}, 1, (0,),
+                       lambda *a: None, 0, stream=lambda d: 0) is None
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_are_bound_after_the_first_launch() -> None:
+    import compiler
+    from compiler.pipeline import GraphCompilation
+    from compiler.runtime import KernelLauncher
+
+    x = torch.randn(1000, 33, device="cuda")
+    wrapper = GraphCompilation(compiler.trace_aten(lambda a: torch.softmax(a * 2, -1) + 1, x), "triton",
+                               "inference").compile()
+    out = wrapper.call([x])
+    torch.testing.assert_close(out, torch.softmax(x * 2, -1) + 1)
+    launchers = [v for v in wrapper.launchers.values() if isinstance(v, KernelLauncher)]
+    assert launchers and all(launcher.bound is not None for launcher in launchers)
+    out = wrapper.call([x])
+    torch.testing.assert_close(out, torch.softmax(x * 2, -1) + 1)
+    # a misaligned input: the launch falls back to the dispatch, which builds a variant for it
+    base = torch.randn(1000 * 33 + 1, device="cuda")
+    odd = base[1:].view(1000, 33)
+    out = wrapper.call([odd])
+    torch.testing.assert_close(out, torch.softmax(odd * 2, -1) + 1)
