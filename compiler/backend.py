@@ -29,9 +29,10 @@ from compiler.pipeline import CompilerError, GraphCompilation, graph_device
 from compiler.report import FallbackReason, GraphReport, publish
 
 
-def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options: Options, kind: str
-                       ) -> Callable:
-    """Compile one ATen graph (boxed calling convention: ``fn(list_of_args)``)."""
+def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options: Options, kind: str,
+                       dynamo_inputs: int | None = None) -> Callable:
+    """Compile one ATen graph (boxed calling convention: ``fn(list_of_args)``). ``dynamo_inputs``:
+    how many inputs the Dynamo graph had (the ones before them are parameters AOTAutograd lifted)."""
     from torch._functorch.aot_autograd import make_boxed_func
 
     codegen = options.codegen or default_codegen(graph_device(gm).type)
@@ -48,8 +49,14 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
         warnings.warn(f"crucible: graph {comp.graph_id} falls back to eager ({reason.value}): {err}",
                       stacklevel=2)
         return make_boxed_func(gm.forward)
+    call = wrapper.call
+    if options.cudagraphs:
+        from compiler.cudagraphs import static_input_indices, with_cudagraphs
+
+        static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
+        call = with_cudagraphs(call, comp.schedule, comp.report, static)
     publish(comp.report)
-    return _boxed(wrapper.call)
+    return _boxed(call)
 
 
 def _boxed(call: Callable[[list], Any]) -> Callable:
@@ -74,9 +81,10 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
     from torch._functorch.aot_autograd import aot_module_simplified
 
     opts = Options.parse(options)
-    fw = functools.partial(compile_aten_graph, options=opts, kind="forward")
+    n = len(example_inputs)
+    fw = functools.partial(compile_aten_graph, options=opts, kind="forward", dynamo_inputs=n)
     bw = functools.partial(compile_aten_graph, options=opts, kind="backward")
-    inference = functools.partial(compile_aten_graph, options=opts, kind="inference")
+    inference = functools.partial(compile_aten_graph, options=opts, kind="inference", dynamo_inputs=n)
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
                                  inference_compiler=inference,
                                  decompositions=decomposition_table_for_compiler())

@@ -11,7 +11,8 @@ levels); ``tests/test_hygiene.py`` checks those tables against this module: the 
 Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" | "cpp";
 default: the registry's default codegen for the graph's device, triton on CUDA tensors and cpp
 on CPU tensors, see ``compiler.codegen.registry``), ``strict`` (raise on an
-internal compiler error instead of falling back to eager for that graph).
+internal compiler error instead of falling back to eager for that graph), ``cudagraphs``
+(replay CUDA graphs after a warm-up call; off by default).
 """
 
 from __future__ import annotations
@@ -136,6 +137,7 @@ def environment_override(name: str, value: str) -> Iterator[None]:
 class Options:
     codegen: str | None = None  # None: the registry's default for the graph's device
     strict: bool = False
+    cudagraphs: bool = False  # capture CUDA graphs after a warm-up call (compiler/cudagraphs.py)
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -147,4 +149,8 @@ class Options:
         codegen = options.get("codegen")
         if codegen is not None and codegen not in CODEGENS:
             raise ValueError(f"codegen must be one of {CODEGENS}, got {codegen!r}")
-        return Options(codegen=codegen, strict=bool(options.get("strict", False)))
+        for flag in ("strict", "cudagraphs"):
+            if not isinstance(options.get(flag, False), (bool, type(None))):
+                raise ValueError(f"option {flag} must be True or False, got {options[flag]!r}")
+        return Options(codegen=codegen, strict=bool(options.get("strict", False)),
+                       cudagraphs=bool(options.get("cudagraphs", False)))

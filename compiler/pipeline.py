@@ -109,6 +109,7 @@ class GraphCompilation:
         launchers = self.run_pass("load", load_kernels, rendered, self.device,
                                   {k.name: k for k in kernels}, sched.buffers)
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, sched, rendered, launchers)
+        self.schedule = sched
         self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)
         return wrapper

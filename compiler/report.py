@@ -34,6 +34,19 @@ class FallbackReason(str, enum.Enum):
     SYMBOLIC_SHAPES = "symbolic_shapes"
 
 
+class CudaGraphStatus(str, enum.Enum):
+    """What ``options={"cudagraphs": True}`` did with a graph: captured, or why it runs without a CUDA
+    graph (every reason is accepted, not an error: that graph runs its launches as usual)."""
+
+    WARMING_UP = "warming_up"  # requested; the capture happens on the call after the warm-up call
+    CAPTURED = "captured"
+    CPU_GRAPH = "cpu_graph"  # the graph runs on the CPU: there is nothing to capture
+    CPU_INPUTS = "cpu_inputs"  # an input lives on the CPU (the wrapper copies it in: a host-side copy)
+    UNSUPPORTED_EXTERN = "unsupported_extern"  # an extern op syncs with the host (data-dependent shapes)
+    INPUT_MUTATION = "input_mutation"  # an extern call writes into one of its arguments
+    CAPTURE_FAILED = "capture_failed"  # the capture raised; the message says what
+
+
 @dataclass(frozen=True)
 class KernelReport:
     name: str
@@ -93,10 +106,21 @@ class GraphReport:
     fallback_message: str = ""
     failed_pass: str | None = None
     pass_seconds: dict[str, float] = field(default_factory=dict)
+    passes: list[str] = field(default_factory=list)  # compile-time rewrites that changed the graph, by name
+    cudagraph: CudaGraphStatus | None = None  # None: CUDA graphs were not requested
+    cudagraph_message: str = ""
+    # replays, and calls that ran without the graph because a static input (a parameter) had moved
+    cudagraph_replays: int = 0
+    cudagraph_uncaptured_calls: int = 0
 
     def __str__(self) -> str:
         head = (f"graph {self.graph_id} ({self.kind}, codegen={self.codegen}): {self.fx_nodes} FX nodes, "
                 f"{len(self.kernels)} kernels, {len(self.externs)} extern calls")
+        if self.passes:
+            head += f"\n  passes: {', '.join(self.passes)}"
+        if self.cudagraph is not None:
+            head += f"\n  cuda graph: {self.cudagraph.value}" + (f": {self.cudagraph_message}"
+                                                                if self.cudagraph_message else "")
         if self.fallback is not None:
             head += f"\n  FELL BACK TO EAGER in pass {self.failed_pass!r}: {self.fallback.value}: {self.fallback_message}"
         rows = [(k.name, k.kind, k.codegen, ", ".join(k.ops)) for k in self.kernels]

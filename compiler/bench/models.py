@@ -124,7 +124,8 @@ def measure_backend(backend: str, model: torch.nn.Module, inputs: tuple, expecte
         row["kernels"] = len(report.kernels)
         row["externs"] = len(report.externs)
         row["fallbacks"] = [f"{g.fallback.value}: {g.fallback_message}" for g in report.fallbacks]
-        row["notes"] = sorted({n for g in report.graphs for n in getattr(g, "notes", ())})
+        row["notes"] = sorted({f"cuda graph {g.cudagraph.value}: {g.cudagraph_message}" for g in report.graphs
+                               if g.cudagraph is not None})
         steps = row["kernels"] + row["externs"]
         row["host_us_per_step"] = row["host_ms"] * 1e3 / steps if steps else None
     return row
@@ -161,10 +162,18 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
             try:
                 result["backends"][backend] = measure_backend(backend, model, inputs, expected, device, Path(tmp))
             except Exception as why:  # noqa: BLE001  (one backend failing is a table entry)
-                result["backends"][backend] = {"error": f"{type(why).__name__}: {why}".splitlines()[0][:300]}
+                result["backends"][backend] = {"error": error_line(why)}
             if device == "cuda":
                 torch.cuda.empty_cache()
     return result
+
+
+def error_line(why: BaseException) -> str:
+    """The innermost cause of a failure in one line (Dynamo wraps a backend's error in its own)."""
+    while getattr(why, "inner_exception", None) is not None or why.__cause__ is not None:
+        why = getattr(why, "inner_exception", None) or why.__cause__  # type: ignore[assignment]
+    text = str(why).strip().splitlines()
+    return f"{type(why).__name__}: {text[0] if text else ''}"[:300]
 
 
 def run_isolated(name: str, dtype: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -257,6 +266,19 @@ def render_tables(results: list[dict], launch_rows: list[tuple[str, float]]) -> 
     return "\n\n".join(text)
 
 
+def pairs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    if not args.pairs:
+        return [(m, d) for m in args.models for d in args.dtypes]
+    out = []
+    for pair in args.pairs:
+        name, _, dtype = pair.partition(":")
+        if name not in MODELS or dtype not in DTYPES:
+            parser.error(f"--pairs {pair!r}: expected MODEL:DTYPE with MODEL in {', '.join(MODELS)} "
+                         f"and DTYPE in {', '.join(DTYPES)}")
+        out.append((name, dtype))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler.bench.models", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -264,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS), metavar="MODEL",
                         help=f"models to run (default: all of {', '.join(MODELS)})")
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
+    parser.add_argument("--pairs", nargs="+", metavar="MODEL:DTYPE",
+                        help="run exactly these model:dtype pairs (instead of --models x --dtypes)")
     parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS,
                         help="what to run (the CUDA-graph variants need --device cuda)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
@@ -281,30 +305,30 @@ def main(argv: list[str] | None = None) -> int:
         print("compiler.bench.models: no CUDA GPU here; use --device cpu (with --tiny for a smoke check)")
         return 2
     if args.worker:
-        for name in args.models:
-            for dtype in args.dtypes:
-                row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends))
-                print(_RESULT + json.dumps(row), flush=True)
+        for name, dtype in pairs(args, parser):
+            row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends))
+            print(_RESULT + json.dumps(row), flush=True)
         return 0
     launch_rows = []
     if args.device == "cuda" and not args.no_launch_bench:
         from compiler.bench.launch import launch_table
 
         launch_rows = launch_table()
+        for what, us in launch_rows:
+            print(f"host time per launch: {what}: {us:.1f} us", flush=True)
     results = []
-    for name in args.models:
-        for dtype in args.dtypes:
-            started = time.perf_counter()
-            row = (measure_model(name, dtype, args.device, args.tiny, tuple(args.backends)) if args.in_process
-                   else run_isolated(name, dtype, args))
-            results.append(row)
-            print(f"[{time.perf_counter() - started:6.1f} s] {name} {dtype}: " +
-                  ", ".join(f"{b} {_fmt(v.get('ms'), '.3f')} ms" if "ms" in v else f"{b} FAILED"
-                            for b, v in row["backends"].items()) + (f" ({row['error']})" if "error" in row else ""),
-                  flush=True)
-            if args.json:
-                with args.json.open("a") as f:
-                    f.write(json.dumps(row) + "\n")
+    for name, dtype in pairs(args, parser):
+        started = time.perf_counter()
+        row = (measure_model(name, dtype, args.device, args.tiny, tuple(args.backends)) if args.in_process
+               else run_isolated(name, dtype, args))
+        results.append(row)
+        print(f"[{time.perf_counter() - started:6.1f} s] {name} {dtype}: " +
+              ", ".join(f"{b} {_fmt(v.get('ms'), '.3f')} ms" if "ms" in v else f"{b} FAILED"
+                        for b, v in row["backends"].items()) + (f" ({row['error']})" if "error" in row else ""),
+              flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps(row) + "\n")
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     head = f"device: {device}, torch {torch.__version__}" + (", tiny models" if args.tiny else "")
     text = head + "\n\n" + render_tables(results, launch_rows)

@@ -1,0 +1,126 @@
+"""``options={"cudagraphs": True}``: capture after warm-up, replay, and the recorded reasons where a
+graph is not captured. The CPU tests cover the reasons a graph cannot be captured (read from the
+schedule, no GPU needed); the GPU tests capture and replay."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+import compiler
+from compiler.config import Options
+from compiler.cudagraphs import capture_blocker, static_input_indices
+from compiler.graph import Buffer, ExternNode, View
+from compiler.lowering import lower
+from compiler.report import CudaGraphStatus, ExternReason
+from compiler.scheduler import Schedule, schedule
+
+CUDA = torch.device("cuda")
+
+
+def _schedule_of(fn, *inputs) -> Schedule:
+    return schedule(lower(compiler.trace_aten(fn, *inputs), torch.device("cpu")))
+
+
+def _extern_schedule(op) -> Schedule:
+    buf = Buffer("arg0", torch.float32, (4,), (1,), "input")
+    view = View("arg0", (4,), (1,), 0, torch.float32)
+    out = Buffer("buf0", torch.float32, (4,), (1,), "extern")
+    node = ExternNode("buf0", op, (view, view), {}, [out], False, ExternReason.NO_LOWERING)
+    return Schedule([node], [], {"arg0": buf, "buf0": out}, [buf], [view], CUDA)
+
+
+def test_cpu_graph_is_accepted_and_reported() -> None:
+    """A CPU model with cudagraphs on compiles and runs; its report says why nothing was captured."""
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU())
+    x = torch.randn(3, 8)
+    compiled = torch.compile(model, backend="crucible", options={"cudagraphs": True})
+    with compiler.collect_reports() as report:
+        for _ in range(3):
+            torch.testing.assert_close(compiled(x), model(x))
+    (graph,) = report.graphs
+    assert graph.cudagraph is CudaGraphStatus.CPU_GRAPH and "cpu" in graph.cudagraph_message
+    assert "cuda graph: cpu_graph" in str(graph)
+
+
+def test_not_requested_is_none() -> None:
+    report = compiler.inspect(lambda a: a + 1, torch.randn(3))
+    assert report.graphs[0].cudagraph is None
+
+
+def test_capturable_cuda_schedule_has_no_blocker() -> None:
+    sched = dataclasses.replace(_schedule_of(lambda a, b: torch.relu(a @ b), torch.randn(4, 4), torch.randn(4, 4)),
+                                device=CUDA)
+    assert capture_blocker(sched) is None
+
+
+def test_cpu_inputs_block_capture() -> None:
+    sched = dataclasses.replace(_schedule_of(lambda a: a + 1, torch.randn(3)), device=CUDA, moved_inputs=["arg0"])
+    assert capture_blocker(sched) == (CudaGraphStatus.CPU_INPUTS, "inputs arg0 are not on cuda")
+
+
+def test_host_syncing_extern_blocks_capture() -> None:
+    """nonzero's output shape depends on the data: it reads back to the host."""
+    status, message = capture_blocker(_extern_schedule(torch.ops.aten.nonzero.default))
+    assert status is CudaGraphStatus.UNSUPPORTED_EXTERN and "nonzero" in message
+
+
+def test_extern_writing_an_argument_blocks_capture() -> None:
+    status, message = capture_blocker(_extern_schedule(torch.ops.aten.add_.Tensor))
+    assert status is CudaGraphStatus.INPUT_MUTATION and "self" in message
+
+
+def test_static_inputs_are_the_lifted_parameters() -> None:
+    assert static_input_indices(5, 2, "inference") == [0, 1, 2]
+    assert static_input_indices(5, 2, "backward") == []
+    assert static_input_indices(3, None, "forward") == []
+
+
+def test_option_is_a_bool() -> None:
+    assert Options.parse({"cudagraphs": True}).cudagraphs
+    with pytest.raises(ValueError, match="cudagraphs must be True or False"):
+        Options.parse({"cudagraphs": "yes"})
+
+
+@pytest.mark.gpu
+def test_capture_replay_and_outputs_survive_the_next_replay() -> None:
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.Flatten(), torch.nn.LazyLinear(5)).cuda().eval()
+    xs = [torch.randn(2, 3, 16, 16, device="cuda") for _ in range(4)]
+    with torch.no_grad():
+        model(xs[0])
+        expected = [model(x) for x in xs]
+        compiled = torch.compile(model, backend="crucible", options={"cudagraphs": True, "strict": True})
+        with compiler.collect_reports() as report:
+            outs = [compiled(x) for x in xs]
+    (graph,) = report.graphs
+    assert graph.cudagraph is CudaGraphStatus.CAPTURED, graph.cudagraph_message
+    assert graph.cudagraph_replays == 3  # call 1 warms up, call 2 captures and replays, then 3 and 4
+    assert graph.cudagraph_message.endswith("1 copied in")  # the image; the weights are read in place
+    for out, exp in zip(outs, expected):  # earlier outputs were not overwritten by later replays
+        torch.testing.assert_close(out, exp, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.gpu
+def test_moved_parameter_runs_without_the_graph() -> None:
+    model = torch.nn.Linear(16, 16).cuda()
+    x = torch.randn(4, 16, device="cuda")
+    with torch.no_grad():
+        compiled = torch.compile(model, backend="crucible", options={"cudagraphs": True})
+        with compiler.collect_reports() as report:
+            compiled(x), compiled(x)
+            model.weight.data = torch.randn(16, 16, device="cuda")  # a new address, same guards
+            torch.testing.assert_close(compiled(x), model(x))
+    assert report.graphs[0].cudagraph_uncaptured_calls >= 1
+
+
+@pytest.mark.gpu
+def test_cpu_tensor_input_is_reported_not_an_error() -> None:
+    compiled = torch.compile(lambda a, b: a * b.sum(), backend="crucible", options={"cudagraphs": True})
+    a, b = torch.randn(8, device="cuda"), torch.randn(3)
+    with compiler.collect_reports() as report:
+        for _ in range(3):
+            torch.testing.assert_close(compiled(a, b), a * b.sum())
+    assert [g.cudagraph for g in report.graphs] == [CudaGraphStatus.CPU_INPUTS]
