@@ -30,6 +30,7 @@ from compiler.codegen.shared import (
 )
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.ir import Expr, Op, ReduceOp
+from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
 
 TL_DTYPE = {
@@ -377,8 +378,9 @@ class _KernelWriter:
             launches.append(((math.ceil(k.xnumel / xblock),), meta))
         grid, meta = launches[0]
         text = "\n".join(src) + "\n"
-        # named by content: the same kernel body is one Triton function (one build, one tuning)
-        symbol = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+        # named by the ops it fuses and its content: the same kernel body is one Triton function (one
+        # build, one tuning)
+        symbol = kernel_symbol(k.origins, hashlib.sha256(text.encode()).hexdigest())
         return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), self.params.buffers, grid,
                               meta, tuple(launches[1:]), symbol)
 
