@@ -21,6 +21,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from compiler import config
 from compiler.codegen.registry import default_codegen
 from compiler.config import Options
 from compiler.decompositions import decomposition_table_for_compiler
@@ -50,6 +51,10 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
                       stacklevel=2)
         return make_boxed_func(gm.forward)
     call = wrapper.call
+    if config.kernel_times():
+        from compiler.kernel_times import instrument
+
+        call = instrument(call, wrapper.launchers, comp.report, comp.device)
     if options.cudagraphs:
         from compiler.cudagraphs import static_input_indices, with_cudagraphs
 

@@ -59,6 +59,11 @@ def simulator_checks() -> bool:
     return os.environ.get("CRUCIBLE_SIM_CHECK", "0") not in ("", "0")
 
 
+def kernel_times() -> bool:
+    """``CRUCIBLE_KERNEL_TIMES=1``: time every generated kernel's launches (``compiler/kernel_times.py``)."""
+    return os.environ.get("CRUCIBLE_KERNEL_TIMES", "0") not in ("", "0")
+
+
 MAX_DEFAULT_COMPILE_THREADS = 8
 
 

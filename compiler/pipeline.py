@@ -121,7 +121,7 @@ class GraphCompilation:
                 kind = "reduction" if step.is_reduction else "pointwise"
                 ir_ops = sorted({e.op.value for st in step.stores for e in st.value.walk() if e.src})
                 self.report.kernels.append(KernelReport(step.name, r.codegen, tuple(dict.fromkeys(step.origins)),
-                                                        r.source, kind, tuple(ir_ops)))
+                                                        r.source, kind, tuple(ir_ops), r.symbol or r.name))
             else:
                 self.report.externs.append(ExternReport(str(step.op), step.reason, step.message))
         self.report.refused_fusions = list(sched.refusals)

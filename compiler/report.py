@@ -55,6 +55,7 @@ class KernelReport:
     source: str
     kind: str = "pointwise"  # "pointwise" | "reduction"
     ir_ops: tuple[str, ...] = ()  # the IR ops the kernel computes
+    symbol: str = ""  # the function's name in the source (what profilers show), when not ``name``
 
 
 @dataclass(frozen=True)
