@@ -72,7 +72,8 @@ def _bert(spec: ModelSpec, tiny: bool) -> tuple[torch.nn.Module, tuple]:
 def _gpt2(spec: ModelSpec, tiny: bool) -> tuple[torch.nn.Module, tuple]:
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    sizes = {"n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000} if tiny else {}
+    sizes = {"n_embd": 64, "n_layer": 2, "n_head": 2, "vocab_size": 1000, "bos_token_id": 0, "eos_token_id": 0} \
+        if tiny else {}
     config = GPT2Config(**sizes)
     return _FirstOutput(GPT2LMHeadModel(config)), _tokens(config, tiny)
 

@@ -1,0 +1,53 @@
+"""``python -m compiler.bench.models``: its command line and tables (the GPU run itself is not a test;
+performance is read from its table)."""
+
+from __future__ import annotations
+
+import pytest
+
+from compiler.bench import models
+
+
+def _row(model: str, dtype: str, **ms: float) -> dict:
+    backends = {b.replace("_", "-"): {"ms": v, "compile_s": 1.0, "max_err": 0.0} for b, v in ms.items()}
+    return {"model": model, "dtype": dtype, "backends": backends}
+
+
+def test_help_works_without_a_gpu(capsys) -> None:
+    with pytest.raises(SystemExit) as done:
+        models.main(["--help"])
+    assert done.value.code == 0 and "--tiny" in capsys.readouterr().out
+
+
+def test_pairs_and_their_errors() -> None:
+    parser = models.argparse.ArgumentParser()
+    args = models.argparse.Namespace(pairs=["gpt2:bf16", "resnet50:fp32"], models=[], dtypes=[])
+    assert models.pairs(args, parser) == [("gpt2", "bf16"), ("resnet50", "fp32")]
+    with pytest.raises(SystemExit):
+        models.pairs(models.argparse.Namespace(pairs=["gpt3:fp32"], models=[], dtypes=[]), parser)
+
+
+def test_table_ratios_and_geomeans() -> None:
+    """Speed = the other's time over Crucible's; geomeans per dtype; failures listed, not dropped."""
+    rows = [_row("resnet50", "fp32", eager=4.0, inductor=2.0, inductor_ro=1.0, crucible=1.0, crucible_cg=0.5),
+            _row("gpt2", "fp32", eager=8.0, inductor=2.0, inductor_ro=2.0, crucible=4.0, crucible_cg=2.0)]
+    rows[1]["backends"]["crucible-cg"] = {"error": "RuntimeError: boom"}
+    text = models.render_tables(rows, [("crucible launcher (bound at load)", 3.2)])
+    lines = text.splitlines()
+    header = [c.strip() for c in lines[0].split("|")]
+    resnet = [c.strip() for c in next(line for line in lines if line.startswith("| resnet50")).split("|")]
+    assert float(resnet[header.index("crucible/inductor")]) == 2.0
+    assert float(resnet[header.index("crucible-cg/inductor-ro")]) == 2.0
+    geo = next(line for line in lines if line.startswith("| fp32"))
+    assert float(geo.split("|")[2]) == 1.0  # crucible/inductor: sqrt(2.0 * 0.5)
+    assert "gpt2 fp32 crucible-cg: RuntimeError: boom" in text and "3.2" in text
+
+
+def test_error_line_is_the_innermost_cause() -> None:
+    try:
+        try:
+            raise ValueError("the real reason\nwith details")
+        except ValueError as inner:
+            raise RuntimeError("backend='crucible' raised:") from inner
+    except RuntimeError as outer:
+        assert models.error_line(outer) == "ValueError: the real reason"
