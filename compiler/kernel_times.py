@@ -1,7 +1,8 @@
 """Per-kernel time (``CRUCIBLE_KERNEL_TIMES=1``): every generated kernel's launches timed, printed
 as one table per compiled graph when the process exits, and readable with ``kernel_times()``.
 
-On the GPU a launch is timed with a pair of CUDA events around it (device time, not host time;
+A graph's first call is not timed (it builds and tunes its kernels). On the GPU a launch is timed
+with a pair of CUDA events around it (device time, not host time;
 launches inside a CUDA graph capture are not timed); on the CPU a launch is synchronous and is
 timed with the wall clock. The whole graph's calls are timed the same way, so the share of time
 outside generated kernels (extern library calls, allocation) is the difference.
@@ -70,13 +71,24 @@ class _Timer:
 _TABLES: list[tuple[GraphReport, _Timer, dict[str, tuple[str, tuple[str, ...], _Timer]]]] = []
 
 
+class _Armed:
+    """Set after a graph's first call: that call builds and tunes kernels (on the GPU each launch
+    config is timed inside a kernel's first launch), which is compile time, not kernel time."""
+
+    on = False
+
+
 class _TimedLaunch:
-    def __init__(self, launch: Callable[..., None], timer: _Timer) -> None:
+    def __init__(self, launch: Callable[..., None], timer: _Timer, armed: _Armed) -> None:
         self.launch = launch
         self.timer = timer
+        self.armed = armed
 
     def __call__(self, *args: Any) -> None:
-        self.timer.time(self.launch, *args)
+        if self.armed.on:
+            self.timer.time(self.launch, *args)
+        else:
+            self.launch(*args)
 
 
 def instrument(call: Callable[[list], Any], launchers: dict[str, Any], report: GraphReport,
@@ -86,16 +98,25 @@ def instrument(call: Callable[[list], Any], launchers: dict[str, Any], report: G
     cuda = device.type == "cuda"
     symbols = {k.name: (k.symbol, k.ops) for k in report.kernels} if report.kernels else {}
     kernels = {}
+    armed = _Armed()
     for name, launcher in list(launchers.items()):
         timer = _Timer(cuda)
         symbol, ops = symbols.get(name, (name, ()))
         kernels[name] = (symbol, ops, timer)
-        launchers[name] = _TimedLaunch(launcher, timer)
+        launchers[name] = _TimedLaunch(launcher, timer, armed)
     whole = _Timer(cuda)
     if not _TABLES:
         atexit.register(print_kernel_times)
     _TABLES.append((report, whole, kernels))
-    return lambda args: whole.time(call, args)
+
+    def timed(args: list) -> Any:
+        if armed.on:
+            return whole.time(call, args)
+        out = call(args)
+        armed.on = True
+        return out
+
+    return timed
 
 
 def kernel_times() -> list[tuple[GraphReport, float, int, list[KernelTime]]]:

@@ -17,8 +17,10 @@ def test_kernel_times_are_recorded_per_kernel(monkeypatch) -> None:
     for _ in range(3):
         torch.testing.assert_close(compiled(x), torch.softmax(x, -1) * 2 + x.sum())
     ((report, seconds, calls, rows),) = kernel_times.kernel_times()
-    assert calls == 3 and seconds > 0
-    assert {r.kernel for r in rows} == {k.symbol for k in report.kernels} and all(r.calls == 3 for r in rows)
+    # the first call is not timed: on the H200 it tunes each kernel's launch configs inside its first
+    # launch, which made a GPT-2 layer norm read 200 us a launch in the table instead of a few
+    assert calls == 2 and seconds > 0
+    assert {r.kernel for r in rows} == {k.symbol for k in report.kernels} and all(r.calls == 2 for r in rows)
     assert sum(r.seconds for r in rows) <= seconds
     text = kernel_times.format_kernel_times()
     assert f"graph {report.graph_id}" in text and "% of graph" in text
