@@ -3,7 +3,10 @@
 Triton kernel sources are written to the cache directory and imported as
 modules (Triton reads a kernel's source through ``inspect``, so it must live in
 a real file). Every launch goes through ``KernelLauncher``, which knows each
-argument's buffer: the one entry point future simulator checks hook into.
+argument's buffer: the one entry point future simulator checks hook into. On
+the GPU its first launch goes through Triton's JIT dispatch and binds the
+compiled kernel (``bind_launch``); later launches call Triton's driver
+launcher directly.
 """
 
 from __future__ import annotations
