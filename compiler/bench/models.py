@@ -280,6 +280,21 @@ def pairs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tup
     return out
 
 
+def render_only(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """Exit status 1 when any model fails to compile (render) for the GPU."""
+    import compiler  # noqa: F401  (registers the backend)
+    from compiler.bench.render_check import render_check
+
+    failed = 0
+    for name, dtype in pairs(args, parser):
+        row = render_check(name, DTYPES[dtype], args.tiny)
+        failed += not row["ok"]
+        detail = (", ".join(f"{k} kernels + {e} externs" for k, e in row["graphs"]) if row["ok"]
+                  else f"FAILED: {row['error']}")
+        print(f"{name} {dtype}: {detail} ({row['s']:.0f} s)", flush=True)
+    return 1 if failed else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler.bench.models", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -300,8 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-launch-bench", action="store_true", help="skip the launch micro-benchmark")
     parser.add_argument("--json", type=Path, help="also write every result row to this file (JSON lines)")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    parser.add_argument("--render-only", action="store_true",
+                        help="no GPU needed: lower, schedule and render each model for the GPU (nothing built "
+                             "or timed), to check that every model compiles (compiler/bench/render_check.py)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.render_only:
+        return render_only(args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("compiler.bench.models: no CUDA GPU here; use --device cpu (with --tiny for a smoke check)")
         return 2

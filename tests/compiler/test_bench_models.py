@@ -51,3 +51,10 @@ def test_error_line_is_the_innermost_cause() -> None:
             raise RuntimeError("backend='crucible' raised:") from inner
     except RuntimeError as outer:
         assert models.error_line(outer) == "ValueError: the real reason"
+
+
+def test_render_only_compiles_a_model_for_the_gpu_without_one(capsys) -> None:
+    """The strict compile check of every benchmark model, here on the tiny GPT-2."""
+    assert models.main(["--render-only", "--tiny", "--pairs", "gpt2:bf16"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gpt2 bf16: ") and "kernels +" in out and "externs" in out

@@ -13,7 +13,7 @@ def test_kernel_times_are_recorded_per_kernel(monkeypatch) -> None:
     monkeypatch.setattr(kernel_times.atexit, "register", lambda fn: None)
     x = torch.randn(64, 32)
     compiled = torch.compile(lambda a: torch.softmax(a, -1) * 2 + a.sum(), backend="crucible",
-                             options={"codegen": "cpp"})
+                             options={"codegen": "triton"})
     for _ in range(3):
         torch.testing.assert_close(compiled(x), torch.softmax(x, -1) * 2 + x.sum())
     ((report, seconds, calls, rows),) = kernel_times.kernel_times()
@@ -29,6 +29,6 @@ def test_kernel_times_are_recorded_per_kernel(monkeypatch) -> None:
 def test_nothing_is_timed_without_the_variable(monkeypatch) -> None:
     monkeypatch.delenv("CRUCIBLE_KERNEL_TIMES", raising=False)
     monkeypatch.setattr(kernel_times, "_TABLES", [])
-    compiled = torch.compile(lambda a: a * 2, backend="crucible", options={"codegen": "cpp"})
+    compiled = torch.compile(lambda a: a * 2, backend="crucible", options={"codegen": "triton"})
     compiled(torch.randn(8))
     assert kernel_times.kernel_times() == []

@@ -1,0 +1,60 @@
+"""``python -m compiler.bench.models --render-only``: every benchmark model through lowering,
+scheduling, the GPU Triton renderer and the wrapper, on any machine (no GPU, nothing built or
+launched): the strict-mode compile check of the GPU issue, up to the Triton build itself.
+
+Each model is traced by Dynamo and AOTAutograd on the CPU at batch 1 (sequences of 64 tokens);
+shapes differ from the GPU run's, the ops do not. The graphs still run in eager so Dynamo can
+finish tracing; a lowering, scheduling, rendering or wrapper error is the model's result.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from compiler.bench.zoo import MODELS
+
+
+def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]]:
+    """(kernels, extern calls) per graph Dynamo captured, each rendered for the GPU."""
+    import torch._dynamo
+    from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
+
+    from compiler.codegen.registry import renderer_for
+    from compiler.decompositions import decomposition_table_for_compiler
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+    from compiler.wrapper import generate_wrapper
+
+    counts: list[tuple[int, int]] = []
+
+    def render(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        renderer = renderer_for("triton", torch.device("cuda"))
+        sched = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities)
+        generate_wrapper(sched, {k.name: renderer.render(k) for k in sched.kernels}, {})
+        counts.append((len(sched.kernels), len(sched.externs)))
+        return make_boxed_func(gm.forward)
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
+        return aot_module_simplified(gm, example_inputs, fw_compiler=render, inference_compiler=render,
+                                     decompositions=decomposition_table_for_compiler())
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    return counts
+
+
+def render_check(name: str, dtype: torch.dtype, tiny: bool) -> dict[str, Any]:
+    started = time.perf_counter()
+    model, inputs = MODELS[name].build(dtype, "cpu", tiny)
+    inputs = tuple(t[:1, :64] if t.dim() == 2 else t[:1] for t in inputs)
+    try:
+        counts = render_graphs(model, inputs)
+    except Exception as why:  # noqa: BLE001  (a failing model is a result)
+        from compiler.bench.models import error_line
+
+        return {"model": name, "ok": False, "error": error_line(why), "s": time.perf_counter() - started}
+    return {"model": name, "ok": True, "graphs": counts, "s": time.perf_counter() - started}
