@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from compiler.bench.errors import error_line
 from compiler.bench.zoo import MODELS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -167,14 +168,6 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
             if device == "cuda":
                 torch.cuda.empty_cache()
     return result
-
-
-def error_line(why: BaseException) -> str:
-    """The innermost cause of a failure in one line (Dynamo wraps a backend's error in its own)."""
-    while getattr(why, "inner_exception", None) is not None or why.__cause__ is not None:
-        why = getattr(why, "inner_exception", None) or why.__cause__  # type: ignore[assignment]
-    text = str(why).strip().splitlines()
-    return f"{type(why).__name__}: {text[0] if text else ''}"[:300]
 
 
 def run_isolated(name: str, dtype: str, args: argparse.Namespace) -> dict[str, Any]:

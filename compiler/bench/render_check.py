@@ -14,6 +14,7 @@ from typing import Any
 
 import torch
 
+from compiler.bench.errors import error_line
 from compiler.bench.zoo import MODELS
 
 
@@ -54,7 +55,5 @@ def render_check(name: str, dtype: torch.dtype, tiny: bool) -> dict[str, Any]:
     try:
         counts = render_graphs(model, inputs)
     except Exception as why:  # noqa: BLE001  (a failing model is a result)
-        from compiler.bench.models import error_line
-
         return {"model": name, "ok": False, "error": error_line(why), "s": time.perf_counter() - started}
     return {"model": name, "ok": True, "graphs": counts, "s": time.perf_counter() - started}
