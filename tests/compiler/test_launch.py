@@ -101,3 +101,37 @@ def test_gpu_kernels_are_bound_after_the_first_launch() -> None:
     odd = base[1:].view(1000, 33)
     out = wrapper.call([odd])
     torch.testing.assert_close(out, torch.softmax(odd * 2, -1) + 1)
+
+
+def test_identical_kernels_of_a_graph_are_tuned_once(monkeypatch) -> None:
+    """Regression (GPT-2 bf16 on the H200, CRUCIBLE_KERNEL_TIMES): the twelve layers' identical GELU
+    kernels were each tuned in their first launch, because a graph loads all its launchers before any
+    of them tunes. The second launcher of a tuned source now takes the first one's config."""
+    import triton.testing
+
+    import compiler
+    from compiler import runtime
+    from compiler.codegen.triton import TritonRenderer
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    x = torch.randn(1 << 21)
+    renderer = TritonRenderer(interpret=False)
+    gm = compiler.trace_aten(lambda a: torch.tanh(a) * 3, x)
+    (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
+    rendered = renderer.render(kernel)
+    assert rendered.alternatives  # several launch configs: tuning would time them
+    monkeypatch.setattr(runtime, "_TUNED", {})
+    first, second = runtime.KernelLauncher(rendered, False), runtime.KernelLauncher(rendered, False)
+    timed = []
+
+    def fake_bench(fn, **kwargs) -> float:
+        timed.append(fn)
+        return float(len(timed))  # the first config is fastest
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    first.tune(())
+    assert len(timed) == 1 + len(rendered.alternatives) and first.tuned
+    second.tune(())
+    assert len(timed) == 1 + len(rendered.alternatives)  # not timed again
+    assert (second.grid, second.meta) == (first.grid, first.meta)
