@@ -54,7 +54,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     if config.kernel_times():
         from compiler.kernel_times import instrument
 
-        call = instrument(call, wrapper.launchers, comp.report, comp.device)
+        call = instrument(call, wrapper.launchers, wrapper.consts, comp.report, comp.device)
     if options.cudagraphs:
         from compiler.cudagraphs import static_input_indices, with_cudagraphs
 

@@ -1,11 +1,13 @@
-"""Per-kernel time (``CRUCIBLE_KERNEL_TIMES=1``): every generated kernel's launches timed, printed
-as one table per compiled graph when the process exits, and readable with ``kernel_times()``.
+"""Per-kernel time (``CRUCIBLE_KERNEL_TIMES=1``): every generated kernel's launches and every extern
+call timed, printed as one table per compiled graph when the process exits, and readable with
+``kernel_times()``.
 
 A graph's first call is not timed (it builds and tunes its kernels). On the GPU a launch is timed
-with a pair of CUDA events around it (device time, not host time;
-launches inside a CUDA graph capture are not timed); on the CPU a launch is synchronous and is
-timed with the wall clock. The whole graph's calls are timed the same way, so the share of time
-outside generated kernels (extern library calls, allocation) is the difference.
+with a pair of CUDA events around it (device time, not host time; launches inside a CUDA graph
+capture are not timed); on the CPU a launch is synchronous and is timed with the wall clock. The
+whole graph's calls are timed the same way, so the share outside kernels and extern calls (layout
+copies, allocation, host gaps) is the difference. While timing, the wrapper calls extern ops through
+their OpOverloads (``fast_externs=False``), where the timer can reach them.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ class _Timer:
     pending: list[tuple[Any, Any]] = field(default_factory=list)
 
     def time(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)``, timed."""
         if self.cuda:
             if torch.cuda.is_current_stream_capturing():
                 return fn(*args)
@@ -84,26 +87,30 @@ class _TimedLaunch:
         self.timer = timer
         self.armed = armed
 
-    def __call__(self, *args: Any) -> None:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.armed.on:
-            self.timer.time(self.launch, *args)
-        else:
-            self.launch(*args)
+            return self.timer.time(lambda: self.launch(*args, **kwargs))
+        return self.launch(*args, **kwargs)
 
 
-def instrument(call: Callable[[list], Any], launchers: dict[str, Any], report: GraphReport,
+def instrument(call: Callable[[list], Any], launchers: dict[str, Any], consts: list[Any], report: GraphReport,
                device: torch.device) -> Callable[[list], Any]:
-    """Time every launcher in ``launchers`` (the wrapper's own dict, replaced in place) and the
-    graph call; returns the timed call."""
+    """Time every launcher in ``launchers`` and every extern op in ``consts`` (the wrapper's own dict
+    and list, replaced in place) and the graph call; returns the timed call."""
     cuda = device.type == "cuda"
     symbols = {k.name: (k.symbol, k.ops) for k in report.kernels} if report.kernels else {}
-    kernels = {}
+    kernels: dict[str, tuple[str, tuple[str, ...], _Timer]] = {}
     armed = _Armed()
     for name, launcher in list(launchers.items()):
         timer = _Timer(cuda)
         symbol, ops = symbols.get(name, (name, ()))
         kernels[name] = (symbol, ops, timer)
         launchers[name] = _TimedLaunch(launcher, timer, armed)
+    for i, value in enumerate(consts):
+        if isinstance(value, torch._ops.OpOverload):
+            timer = _Timer(cuda)
+            kernels[f"extern{i}"] = (str(value), ("extern",), timer)
+            consts[i] = _TimedLaunch(value, timer, armed)
     whole = _Timer(cuda)
     if not _TABLES:
         atexit.register(print_kernel_times)
@@ -141,7 +148,7 @@ def format_kernel_times() -> str:
             continue
         in_kernels = sum(r.seconds for r in rows)
         head = (f"[crucible] graph {report.graph_id} ({report.kind}): {calls} calls, {seconds / calls * 1e6:.1f} us "
-                f"per call, {in_kernels / seconds * 100 if seconds else 0:.0f}% in generated kernels")
+                f"per call, {in_kernels / seconds * 100 if seconds else 0:.0f}% in kernels and extern calls")
         table = [(r.kernel, r.calls, f"{r.mean_us:.1f}", f"{r.seconds / seconds * 100 if seconds else 0:.1f}",
                   ", ".join(dict.fromkeys(r.ops))[:60]) for r in rows]
         parts.append(head + "\n" + tabulate(table, headers=["kernel", "launches", "us each", "% of graph", "ops"]))

@@ -23,11 +23,13 @@ class Wrapper:
     source: str
     call: Callable[[list], Any]
     launchers: dict[str, Any] = field(default_factory=dict)  # kernel name -> what the source launches
+    consts: list[Any] = field(default_factory=list)  # what ``consts[i]`` in the source is: extern ops, values
 
 
 class _WrapperWriter:
     def __init__(self, schedule: Schedule, rendered: dict[str, RenderedKernel],
-                 launchers: dict[str, Any]) -> None:
+                 launchers: dict[str, Any], fast_externs: bool = True) -> None:
+        self.fast_externs = fast_externs
         self.schedule = schedule
         self.rendered = rendered
         self.buffers = schedule.buffers
@@ -135,7 +137,7 @@ class _WrapperWriter:
         source = f"def call(args):\n{body}\n"
         namespace = dict(self.globals)
         exec(compile(source, "<crucible-wrapper>", "exec"), namespace)  # noqa: S102  (our own generated code)
-        return Wrapper(source, namespace["call"], self.globals["launchers"])
+        return Wrapper(source, namespace["call"], self.globals["launchers"], self.consts)
 
     def output_code(self, o: Any) -> str:
         if isinstance(o, View):
@@ -148,7 +150,7 @@ class _WrapperWriter:
         """The call, and each result something reads in the layout it was compiled for. Results
         nothing reads are left alone: the library may not return them at all (flash attention's
         debug mask is None at run time where its fake tensor says an empty tensor)."""
-        op = FAST_EXTERNS.get(node.op) or self.const(node.op)
+        op = (FAST_EXTERNS.get(node.op) if self.fast_externs else None) or self.const(node.op)
         args = ", ".join(self.arg_code(a) for a in node.args)
         kwargs = ", ".join(f"**{{{k!r}: {self.arg_code(v)}}}" for k, v in node.kwargs.items())
         call = f"{op}({args}{', ' if args and kwargs else ''}{kwargs})"
@@ -244,7 +246,9 @@ def _view_buffers(obj: Any) -> set[str]:
     return set()
 
 
-def generate_wrapper(schedule: Schedule, rendered: dict[str, RenderedKernel], launchers: dict[str, Any]) -> Wrapper:
+def generate_wrapper(schedule: Schedule, rendered: dict[str, RenderedKernel], launchers: dict[str, Any],
+                     fast_externs: bool = True) -> Wrapper:
     """The wrapper of a scheduled graph: it reads the schedule, the rendered kernels' argument lists
-    and the loaded launchers, never the lowered graph."""
-    return _WrapperWriter(schedule, rendered, launchers).write()
+    and the loaded launchers, never the lowered graph. ``fast_externs=False`` calls every extern op
+    through ``consts`` (its OpOverload), where per-kernel timing can reach it."""
+    return _WrapperWriter(schedule, rendered, launchers, fast_externs).write()
