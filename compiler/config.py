@@ -11,7 +11,9 @@ levels); ``tests/test_hygiene.py`` checks those tables against this module: the 
 Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" | "cpp";
 default: the registry's default codegen for the graph's device, triton on CUDA tensors and cpp
 on CPU tensors, see ``compiler.codegen.registry``), ``strict`` (raise on an
-internal compiler error instead of falling back to eager for that graph).
+internal compiler error instead of falling back to eager for that graph), ``extern`` ("default" |
+"none" | "all": which matmuls and attentions become generated template kernels, see
+``compiler.templates``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 CODEGENS = ("triton", "cpp")
+# "default": template or ATen per op by the measured rule of ``compiler.templates.policy``;
+# "none": every supported matmul/attention is a generated template kernel (CUDA-free);
+# "all": every one runs as an ATen extern call (the compiler before templates).
+EXTERN_MODES = ("default", "none", "all")
 
 
 # What each CRUCIBLE_DEBUG level adds, printed to stderr (levels are cumulative).
@@ -136,6 +142,7 @@ def environment_override(name: str, value: str) -> Iterator[None]:
 class Options:
     codegen: str | None = None  # None: the registry's default for the graph's device
     strict: bool = False
+    extern: str = "default"  # one of EXTERN_MODES
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -147,4 +154,8 @@ class Options:
         codegen = options.get("codegen")
         if codegen is not None and codegen not in CODEGENS:
             raise ValueError(f"codegen must be one of {CODEGENS}, got {codegen!r}")
-        return Options(codegen=codegen, strict=bool(options.get("strict", False)))
+        extern = options.get("extern") or "default"
+        if extern not in EXTERN_MODES:
+            raise ValueError(f"extern must be one of {EXTERN_MODES}, got {extern!r} (\"none\": generated "
+                             f"kernels for every supported matmul and attention)")
+        return Options(codegen=codegen, strict=bool(options.get("strict", False)), extern=extern)

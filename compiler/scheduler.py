@@ -228,9 +228,13 @@ class Scheduler:
             if isinstance(step, ExternNode):
                 steps.append(step)
             elif step.kept:  # a kernel whose values nobody reads (dead code the graph kept) is dropped
-                merge_loops(step)
-                steps.append(step.freeze(buffers))
+                steps.append(self.finish(step, buffers))
         return Schedule(steps, self.refusals, buffers)
+
+    def finish(self, step: _KernelBuilder, buffers: Mapping[str, Buffer]) -> Kernel:
+        """The frozen kernel (template kernels override: their loops are the template's)."""
+        merge_loops(step)
+        return step.freeze(buffers)
 
     def new_kernel(self, ranges: tuple[int, ...], rranges: tuple[int, ...]) -> _KernelBuilder:
         index = sum(1 for s in self.steps if isinstance(s, _KernelBuilder))
