@@ -92,6 +92,13 @@ ATTENTION = [  # (B, H, Hkv, L, S, D, causal)
 ]
 
 
+def _sdpa(causal: bool):
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    return fn
+
+
 def attention_rows(dtype: torch.dtype) -> list[list]:
     from triton.testing import do_bench
 
@@ -101,10 +108,9 @@ def attention_rows(dtype: torch.dtype) -> list[list]:
         k = torch.randn(b, hkv, keys, d, device="cuda", dtype=dtype)
         v = torch.randn(b, hkv, keys, d, device="cuda", dtype=dtype)
 
-        def fn(q, k, v, causal=causal):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+        fn = _sdpa(causal)
 
-        sdpa_ms = float(do_bench(lambda q=q, k=k, v=v: fn(q, k, v), warmup=10, rep=40, return_mode="median"))
+        sdpa_ms = float(do_bench(lambda q=q, k=k, v=v, fn=fn: fn(q, k, v), warmup=10, rep=40, return_mode="median"))
         results = time_configs(fn, [q, k, v])
         if not results:
             continue

@@ -56,7 +56,8 @@ class _GemmWriter:
             coef = [aff.get(ir.xvar(d), 0) for d in range(var_count)]
             terms = [str(aff.get(None, 0))]
             names = self.lb + [rows, cols]
-            terms += [f"{n} * {c}" if c != 1 else n for n, c in zip(names, coef) if c]
+            # every tile dim appears (times 0 for a size-1 dim the view dropped): a full-shaped tile
+            terms += [f"{n} * {c}" if c != 1 else n for n, c in zip(names, coef) if c or n in (rows, cols)]
             kstride = coef[-2 + kdim]
             lines_pre.append(f"{name}_ptrs = {ptr} + ({' + '.join(terms)})")
             load = f"tl.load({name}_ptrs)"
@@ -70,7 +71,8 @@ class _GemmWriter:
             w = ExprWriter(self.r, self.k, dict(enumerate(vars_)), f"({kmask})", prefix=f"{name}_", shared=self.epi)
             value = w.value(e)
             inside += w.pre
-            inside.append(f"{name} = {value}")
+            shape = "[BLOCK_M, BLOCK_K]" if kdim == 1 else "[BLOCK_K, BLOCK_N]"
+            inside.append(f"{name} = tl.broadcast_to({value}, {shape})")
             advance = ""
             tile = name
         want = compute_dtype(self.t.operand_dtype) if self.r.interpret else self.t.operand_dtype

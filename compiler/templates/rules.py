@@ -14,7 +14,7 @@ import torch
 
 from compiler import ir
 from compiler.graph import Buffer, View, contiguous_strides
-from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read, count_ops, register
+from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read, register
 from compiler.report import ExternReason
 from compiler.templates.policy import choose
 from compiler.templates.spec import AttentionTemplate, GemmTemplate, Template, TemplateNode, acc_read
@@ -55,9 +55,21 @@ def _emit(ctx: GraphLowering, template: Template, body: ir.Expr, dtype: torch.dt
 def _operand(ctx: GraphLowering, value: TensorValue) -> ir.Expr:
     """The operand as an expression over its own index space: a strided read, or a small pointwise
     prologue (cast, scaling) computed while the tile is loaded."""
-    if isinstance(value, Lazy) and count_ops(value.expr) > MAX_PROLOGUE_OPS:
+    if isinstance(value, Lazy) and _value_ops(value.expr) > MAX_PROLOGUE_OPS:
         value = ctx.realize(value)
     return as_expr(value)
+
+
+def _value_ops(expr: ir.Expr) -> int:
+    """Operations computing ``expr``'s value (address arithmetic inside loads not counted)."""
+    count, stack = 0, [expr]
+    while stack:
+        e = stack.pop()
+        if e.op is ir.Op.LOAD:
+            continue
+        count += bool(e.src)
+        stack.extend(e.src)
+    return count
 
 
 def _gemm_unsupported(a: TensorValue, b: TensorValue) -> str | None:
@@ -191,3 +203,13 @@ def lower_sdpa_cudnn(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorVal
                      is_causal: bool = False, return_debug_mask: bool = False, *,
                      scale: float | None = None) -> list:
     return _attention(ctx, node, q, k, v, attn_bias, dropout_p, is_causal, scale)
+
+
+# --- convolution ----------------------------------------------------------------------
+@register(aten.convolution)
+def lower_convolution(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> Any:
+    """No convolution template yet (an implicit-GEMM one is future work): ``extern="none"`` says so."""
+    if getattr(ctx, "extern_mode", "default") == "none" and "gemm" in ctx.capabilities.templates:
+        raise Unsupported(ExternReason.TEMPLATE_UNSUPPORTED,
+                          "no convolution template (implicit GEMM is not implemented): ATen's convolution")
+    raise Unsupported(ExternReason.LIBRARY_KERNEL, "vendor library kernel")

@@ -1,0 +1,164 @@
+"""Template kernels (GEMM, flash attention) under ``extern="none"``, in Triton's interpreter on CPU
+tensors (compiled on the GPU with ``--device cuda``): parity with eager for odd sizes, strided and
+sliced operands, every dtype, fused prologues and epilogues, and the fallback reasons ``inspect`` lists.
+Shapes are small and tiles large: the interpreter pays per program."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import compiler
+from compiler.report import CompileReport, ExternReason, FusionReason
+from tests.compiler.parity import assert_close, upcast
+
+DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.fixture
+def device(request: pytest.FixtureRequest) -> str:
+    return request.config.getoption("--device")
+
+
+def compile_none(fn: Callable, inputs: tuple, loosen: float = 1.0) -> CompileReport:
+    """``fn`` compiled with every matmul/attention as a template; outputs checked against eager
+    (16-bit outputs: no further from float64 than eager is)."""
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": "triton", "strict": True,
+                                                              "extern": "none"})
+    with compiler.collect_reports() as report:
+        got = compiled(*inputs)
+    expected = fn(*inputs)
+    low = any(isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) for t in inputs)
+    assert_close(got, expected, loosen, fn(*upcast(inputs)) if low else None)
+    assert not report.fallbacks
+    return report
+
+
+def templates(report: CompileReport, family: str = "gemm") -> list:
+    return [k for k in report.kernels if k.kind == f"template:{family}"]
+
+
+def _rand(*shape: int, dtype: torch.dtype, device: str) -> torch.Tensor:
+    return torch.randn(*shape, dtype=dtype, device=device)
+
+
+GEMM_CASES = {
+    "odd": lambda r: ((r(37, 29), r(29, 45)), lambda a, b: a @ b),
+    "transposed_a": lambda r: ((r(29, 37), r(29, 45)), lambda a, b: a.t() @ b),
+    "sliced_b": lambda r: ((r(37, 29), r(29, 90)), lambda a, b: a @ b[:, ::2]),
+    "bmm_permuted": lambda r: ((r(17, 3, 33), r(3, 19, 33)), lambda a, b: torch.bmm(a.transpose(0, 1), b.transpose(1, 2))),
+    "addmm_scaled": lambda r: ((r(45), r(37, 29), r(29, 45)), lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0)),
+    "linear_3d": lambda r: ((r(2, 7, 24), r(40, 24), r(40)), lambda x, w, c: F.linear(x, w, c)),
+    "row_vector": lambda r: ((r(1, 29), r(45, 29)), lambda a, w: a @ w.t()),
+    "empty_k": lambda r: ((r(5, 0), r(0, 6)), lambda a, b: a @ b),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("case", list(GEMM_CASES))
+def test_gemm_template_matches_eager(case: str, dtype: torch.dtype, device: str) -> None:
+    inputs, fn = GEMM_CASES[case](lambda *s: _rand(*s, dtype=dtype, device=device))
+    report = compile_none(fn, inputs)
+    assert len(templates(report)) == 1 and not report.externs, str(report)
+
+
+def test_pointwise_epilogue_fuses_into_the_gemm(device: str) -> None:
+    """bias, activation, residual add, scaling and a cast all join the GEMM's kernel; the matmul's
+    (B*S, N) output is read as (B, S, N) by the residual add (a reshape the epilogue maps)."""
+    x, w, bias, res = (_rand(2, 5, 24, dtype=torch.float16, device=device), _rand(40, 24, dtype=torch.float16, device=device),
+                       _rand(40, dtype=torch.float16, device=device), _rand(2, 5, 40, dtype=torch.float16, device=device))
+
+    def fn(x, w, bias, res):
+        return ((F.gelu(F.linear(x, w, bias)) + res) * 0.5).float()
+
+    report = compile_none(fn, (x, w, bias, res))
+    assert len(report.kernels) == 1, str(report)
+    ops = templates(report)[0].ops
+    assert {"gelu", "add", "mul"} <= {o.split(".")[0] for o in ops} or len(ops) >= 4, ops
+    assert "tl.dot" in report.kernels[0].source
+
+
+def test_prologue_cast_and_scale_are_computed_in_the_k_loop(device: str) -> None:
+    a, b = _rand(33, 20, dtype=torch.float32, device=device), _rand(20, 17, dtype=torch.float16, device=device)
+    report = compile_none(lambda a, b: (a * 0.5).to(b.dtype) @ b, (a, b))
+    assert len(report.kernels) == 1, str(report)
+
+
+def test_consumer_reading_across_tiles_is_refused_with_a_reason(device: str) -> None:
+    a, b, c = (_rand(16, 16, dtype=torch.float32, device=device) for _ in range(3))
+    report = compile_none(lambda a, b, c: (a @ b).t() + c, (a, b, c))
+    assert len(templates(report)) == 1 and len(report.kernels) == 2
+    assert FusionReason.CROSS_PROGRAM_READ in {r.reason for g in report.graphs for r in g.refused_fusions}
+
+
+def test_mlp_end_to_end_has_no_extern_call(device: str) -> None:
+    mlp = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.SiLU(), torch.nn.Linear(48, 10)).to(device)
+    with torch.no_grad():
+        report = compile_none(mlp, (_rand(9, 24, dtype=torch.float32, device=device),))
+    assert len(templates(report)) == 2 and not report.externs, str(report)
+    assert len(report.kernels) == 2  # each bias (and the SiLU) is an epilogue
+
+
+def test_fallbacks_are_listed_with_reasons(device: str) -> None:
+    """What extern="none" still sends to ATen: dtypes without a template, convolutions."""
+    a = torch.randn(8, 8, dtype=torch.float64, device=device)
+    conv = torch.nn.Conv2d(3, 4, 3).to(device)
+    x = torch.randn(1, 3, 8, 8, device=device)
+    torch._dynamo.reset()
+    report = compiler.inspect(lambda a, x: (a @ a, conv(x)), a, x, codegen="triton", extern="none")
+    reasons = {e.op: (e.reason, e.message) for e in report.externs}
+    assert reasons["aten.mm.default"][0] is ExternReason.TEMPLATE_UNSUPPORTED
+    assert "float64" in reasons["aten.mm.default"][1]
+    assert reasons["aten.convolution.default"][0] is ExternReason.TEMPLATE_UNSUPPORTED
+    assert "convolution" in reasons["aten.convolution.default"][1]
+
+
+def test_default_mode_and_cpp_keep_aten_and_say_why() -> None:
+    a = torch.randn(8, 8)
+    for options, needle in (({"codegen": "triton"}, "default rule"), ({"codegen": "cpp", "extern": "none"}, "")):
+        torch._dynamo.reset()
+        report = compiler.inspect(lambda a: a @ a, a, **options)
+        (extern,) = report.externs
+        assert extern.reason is ExternReason.LIBRARY_KERNEL and needle in extern.message
+
+
+def test_unknown_extern_mode_is_a_clear_error() -> None:
+    from compiler.config import Options
+
+    with pytest.raises(ValueError, match="extern must be one of"):
+        Options.parse({"extern": "cuda"})
+
+
+def sdpa(**kw: object) -> Callable:
+    return lambda q, k, v, *m: F.scaled_dot_product_attention(q, k, v, *m, **kw)
+
+
+ATTENTION_CASES = {  # (B, H, Hkv, L, S, D), sdpa keywords, mask
+    "causal_d64": ((1, 2, 2, 9, 9, 64), {"is_causal": True}, None),
+    "noncausal_d128": ((2, 2, 2, 7, 11, 128), {}, None),
+    "gqa": ((1, 4, 2, 6, 10, 64), {"enable_gqa": True, "is_causal": True}, None),
+    "float_mask": ((1, 2, 2, 5, 12, 64), {}, "float"),
+    "bool_mask": ((2, 2, 2, 5, 12, 64), {}, "bool"),
+    "decode_gqa": ((2, 8, 2, 1, 21, 128), {"enable_gqa": True}, "float"),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("case", list(ATTENTION_CASES))
+def test_attention_template_matches_eager(case: str, dtype: torch.dtype, device: str) -> None:
+    (b, h, hkv, length, keys, d), kw, mask = ATTENTION_CASES[case]
+    q, k, v = (_rand(b, h, length, d, dtype=dtype, device=device), _rand(b, hkv, keys, d, dtype=dtype, device=device),
+               _rand(b, hkv, keys, d, dtype=dtype, device=device))
+    extra: tuple = ()
+    if mask == "float":
+        extra = (_rand(length, keys, dtype=dtype, device=device),)
+    elif mask == "bool":
+        m = torch.rand(b, 1, length, keys, device=device) > 0.3
+        m[..., 0] = True  # no fully masked row (eager's NaN there is backend-dependent)
+        extra = (m,)
+    report = compile_none(sdpa(**kw), (q, k, v, *extra))
+    assert len(templates(report, "attention")) == 1 and not report.externs, str(report)
