@@ -15,7 +15,7 @@ import math
 from compiler.codegen.base import RenderedKernel, compute_dtype
 from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.graph import View
-from compiler.templates.render import ExprWriter, finish_source
+from compiler.templates.writer import ExprWriter, finish_source
 from compiler.templates.spec import AttentionTemplate, TemplateKernel
 from compiler.templates.tiles import attention_tiles, next_pow2
 

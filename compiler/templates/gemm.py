@@ -17,7 +17,7 @@ from compiler import ir
 from compiler.codegen.base import RenderedKernel, compute_dtype
 from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.ir import Expr, Op
-from compiler.templates.render import ExprWriter, finish_source
+from compiler.templates.writer import ExprWriter, finish_source
 from compiler.templates.spec import GemmTemplate, TemplateKernel
 from compiler.templates.tiles import gemm_tiles
 
