@@ -39,6 +39,7 @@ class _GemmWriter:
         self.lb = ["xb"] if t.batched else []
         out_vars = self.lb + ["rm[:, None]", "rn[None, :]"]
         self.epi = ExprWriter(renderer, k, dict(enumerate(out_vars)), "omask", acc=t.acc, prefix="e")
+        self.sms = 1 if renderer.interpret else _sm_count()
         self.wide = max((p.span for p in k.params), default=0) > INT32_LIMIT or \
             t.batch * max(t.m * t.k, t.k * t.n, t.m * t.n) > INT32_LIMIT
 
@@ -92,9 +93,8 @@ class _GemmWriter:
         ieee = t.operand_dtype.is_floating_point and compute_dtype(t.operand_dtype) == t.operand_dtype \
             and not t.allow_tf32
         precision = ', input_precision="ieee"' if ieee or self.r.interpret else ""
-        pid = "tl.program_id(0)"
-        body = [f"M = {t.m}", f"N = {t.n}", f"K = {t.k}", f"pid = {pid}",
-                "grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N",
+        head = [f"M = {t.m}", f"N = {t.n}", f"K = {t.k}"]
+        body = ["grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N",
                 "width = GROUP_M * grid_n", "group_id = pid // width",
                 "group_size = tl.minimum(grid_m - group_id * GROUP_M, GROUP_M)",
                 "pid_m = group_id * GROUP_M + (pid % group_size)", "pid_n = (pid % width) // group_size"]
@@ -113,17 +113,31 @@ class _GemmWriter:
         body += ["    " + line for line in a_in + b_in]
         body.append(f"    acc = tl.dot({a}, {b}, acc{precision})")
         body += ["omask = (rm[:, None] < M) & (rn[None, :] < N)"] + epilogue
+        # persistent configs: NUM_PROGS programs (one per SM) walk the tiles; the others, one tile each
+        head += ["if PERSISTENT:", "    for pid in range(tl.program_id(0), TILES, NUM_PROGS):"]
+        head += ["        " + line if line else "" for line in body]
+        head += ["else:", "    pid = tl.program_id(0)"] + ["    " + line if line else "" for line in body]
+        body = head
         params = [self.epi.params[b] for b in self.epi.args]
         launches = []
         for tile in gemm_tiles(t.m, t.n, t.k, t.operand_dtype, self.r.interpret):
             meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_K": tile.block_k,
                     "GROUP_M": tile.group_m, "EVEN_M": t.m % tile.block_m == 0, "EVEN_N": t.n % tile.block_n == 0,
                     "EVEN_K": t.k % tile.block_k == 0, "num_warps": tile.warps, "num_stages": tile.stages}
-            grid = (math.ceil(t.m / tile.block_m) * math.ceil(t.n / tile.block_n),) + ((t.batch,) if t.batched else ())
-            launches.append((grid, meta))
-        consts = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_M", "EVEN_N", "EVEN_K"]
+            tiles = math.ceil(t.m / tile.block_m) * math.ceil(t.n / tile.block_n)
+            programs = min(tiles, self.sms) if tile.persistent else tiles
+            meta.update(TILES=tiles, NUM_PROGS=programs, PERSISTENT=tile.persistent)
+            launches.append(((programs,) + ((t.batch,) if t.batched else ()), meta))
+        consts = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_M", "EVEN_N", "EVEN_K", "TILES", "NUM_PROGS",
+                  "PERSISTENT"]
         title = f"gemm {f'{t.batch} x ' if t.batched else ''}{t.m} x {t.n} x {t.k} {t.operand_dtype}"
         return finish_source(k, params, consts, body, title, list(self.epi.args), launches)
+
+
+def _sm_count() -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 
 def write_gemm(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKernel:

@@ -26,12 +26,14 @@ class GemmTile:
     group_m: int = 8
     warps: int = 4
     stages: int = 3
+    persistent: bool = False  # one program per SM walking the tiles
 
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)
 _LARGE_16BIT = [(128, 256, 64, 8, 8, 3), (128, 128, 64, 8, 4, 4), (256, 128, 64, 8, 8, 3),
-                (128, 128, 64, 8, 8, 3), (64, 128, 64, 8, 4, 4)]
-_MEDIUM_16BIT = [(64, 128, 64, 8, 4, 4), (128, 64, 64, 8, 4, 4), (64, 64, 64, 8, 4, 4), (128, 128, 64, 8, 4, 3)]
+                (128, 256, 64, 8, 8, 3, True), (128, 128, 64, 8, 8, 4, True)]
+_MEDIUM_16BIT = [(64, 128, 64, 8, 4, 4), (128, 64, 64, 8, 4, 4), (64, 64, 64, 8, 4, 4), (128, 128, 64, 8, 4, 4),
+                 (64, 128, 128, 8, 4, 3), (128, 128, 64, 8, 4, 4, True)]
 # decode: a few rows against a whole weight matrix is a stream over the weights; narrow N tiles
 # give enough programs to cover every SM, deep K tiles keep many loads in flight
 _SKINNY = [(16, 32, 256, 1, 4, 4), (16, 64, 256, 1, 4, 3), (16, 16, 512, 1, 4, 3), (16, 64, 128, 1, 4, 5),

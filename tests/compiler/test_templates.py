@@ -162,3 +162,16 @@ def test_attention_template_matches_eager(case: str, dtype: torch.dtype, device:
         extra = (m,)
     report = compile_none(sdpa(**kw), (q, k, v, *extra))
     assert len(templates(report, "attention")) == 1 and not report.externs, str(report)
+
+
+def test_persistent_gemm_walks_every_tile(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
+    """The persistent variant (programs walking the tiles; one program in the interpreter) with small
+    tiles, so one program computes several output tiles, odd edges included."""
+    from compiler.templates import gemm
+    from compiler.templates.tiles import GemmTile
+
+    monkeypatch.setattr(gemm, "gemm_tiles", lambda *a: [GemmTile(16, 16, 16, 2, 4, 2, persistent=True)])
+    a, b, c = (_rand(37, 29, dtype=torch.float32, device=device), _rand(29, 45, dtype=torch.float32, device=device),
+               _rand(45, dtype=torch.float32, device=device))
+    report = compile_none(lambda a, b, c: torch.relu(a @ b + c), (a, b, c))
+    assert "PERSISTENT" in templates(report)[0].source
