@@ -23,6 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import compiler
+
 
 @dataclass(frozen=True)
 class LlamaConfig:
@@ -42,7 +44,9 @@ CONFIGS = {  # Llama 3.2 1B and Llama 3.1 8B layer shapes
     "1b": LlamaConfig(hidden=2048, heads=32, kv_heads=8, ffn=8192, vocab=128256, layers=16),
     "8b": LlamaConfig(hidden=4096, heads=32, kv_heads=8, ffn=14336, vocab=128256, layers=32),
 }
-BACKENDS = ("eager", "inductor", "inductor-max-autotune", "crucible", "crucible-cuda-free")
+# crucible-aten: every matmul/attention an ATen call (extern="all", the cuBLAS path); crucible: the
+# default rule; crucible-cuda-free: extern="none"
+BACKENDS = ("eager", "inductor", "inductor-max-autotune", "crucible-aten", "crucible", "crucible-cuda-free")
 
 
 class RMSNorm(nn.Module):
@@ -113,7 +117,7 @@ def compiled(model: nn.Module, backend: str):
         return torch.compile(model)
     if backend == "inductor-max-autotune":
         return torch.compile(model, mode="max-autotune-no-cudagraphs")
-    extern = "none" if backend == "crucible-cuda-free" else "default"
+    extern = {"crucible-cuda-free": "none", "crucible-aten": "all"}.get(backend, "default")
     return torch.compile(model, backend="crucible", options={"extern": extern})
 
 
@@ -147,11 +151,21 @@ def bench_model(name: str, c: LlamaConfig, dtype: torch.dtype, batches: list[int
         for backend in backends:
             try:
                 fn = compiled(model, backend)
+                with torch.no_grad(), compiler.collect_reports() as report:
+                    fn(*prefill_args)  # compiles (the report counts what each graph became)
+                    fn(*decode_args)
                 with torch.no_grad():
                     pre = time_ms(lambda fn=fn, a=prefill_args: fn(*a))
                     step = time_ms(lambda fn=fn, a=decode_args: fn(*a))
+                made = ""
+                for graph in report.fallbacks:
+                    print(f"  {backend}: graph {graph.graph_id} ran in eager ({graph.failed_pass}): "
+                          f"{graph.fallback_message[:300]}", flush=True)
+                if backend.startswith("crucible"):
+                    made = (f"{sum(k.kind.startswith('template') for k in report.kernels)} templates, "
+                            f"{len(report.externs)} externs, {len(report.fallbacks)} eager graphs")
                 rows.append([name, c.layers, str(dtype).replace("torch.", ""), b, backend,
-                             f"{b * prompt / pre * 1e3:.0f}", f"{b / step * 1e3:.0f}", f"{step:.3f}"])
+                             f"{b * prompt / pre * 1e3:.0f}", f"{b / step * 1e3:.0f}", f"{step:.3f}", made])
             except Exception as why:  # noqa: BLE001  (one backend failing is a row, not the end of the table)
                 rows.append([name, c.layers, str(dtype).replace("torch.", ""), b, backend, "failed", "failed",
                              f"{type(why).__name__}: {str(why).splitlines()[0][:80]}"])
@@ -175,8 +189,6 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     from tabulate import tabulate
 
-    import compiler  # noqa: F401  (registers the backend)
-
     if not torch.cuda.is_available():
         raise SystemExit("compiler.bench.llm needs a CUDA GPU (see --help)")
     models, dtypes, batches = args.models.split(","), args.dtypes.split(","), [int(b) for b in args.batches.split(",")]
@@ -194,7 +206,7 @@ def main(argv: list[str] | None = None) -> None:
             rows += bench_model(name, c, torch.bfloat16 if dt == "bf16" else torch.float16, batches, backends,
                                 args.prompt, args.decode)
     print(tabulate(rows, headers=["model", "layers", "dtype", "batch", "backend", "prefill tok/s",
-                                  "decode tok/s", "decode step ms"]))
+                                  "decode tok/s", "decode step ms", "compiled as"]))
     if args.ops:
         from compiler.bench import tune_gemm
 

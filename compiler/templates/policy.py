@@ -26,10 +26,10 @@ LIBRARY = "vendor library kernel"
 
 
 def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str | None,
-           shape: tuple[int, ...], dtype: torch.dtype) -> Choice:
+           shape: tuple[int, ...], dtype: torch.dtype, epilogue: bool = False) -> Choice:
     """Template or ATen for one op of ``family`` ("gemm" | "attention"); ``unsupported`` is why no
     template covers it (None when one does). ``shape``: (B, M, N, K) for a GEMM, (B, H, L, S, D) for
-    attention."""
+    attention; ``epilogue``: a pointwise op consumes the result (it would fuse into the template)."""
     if family not in capabilities.templates:
         return Choice(False, LIBRARY)  # this renderer has no templates (C++): as before templates
     if mode == "all":
@@ -40,9 +40,23 @@ def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str 
         return Choice(True, "")
     if capabilities.interpreted:
         return Choice(False, f"{LIBRARY} (default rule: interpreted templates are slower than ATen on CPU)")
-    return _measured_rule(family, shape, dtype)
+    return _measured_rule(family, shape, dtype, epilogue)
 
 
-def _measured_rule(family: str, shape: tuple[int, ...], dtype: torch.dtype) -> Choice:
-    # Until a shape class is measured faster as a template on the GPU, ATen keeps it.
-    return Choice(False, f"{LIBRARY} (default rule: ATen measured faster for {family} of this shape)")
+# Measured on an H200 (compiler/bench/RESULTS_llm.md), bf16: the GEMM template is 0.78-0.98x cuBLAS
+# on decode shapes (M <= 32) and 0.7-0.96x on prefill shapes, per op; but a decode GEMM takes 2-10 us,
+# about what the launch of the separate pointwise kernel after it costs, so a decode GEMM whose result
+# a pointwise op consumes is a template (that op joins its epilogue). Decode attention (one query
+# token) is 0.92-0.99x SDPA per op and saves the extern call's layout copies: a template. Everything
+# else keeps the library kernel.
+DECODE_ROWS = 32
+
+
+def _measured_rule(family: str, shape: tuple[int, ...], dtype: torch.dtype, epilogue: bool) -> Choice:
+    if family == "gemm" and shape[0] * shape[1] <= DECODE_ROWS and epilogue:
+        return Choice(True, "")
+    if family == "attention" and shape[2] == 1:
+        return Choice(True, "")
+    what = "a decode GEMM without a pointwise consumer" if family == "gemm" and shape[0] * shape[1] <= DECODE_ROWS \
+        else f"{family} of this shape"
+    return Choice(False, f"{LIBRARY} (default rule: ATen measured faster for {what})")

@@ -31,10 +31,25 @@ MAX_PROLOGUE_OPS = 4
 MAX_HEAD_DIM = 256  # one head's row must fit the attention template's registers
 
 
+def _feeds_pointwise(node: Any) -> bool:
+    """A pointwise ATen op reads ``node``'s result (directly or through a view): it would fuse."""
+    views = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+    users = list(node.users)
+    while users:
+        u = users.pop()
+        target = getattr(u, "target", None)
+        if target in views:
+            users.extend(u.users)
+        elif torch.Tag.pointwise in getattr(target, "tags", ()):
+            return True
+    return False
+
+
 def _decide(ctx: GraphLowering, family: str, unsupported: str | None, shape: tuple[int, ...],
-            dtype: torch.dtype) -> None:
+            dtype: torch.dtype, node: Any = None) -> None:
     mode = getattr(ctx, "extern_mode", "default")
-    choice = choose(family, mode, ctx.capabilities, unsupported, shape, dtype)
+    epilogue = node is not None and _feeds_pointwise(node)
+    choice = choose(family, mode, ctx.capabilities, unsupported, shape, dtype, epilogue)
     if choice.template:
         return
     reason = ExternReason.LIBRARY_KERNEL
@@ -90,7 +105,7 @@ def _gemm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue, bias: T
     unsupported = _gemm_unsupported(a, b)
     if bias is not None and unsupported is None and bias.dtype not in DTYPES:
         unsupported = f"{bias.dtype} bias"
-    _decide(ctx, "gemm", unsupported, (batch, m, n, k), a.dtype)
+    _decide(ctx, "gemm", unsupported, (batch, m, n, k), a.dtype, node)
     template = GemmTemplate(ctx.new_name("acc"), batch, m, n, k, _operand(ctx, a), _operand(ctx, b),
                             a.dtype, batched)
     body = acc_read(template)

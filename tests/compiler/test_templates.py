@@ -175,3 +175,22 @@ def test_persistent_gemm_walks_every_tile(monkeypatch: pytest.MonkeyPatch, devic
                _rand(45, dtype=torch.float32, device=device))
     report = compile_none(lambda a, b, c: torch.relu(a @ b + c), (a, b, c))
     assert "PERSISTENT" in templates(report)[0].source
+
+
+def test_default_rule_on_the_gpu() -> None:
+    """Compiled (not interpreted) Triton: decode GEMMs with a pointwise consumer and decode attention
+    become templates, the rest keeps ATen (compiler.templates.policy gives the measurements)."""
+    from compiler.capabilities import Capabilities
+    from compiler.ir import Op
+    from compiler.templates.policy import choose
+
+    gpu = Capabilities("triton", frozenset(Op), templates=frozenset({"gemm", "attention"}))
+    bf16 = torch.bfloat16
+    assert choose("gemm", "default", gpu, None, (1, 1, 4096, 4096), bf16, epilogue=True).template
+    assert not choose("gemm", "default", gpu, None, (1, 1, 4096, 4096), bf16, epilogue=False).template
+    assert not choose("gemm", "default", gpu, None, (1, 512, 4096, 4096), bf16, epilogue=True).template
+    assert choose("attention", "default", gpu, None, (1, 32, 1, 768, 64), bf16).template
+    assert not choose("attention", "default", gpu, None, (1, 32, 512, 512, 64), bf16).template
+    assert not choose("attention", "all", gpu, None, (1, 32, 1, 768, 64), bf16).template
+    why = choose("gemm", "default", gpu, None, (1, 512, 4096, 4096), bf16, epilogue=True).message
+    assert "default rule" in why
