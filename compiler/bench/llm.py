@@ -113,18 +113,20 @@ def compiled(model: nn.Module, backend: str):
     torch._dynamo.reset()
     if backend == "eager":
         return model
+    # dynamic=False: prefill and decode are two static shapes; without it Dynamo's second compile makes
+    # sizes symbolic, which Crucible does not compile (that graph would run in eager)
     if backend == "inductor":
-        return torch.compile(model)
+        return torch.compile(model, dynamic=False)
     if backend == "inductor-max-autotune":
-        return torch.compile(model, mode="max-autotune-no-cudagraphs")
+        return torch.compile(model, mode="max-autotune-no-cudagraphs", dynamic=False)
     extern = {"crucible-cuda-free": "none", "crucible-aten": "all"}.get(backend, "default")
-    return torch.compile(model, backend="crucible", options={"extern": extern})
+    return torch.compile(model, backend="crucible", options={"extern": extern}, dynamic=False)
 
 
 def time_ms(fn) -> float:
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=5, rep=30, return_mode="median"))
+    return float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
 
 def bench_model(name: str, c: LlamaConfig, dtype: torch.dtype, batches: list[int], backends: list[str],
