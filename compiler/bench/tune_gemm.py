@@ -80,7 +80,7 @@ def gemm_rows(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> list[li
         results = time_configs(lambda a, w: a @ w.t(), [a, w])
         for meta, ms in sorted(results, key=lambda r: r[1])[:3]:
             cfg = "x".join(str(meta[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) + \
-                f" w{meta['num_warps']} s{meta['num_stages']}"
+                f" w{meta['num_warps']} s{meta['num_stages']}" + (" persistent" if meta.get("PERSISTENT") else "")
             rows.append([f"{m}x{n}x{k}", cfg, f"{flops / ms / 1e9:.1f}", f"{flops / aten_ms / 1e9:.1f}",
                          f"{aten_ms / ms:.2f}"])
     return rows
