@@ -71,6 +71,39 @@ def _var_map(consumer: tuple[int, ...], template: tuple[int, ...]) -> tuple[dict
     return mapping, True
 
 
+def _gather_map(consumer: tuple[int, ...], load: Expr, k: _KernelBuilder) -> dict[Expr, Expr] | None:
+    """Consumer XVARs as expressions of the template's when the consumer reads a template-local buffer
+    through a permutation of its dense layout (a convolution's (N*OH*OW, C) result read as (N, C, OH,
+    OW)): the element stored at flat position ``p`` is the one whose consumer index has ``x_d = (p //
+    coef_d) % size_d``. None unless the read's coefficients are a mixed radix covering the buffer."""
+    aff = ir.to_affine(load.src[0])
+    stored, _, _ = k.produced[load.arg]
+    if aff is None or aff.get(None, 0) != 0:
+        return None
+    dims = []
+    for d, n in enumerate(consumer):
+        coef = aff.get(ir.xvar(d), 0)
+        if n != 1 and coef <= 0:
+            return None
+        if n != 1:
+            dims.append((coef, n, d))
+    if any(v is not None and v.op is not ir.Op.XVAR for v in aff) or len(aff) - (None in aff) != len(dims):
+        return None
+    span = 1
+    for coef, n, _ in sorted(dims):
+        if coef != span:
+            return None
+        span *= n
+    if span != numel(k.ranges):
+        return None
+    zero = ir.const(0, ir.INDEX_DTYPE)
+    mapping = {ir.xvar(d): zero for d, n in enumerate(consumer) if n == 1}
+    for coef, n, d in dims:
+        q = stored if coef == 1 else ir.binary(ir.Op.DIV, stored, ir.const(coef, ir.INDEX_DTYPE))
+        mapping[ir.xvar(d)] = q if coef * n == span else ir.binary(ir.Op.MOD, q, ir.const(n, ir.INDEX_DTYPE))
+    return mapping
+
+
 class TemplateScheduler(Scheduler):
     """The scheduler, plus template kernels and their epilogues."""
 
@@ -113,9 +146,19 @@ class TemplateScheduler(Scheduler):
             same = (_normal(e.src[0]) == own_flat and index == template_flat) if flat else \
                 _normal(ir.substitute(e.src[0], mapping)) == index
             if not same:
-                return (FusionReason.CROSS_PROGRAM_READ, f"reads {e.arg} at {ir.render_expr(e.src[0])}, "
-                        f"which template {k.name} produces at {ir.render_expr(index)}")
+                break
             values[e] = ir.cast(value, e.dtype)
+        else:
+            local = []
+        if local:  # not read element for element: maybe a permutation of the stored layout
+            gathered = _gather_map(node.ranges, local[0], k)
+            if gathered is None or any((e.src[0], k.produced[e.arg][0]) != (local[0].src[0], k.produced[local[0].arg][0])
+                                       for e in local):
+                e = local[0]
+                return (FusionReason.CROSS_PROGRAM_READ, f"reads {e.arg} at {ir.render_expr(e.src[0])}, "
+                        f"which template {k.name} produces at {ir.render_expr(k.produced[e.arg][0])}")
+            mapping, flat = gathered, False
+            values = {e: ir.cast(k.produced[e.arg][1], e.dtype) for e in local}
         value = ir.substitute(node.body, {**values, **mapping})
         if value.depth > MAX_FUSED_DEPTH:
             return FusionReason.TOO_DEEP, f"fused epilogue would be {value.depth} deep (limit {MAX_FUSED_DEPTH})"

@@ -90,9 +90,17 @@ def test_prologue_cast_and_scale_are_computed_in_the_k_loop(device: str) -> None
 
 def test_consumer_reading_across_tiles_is_refused_with_a_reason(device: str) -> None:
     a, b, c = (_rand(16, 16, dtype=torch.float32, device=device) for _ in range(3))
-    report = compile_none(lambda a, b, c: (a @ b).t() + c, (a, b, c))
+    report = compile_none(lambda a, b, c: (a @ b).flip(0) + c, (a, b, c))
     assert len(templates(report)) == 1 and len(report.kernels) == 2
     assert FusionReason.CROSS_PROGRAM_READ in {r.reason for g in report.graphs for r in g.refused_fusions}
+
+
+def test_consumer_of_a_permuted_result_joins_the_epilogue(device: str) -> None:
+    """A transpose reads each stored element exactly once: the epilogue stores it transposed."""
+    a, b, c = (_rand(24, 40, dtype=torch.float32, device=device), _rand(40, 16, dtype=torch.float32, device=device),
+               _rand(16, 24, dtype=torch.float32, device=device))
+    report = compile_none(lambda a, b, c: torch.relu((a @ b).t() + c), (a, b, c))
+    assert len(report.kernels) == 1, str(report)
 
 
 def test_mlp_end_to_end_has_no_extern_call(device: str) -> None:
