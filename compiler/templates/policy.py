@@ -27,7 +27,7 @@ LIBRARY = "vendor library kernel"
 
 def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str | None,
            shape: tuple[int, ...], dtype: torch.dtype, epilogue: bool = False) -> Choice:
-    """Template or ATen for one op of ``family`` ("gemm" | "attention"); ``unsupported`` is why no
+    """Template or ATen for one op of ``family`` ("gemm" | "attention" | "conv"); ``unsupported`` is why no
     template covers it (None when one does). ``shape``: (B, M, N, K) for a GEMM, (B, H, L, S, D) for
     attention; ``epilogue``: a pointwise op consumes the result (it would fuse into the template)."""
     if family not in capabilities.templates:
@@ -57,6 +57,8 @@ def _measured_rule(family: str, shape: tuple[int, ...], dtype: torch.dtype, epil
         return Choice(True, "")
     if family == "attention" and shape[2] == 1:
         return Choice(True, "")
+    if family == "conv":  # not measured yet: cuDNN keeps every convolution
+        return Choice(False, f"{LIBRARY} (default rule: convolutions keep cuDNN until the template is measured)")
     what = "a decode GEMM without a pointwise consumer" if family == "gemm" and shape[0] * shape[1] <= DECODE_ROWS \
         else f"{family} of this shape"
     return Choice(False, f"{LIBRARY} (default rule: ATen measured faster for {what})")

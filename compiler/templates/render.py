@@ -13,7 +13,7 @@ from compiler.templates.attention import write_attention
 from compiler.templates.gemm import write_gemm
 from compiler.templates.spec import TemplateKernel
 
-FAMILIES = frozenset({"gemm", "attention"})
+FAMILIES = frozenset({"gemm", "attention", "conv"})  # conv: implicit GEMM on the GEMM template
 
 
 class TemplateTritonRenderer(TritonRenderer):

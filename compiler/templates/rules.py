@@ -13,57 +13,21 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler import ir
-from compiler.graph import Buffer, View, contiguous_strides
-from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read, register
-from compiler.report import ExternReason
-from compiler.templates.policy import choose
-from compiler.templates.spec import AttentionTemplate, GemmTemplate, Template, TemplateNode, acc_read
+from compiler.graph import View
+from compiler.lowerings.rules import Lazy, Strided, TensorValue, as_expr, broadcast_read, register
+from compiler.templates import conv  # noqa: F401  (registers the convolution rule)
+from compiler.templates.emit import DTYPES, decide, emit
+from compiler.templates.spec import AttentionTemplate, GemmTemplate, acc_read
 
 if TYPE_CHECKING:
     from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
-DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 # An operand computed by a pointwise expression of at most this many ops is recomputed inside the
 # GEMM's K loop (a cast, a scaling: the "prologue"); a bigger one is realized first, since each
 # element is recomputed once per output tile column.
 MAX_PROLOGUE_OPS = 4
 MAX_HEAD_DIM = 256  # one head's row must fit the attention template's registers
-
-
-def _feeds_pointwise(node: Any) -> bool:
-    """A pointwise ATen op reads ``node``'s result (directly or through a view): it would fuse."""
-    views = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
-    users = list(node.users)
-    while users:
-        u = users.pop()
-        target = getattr(u, "target", None)
-        if target in views:
-            users.extend(u.users)
-        elif torch.Tag.pointwise in getattr(target, "tags", ()):
-            return True
-    return False
-
-
-def _decide(ctx: GraphLowering, family: str, unsupported: str | None, shape: tuple[int, ...],
-            dtype: torch.dtype, node: Any = None) -> None:
-    mode = getattr(ctx, "extern_mode", "default")
-    epilogue = node is not None and _feeds_pointwise(node)
-    choice = choose(family, mode, ctx.capabilities, unsupported, shape, dtype, epilogue)
-    if choice.template:
-        return
-    reason = ExternReason.LIBRARY_KERNEL
-    if unsupported is not None and mode == "none" and family in ctx.capabilities.templates:
-        reason = ExternReason.TEMPLATE_UNSUPPORTED
-    raise Unsupported(reason, choice.message)
-
-
-def _emit(ctx: GraphLowering, template: Template, body: ir.Expr, dtype: torch.dtype,
-          stride: tuple[int, ...] | None = None) -> Strided:
-    shape = template.out_shape
-    buf = Buffer(ctx.new_name(), dtype, shape, stride or contiguous_strides(shape), "computed")
-    ctx.graph.nodes.append(TemplateNode(buf, (), body, ctx.origins_of(body), template=template))
-    return Strided(buf.name, shape, buf.stride, 0, dtype)
 
 
 # --- GEMM -----------------------------------------------------------------------------
@@ -105,7 +69,7 @@ def _gemm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue, bias: T
     unsupported = _gemm_unsupported(a, b)
     if bias is not None and unsupported is None and bias.dtype not in DTYPES:
         unsupported = f"{bias.dtype} bias"
-    _decide(ctx, "gemm", unsupported, (batch, m, n, k), a.dtype, node)
+    decide(ctx, "gemm", unsupported, (batch, m, n, k), a.dtype, node)
     template = GemmTemplate(ctx.new_name("acc"), batch, m, n, k, _operand(ctx, a), _operand(ctx, b),
                             a.dtype, batched)
     body = acc_read(template)
@@ -116,7 +80,7 @@ def _gemm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue, bias: T
         if beta != 1:
             term = ir.binary(ir.Op.MUL, term, ir.const(beta, torch.float32))
         body = ir.binary(ir.Op.ADD, body, term)
-    return _emit(ctx, template, ir.cast(body, out_dtype), out_dtype)
+    return emit(ctx, template, ir.cast(body, out_dtype), out_dtype)
 
 
 @register(aten.mm)
@@ -182,12 +146,12 @@ def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v:
         unsupported = f"{heads} query heads over {kv_heads} key/value heads"
     elif mask is not None and mask.dtype not in DTYPES:
         unsupported = f"{mask.dtype} attention mask (boolean masks reach us as additive float masks)"
-    _decide(ctx, "attention", unsupported, (batch, heads, length, keys, dim), q.dtype)
+    decide(ctx, "attention", unsupported, (batch, heads, length, keys, dim), q.dtype)
     full = (batch, heads, length, keys)
     template = AttentionTemplate(ctx.new_name("acc"), _strided(ctx, q), _strided(ctx, k), _strided(ctx, v),
                                  _mask_view(ctx, mask, full) if mask is not None else None, bool(causal),
                                  float(scale) if scale is not None else 1 / math.sqrt(dim))
-    out = _emit(ctx, template, ir.cast(acc_read(template), q.dtype), q.dtype, _output_stride(vals[0]))
+    out = emit(ctx, template, ir.cast(acc_read(template), q.dtype), q.dtype, _output_stride(vals[0]))
     return [out] + [None] * (len(vals) - 1)
 
 
@@ -218,13 +182,3 @@ def lower_sdpa_cudnn(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorVal
                      is_causal: bool = False, return_debug_mask: bool = False, *,
                      scale: float | None = None) -> list:
     return _attention(ctx, node, q, k, v, attn_bias, dropout_p, is_causal, scale)
-
-
-# --- convolution ----------------------------------------------------------------------
-@register(aten.convolution)
-def lower_convolution(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> Any:
-    """No convolution template yet (an implicit-GEMM one is future work): ``extern="none"`` says so."""
-    if getattr(ctx, "extern_mode", "default") == "none" and "gemm" in ctx.capabilities.templates:
-        raise Unsupported(ExternReason.TEMPLATE_UNSUPPORTED,
-                          "no convolution template (implicit GEMM is not implemented): ATen's convolution")
-    raise Unsupported(ExternReason.LIBRARY_KERNEL, "vendor library kernel")

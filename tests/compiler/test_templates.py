@@ -112,17 +112,42 @@ def test_mlp_end_to_end_has_no_extern_call(device: str) -> None:
 
 
 def test_fallbacks_are_listed_with_reasons(device: str) -> None:
-    """What extern="none" still sends to ATen: dtypes without a template, convolutions."""
+    """What extern="none" still sends to ATen: dtypes without a template, transposed convolutions."""
     a = torch.randn(8, 8, dtype=torch.float64, device=device)
-    conv = torch.nn.Conv2d(3, 4, 3).to(device)
+    deconv = torch.nn.ConvTranspose2d(3, 4, 3).to(device)
     x = torch.randn(1, 3, 8, 8, device=device)
     torch._dynamo.reset()
-    report = compiler.inspect(lambda a, x: (a @ a, conv(x)), a, x, codegen="triton", extern="none")
+    with torch.no_grad():
+        report = compiler.inspect(lambda a, x: (a @ a, deconv(x)), a, x, codegen="triton", extern="none")
     reasons = {e.op: (e.reason, e.message) for e in report.externs}
     assert reasons["aten.mm.default"][0] is ExternReason.TEMPLATE_UNSUPPORTED
     assert "float64" in reasons["aten.mm.default"][1]
-    assert reasons["aten.convolution.default"][0] is ExternReason.TEMPLATE_UNSUPPORTED
-    assert "convolution" in reasons["aten.convolution.default"][1]
+    assert reasons["aten.convolution.default"] == (ExternReason.TEMPLATE_UNSUPPORTED, "transposed convolution")
+
+
+CONV_CASES = {  # in, out, kernel, stride, padding, dilation, groups, bias
+    "padded_bias": (3, 8, 3, 1, 1, 1, 1, True),
+    "strided_groups": (4, 6, 3, 2, 0, 1, 2, False),
+    "depthwise": (6, 6, 3, 1, 1, 1, 6, True),
+    "pointwise_1x1": (4, 8, 1, 1, 0, 1, 1, True),
+    "dilated": (4, 4, 5, 1, 2, 2, 1, False),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("case", list(CONV_CASES))
+def test_conv2d_implicit_gemm_matches_eager(case: str, dtype: torch.dtype, device: str) -> None:
+    cin, cout, k, stride, pad, dil, groups, bias = CONV_CASES[case]
+    x, w = _rand(2, cin, 9, 11, dtype=dtype, device=device), _rand(cout, cin // groups, k, k, dtype=dtype, device=device)
+    b = _rand(cout, dtype=dtype, device=device) if bias else None
+
+    def fn(x, w, b):
+        return torch.relu(F.conv2d(x, w, b, stride=stride, padding=pad, dilation=dil, groups=groups))
+
+    report = compile_none(fn, (x, w, b))
+    assert len(templates(report)) == 1 and not report.externs, str(report)
+    if groups == 1 or groups == cin == cout:  # the relu joins the epilogue through the NCHW view
+        assert len(report.kernels) == 1, str(report)
 
 
 def test_default_mode_and_cpp_keep_aten_and_say_why() -> None:
