@@ -121,11 +121,44 @@ def attention_rows(dtype: torch.dtype) -> list[list]:
     return rows
 
 
+CONVS = [  # (N, C_in, H, W, C_out, kernel, stride, groups): ResNet-50-like layers, a depthwise one
+    (32, 64, 56, 56, 64, 3, 1, 1), (32, 256, 56, 56, 64, 1, 1, 1), (32, 128, 28, 28, 128, 3, 1, 1),
+    (32, 96, 56, 56, 96, 3, 1, 96),
+]
+
+
+def _conv(stride: int, groups: int, pad: int):
+    def fn(x, w):
+        return F.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+
+    return fn
+
+
+def conv_rows(dtype: torch.dtype) -> list[list]:
+    from triton.testing import do_bench
+
+    rows = []
+    for n, cin, h, w, cout, k, stride, groups in CONVS:
+        x = torch.randn(n, cin, h, w, device="cuda", dtype=dtype)
+        wt = torch.randn(cout, cin // groups, k, k, device="cuda", dtype=dtype)
+        fn = _conv(stride, groups, k // 2)
+        aten_ms = float(do_bench(lambda x=x, wt=wt, fn=fn: fn(x, wt), warmup=10, rep=40, return_mode="median"))
+        results = time_configs(fn, [x, wt])
+        if not results:
+            continue
+        meta, ms = min(results, key=lambda r: r[1])
+        rows.append([f"{n}x{cin}x{h}x{w} -> {cout} k{k} s{stride} g{groups}",
+                     "x".join(str(meta[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")),
+                     f"{ms * 1e3:.0f}", f"{aten_ms * 1e3:.0f}", f"{aten_ms / ms:.2f}"])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="all", choices=[*GEMMS, "all", "none"])
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     parser.add_argument("--attention", action="store_true", help="also time the attention template")
+    parser.add_argument("--conv", action="store_true", help="also time the convolution template")
     args = parser.parse_args(argv)
     import compiler  # noqa: F401  (registers the backend)
 
@@ -139,6 +172,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.attention:
         print(tabulate(attention_rows(dtype), headers=["attention", "tile", "template us", "SDPA us",
                                                         "vs SDPA"]), flush=True)
+    if args.conv:
+        print(tabulate(conv_rows(dtype), headers=["convolution", "tile", "template us", "cuDNN us", "vs cuDNN"]),
+              flush=True)
 
 
 if __name__ == "__main__":
