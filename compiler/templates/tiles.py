@@ -38,6 +38,8 @@ _MEDIUM_16BIT = [(64, 128, 64, 8, 4, 4), (128, 64, 64, 8, 4, 4), (64, 64, 64, 8,
 # give enough programs to cover every SM, deep K tiles keep many loads in flight
 _SKINNY = [(16, 32, 256, 1, 4, 4), (16, 64, 256, 1, 4, 3), (16, 16, 512, 1, 4, 3), (16, 64, 128, 1, 4, 5),
            (32, 64, 128, 1, 4, 4)]
+# few output columns (a convolution's channels): narrow N tiles, tall M tiles
+_NARROW = [(128, 64, 64, 8, 4, 4), (256, 64, 64, 8, 8, 3), (64, 64, 64, 8, 4, 4), (128, 32, 64, 8, 4, 4)]
 _FP32 = [(128, 128, 32, 8, 8, 3), (64, 128, 32, 8, 4, 3), (64, 64, 32, 8, 4, 4)]
 
 
@@ -50,6 +52,8 @@ def gemm_tiles(m: int, n: int, k: int, dtype: torch.dtype, interpret: bool) -> l
         table = _SKINNY
     elif dtype == torch.float32:
         table = _FP32
+    elif n <= 128:
+        table = _NARROW
     elif m * n >= 2048 * 2048:
         table = _LARGE_16BIT
     else:
