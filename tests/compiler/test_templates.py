@@ -194,7 +194,11 @@ def test_attention_template_matches_eager(case: str, dtype: torch.dtype, device:
         m[..., 0] = True  # no fully masked row (eager's NaN there is backend-dependent)
         extra = (m,)
     report = compile_none(sdpa(**kw), (q, k, v, *extra))
-    assert len(templates(report, "attention")) == 1 and not report.externs, str(report)
+    assert not report.externs, str(report)
+    # on CUDA, SDPA sends float32 grouped-query attention to its math path, which reaches us decomposed
+    # (batched matmuls and a softmax): GEMM templates then, not the attention template
+    math_path = device == "cuda" and dtype == torch.float32 and h != hkv
+    assert len(templates(report, "gemm")) >= 2 if math_path else len(templates(report, "attention")) == 1, str(report)
 
 
 def test_persistent_gemm_walks_every_tile(monkeypatch: pytest.MonkeyPatch, device: str) -> None:
