@@ -2,7 +2,8 @@
 
 A template is data: ``spec.GemmTemplate`` / ``spec.AttentionTemplate`` say which op, on which
 operand expressions (loop IR over the template's index variables), with which output. Lowering
-(``rules``) turns ``aten.mm``/``addmm``/``bmm`` and the SDPA ops into a ``TemplateNode`` when the
+(``rules``, ``conv``) turns ``aten.mm``/``addmm``/``bmm``, the SDPA ops and 2-d convolutions (an
+implicit GEMM on the GEMM template) into a ``TemplateNode`` when the
 ``extern`` option and the measured rule (``policy``) say so; otherwise the op stays an extern call
 with its reason. The scheduler (``scheduling``) fuses the pointwise consumers of a template's output
 into its epilogue, in the same expression IR pointwise kernels use; the Triton renderer

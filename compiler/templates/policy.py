@@ -35,7 +35,7 @@ def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str 
     if mode == "all":
         return Choice(False, f"{LIBRARY} (extern='all')")
     if unsupported is not None:
-        return Choice(False, unsupported)
+        return Choice(False, unsupported if mode == "none" else f"{LIBRARY} (no template: {unsupported})")
     if mode == "none":
         return Choice(True, "")
     if capabilities.interpreted:

@@ -131,6 +131,8 @@ def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v:
     vals = node.meta["val"]
     # results something reads (a traced graph keeps dead getitems of the log-sum-exp)
     used = {u.args[1] for u in node.users if getattr(u.target, "__name__", "") == "getitem" and u.users}
+    if any(len(t.shape) != 4 for t in (q, k, v)):  # (the CPU kernel takes other ranks too)
+        decide(ctx, "attention", f"rank-{len(q.shape)} attention (the template takes (B, H, L, D))", (), q.dtype)
     batch, heads, length, dim = q.shape
     kv_heads, keys = k.shape[1], k.shape[2]
     unsupported = None
