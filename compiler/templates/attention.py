@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 
-from compiler.codegen.base import RenderedKernel, compute_dtype
+from compiler.codegen.base import RenderedKernel
+from compiler.codegen.shared import compute_dtype
 from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.graph import View
 from compiler.templates.writer import ExprWriter, finish_source
@@ -88,8 +89,7 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
         meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_D": max(16, next_pow2(dim)),
                 "BLOCK_DV": max(16, next_pow2(dim_v)), "num_warps": tile.warps, "num_stages": tile.stages}
         launches.append(((math.ceil(rows / tile.block_m), batch * kv_heads), meta))
-    params = [epi.params[b] for b in epi.args]
+    params, args = epi.signature()
     title = (f"attention {batch}x{heads}x{length}x{dim} over {kv_heads} kv heads x {keys} keys "
              f"{TL_DTYPE[t.q.dtype]}{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''}")
-    return finish_source(k, params, ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV"], body, title,
-                         list(epi.args), launches)
+    return finish_source(k, params, ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV"], body, title, args, launches)

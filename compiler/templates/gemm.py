@@ -14,7 +14,8 @@ from __future__ import annotations
 import math
 
 from compiler import ir
-from compiler.codegen.base import RenderedKernel, compute_dtype
+from compiler.codegen.base import RenderedKernel
+from compiler.codegen.shared import compute_dtype
 from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.ir import Expr, Op
 from compiler.templates.writer import ExprWriter, finish_source
@@ -118,7 +119,7 @@ class _GemmWriter:
         head += ["        " + line if line else "" for line in body]
         head += ["else:", "    pid = tl.program_id(0)"] + ["    " + line if line else "" for line in body]
         body = head
-        params = [self.epi.params[b] for b in self.epi.args]
+        params, args = self.epi.signature()
         launches = []
         for tile in gemm_tiles(t.m, t.n, t.k, t.operand_dtype, self.r.interpret):
             meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_K": tile.block_k,
@@ -131,7 +132,7 @@ class _GemmWriter:
         consts = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_M", "EVEN_N", "EVEN_K", "TILES", "NUM_PROGS",
                   "PERSISTENT"]
         title = f"gemm {f'{t.batch} x ' if t.batched else ''}{t.m} x {t.n} x {t.k} {t.operand_dtype}"
-        return finish_source(k, params, consts, body, title, list(self.epi.args), launches)
+        return finish_source(k, params, consts, body, title, args, launches)
 
 
 def _sm_count() -> int:

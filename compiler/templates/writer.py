@@ -24,8 +24,15 @@ class ExprWriter(_KernelWriter):
         self.acc_code = acc_code
         self.prefix = prefix
         if shared is not None:
-            self.args = shared.args
             self.params = shared.params
+
+    def param(self, buffer: str) -> str:
+        """The kernel parameter holding ``buffer`` (positional, shared by the kernel's writers)."""
+        return self.params.name(buffer)
+
+    def signature(self) -> tuple[list[str], list[str]]:
+        """Parameter names and their buffers, in order."""
+        return [name for _, name in self.params.signature()], list(self.params.buffers)
 
     def tmp(self, e: Expr, code: str, section: list[str] | None = None) -> str:
         name = f"{self.prefix}{self.counter}"
