@@ -88,6 +88,21 @@ class TemplateNode(ComputedNode):
 
     template: Template | None = None
 
+    def __str__(self) -> str:
+        return f"{self.name}: {str(self.buffer.dtype).replace('torch.', '')}{list(self.ranges)} " \
+               f"{describe(self.template)} -> {ir.render_expr(self.body)}"
+
+
+def describe(template: Template | None) -> str:
+    """One line naming the template and its sizes (IR dumps, kernel dumps)."""
+    if isinstance(template, GemmTemplate):
+        batch = f"{template.batch} x " if template.batched else ""
+        return f"template gemm {batch}{template.m}x{template.n}x{template.k} {template.operand_dtype}"
+    if isinstance(template, AttentionTemplate):
+        return (f"template attention q{list(template.q.shape)} k{list(template.k.shape)}"
+                f"{' causal' if template.causal else ''}{' masked' if template.mask is not None else ''}")
+    return "template"
+
 
 @dataclass(frozen=True)
 class TemplateKernel(Kernel):
@@ -100,3 +115,7 @@ class TemplateKernel(Kernel):
     def family(self) -> str:
         assert self.template is not None
         return self.template.family
+
+    def __str__(self) -> str:
+        lines = super().__str__().splitlines()
+        return "\n".join([f"{lines[0]} {describe(self.template)}", *lines[1:]])

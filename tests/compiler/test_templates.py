@@ -248,3 +248,14 @@ def test_default_rule_on_the_gpu() -> None:
     assert not choose("attention", "all", gpu, None, (1, 32, 1, 768, 64), bf16).template
     why = choose("gemm", "default", gpu, None, (1, 512, 4096, 4096), bf16, epilogue=True).message
     assert "default rule" in why
+
+
+def test_llm_benchmark_help_runs_anywhere(capsys: pytest.CaptureFixture) -> None:
+    from compiler.bench import llm
+
+    with pytest.raises(SystemExit) as done:
+        llm.main(["--help"])
+    assert done.value.code == 0 and "--quick" in capsys.readouterr().out
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="needs a CUDA GPU"):
+            llm.main(["--quick"])
