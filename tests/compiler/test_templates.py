@@ -197,7 +197,7 @@ ATTENTION_CASES = {  # (B, H, Hkv, L, S, D), sdpa keywords, mask
 }
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
 @pytest.mark.parametrize("case", list(ATTENTION_CASES))
 def test_attention_template_matches_eager(case: str, dtype: torch.dtype, device: str) -> None:
     (b, h, hkv, length, keys, d), kw, mask = ATTENTION_CASES[case]
@@ -259,3 +259,21 @@ def test_llm_benchmark_help_runs_anywhere(capsys: pytest.CaptureFixture) -> None
     if not torch.cuda.is_available():
         with pytest.raises(SystemExit, match="needs a CUDA GPU"):
             llm.main(["--quick"])
+
+
+def test_training_step_runs_its_backward_matmuls_as_templates(device: str) -> None:
+    """The backward's matmuls read transposed views of saved activations and weights."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(24, 48), torch.nn.GELU(), torch.nn.Linear(48, 10)).to(device)
+    x = torch.randn(9, 24, device=device, requires_grad=True)
+    torch._dynamo.reset()
+    compiled = torch.compile(mlp, backend="crucible", options={"codegen": "triton", "strict": True, "extern": "none"})
+    with compiler.collect_reports() as report:
+        compiled(x).sum().backward()
+    got = [p.grad.clone() for p in mlp.parameters()] + [x.grad.clone()]
+    mlp.zero_grad()
+    x.grad = None
+    mlp(x).sum().backward()
+    assert_close(got, [p.grad for p in mlp.parameters()] + [x.grad])
+    backward = [g for g in report.graphs if g.kind == "backward"]
+    assert backward and not report.externs
+    assert sum(k.kind == "template:gemm" for k in backward[0].kernels) == 4, str(report)
