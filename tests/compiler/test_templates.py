@@ -248,6 +248,7 @@ def test_default_rule_on_the_gpu() -> None:
     assert not choose("attention", "all", gpu, None, (1, 32, 1, 768, 64), bf16).template
     why = choose("gemm", "default", gpu, None, (1, 512, 4096, 4096), bf16, epilogue=True).message
     assert "default rule" in why
+    assert not choose("gemm", "default", gpu, None, (1, 1, 4096, 4096), torch.float32, epilogue=True).template
 
 
 def test_llm_benchmark_help_runs_anywhere(capsys: pytest.CaptureFixture) -> None:
