@@ -54,7 +54,7 @@ GEMM_CASES = {
     "addmm_scaled": lambda r: ((r(45), r(37, 29), r(29, 45)), lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0)),
     "linear_3d": lambda r: ((r(2, 7, 24), r(40, 24), r(40)), lambda x, w, c: F.linear(x, w, c)),
     # regression: a view dropping the size-1 row dim left A's tile [1, BLOCK_K], and tl.dot of every
-    # M=1 decode GEMM failed to compile on the H200 (the interpreter broadcast it silently)
+    # M=1 decode GEMM failed to compile on the H200 (exposed by the decode shapes of tune_gemm)
     "row_vector": lambda r: ((r(1, 29), r(45, 29)), lambda a, w: a @ w.t()),
     "empty_k": lambda r: ((r(5, 0), r(0, 6)), lambda a, b: a @ b),
 }
