@@ -47,7 +47,7 @@ def trace_aten(fn: Callable, *example_inputs: Any) -> torch.fx.GraphModule:
 
 
 def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str = "triton",
-                  strict: bool = True) -> Callable:
+                  strict: bool = True, extern: str = "default") -> Callable:
     """Compile a bare FX graph of ATen ops; returns ``fn(*inputs)``.
 
     Shapes/dtypes come from ``node.meta["val"]`` or, when missing, from running
@@ -63,7 +63,7 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str =
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(
             *[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
-    boxed = compile_aten_graph(gm, example_inputs, options=Options(codegen=codegen, strict=strict),
+    boxed = compile_aten_graph(gm, example_inputs, options=Options(codegen=codegen, strict=strict, extern=extern),
                                kind="inference")
 
     def run(*args: Any) -> Any:

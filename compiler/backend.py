@@ -37,7 +37,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     from torch._functorch.aot_autograd import make_boxed_func
 
     codegen = options.codegen or default_codegen(graph_device(gm).type)
-    comp = GraphCompilation(gm, codegen, kind)
+    comp = GraphCompilation(gm, codegen, kind, options.extern)
     try:
         wrapper = comp.compile()
     except CompilerError as err:

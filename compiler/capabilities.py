@@ -22,6 +22,7 @@ class Capabilities:
     ops: frozenset[Op]  # IR ops the renderer can emit
     max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL  # rows up to this many elements: one block
     interpreted: bool = False  # kernels run in an interpreter (few, large programs pay off)
+    templates: frozenset[str] = frozenset()  # template families it renders ("gemm", "attention")
 
     def missing(self, expr: Expr) -> set[Op]:
         """The ops of ``expr`` this renderer cannot emit."""

@@ -12,7 +12,9 @@ Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" |
 default: the registry's default codegen for the graph's device, triton on CUDA tensors and cpp
 on CPU tensors, see ``compiler.codegen.registry``), ``strict`` (raise on an
 internal compiler error instead of falling back to eager for that graph), ``cudagraphs``
-(replay CUDA graphs after a warm-up call; off by default).
+(replay CUDA graphs after a warm-up call; off by default), ``extern`` ("default" |
+"none" | "all": which matmuls and attentions become generated template kernels, see
+``compiler.templates``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,10 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 CODEGENS = ("triton", "cpp")
+# "default": template or ATen per op by the measured rule of ``compiler.templates.policy``;
+# "none": every supported matmul/attention is a generated template kernel (CUDA-free);
+# "all": every one runs as an ATen extern call (the compiler before templates).
+EXTERN_MODES = ("default", "none", "all")
 
 
 # What each CRUCIBLE_DEBUG level adds, printed to stderr (levels are cumulative).
@@ -143,6 +149,7 @@ class Options:
     codegen: str | None = None  # None: the registry's default for the graph's device
     strict: bool = False
     cudagraphs: bool = False  # capture CUDA graphs after a warm-up call (compiler/cudagraphs.py)
+    extern: str = "default"  # one of EXTERN_MODES
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -157,5 +164,9 @@ class Options:
         for flag in ("strict", "cudagraphs"):
             if not isinstance(options.get(flag, False), (bool, type(None))):
                 raise ValueError(f"option {flag} must be True or False, got {options[flag]!r}")
+        extern = options.get("extern") or "default"
+        if extern not in EXTERN_MODES:
+            raise ValueError(f"extern must be one of {EXTERN_MODES}, got {extern!r} (\"none\": generated "
+                             f"kernels for every supported matmul and attention)")
         return Options(codegen=codegen, strict=bool(options.get("strict", False)),
-                       cudagraphs=bool(options.get("cudagraphs", False)))
+                       cudagraphs=bool(options.get("cudagraphs", False)), extern=extern)

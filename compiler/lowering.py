@@ -64,9 +64,10 @@ class GraphLowering:
     """Walks an ATen FX graph once, building a LoweredGraph."""
 
     def __init__(self, gm: torch.fx.GraphModule, device: torch.device,
-                 capabilities: Capabilities = ANY_RENDERER) -> None:
+                 capabilities: Capabilities = ANY_RENDERER, extern_mode: str = "default") -> None:
         self.gm = gm
         self.capabilities = capabilities  # the chosen renderer's: its op table and limits
+        self.extern_mode = extern_mode  # the ``extern`` option: which matmuls/attentions are templates
         self.graph = LoweredGraph(inputs=[], device=device)
         self._counter = 0
         self.origin: str = ""
@@ -380,14 +381,15 @@ def check_static(t: torch.Tensor, where: str) -> None:
             raise SymbolicShapes(f"{where} has symbolic size/stride {tuple(t.shape)}")
 
 
-def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabilities = ANY_RENDERER
-          ) -> LoweredGraph:
+def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabilities = ANY_RENDERER,
+          extern_mode: str = "default") -> LoweredGraph:
     """The loop IR of ``gm``, in the ops the chosen renderer can emit."""
     import compiler.lowerings  # noqa: F401  (registers the rules)
+    import compiler.templates.rules  # noqa: F401  (matmul/attention template rules, over the library ones)
     from compiler.replay.record import observe
 
     observe(gm)  # records the graph while ``python -m compiler.replay --capture`` runs the tests
-    return GraphLowering(gm, device, capabilities).run()
+    return GraphLowering(gm, device, capabilities, extern_mode).run()
 
 
 __all__ = [

@@ -24,7 +24,8 @@ from compiler.graph import Buffer, LoweredGraph
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport
 from compiler.runtime import KernelLauncher, launcher_for, parallel_map
-from compiler.scheduler import Kernel, Schedule, schedule
+from compiler.scheduler import Kernel, Schedule
+from compiler.templates.scheduling import schedule, template_kind
 from compiler.wrapper import Wrapper, generate_wrapper
 
 _graph_ids = itertools.count()
@@ -78,9 +79,10 @@ def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
 class GraphCompilation:
     """One graph through every pass; fills a GraphReport as it goes."""
 
-    def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default") -> None:
         self.gm = gm
         self.codegen = codegen
+        self.extern = extern  # the ``extern`` option (compiler.templates.policy)
         self.graph_id = next(_graph_ids)
         self.device = graph_device(gm)
         self.report = GraphReport(self.graph_id, kind, sum(1 for n in gm.graph.nodes
@@ -101,7 +103,8 @@ class GraphCompilation:
         debug.graph_start(self)
         # chosen first: lowering and scheduling work within what this renderer can emit
         renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
-        lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities)
+        lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities,
+                                                self.extern)
         sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
@@ -120,7 +123,7 @@ class GraphCompilation:
         for step in sched.steps:
             if isinstance(step, Kernel):
                 r = rendered[step.name]
-                kind = "reduction" if step.is_reduction else "pointwise"
+                kind = template_kind(step) or ("reduction" if step.is_reduction else "pointwise")
                 ir_ops = sorted({e.op.value for st in step.stores for e in st.value.walk() if e.src})
                 self.report.kernels.append(KernelReport(step.name, r.codegen, tuple(dict.fromkeys(step.origins)),
                                                         r.source, kind, tuple(ir_ops), r.symbol or r.name))

@@ -25,6 +25,7 @@ class ExternReason(str, enum.Enum):
     UNSUPPORTED_ARGS = "unsupported_args"  # the lowering refused these arguments
     RANDOMNESS = "randomness"  # RNG ops keep ATen's generator semantics
     RENDERER_OP = "renderer_op"  # the chosen renderer cannot emit an IR op the lowering needs
+    TEMPLATE_UNSUPPORTED = "template_unsupported"  # no kernel template covers these arguments
 
 
 class FallbackReason(str, enum.Enum):
@@ -76,6 +77,7 @@ class FusionReason(str, enum.Enum):
     LOOPED_REDUCTION_CHAIN = "looped_reduction_chain"  # a looped reduction reading one of the kernel's
     CROSS_PROGRAM_READ = "cross_program_read"  # reads a kernel-local value at another element
     TOO_DEEP = "too_deep"  # the fused expression would pass the scheduler's depth limit
+    TEMPLATE_EPILOGUE = "template_epilogue"  # not a pointwise consumer of a template's output
 
 
 @dataclass(frozen=True)

@@ -105,6 +105,7 @@ class KernelLauncher:
         if interpret:
             for _, meta in self.configs:
                 meta.pop("num_warps", None)
+                meta.pop("num_stages", None)  # template kernels' pipelining depth
         self.symbol = symbol
         self.grid, self.meta = _TUNED.get(symbol, self.configs[0])
         self.tuned = len(self.configs) == 1 or symbol in _TUNED

@@ -246,11 +246,15 @@ class Scheduler:
             if isinstance(step, ExternNode):
                 steps.append(step)
             elif step.kept:  # a kernel whose values nobody reads (dead code the graph kept) is dropped
-                merge_loops(step)
-                steps.append(step.freeze(buffers))
+                steps.append(self.finish(step, buffers))
         g = self.graph
         return Schedule(steps, self.refusals, buffers, list(g.inputs), list(g.outputs), g.device,
                         dict(g.constants), g.single_output, list(g.moved_inputs))
+
+    def finish(self, step: _KernelBuilder, buffers: Mapping[str, Buffer]) -> Kernel:
+        """The frozen kernel (template kernels override: their loops are the template's)."""
+        merge_loops(step)
+        return step.freeze(buffers)
 
     def new_kernel(self, ranges: tuple[int, ...], rranges: tuple[int, ...]) -> _KernelBuilder:
         index = sum(1 for s in self.steps if isinstance(s, _KernelBuilder))

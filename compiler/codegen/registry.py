@@ -83,9 +83,9 @@ def capabilities_for(codegen: str, device: torch.device) -> Capabilities:
 
 
 def _triton(device: torch.device) -> Renderer:
-    from compiler.codegen.triton import TritonRenderer
+    from compiler.templates.render import TemplateTritonRenderer  # TritonRenderer + matmul/attention templates
 
-    return TritonRenderer(interpret=device.type != "cuda")
+    return TemplateTritonRenderer(interpret=device.type != "cuda")
 
 
 def _cpp(device: torch.device) -> Renderer:

@@ -36,18 +36,25 @@ CASES = {
         lambda a: (a - a.mean(-1, keepdim=True)).pow(2).sum(-1), [(2, BIG)]),
     FusionReason.CROSS_PROGRAM_READ: (lambda *x: (y := _realized(*x), y.flip(0) + 1), [(6, 9)] * 5),
     FusionReason.TOO_DEEP: (_deep_chain, [(4, 4)]),
+    # a reduction of a GEMM template's output (extern="none") cannot join its epilogue
+    FusionReason.TEMPLATE_EPILOGUE: (lambda a, b: (a @ b).sum(-1), [(6, 9), (9, 4)], "none"),
 }
 
 
-def refusals_of(fn, shapes: list[tuple[int, ...]]) -> list:
+def refusals_of(fn, shapes: list[tuple[int, ...]], extern: str = "default") -> list:
     gm = compiler.trace_aten(fn, *[torch.randn(s) for s in shapes])
-    return schedule(lower(gm, torch.device("cpu"))).refusals
+    if extern == "default":
+        return schedule(lower(gm, torch.device("cpu"))).refusals
+    from compiler.codegen.registry import capabilities_for
+    from compiler.templates.scheduling import schedule as schedule_with_templates
+
+    caps = capabilities_for("triton", torch.device("cpu"))
+    return schedule_with_templates(lower(gm, torch.device("cpu"), caps, extern), caps).refusals
 
 
 @pytest.mark.parametrize("reason", list(FusionReason), ids=lambda r: r.value)
 def test_each_refusal_reports_its_reason(reason: FusionReason) -> None:
-    fn, shapes = CASES[reason]
-    refused = refusals_of(fn, shapes)
+    refused = refusals_of(*CASES[reason])
     assert reason in {r.reason for r in refused}, [str(r) for r in refused]
     assert all(r.message and r.producer and r.consumer for r in refused)
 

@@ -1,0 +1,181 @@
+"""Time every tile config of the GEMM and attention templates on the GPU, against cuBLAS / SDPA.
+
+    python -m compiler.bench.tune_gemm [--shapes square|decode|prefill|all] [--dtype bf16]
+
+For each shape it lowers ``a @ b`` (or SDPA) with ``extern="none"``, renders the template kernel and
+times each launch config the tile table offers (``compiler.templates.tiles``), printing TFLOP/s
+(GEMM) or ms (attention) next to the ATen kernel. What the table keeps comes from these runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import torch.nn.functional as F
+from tabulate import tabulate
+
+
+def _template_launcher(fn, args: list, device: torch.device):
+    """The rendered template kernel of ``fn(*args)`` and its launcher, plus its argument tensors."""
+    from compiler import trace_aten
+    from compiler.codegen.registry import renderer_for
+    from compiler.lowering import lower
+    from compiler.runtime import KernelLauncher
+    from compiler.templates.scheduling import schedule
+    from compiler.templates.spec import TemplateKernel
+
+    gm = trace_aten(fn, *args)
+    renderer = renderer_for("triton", device)
+    graph = lower(gm, device, renderer.capabilities, "none")
+    sched = schedule(graph, renderer.capabilities)
+    kernel = next(s for s in sched.steps if isinstance(s, TemplateKernel))
+    rendered = renderer.render(kernel)
+    names = {b.name: a for b, a in zip(graph.inputs, args) if b is not None}
+    tensors = []
+    for name in rendered.args:
+        if name in names:
+            tensors.append(names[name])
+        else:
+            buf = sched.buffers[name]
+            tensors.append(torch.empty_strided(buf.shape, buf.stride, dtype=buf.dtype, device=device))
+    return rendered, KernelLauncher(rendered, interpret=False), tensors
+
+
+def time_configs(fn, args: list) -> list[tuple[dict, float]]:
+    from triton.testing import do_bench
+
+    rendered, launcher, tensors = _template_launcher(fn, args, args[0].device)
+    out = []
+    for grid, meta in launcher.configs:
+        try:
+            ms = do_bench(lambda grid=grid, meta=meta: launcher.fn[grid](*tensors, **meta), warmup=10, rep=40,
+                          return_mode="median")
+        except Exception as why:  # noqa: BLE001  (a config that does not fit the SM: shown, skipped)
+            print(f"  config {meta} failed: {type(why).__name__}: {str(why)[:120]}")
+            continue
+        out.append((meta, float(ms)))
+    return out
+
+
+GEMMS = {
+    "square": [(4096, 4096, 4096), (8192, 8192, 8192)],
+    # (M, N, K): Llama 1B (hidden 2048, 32 q / 8 kv heads of 64, MLP 8192) and 8B (4096, 32/8 x 128, 14336)
+    "decode": [(1, 3072, 2048), (1, 16384, 2048), (1, 2048, 8192), (2, 6144, 4096), (1, 28672, 4096),
+               (1, 4096, 14336)],
+    "prefill": [(512, 3072, 2048), (512, 16384, 2048), (512, 2048, 8192), (1024, 6144, 4096),
+                (512, 28672, 4096), (512, 4096, 14336)],
+}
+
+
+def gemm_rows(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> list[list]:
+    from triton.testing import do_bench
+
+    rows = []
+    for m, n, k in shapes:
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype)  # a Linear's weight: b = w.t()
+        flops = 2 * m * n * k
+        aten_ms = float(do_bench(lambda a=a, w=w: a @ w.t(), warmup=10, rep=40, return_mode="median"))
+        results = time_configs(lambda a, w: a @ w.t(), [a, w])
+        for meta, ms in sorted(results, key=lambda r: r[1])[:3]:
+            cfg = "x".join(str(meta[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) + \
+                f" w{meta['num_warps']} s{meta['num_stages']}" + (" persistent" if meta.get("PERSISTENT") else "")
+            rows.append([f"{m}x{n}x{k}", cfg, f"{flops / ms / 1e9:.1f}", f"{flops / aten_ms / 1e9:.1f}",
+                         f"{aten_ms / ms:.2f}"])
+    return rows
+
+
+ATTENTION = [  # (B, H, Hkv, L, S, D, causal)
+    (1, 32, 8, 512, 512, 64, True), (2, 32, 8, 512, 512, 128, True), (1, 32, 8, 1, 768, 64, False),
+    (2, 32, 8, 1, 768, 128, False), (1, 16, 16, 4096, 4096, 128, True),
+]
+
+
+def _sdpa(causal: bool):
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, enable_gqa=True)
+
+    return fn
+
+
+def attention_rows(dtype: torch.dtype) -> list[list]:
+    from triton.testing import do_bench
+
+    rows = []
+    for b, h, hkv, length, keys, d, causal in ATTENTION:
+        q = torch.randn(b, h, length, d, device="cuda", dtype=dtype)
+        k = torch.randn(b, hkv, keys, d, device="cuda", dtype=dtype)
+        v = torch.randn(b, hkv, keys, d, device="cuda", dtype=dtype)
+
+        fn = _sdpa(causal)
+
+        sdpa_ms = float(do_bench(lambda q=q, k=k, v=v, fn=fn: fn(q, k, v), warmup=10, rep=40, return_mode="median"))
+        results = time_configs(fn, [q, k, v])
+        if not results:
+            continue
+        meta, ms = min(results, key=lambda r: r[1])
+        rows.append([f"{b}x{h}/{hkv}x{length}x{keys}x{d}{' causal' if causal else ''}",
+                     f"{meta['BLOCK_M']}x{meta['BLOCK_N']} w{meta['num_warps']} s{meta['num_stages']}",
+                     f"{ms * 1e3:.1f}", f"{sdpa_ms * 1e3:.1f}", f"{sdpa_ms / ms:.2f}"])
+    return rows
+
+
+CONVS = [  # (N, C_in, H, W, C_out, kernel, stride, groups): ResNet-50-like layers, a depthwise one
+    (32, 64, 56, 56, 64, 3, 1, 1), (32, 256, 56, 56, 64, 1, 1, 1), (32, 128, 28, 28, 128, 3, 1, 1),
+    (32, 96, 56, 56, 96, 3, 1, 96),
+]
+
+
+def _conv(stride: int, groups: int, pad: int):
+    def fn(x, w):
+        return F.conv2d(x, w, stride=stride, padding=pad, groups=groups)
+
+    return fn
+
+
+def conv_rows(dtype: torch.dtype) -> list[list]:
+    from triton.testing import do_bench
+
+    rows = []
+    for n, cin, h, w, cout, k, stride, groups in CONVS:
+        x = torch.randn(n, cin, h, w, device="cuda", dtype=dtype)
+        wt = torch.randn(cout, cin // groups, k, k, device="cuda", dtype=dtype)
+        fn = _conv(stride, groups, k // 2)
+        aten_ms = float(do_bench(lambda x=x, wt=wt, fn=fn: fn(x, wt), warmup=10, rep=40, return_mode="median"))
+        results = time_configs(fn, [x, wt])
+        if not results:
+            continue
+        meta, ms = min(results, key=lambda r: r[1])
+        rows.append([f"{n}x{cin}x{h}x{w} -> {cout} k{k} s{stride} g{groups}",
+                     "x".join(str(meta[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")),
+                     f"{ms * 1e3:.0f}", f"{aten_ms * 1e3:.0f}", f"{aten_ms / ms:.2f}"])
+    return rows
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--shapes", default="all", choices=[*GEMMS, "all", "none"])
+    parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
+    parser.add_argument("--attention", action="store_true", help="also time the attention template")
+    parser.add_argument("--conv", action="store_true", help="also time the convolution template")
+    args = parser.parse_args(argv)
+    import compiler  # noqa: F401  (registers the backend)
+
+    if not torch.cuda.is_available():
+        raise SystemExit("tune_gemm needs a CUDA GPU")
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
+    shapes = [s for key in GEMMS for s in GEMMS[key]] if args.shapes == "all" else GEMMS.get(args.shapes, [])
+    if shapes:
+        print(tabulate(gemm_rows(shapes, dtype), headers=["M x N x K", "tile", "template TFLOP/s",
+                                                          "cuBLAS TFLOP/s", "vs cuBLAS"]), flush=True)
+    if args.attention:
+        print(tabulate(attention_rows(dtype), headers=["attention", "tile", "template us", "SDPA us",
+                                                        "vs SDPA"]), flush=True)
+    if args.conv:
+        print(tabulate(conv_rows(dtype), headers=["convolution", "tile", "template us", "cuDNN us", "vs cuDNN"]),
+              flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""The GEMM template's Triton source: a tiled ``tl.dot`` loop over K with float32 accumulation,
+grouped tile order (GROUP_M rows of tiles share B columns in L2), operands loaded by pointer
+increments when they are strided reads and rendered as prologue expressions otherwise, and the
+epilogue (the scheduled stores) rendered on the accumulator tile.
+
+Odd sizes: rows/columns past M/N are clamped (``rm % M``) so operand loads need no mask, and only
+the epilogue's stores are masked; K is masked unless the tile divides it (``EVEN_K``). float32
+operands multiply exactly (``input_precision="ieee"``) unless the template allows tf32. The
+interpreter upcasts operands to float32 (numpy has no bf16 matmul) and gets one large tile.
+"""
+
+from __future__ import annotations
+
+import math
+
+from compiler import ir
+from compiler.codegen.base import RenderedKernel
+from compiler.codegen.shared import compute_dtype
+from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
+from compiler.ir import Expr, Op
+from compiler.templates.writer import ExprWriter, finish_source
+from compiler.templates.spec import GemmTemplate, TemplateKernel
+from compiler.templates.tiles import gemm_tiles
+
+
+def _strided(e: Expr) -> dict | None:
+    """``e``'s affine address when it is a plain load (coefficients per XVAR, None: constant)."""
+    if e.op is not Op.LOAD:
+        return None
+    return ir.to_affine(e.src[0])
+
+
+class _GemmWriter:
+    def __init__(self, renderer: TritonRenderer, k: TemplateKernel) -> None:
+        self.r = renderer
+        self.k = k
+        t = k.template
+        assert isinstance(t, GemmTemplate)
+        self.t = t
+        self.lb = ["xb"] if t.batched else []
+        out_vars = self.lb + ["rm[:, None]", "rn[None, :]"]
+        self.epi = ExprWriter(renderer, k, dict(enumerate(out_vars)), "omask", acc=t.acc, prefix="e")
+        self.sms = 1 if renderer.interpret else _sm_count()
+        self.wide = max((p.span for p in k.params), default=0) > INT32_LIMIT or \
+            t.batch * max(t.m * t.k, t.k * t.n, t.m * t.n) > INT32_LIMIT
+
+    def operand(self, name: str, e: Expr, rows: str, cols: str, kdim: int) -> tuple[list[str], list[str], str]:
+        """(lines before the K loop, lines inside it, the loaded tile's name) for operand ``name``.
+
+        ``rows``/``cols`` are the tile's index vectors; the K dim is ``kdim`` (1 for A, 0 for B)."""
+        lines_pre: list[str] = []
+        inside: list[str] = []
+        kmask = "rk[None, :] < K - k0" if kdim == 1 else "rk[:, None] < K - k0"
+        aff = _strided(e)
+        var_count = 3 if self.t.batched else 2
+        if aff is not None:
+            ptr = self.epi.param(e.arg)
+            coef = [aff.get(ir.xvar(d), 0) for d in range(var_count)]
+            terms = [str(aff.get(None, 0))]
+            names = self.lb + [rows, cols]
+            # every tile dim appears (times 0 for a size-1 dim the view dropped): a full-shaped tile
+            terms += [f"{n} * {c}" if c != 1 else n for n, c in zip(names, coef) if c or n in (rows, cols)]
+            kstride = coef[-2 + kdim]
+            lines_pre.append(f"{name}_ptrs = {ptr} + ({' + '.join(terms)})")
+            load = f"tl.load({name}_ptrs)"
+            masked = f"tl.load({name}_ptrs, mask={kmask}, other=0.0)"
+            inside += ["if EVEN_K:", f"    {name} = {load}", "else:", f"    {name} = {masked}"]
+            advance = f"{name}_ptrs += BLOCK_K * {kstride}" if kstride else ""
+            tile = name
+        else:  # a prologue: the operand's expression on the tile's indices
+            kvar = "(k0 + rk[None, :])" if kdim == 1 else "(k0 + rk[:, None])"
+            vars_ = self.lb + ([rows, kvar] if kdim == 1 else [kvar, cols])
+            w = ExprWriter(self.r, self.k, dict(enumerate(vars_)), f"({kmask})", prefix=f"{name}_", shared=self.epi)
+            value = w.value(e)
+            inside += w.pre
+            shape = "[BLOCK_M, BLOCK_K]" if kdim == 1 else "[BLOCK_K, BLOCK_N]"
+            inside.append(f"{name} = tl.broadcast_to({value}, {shape})")
+            advance = ""
+            tile = name
+        want = compute_dtype(self.t.operand_dtype) if self.r.interpret else self.t.operand_dtype
+        if aff is None or self.r.interpret:
+            inside.append(f"{tile} = {tile}.to({TL_DTYPE[want]})")
+        if advance:
+            inside.append(advance)
+        return lines_pre, inside, tile
+
+    def write(self) -> RenderedKernel:
+        t, k = self.t, self.k
+        a_rows = "am"
+        b_cols = "bn"
+        a_pre, a_in, a = self.operand("a", t.a, a_rows, "rk[None, :]", 1)
+        b_pre, b_in, b = self.operand("b", t.b, "rk[:, None]", b_cols, 0)
+        epilogue = self.epi.stores(k, "[BLOCK_M, BLOCK_N]")
+        ieee = t.operand_dtype.is_floating_point and compute_dtype(t.operand_dtype) == t.operand_dtype \
+            and not t.allow_tf32
+        precision = ', input_precision="ieee"' if ieee or self.r.interpret else ""
+        head = [f"M = {t.m}", f"N = {t.n}", f"K = {t.k}"]
+        body = ["grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N",
+                "width = GROUP_M * grid_n", "group_id = pid // width",
+                "group_size = tl.minimum(grid_m - group_id * GROUP_M, GROUP_M)",
+                "pid_m = group_id * GROUP_M + (pid % group_size)", "pid_n = (pid % width) // group_size"]
+        if t.batched:
+            body.append("xb = tl.program_id(1)" + (".to(tl.int64)" if self.wide else ""))
+        cast = ".to(tl.int64)" if self.wide else ""
+        body += [f"rm = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)){cast}",
+                 f"rn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)){cast}",
+                 "rk = tl.arange(0, BLOCK_K)",
+                 # clamped rows/columns: every operand load is in bounds, only the stores are masked
+                 "if EVEN_M:", "    am = rm[:, None]", "else:", "    am = (rm % M)[:, None]",
+                 "if EVEN_N:", "    bn = rn[None, :]", "else:", "    bn = (rn % N)[None, :]",
+                 "acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)"]
+        body += a_pre + b_pre
+        body.append("for k0 in range(0, K, BLOCK_K):")
+        body += ["    " + line for line in a_in + b_in]
+        body.append(f"    acc = tl.dot({a}, {b}, acc{precision})")
+        body += ["omask = (rm[:, None] < M) & (rn[None, :] < N)"] + epilogue
+        # persistent configs: NUM_PROGS programs (one per SM) walk the tiles; the others, one tile each
+        head += ["if PERSISTENT:", "    for pid in range(tl.program_id(0), TILES, NUM_PROGS):"]
+        head += ["        " + line if line else "" for line in body]
+        head += ["else:", "    pid = tl.program_id(0)"] + ["    " + line if line else "" for line in body]
+        body = head
+        params, args = self.epi.signature()
+        launches = []
+        for tile in gemm_tiles(t.m, t.n, t.k, t.operand_dtype, self.r.interpret):
+            meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_K": tile.block_k,
+                    "GROUP_M": tile.group_m, "EVEN_M": t.m % tile.block_m == 0, "EVEN_N": t.n % tile.block_n == 0,
+                    "EVEN_K": t.k % tile.block_k == 0, "num_warps": tile.warps, "num_stages": tile.stages}
+            tiles = math.ceil(t.m / tile.block_m) * math.ceil(t.n / tile.block_n)
+            programs = min(tiles, self.sms) if tile.persistent else tiles
+            meta.update(TILES=tiles, NUM_PROGS=programs, PERSISTENT=tile.persistent)
+            launches.append(((programs,) + ((t.batch,) if t.batched else ()), meta))
+        consts = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_M", "EVEN_N", "EVEN_K", "TILES", "NUM_PROGS",
+                  "PERSISTENT"]
+        title = f"gemm {f'{t.batch} x ' if t.batched else ''}{t.m} x {t.n} x {t.k} {t.operand_dtype}"
+        return finish_source(k, params, consts, body, title, args, launches)
+
+
+def _sm_count() -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def write_gemm(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKernel:
+    return _GemmWriter(renderer, k).write()

@@ -1,0 +1,186 @@
+"""Lowering rules for the ops templates cover: ``aten.mm``/``addmm``/``bmm`` (``linear`` reaches us as
+``addmm`` or ``mm`` of views) and the SDPA ops. Each builds a ``TemplateNode`` or raises
+``Unsupported`` with the reason the op stays an ATen call (``policy.choose``).
+
+Importing this module registers the rules over the library-kernel rules of ``compiler.lowerings``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from compiler import ir
+from compiler.graph import View
+from compiler.lowerings.rules import Lazy, Strided, TensorValue, as_expr, broadcast_read, register
+from compiler.templates import conv  # noqa: F401  (registers the convolution rule)
+from compiler.templates.emit import DTYPES, decide, emit
+from compiler.templates.spec import AttentionTemplate, GemmTemplate, acc_read
+
+if TYPE_CHECKING:
+    from compiler.lowering import GraphLowering
+
+aten = torch.ops.aten
+# An operand computed by a pointwise expression of at most this many ops is recomputed inside the
+# GEMM's K loop (a cast, a scaling: the "prologue"); a bigger one is realized first, since each
+# element is recomputed once per output tile column.
+MAX_PROLOGUE_OPS = 4
+MAX_HEAD_DIM = 256  # one head's row must fit the attention template's registers
+
+
+# --- GEMM -----------------------------------------------------------------------------
+def _operand(ctx: GraphLowering, value: TensorValue) -> ir.Expr:
+    """The operand as an expression over its own index space: a strided read, or a small pointwise
+    prologue (cast, scaling) computed while the tile is loaded."""
+    if isinstance(value, Lazy) and _value_ops(value.expr) > MAX_PROLOGUE_OPS:
+        value = ctx.realize(value)
+    return as_expr(value)
+
+
+def _value_ops(expr: ir.Expr) -> int:
+    """Operations computing ``expr``'s value (address arithmetic inside loads not counted)."""
+    count, stack = 0, [expr]
+    while stack:
+        e = stack.pop()
+        if e.op is ir.Op.LOAD:
+            continue
+        count += bool(e.src)
+        stack.extend(e.src)
+    return count
+
+
+def _gemm_unsupported(a: TensorValue, b: TensorValue) -> str | None:
+    if a.dtype not in DTYPES or b.dtype not in DTYPES:
+        return f"{a.dtype} x {b.dtype} operands (templates cover float32, float16, bfloat16)"
+    if a.dtype != b.dtype:
+        return f"mixed operand dtypes {a.dtype} x {b.dtype}"
+    return None
+
+
+def _gemm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue, bias: TensorValue | None = None,
+          alpha: float = 1, beta: float = 1) -> Strided:
+    batched = len(a.shape) == 3
+    batch = a.shape[0] if batched else 1
+    m, k = a.shape[-2:]
+    n = b.shape[-1]
+    out_dtype = node.meta["val"].dtype
+    unsupported = _gemm_unsupported(a, b)
+    if bias is not None and unsupported is None and bias.dtype not in DTYPES:
+        unsupported = f"{bias.dtype} bias"
+    decide(ctx, "gemm", unsupported, (batch, m, n, k), a.dtype, node)
+    template = GemmTemplate(ctx.new_name("acc"), batch, m, n, k, _operand(ctx, a), _operand(ctx, b),
+                            a.dtype, batched)
+    body = acc_read(template)
+    if alpha != 1:
+        body = ir.binary(ir.Op.MUL, body, ir.const(alpha, torch.float32))
+    if bias is not None and beta != 0:  # beta == 0: ATen ignores the bias, NaN included
+        term = ir.cast(broadcast_read(bias, template.out_shape), torch.float32)
+        if beta != 1:
+            term = ir.binary(ir.Op.MUL, term, ir.const(beta, torch.float32))
+        body = ir.binary(ir.Op.ADD, body, term)
+    return emit(ctx, template, ir.cast(body, out_dtype), out_dtype)
+
+
+@register(aten.mm)
+def lower_mm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue) -> Strided:
+    return _gemm(ctx, node, a, b)
+
+
+@register(aten.bmm)
+def lower_bmm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue) -> Strided:
+    return _gemm(ctx, node, a, b)
+
+
+@register(aten.addmm)
+def lower_addmm(ctx: GraphLowering, node: Any, bias: TensorValue, a: TensorValue, b: TensorValue, *,
+                beta: float = 1, alpha: float = 1) -> Strided:
+    return _gemm(ctx, node, a, b, bias, alpha, beta)
+
+
+# --- attention ------------------------------------------------------------------------
+def _strided(ctx: GraphLowering, value: TensorValue) -> View:
+    return ctx.realize(value)
+
+
+def _mask_view(ctx: GraphLowering, mask: TensorValue, full: tuple[int, ...]) -> View:
+    """The additive mask as a view broadcast to (B, H, L, S): stride 0 along its broadcast dims."""
+    m = ctx.realize(mask)
+    lead = len(full) - len(m.shape)
+    shape = (1,) * lead + tuple(m.shape)
+    stride = (0,) * lead + tuple(m.stride)
+    stride = tuple(0 if n == 1 else st for n, st in zip(shape, stride))
+    return View(m.buffer, full, stride, m.offset, m.dtype)
+
+
+def _output_stride(val: Any) -> tuple[int, ...] | None:
+    """Eager's output layout when it is a dense permutation (flash attention returns (B, L, H, D)
+    memory viewed as (B, H, L, D): consumers' reshape to (B, L, H*D) is then a view)."""
+    dims = sorted((st, n) for st, n in zip(val.stride(), val.shape) if n > 1)
+    span = 1
+    for st, n in dims:
+        if st != span:
+            return None
+        span *= n
+    return tuple(int(s) for s in val.stride())
+
+
+def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
+               mask: TensorValue | None, dropout_p: float, causal: bool, scale: float | None) -> list:
+    vals = node.meta["val"]
+    # results something reads (a traced graph keeps dead getitems of the log-sum-exp)
+    used = {u.args[1] for u in node.users if getattr(u.target, "__name__", "") == "getitem" and u.users}
+    if any(len(t.shape) != 4 for t in (q, k, v)):  # (the CPU kernel takes other ranks too)
+        decide(ctx, "attention", f"rank-{len(q.shape)} attention (the template takes (B, H, L, D))", (), q.dtype)
+    batch, heads, length, dim = q.shape
+    kv_heads, keys = k.shape[1], k.shape[2]
+    unsupported = None
+    if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
+        unsupported = f"{q.dtype} attention (templates cover float32, float16, bfloat16)"
+    elif dropout_p:
+        unsupported = "attention dropout (keeps ATen's random generator)"
+    elif used - {0}:
+        unsupported = "the log-sum-exp or RNG state is read (a backward needs it; the template is forward only)"
+    elif max(dim, v.shape[3]) > MAX_HEAD_DIM:
+        unsupported = f"head dim {max(dim, v.shape[3])} (template up to {MAX_HEAD_DIM})"
+    elif heads % kv_heads or k.shape[0] != batch:
+        unsupported = f"{heads} query heads over {kv_heads} key/value heads"
+    elif mask is not None and mask.dtype not in DTYPES:
+        unsupported = f"{mask.dtype} attention mask (boolean masks reach us as additive float masks)"
+    decide(ctx, "attention", unsupported, (batch, heads, length, keys, dim), q.dtype)
+    full = (batch, heads, length, keys)
+    template = AttentionTemplate(ctx.new_name("acc"), _strided(ctx, q), _strided(ctx, k), _strided(ctx, v),
+                                 _mask_view(ctx, mask, full) if mask is not None else None, bool(causal),
+                                 float(scale) if scale is not None else 1 / math.sqrt(dim))
+    out = emit(ctx, template, ir.cast(acc_read(template), q.dtype), q.dtype, _output_stride(vals[0]))
+    return [out] + [None] * (len(vals) - 1)
+
+
+@register(aten._scaled_dot_product_flash_attention_for_cpu)
+def lower_sdpa_cpu(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
+                   dropout_p: float = 0.0, is_causal: bool = False, *, attn_mask: TensorValue | None = None,
+                   scale: float | None = None) -> list:
+    return _attention(ctx, node, q, k, v, attn_mask, dropout_p, is_causal, scale)
+
+
+@register(aten._scaled_dot_product_flash_attention)
+def lower_sdpa_flash(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
+                     dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, *,
+                     scale: float | None = None) -> list:
+    return _attention(ctx, node, q, k, v, None, dropout_p, is_causal, scale)
+
+
+@register(aten._scaled_dot_product_efficient_attention)
+def lower_sdpa_efficient(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
+                         attn_bias: TensorValue | None, compute_log_sumexp: bool, dropout_p: float = 0.0,
+                         is_causal: bool = False, *, scale: float | None = None) -> list:
+    return _attention(ctx, node, q, k, v, attn_bias, dropout_p, is_causal, scale)
+
+
+@register(aten._scaled_dot_product_cudnn_attention)
+def lower_sdpa_cudnn(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
+                     attn_bias: TensorValue | None, compute_log_sumexp: bool, dropout_p: float = 0.0,
+                     is_causal: bool = False, return_debug_mask: bool = False, *,
+                     scale: float | None = None) -> list:
+    return _attention(ctx, node, q, k, v, attn_bias, dropout_p, is_causal, scale)

@@ -1,0 +1,85 @@
+"""What template renderers share: an expression writer over tile variables, and the module text."""
+
+from __future__ import annotations
+
+import hashlib
+
+from compiler.codegen.base import RenderedKernel
+from compiler.codegen.triton import SYMBOL_PLACEHOLDER, TL_DTYPE, TritonRenderer, _KernelWriter
+from compiler.ir import Expr, Op
+from compiler.scheduler import Kernel
+
+
+class ExprWriter(_KernelWriter):
+    """Renders IR expressions inside a template: XVAR(d) is ``var_names[d]`` (a tile of indices), every
+    load is masked by ``mask`` and reads of the template's accumulator are ``acc_code``. Writers of
+    one kernel share the parameter names (``shared``) and get distinct temporaries (``prefix``)."""
+
+    def __init__(self, renderer: TritonRenderer, k: Kernel, var_names: dict[int, str], mask: str | None,
+                 acc: str = "", acc_code: str = "acc", prefix: str = "t", shared: ExprWriter | None = None) -> None:
+        super().__init__(renderer, k)
+        self.var_names = var_names
+        self.mask = mask
+        self.acc = acc
+        self.acc_code = acc_code
+        self.prefix = prefix
+        if shared is not None:
+            self.params = shared.params
+
+    def param(self, buffer: str) -> str:
+        """The kernel parameter holding ``buffer`` (positional, shared by the kernel's writers)."""
+        return self.params.name(buffer)
+
+    def signature(self) -> tuple[list[str], list[str]]:
+        """Parameter names and their buffers, in order."""
+        return [name for _, name in self.params.signature()], list(self.params.buffers)
+
+    def tmp(self, e: Expr, code: str, section: list[str] | None = None) -> str:
+        name = f"{self.prefix}{self.counter}"
+        self.counter += 1
+        (section if section is not None else self.pre).append(f"{name} = {code}")
+        self.names[e] = name
+        return name
+
+    def expr(self, e: Expr) -> str:
+        if e.op is Op.XVAR:
+            return self.var_names[e.arg]
+        return super().expr(e)
+
+    def mask_for(self, e: Expr) -> str | None:
+        return self.mask if any(s.op is Op.XVAR for s in e.walk()) else None
+
+    def load(self, e: Expr) -> str:
+        if e.arg == self.acc:
+            return self.acc_code
+        return super().load(e)
+
+    def value(self, e: Expr) -> str:
+        """``e`` rendered (lines in ``self.pre``), as an expression of its compute dtype."""
+        return self.expr(e)
+
+    def stores(self, k: Kernel, shape: str) -> list[str]:
+        """The epilogue: every kept store of ``k`` at its index, masked by ``self.mask``."""
+        for store in k.live_stores():
+            value = self.expr(store.value)
+            if store.value.op is Op.CONST or not any(s.op is Op.XVAR for s in store.value.walk()):
+                value = f"tl.broadcast_to({value}, {shape})"
+            index = self.index_code(store.index)
+            ptr = self.param(store.buffer)
+            self.pre.append(f"tl.store({ptr} + ({index}), ({value}).to({TL_DTYPE[store.value.dtype]}), {self.mask})")
+        return self.pre
+
+
+def finish_source(k: Kernel, params: list[str], consts: list[str], body: list[str], title: str,
+                  args: list[str], launches: list[tuple[tuple[int, ...], dict]]) -> RenderedKernel:
+    """The ``@triton.jit`` module text, named by content like the pointwise kernels."""
+    origins = ", ".join(dict.fromkeys(k.origins)) or "(none)"
+    src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
+           f"def {SYMBOL_PLACEHOLDER}({', '.join(params + [c + ': tl.constexpr' for c in consts])}):",
+           f"    # template {title}; fused: {origins}"]
+    src += ["    " + line if line else "" for line in body]
+    text = "\n".join(src) + "\n"
+    symbol = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    grid, meta = launches[0]
+    return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), tuple(args), grid, meta,
+                          tuple(launches[1:]), symbol)
