@@ -267,10 +267,19 @@ class CppLauncher:
 EXTRA_FLAGS = ("-fno-trapping-math",)
 
 
+# How the kernels of each source language load, keyed by ``RenderedKernel.codegen`` (the language a
+# renderer writes: a renderer registered under another name, e.g. a narrower C++ one, still writes
+# "cpp"). Renderers say what they write; only the runtime knows how to build and launch it.
+LOADERS: dict[str, Callable[[RenderedKernel, torch.device], KernelLauncher | CppLauncher]] = {
+    "triton": lambda rendered, device: KernelLauncher(rendered, interpret=device.type != "cuda"),
+    "cpp": lambda rendered, device: CppLauncher(rendered),
+}
+
+
 def launcher_for(rendered: RenderedKernel, device: torch.device) -> KernelLauncher | CppLauncher:
     """The launcher of a rendered kernel: the runtime's one way to load and call kernels."""
-    if rendered.codegen == "triton":
-        return KernelLauncher(rendered, interpret=device.type != "cuda")
-    if rendered.codegen == "cpp":
-        return CppLauncher(rendered)
-    raise ValueError(f"no launcher for codegen {rendered.codegen!r}")
+    load = LOADERS.get(rendered.codegen)
+    if load is None:
+        raise ValueError(f"kernel {rendered.name}: no loader for source language {rendered.codegen!r} "
+                         f"(the runtime loads {', '.join(LOADERS)}; add one to compiler.runtime.LOADERS)")
+    return load(rendered, device)

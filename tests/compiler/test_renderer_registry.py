@@ -128,3 +128,15 @@ def test_debug_dump_names_sources_by_the_registry_suffix(tmp_path, monkeypatch: 
         GraphCompilation(gm, codegen, "inference").compile()
     suffixes = sorted(p.suffix for p in tmp_path.rglob("kernel*.*"))
     assert suffixes == [".cpp", ".py"], suffixes
+
+
+def test_runtime_loads_kernels_by_source_language_and_names_a_missing_loader() -> None:
+    """The runtime's loaders are keyed by the language a renderer writes, not by codegen names."""
+    from compiler.codegen.base import RenderedKernel
+    from compiler.runtime import LOADERS, launcher_for
+
+    assert set(LOADERS) == {"triton", "cpp"}
+    kernel = RenderedKernel(name="k0", codegen="ptx", source="", args=(), grid=(1,))
+    with pytest.raises(ValueError, match=r"kernel k0: no loader for source language 'ptx' "
+                                         r"\(the runtime loads triton, cpp"):
+        launcher_for(kernel, CPU)
