@@ -26,7 +26,7 @@ import torch
 from corpus.entry import Entry, EntryUnavailable
 from harness.capture import analyze_capture, count_eager_ops
 from harness.compile_reasons import entry_fields
-from harness.oracle import ParityOracle, outputs_identical
+from harness.oracle import ParityOracle, outputs_identical, working_precision
 from harness.shapes import dynamo_counters, size_variants
 from harness.status import Status
 from harness.targets import REFERENCE_CHOICES, Target, TargetUnavailable, check_available, compile_model
@@ -188,12 +188,14 @@ class _Variant:
 
 def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] = lambda p: None,
                   capture: bool = True, reference: str = "auto", mode: str = "inference",
-                  dynamic: bool = False) -> dict[str, Any]:
+                  dynamic: bool = False, allow_tf32: bool = False) -> dict[str, Any]:
     """Run ``entry`` on ``target``; returns a result record (see harness.store for fields).
 
     ``reference`` says where the float64 reference runs (``harness.targets.REFERENCE_CHOICES``);
     ``mode`` is ``inference`` or ``train`` (forward, seeded loss, backward; gradients graded);
-    ``dynamic`` compiles with dynamic shapes and grades every size of ``harness.shapes``."""
+    ``dynamic`` compiles with dynamic shapes and grades every size of ``harness.shapes``;
+    ``allow_tf32`` keeps torch's TF32 flags instead of grading float32 at full precision
+    (``harness.oracle.working_precision``)."""
     if reference not in REFERENCE_CHOICES:
         raise ValueError(f"reference={reference!r}: choose one of {', '.join(REFERENCE_CHOICES)}")
     if mode not in MODES:
@@ -209,7 +211,7 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
     torch._dynamo.reset()
     simulation = for_entry(target.name, on_phase)  # crucible-sim: kernels run checked, bytes counted
     try:
-        with torch.no_grad():  # train mode re-enables grad inside its step
+        with torch.no_grad(), working_precision(allow_tf32):  # train mode re-enables grad inside its step
             _execute(entry, target, result, simulation.phase if simulation else on_phase, capture, reference,
                      dynamic)
     finally:

@@ -26,6 +26,7 @@ from typing import Any
 # name -> what it changes; each knob runs in a process of its own (pattern tables are built once)
 KNOBS: dict[str, str] = {
     "default": "Inductor as configured by default",
+    "torch-tf32": "torch's TF32 flags as they are (cuDNN may use TF32) instead of the harness's float32",
     "pattern_matcher=False": "no pattern rewrites at all (pre-grad, joint-graph, post-grad)",
     "no_sdpa_rewrite": "all patterns but the attention ones (fuse_attention._sfdp_init skipped)",
     "sdpa_math": "SDPA restricted to the math backend (sdpa_kernel(MATH)) for eager and Inductor",
@@ -47,7 +48,7 @@ def knob(name: str) -> Iterator[None]:
     import torch
     import torch._inductor.config as inductor_config
 
-    if name == "default":
+    if name in ("default", "torch-tf32"):  # torch-tf32 is execute_entry's allow_tf32
         yield
     elif name == "no_sdpa_rewrite":
         import torch._inductor.fx_passes.fuse_attention as fuse_attention
@@ -92,8 +93,8 @@ def _op_recorder(seen: set[str]) -> Callable[[Any], None]:
     return record
 
 
-def run_knob(name: str, entry_names: list[str], device: str) -> Iterator[dict[str, Any]]:
-    """One result row per entry, run under knob ``name`` in this process."""
+def run_knob(name: str, entry_names: list[str], device: str, base: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
+    """One result row per entry, run under knob ``name`` (on top of the ``base`` knobs) in this process."""
     import torch
     import torch._inductor.config as inductor_config
 
@@ -115,8 +116,11 @@ def run_knob(name: str, entry_names: list[str], device: str) -> Iterator[dict[st
         torch._dynamo.reset()
         start = time.monotonic()
         # a plain-function custom pass makes Inductor bypass its FX graph cache: the recorder always runs
-        with knob(name), inductor_config.patch({"post_grad_custom_post_pass": _op_recorder(seen)}):
-            result = execute_entry(entry, target)
+        with contextlib.ExitStack() as stack:
+            for each in (*base, name):
+                stack.enter_context(knob(each))
+            stack.enter_context(inductor_config.patch({"post_grad_custom_post_pass": _op_recorder(seen)}))
+            result = execute_entry(entry, target, allow_tf32="torch-tf32" in (*base, name))
         row.update({k: result.get(k) for k in ("status", "rmse_ratio", "max_abs_err", "error")})
         yield {**row, "ops": sorted(seen), "wall_s": round(time.monotonic() - start, 1)}
 
@@ -184,35 +188,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("entries", nargs="*", help="corpus entry names, e.g. transformers/deit")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--knobs", default=",".join(KNOBS), help="comma-separated names from: " + ", ".join(KNOBS))
+    parser.add_argument("--base", default="", help="comma-separated knobs applied to every row, e.g. torch-tf32")
     parser.add_argument("-j", "--jobs", type=int, default=4, help="knobs run side by side")
     parser.add_argument("--deadline-s", type=float, default=None, help="stop waiting after this many seconds")
     parser.add_argument("--ops", action="store_true", help="also measure the kernels alone against float64")
     parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: run one knob, print JSON rows
     args = parser.parse_args(argv)
+    base = tuple(k for k in args.base.split(",") if k)
     if args.one:
-        for row in run_knob(args.one, args.entries, args.device):
+        for row in run_knob(args.one, args.entries, args.device, base):
             print("ROW " + json.dumps(row), flush=True)
         return 0
     knobs = [k for k in args.knobs.split(",") if k]
-    unknown = [k for k in knobs if k not in KNOBS]
+    unknown = [k for k in (*knobs, *base) if k not in KNOBS]
     if unknown:
         parser.error(f"unknown knob(s) {unknown}; known: {', '.join(KNOBS)}")
     if args.ops:
         print(_table(measure_ops(args.device), ["op", "rel_rmse", "error"]), flush=True)
-    rows = _run_parallel(knobs, args.entries, args.device, args.jobs, args.deadline_s)
+    rows = _run_parallel(knobs, args.entries, args.device, args.jobs, args.deadline_s, base)
     print(_table(rows, ["entry", "knob", "status", "rmse_ratio", "max_abs_err", "ops", "wall_s"]))
     return 0
 
 
 def _run_parallel(knobs: list[str], entries: list[str], device: str, jobs: int,
-                  deadline_s: float | None) -> list[dict[str, Any]]:
+                  deadline_s: float | None, base: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     pending, running, rows = list(knobs), {}, []
     deadline = time.monotonic() + deadline_s if deadline_s else None
     while pending or running:
         while pending and len(running) < max(1, jobs):
             name = pending.pop(0)
             running[name] = subprocess.Popen([sys.executable, "-m", "harness.minify.knobs", "--one", name,
-                                              "--device", device, *entries],
+                                              "--device", device, "--base", ",".join(base), *entries],
                                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for name, proc in list(running.items()):
             if proc.poll() is not None or (deadline and time.monotonic() > deadline):
