@@ -6,7 +6,10 @@ runs the entry as ``crucible run`` does (``harness.execute.execute_entry``) once
 the oracle's figures, plus the attention / convolution / matmul ops in Inductor's post-grad graph.
 Knobs run in parallel processes (``-j``), each with one Inductor compile thread::
 
-    python -m harness.minify.knobs transformers/deit transformers/beit --device cuda -j 8
+    python -m harness.minify.knobs transformers/deit transformers/beit --device cuda -j 8 --base torch-tf32
+
+(``--base torch-tf32`` grades with torch's TF32 flags as they are, as the harness did before it fixed
+float32 parity at full precision; see ``harness.oracle.working_precision``.)
 
 Besides the entries it measures the kernels alone (``--ops``): scaled-dot-product attention per
 backend and the patch-embedding convolution per memory format, against float64.
@@ -153,14 +156,15 @@ def measure_ops(device: str) -> list[dict[str, Any]]:
             rows.append({"op": f"sdpa {backend.name}", "rel_rmse": _rel_rmse(out, ref)})
         except RuntimeError as exc:
             rows.append({"op": f"sdpa {backend.name}", "error": str(exc).splitlines()[0][:80]})
-    x, w = torch.randn(2, 3, 32, 32, generator=g), torch.randn(32, 3, 4, 4, generator=g)
-    ref = F.conv2d(x.double(), w.double(), stride=4)
+    # the patch embedding of the ViT-family entries at full scale: 16x16 patches of a 224x224 image
+    x, w = torch.randn(2, 3, 224, 224, generator=g), torch.randn(32, 3, 16, 16, generator=g) / 16
+    ref = F.conv2d(x.double(), w.double(), stride=16)
     for fmt in (torch.contiguous_format, torch.channels_last):
         for tf32 in (False, True):
             saved = torch.backends.cudnn.allow_tf32
             torch.backends.cudnn.allow_tf32 = tf32
             try:
-                out = F.conv2d(x.to(device, memory_format=fmt), w.to(device, memory_format=fmt), stride=4)
+                out = F.conv2d(x.to(device, memory_format=fmt), w.to(device, memory_format=fmt), stride=16)
             finally:
                 torch.backends.cudnn.allow_tf32 = saved
             rows.append({"op": f"conv2d patch-embed {str(fmt).split('.')[-1]} cudnn.allow_tf32={tf32}",
