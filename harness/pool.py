@@ -153,7 +153,7 @@ def worker_main(conn: Connection, config: WorkerConfig, gpu: str | None = None) 
 
     torch.set_num_threads(threads)
 
-    from harness.execute import describe_error
+    from harness.errors import describe_error
 
     def handle(task: Task, progress: Callable[[str], None]) -> dict:
         if target.device == "cpu":

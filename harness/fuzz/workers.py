@@ -31,7 +31,7 @@ class InProcessRunner:
         self.target = parse_target(target, device)
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from harness.execute import describe_error
+        from harness.errors import describe_error
         from harness.fuzz.execute import execute_payload
         from harness.oracle import working_precision
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from harness.execute import describe_error, is_compile_error, is_oom
+from harness.errors import describe_error, is_compile_error, is_oom
 from harness.minify.case import GraphCase
 from harness.oracle import ParityOracle, flatten_outputs, working_precision
 from harness.report import error_signature
