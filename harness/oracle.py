@@ -64,12 +64,17 @@ def working_precision(allow_tf32: bool = False) -> Iterator[None]:
     if allow_tf32:
         yield
         return
-    cudnn, matmul = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    # torch._C's setters, not torch.backends' properties: importing torch's OpInfo test utilities
+    # (the opinfo corpus does) freezes those ("not allowed to set torch.backends.cudnn flags after
+    # disable_global_flags"), and their flags() context manager resets every other cuDNN flag.
+    cudnn, matmul = torch._C._get_cudnn_allow_tf32(), torch._C._get_cublas_allow_tf32()
+    torch._C._set_cudnn_allow_tf32(False)
+    torch._C._set_cublas_allow_tf32(False)
     try:
         yield
     finally:
-        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = cudnn, matmul
+        torch._C._set_cudnn_allow_tf32(cudnn)
+        torch._C._set_cublas_allow_tf32(matmul)
 
 
 def tolerance_for(dtype: str, override: ToleranceOverride | None = None) -> Tolerance:

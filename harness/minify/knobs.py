@@ -63,13 +63,13 @@ def knob(name: str) -> Iterator[None]:
 
         with sdpa_kernel([SDPBackend.MATH]):
             yield
-    elif name == "cudnn.allow_tf32=False":
-        saved = torch.backends.cudnn.allow_tf32
-        torch.backends.cudnn.allow_tf32 = False
+    elif name == "cudnn.allow_tf32=False":  # torch._C's setter: see harness.oracle.working_precision
+        saved = torch._C._get_cudnn_allow_tf32()
+        torch._C._set_cudnn_allow_tf32(False)
         try:
             yield
         finally:
-            torch.backends.cudnn.allow_tf32 = saved
+            torch._C._set_cudnn_allow_tf32(saved)
     elif name == "matmul_precision=highest":
         saved = torch.get_float32_matmul_precision()
         torch.set_float32_matmul_precision("highest")

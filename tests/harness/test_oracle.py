@@ -171,6 +171,21 @@ def test_entries_are_graded_at_full_float32_precision() -> None:
     assert _FLAGS_SEEN and set(_FLAGS_SEEN) == {before}
 
 
+def test_full_precision_works_with_frozen_backend_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: importing torch's OpInfo test utilities (the opinfo corpus entries do) freezes
+    torch.backends flags, and setting cudnn.allow_tf32 then raised, which made every opinfo entry of
+    the smoke suite a harness crash."""
+    from harness.oracle import working_precision
+
+    # what torch.backends.disable_global_flags() sets, undone after the test
+    monkeypatch.setitem(torch.backends.flags_frozen.__globals__, "__allow_nonbracketed_mutation_flag", False)
+    assert torch.backends.flags_frozen()
+    before = torch.backends.cudnn.allow_tf32
+    with working_precision():
+        assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is before
+
+
 @pytest.mark.gpu
 def test_channels_last_conv_of_a_vit_patch_embedding_passes_under_inductor() -> None:
     """The ViT patch embedding (3 -> 32 channels, 16x16 patches of a 224x224 image) compiled by
