@@ -13,10 +13,7 @@ record, not a harness bug: hence the broad ``except Exception`` clauses.
 
 from __future__ import annotations
 
-import copy
-import re
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -26,156 +23,19 @@ import torch
 from corpus.entry import Entry, EntryUnavailable
 from harness.capture import analyze_capture, count_eager_ops
 from harness.compile_reasons import entry_fields
-from harness.oracle import ParityOracle, outputs_identical
+# errors and model runs live in their own modules; their names stay importable from here
+from harness.errors import describe_error, is_compile_error, is_oom
+from harness.model_runs import (DTYPES, ModelCopies, StepOutput, _TRAIN_PARAMS, _call, _cast, _fresh,
+                                _identical, _reference, _step, _synchronize)
+from harness.oracle import ParityOracle, working_precision
 from harness.shapes import dynamo_counters, size_variants
 from harness.status import Status
-from harness.targets import REFERENCE_CHOICES, Target, TargetUnavailable, check_available, compile_model
+from harness.targets import REFERENCE_CHOICES, Target, check_available, compile_model
 from simulator.session import for_entry, is_memory_error
-from harness.training import MODES, NoGradient, train_step
+from harness.training import MODES, NoGradient
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16,
-          "float64": torch.float64}
-
-
-def _cast(value: Any, device: str, dtype: torch.dtype | None) -> Any:
-    """Move tensors to ``device``; floating tensors also to ``dtype`` (when given)."""
-    if isinstance(value, torch.Tensor):
-        if dtype is not None and value.is_floating_point():
-            return value.to(device=device, dtype=dtype)
-        return value.to(device=device)
-    if isinstance(value, (list, tuple)):
-        cast = [_cast(v, device, dtype) for v in value]
-        return type(value)(cast) if not hasattr(value, "_fields") else type(value)(*cast)
-    if isinstance(value, dict):
-        return type(value)((k, _cast(v, device, dtype)) for k, v in value.items())
-    return value
-
-
-class ModelCopies:
-    """Hands out a fresh copy of an entry's model for every run (eager, reference, capture, compiled).
-
-    No run may change another's model: the float64 reference converts its copy in place, eager runs
-    update buffers (running stats, caches). The built model itself is never run. When
-    ``copy.deepcopy`` fails (an attribute that raises on copy: a config whose ``__getattr__`` raises,
-    a lock, an open file), each copy is rebuilt from the entry's seeded factory instead, which gives
-    the same weights."""
-
-    def __init__(self, entry: Entry, scale: str, model: Any) -> None:
-        self.entry, self.scale, self.model = entry, scale, model
-        self.copy_error: str | None = None
-
-    def fresh(self, device: str, dtype: torch.dtype | None) -> Any:
-        model = None
-        if self.copy_error is None:
-            try:
-                model = copy.deepcopy(self.model)
-            except Exception as exc:  # noqa: BLE001 -- any attribute may refuse to be copied
-                self.copy_error = describe_error(exc)[0]
-        if model is None:
-            model = self.entry.build(self.scale).model
-        if isinstance(model, torch.nn.Module):
-            model = model.to(device=device)
-            if dtype is not None:
-                model = model.to(dtype=dtype)
-        return model
-
-
-def _copy(value: Any) -> Any:
-    # Inputs: a model may mutate them in place, so every run gets its own copy.
-    try:
-        return copy.deepcopy(value)
-    except Exception:  # noqa: BLE001
-        return value
-
-
-def _innermost(exc: BaseException) -> BaseException:
-    """The root error: Dynamo wraps a backend's exception (BackendCompilerFailed.inner_exception)."""
-    seen = set()
-    while id(exc) not in seen:
-        seen.add(id(exc))
-        inner = getattr(exc, "inner_exception", None) or exc.__cause__
-        if not isinstance(inner, BaseException):
-            break
-        exc = inner
-    return exc
-
-
-def describe_error(exc: BaseException) -> tuple[str, str]:
-    """(one-line message, traceback tail) for a result record."""
-    inner = _innermost(exc)
-    first = (str(inner).strip().splitlines() or [""])[0]
-    line = f"{type(inner).__name__}: {first}"[:500]
-    detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return line, detail[-4000:]
-
-
-def is_oom(exc: BaseException) -> bool:
-    inner = _innermost(exc)
-    if isinstance(inner, MemoryError) or type(inner).__name__ == "OutOfMemoryError":
-        return True
-    return bool(re.search(r"out of memory|can't allocate memory|std::bad_alloc", str(inner), re.IGNORECASE))
-
-
-# Errors a backend raises while compiling a graph outside Dynamo's frame compilation: AOTAutograd
-# compiles a backward graph lazily, at the first backward call, so those errors are not wrapped in
-# Dynamo's BackendCompilerFailed.
-_BACKEND_COMPILE_ERRORS = ("CompilerError", "InductorError", "LoweringException")
-
-
-def is_compile_error(exc: BaseException) -> bool:
-    """Errors raised by Dynamo or by a backend while compiling (vs. running compiled code)."""
-    from torch._dynamo.exc import TorchDynamoException
-
-    if isinstance(exc, (TorchDynamoException, TargetUnavailable)):
-        return True
-    seen = set()
-    while isinstance(exc, BaseException) and id(exc) not in seen:
-        seen.add(id(exc))
-        if type(exc).__name__ in _BACKEND_COMPILE_ERRORS:
-            return True
-        exc = getattr(exc, "inner_exception", None) or exc.__cause__
-    return False
-
-
-def _synchronize(device: str) -> None:
-    if device == "cuda":
-        torch.cuda.synchronize()
-
-
-def _call(model: Any, args: tuple, kwargs: dict, seed: int) -> Any:
-    torch.manual_seed(seed)
-    return model(*args, **kwargs)
-
-
-def _fresh(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    # A model may mutate its inputs in place: every run gets its own copy.
-    return _copy(args), _copy(kwargs)
-
-
-@dataclass
-class StepOutput:
-    """What one run of an entry produced: outputs, and in train mode the gradients."""
-
-    out: Any
-    grads: dict[str, torch.Tensor] | None = None
-    backward_graphs: int | None = None
-
-
-# Train mode with gradients of the parameters only: for models whose eager backward fails when
-# their inputs require grad (they mutate an input in place, or call .numpy() on it).
-_TRAIN_PARAMS = "train-params"
-
-
-def _step(mode: str, model: Any, args: tuple, kwargs: dict, seed: int,
-          on_backward: Callable[[], None] = lambda: None) -> StepOutput:
-    if mode in ("train", _TRAIN_PARAMS):
-        return StepOutput(*train_step(model, args, kwargs, seed, on_backward, input_grads=mode == "train"))
-    return StepOutput(_call(model, args, kwargs, seed))
-
-
-def _identical(a: StepOutput, b: StepOutput) -> bool:
-    return outputs_identical(a.out, b.out) and (a.grads is None or outputs_identical(a.grads, b.grads))
-
+__all__ = ["DTYPES", "ModelCopies", "StepOutput", "describe_error", "execute_entry", "is_compile_error",
+           "is_oom"]
 
 @dataclass
 class _Variant:
@@ -188,12 +48,14 @@ class _Variant:
 
 def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] = lambda p: None,
                   capture: bool = True, reference: str = "auto", mode: str = "inference",
-                  dynamic: bool = False) -> dict[str, Any]:
+                  dynamic: bool = False, allow_tf32: bool = False) -> dict[str, Any]:
     """Run ``entry`` on ``target``; returns a result record (see harness.store for fields).
 
     ``reference`` says where the float64 reference runs (``harness.targets.REFERENCE_CHOICES``);
     ``mode`` is ``inference`` or ``train`` (forward, seeded loss, backward; gradients graded);
-    ``dynamic`` compiles with dynamic shapes and grades every size of ``harness.shapes``."""
+    ``dynamic`` compiles with dynamic shapes and grades every size of ``harness.shapes``;
+    ``allow_tf32`` keeps torch's TF32 flags instead of grading float32 at full precision
+    (``harness.oracle.working_precision``)."""
     if reference not in REFERENCE_CHOICES:
         raise ValueError(f"reference={reference!r}: choose one of {', '.join(REFERENCE_CHOICES)}")
     if mode not in MODES:
@@ -209,7 +71,7 @@ def execute_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] 
     torch._dynamo.reset()
     simulation = for_entry(target.name, on_phase)  # crucible-sim: kernels run checked, bytes counted
     try:
-        with torch.no_grad():  # train mode re-enables grad inside its step
+        with torch.no_grad(), working_precision(allow_tf32):  # train mode re-enables grad inside its step
             _execute(entry, target, result, simulation.phase if simulation else on_phase, capture, reference,
                      dynamic)
     finally:
@@ -343,38 +205,6 @@ def _eager_sizes(entry: Entry, models: ModelCopies, mode: str, device: str, dtyp
     if notes:
         result["dynamic_note"] = "; ".join(notes)
     return [variants[i] for i in kept], [sizes[i] for i in kept]
-
-
-def _reference(models: ModelCopies, sizes: list[tuple[Any, tuple, dict]], seed: int, device: str, where: str,
-               result: dict, mode: str) -> list[StepOutput | None]:
-    """The float64 run at every size (None per size without one); ``result["reference"]`` says where
-    it was computed or why there is none (the oracle compares on the CPU either way)."""
-    if where == "none":
-        result["reference"] = "none (not requested)"
-        return [None] * len(sizes)
-    devices = {"cpu": ["cpu"], "device": [device], "auto": list(dict.fromkeys([device, "cpu"]))}[where]
-    errors = []
-    for dev in devices:
-        model64 = None
-        try:
-            model64 = models.fresh(dev, torch.float64)
-            outs = []
-            for _, args, kwargs in sizes:
-                if mode == "train" and isinstance(model64, torch.nn.Module):
-                    model64 = models.fresh(dev, torch.float64)  # gradients must not accumulate
-                outs.append(_step(mode, model64, _cast(args, dev, torch.float64),
-                                  _cast(kwargs, dev, torch.float64), seed))
-            _synchronize(dev)
-            result["reference"] = "float64" if dev == "cpu" else f"float64 on {dev}"
-            return outs
-        except Exception as exc:  # noqa: BLE001 (e.g. no float64 kernel: compare with eager only)
-            errors.append(f"{dev}: {describe_error(exc)[0][:200]}")
-        finally:
-            model64 = None
-            if dev == "cuda":
-                torch.cuda.empty_cache()
-    result["reference"] = f"none ({'; '.join(errors)})"
-    return [None] * len(sizes)
 
 
 def _grade(entry: Entry, eager: StepOutput, compiled: StepOutput, reference: StepOutput | None) -> dict:

@@ -12,18 +12,12 @@ debugging a finding under a debugger.
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
 import time
-from multiprocessing.connection import wait
 from typing import Any, Protocol
 
-from harness.pool import Task, WorkerConfig, WorkerPool, _Slot
+from harness.pool import Task, WorkerConfig, WorkerPool
 from harness.status import Status
 from harness.targets import parse_target
-
-START_TIMEOUT_S = 300.0  # importing torch in a fresh worker on a busy 2-core machine
 
 
 class ExampleRunner(Protocol):
@@ -37,12 +31,14 @@ class InProcessRunner:
         self.target = parse_target(target, device)
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        from harness.execute import describe_error
+        from harness.errors import describe_error
         from harness.fuzz.execute import execute_payload
+        from harness.oracle import working_precision
 
         start = time.monotonic()
         try:
-            record = execute_payload(payload, self.target, lambda phase: None)
+            with working_precision():  # as the pool's workers run payloads: float32 without TF32
+                record = execute_payload(payload, self.target, lambda phase: None)
         except Exception as exc:  # noqa: BLE001 -- the harness failed on this example: a result
             error, detail = describe_error(exc)
             record = {"name": payload["name"], "status": Status.CRASH, "phase": "harness",
@@ -54,48 +50,19 @@ class InProcessRunner:
         return None
 
 
-class WorkerRunner(WorkerPool):
-    """One persistent isolated worker that runs payload tasks one at a time."""
+class WorkerRunner:
+    """One persistent isolated worker (a ``keep=True`` pool of one) that runs payload tasks one at a time."""
 
     def __init__(self, config: WorkerConfig) -> None:
-        super().__init__(config, jobs=1)
-        self._logdir = tempfile.mkdtemp(prefix="crucible-fuzz-")
-        self._slot = _Slot(0, os.path.join(self._logdir, "worker-0.log"))
-
-    def _wait_ready(self) -> None:
-        slot = self._slot
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not slot.ready:
-            if slot.proc is None:
-                self._start(slot)
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"fuzz worker did not start within {START_TIMEOUT_S:g}s:\n{self._log_tail(slot)}")
-            if wait([slot.conn], timeout=1.0):
-                self._receive(slot, lambda record: None, lambda name, phase: None)
+        self._pool = WorkerPool(config, jobs=1, keep=True)
 
     def run(self, payload: dict[str, Any]) -> dict[str, Any]:
-        self._wait_ready()
-        slot = self._slot
         records: list[dict] = []
-        self._dispatch(slot, Task(payload["name"], None, payload))
-        while slot.task is not None:
-            if wait([slot.conn], timeout=max(0.0, min(1.0, slot.deadline - time.monotonic()))):
-                self._receive(slot, records.append, lambda name, phase: None)
-            if slot.task is not None and time.monotonic() > slot.deadline:
-                self._stop(slot, kill=True)
-                records.append(self._died(slot, Status.TIMEOUT, "timeout"))
-                slot.task = None
+        self._pool.run([Task(payload["name"], None, payload)], records.append)
         return records[-1]
 
     def close(self) -> None:
-        slot = self._slot
-        if slot.conn is not None:
-            try:
-                slot.conn.send(None)
-            except OSError:
-                pass
-        self._stop(slot, kill=slot.task is not None)
-        shutil.rmtree(self._logdir, ignore_errors=True)
+        self._pool.close()
 
 
 def make_runner(target: str, device: str | None, in_process: bool, timeout_s: float,

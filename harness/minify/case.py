@@ -9,6 +9,8 @@ from typing import Any
 import torch
 import torch.fx
 
+from harness.minify.graph_form import pack_graph, unpack_graph
+
 
 @dataclass
 class GraphCase:
@@ -29,6 +31,15 @@ class GraphCase:
         moved = [v.to(device) if isinstance(v, torch.Tensor) else v for v in self.inputs]
         return replace(self, inputs=moved)
 
+    # A case is pickled (to a check worker, for a forked check) with its graph in the minimizer's
+    # own form, never as a pickled GraphModule: that goes through torch.package and failed on torch
+    # 2.11 for make_fx graphs (see harness.minify.graph_form).
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "gm": pack_graph(self.gm)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update({**state, "gm": unpack_graph(state["gm"])})
+
 
 def node_count(gm: torch.fx.GraphModule) -> int:
     """ATen calls in the graph (what 'nodes before/after' counts); getitem projections excluded."""
@@ -37,10 +48,16 @@ def node_count(gm: torch.fx.GraphModule) -> int:
     return sum(1 for n in gm.graph.nodes if n.op == "call_function" and n.target is not operator.getitem)
 
 
+CASE_FORMAT = "crucible-graph-case/2"
+
+
 def save_case(path: str | Path, case: GraphCase) -> Path:
-    """Write ``case`` to one file that ``load_case`` and ``crucible minify FILE`` read back."""
+    """Write ``case`` to one file that ``load_case`` and ``crucible minify FILE`` read back.
+
+    The graph is stored in the minimizer's own form (``graph_form``), so a case written under one
+    torch version loads under another."""
     path = Path(path)
-    torch.save({"format": "crucible-graph-case/1", "gm": case.gm, "inputs": case.inputs, "target": case.target,
+    torch.save({"format": CASE_FORMAT, "gm": pack_graph(case.gm), "inputs": case.inputs, "target": case.target,
                 "dtype": case.dtype, "origin": case.origin, "notes": case.notes,
                 "tolerance": case.tolerance}, path)
     return path
@@ -53,7 +70,9 @@ def load_case(path: str | Path) -> GraphCase:
     except Exception as exc:  # noqa: BLE001 -- any unreadable file gets the same one-line answer
         raise ValueError(f"{path}: not a graph case written by harness.minify.save_case "
                          f"({type(exc).__name__}: {exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != "crucible-graph-case/1":
+    if not isinstance(doc, dict) or doc.get("format") not in (CASE_FORMAT, "crucible-graph-case/1"):
         raise ValueError(f"{path}: not a graph case written by harness.minify.save_case")
-    return GraphCase(doc["gm"], list(doc["inputs"]), doc["target"], doc.get("dtype", "float32"),
+    # format 1 (older files) held a pickled GraphModule
+    gm = unpack_graph(doc["gm"]) if doc["format"] == CASE_FORMAT else doc["gm"]
+    return GraphCase(gm, list(doc["inputs"]), doc["target"], doc.get("dtype", "float32"),
                      doc.get("origin", str(path)), doc.get("notes", {}), doc.get("tolerance"))

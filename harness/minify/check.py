@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 
-from harness.execute import describe_error, is_compile_error, is_oom
+from harness.errors import describe_error, is_compile_error, is_oom
 from harness.minify.case import GraphCase
-from harness.oracle import ParityOracle, flatten_outputs
+from harness.oracle import ParityOracle, flatten_outputs, working_precision
 from harness.report import error_signature
 from harness.status import Status
 from harness.targets import Target, check_available, parse_target, resolve_backend
@@ -108,7 +108,14 @@ def _ir_reference(gm: torch.fx.GraphModule) -> Callable[..., Any]:
 
 
 def check_case(case: GraphCase, target: str | None = None) -> Outcome:
-    """Run the predicate in this process (workers and repro scripts call it; see ``worker.py``)."""
+    """Run the predicate in this process (workers and repro scripts call it; see ``worker.py``).
+
+    At the working dtype's full precision (no TF32), as ``crucible run`` grades entries."""
+    with working_precision():
+        return _check_case(case, target)
+
+
+def _check_case(case: GraphCase, target: str | None) -> Outcome:
     ir_reference = target == IR_REFERENCE_TARGET
     tgt = parse_target("crucible-cpp" if ir_reference else target or case.target)
     gm = case.gm

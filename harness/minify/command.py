@@ -104,7 +104,7 @@ def cmd_minify(args: argparse.Namespace) -> int:
     try:
         graphs = capture_entry(entry, target)
     except Exception as exc:  # noqa: BLE001 -- the model's own failure: nothing of the target's to minimize
-        from harness.execute import describe_error
+        from harness.errors import describe_error
 
         print(f"{entry.name}: building or capturing it failed before any graph reached {target.name}: "
               f"{describe_error(exc)[0]}")

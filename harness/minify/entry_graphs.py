@@ -18,9 +18,9 @@ from typing import Any
 import torch
 
 from corpus.entry import Entry
-from harness.execute import DTYPES, ModelCopies, _call, _cast, _fresh
+from harness.model_runs import DTYPES, ModelCopies, _call, _cast, _fresh
 from harness.minify.case import GraphCase
-from harness.oracle import ParityOracle, ParityResult
+from harness.oracle import ParityOracle, ParityResult, working_precision
 from harness.targets import Target
 
 
@@ -75,7 +75,7 @@ def _recording_backend(target: Target, entry: Entry, cases: list[GraphCase]) -> 
 
 def capture_entry(entry: Entry, target: Target) -> EntryGraphs:
     """The entry's ATen graphs as ``target`` receives them (raises when the model does not build/run)."""
-    from harness.execute import _reference
+    from harness.model_runs import _reference
 
     device, dtype = target.device, DTYPES.get(entry.dtype)
     scale = "full" if device == "cuda" else "small"
@@ -85,7 +85,7 @@ def capture_entry(entry: Entry, target: Target) -> EntryGraphs:
     out = EntryGraphs()
     torch._dynamo.reset()
     try:
-        with torch.no_grad():
+        with torch.no_grad(), working_precision():  # as execute_entry runs it
             eager = _call(models.fresh(device, dtype), *_fresh(args, kwargs), entry.seed)
             (float64,) = _reference(models, [(None, built.inputs, built.kwargs)], entry.seed, device, "auto", {},
                                     "inference")

@@ -1,23 +1,23 @@
 """Isolated checks: every predicate check of the minimizer runs in a separate worker process.
 
 A crash (segfault, abort), a hang or a memory blow-up of the target under test must not take the
-minimizer down, and it is itself a failure to reproduce. A spawned server process imports torch
-(and the plugins) once; each CPU check runs in a child forked from it, so every check starts from the
-same clean state and a child that dies yields a ``crash``/``oom`` outcome
-(``harness.pool.death_status``), one past its deadline a ``timeout``, at the cost of a fork rather
-than of torch's import. CUDA cannot be initialized again in a forked child, so GPU checks run in the
-server itself. A server that dies is replaced for the next check.
+minimizer down, and it is itself a failure to reproduce. A server process
+(``harness.worker_process.WorkerProcess``, as the runner's pool uses) imports torch (and the plugins)
+once; each CPU check runs in a child forked from it, so every check starts from the same clean state
+and a child that dies yields a ``crash``/``oom`` outcome (``death_status``), one past its deadline a
+``timeout``, at the cost of a fork rather than of torch's import. CUDA cannot be initialized again in
+a forked child, so GPU checks run in the server itself. A server that dies is replaced for the next
+check.
 """
 
 from __future__ import annotations
 
 import contextlib
-import multiprocessing as mp
 import os
 import shutil
 import tempfile
-import threading
 import time
+from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -25,17 +25,11 @@ import torch
 
 from harness.minify.case import GraphCase
 from harness.minify.check import Outcome
-from harness.pool import death_status
 from harness.status import Status
+from harness.worker_process import WorkerProcess, death_status, serve
 
 # The message of an outcome where the minimizer's own check failed, not the target under test.
 HARNESS_ERROR = "harness error in the check"
-
-
-def _exit_with_parent(parent: int) -> None:
-    while os.getppid() == parent:
-        time.sleep(1.0)
-    os._exit(1)
 
 
 def _forked_check(case: GraphCase, target: str | None, device: str, timeout_s: float) -> Outcome:
@@ -115,15 +109,7 @@ def _preload_compilers(inductor: bool) -> None:
             importlib.import_module(name)
 
 
-def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool, timeout_s: float,
-                 preload_inductor: bool) -> None:
-    import faulthandler
-
-    log = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    faulthandler.enable()
-    threading.Thread(target=_exit_with_parent, args=(parent,), daemon=True).start()
+def _server_main(conn: Connection, hide_gpus: bool, timeout_s: float, preload_inductor: bool) -> None:
     if hide_gpus:
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     import torch._dynamo  # noqa: F401  (once per server, before the first deadline)
@@ -132,23 +118,17 @@ def _worker_main(conn: Connection, log_path: str, parent: int, hide_gpus: bool, 
     from harness.minify.plugins import load_plugins
 
     _preload_compilers(preload_inductor)
-
     load_plugins()
-    conn.send("ready")
-    while True:
-        try:
-            job = conn.recv()
-        except EOFError:
-            return
-        if job is None:
-            return
+
+    def handle(job: tuple[GraphCase, str | None, str], progress: Callable[[Any], None]) -> Outcome:
         case, target, device = job
         if device == "cpu":
-            conn.send(_forked_check(case, target, device, timeout_s))
-        else:
-            # CUDA cannot be initialized again in a forked child: GPU checks run in the server itself
-            # (a crash kills it and the parent replaces it; the parent enforces the deadline)
-            conn.send(_check_here(case.to(device), target))
+            return _forked_check(case, target, device, timeout_s)
+        # CUDA cannot be initialized again in a forked child: GPU checks run in the server itself
+        # (a crash kills it and the parent replaces it; the parent enforces the deadline)
+        return _check_here(case.to(device), target)
+
+    serve(conn, handle)
 
 
 class CheckWorker:
@@ -156,79 +136,30 @@ class CheckWorker:
 
     def __init__(self, timeout_s: float = 300.0, device: str = "cpu", target: str | None = None) -> None:
         self.timeout_s = timeout_s
-        self.preload_inductor = target is None or not target.startswith("crucible")
-        self.hide_gpus = device == "cpu"
         self.checks = 0
-        self._ctx = mp.get_context("spawn")
-        self._proc: Any = None
-        self._conn: Connection | None = None
-        self._log = os.path.join(tempfile.mkdtemp(prefix="crucible-minify-"), "worker.log")
-
-    def _start(self) -> None:
-        parent, child = self._ctx.Pipe()
-        self._proc = self._ctx.Process(target=_worker_main, args=(child, self._log, os.getpid(), self.hide_gpus,
-                                                                       self.timeout_s, self.preload_inductor),
-                                       daemon=True)
-        self._proc.start()
-        child.close()
-        self._conn = parent
-        try:
-            ready = parent.poll(300) and parent.recv() == "ready"
-        except (EOFError, OSError):
-            ready = False
-        if not ready:
-            self._stop(kill=True)
-            raise RuntimeError(f"the minimizer's check worker failed to start:\n{self._log_tail(0)}")
-
-    def _stop(self, kill: bool) -> int | None:
-        if self._proc is None:
-            return None
-        if kill and self._proc.is_alive():
-            self._proc.kill()
-        self._proc.join(timeout=10)
-        code = self._proc.exitcode
-        if self._conn is not None:
-            self._conn.close()
-        self._proc, self._conn = None, None
-        return code
-
-    def _log_tail(self, offset: int) -> str:
-        try:
-            with open(self._log, "rb") as f:
-                f.seek(offset)
-                return f.read()[-4000:].decode(errors="replace")
-        except OSError:
-            return ""
+        preload_inductor = target is None or not target.startswith("crucible")
+        self._logdir = tempfile.mkdtemp(prefix="crucible-minify-")
+        self._worker = WorkerProcess(_server_main, (device == "cpu", timeout_s, preload_inductor),
+                                     os.path.join(self._logdir, "worker.log"), "the minimizer's check worker")
 
     def check(self, case: GraphCase, target: str | None = None) -> Outcome:
-        if self._proc is None:
-            self._start()
-        assert self._conn is not None
         self.checks += 1
-        offset = os.path.getsize(self._log) if os.path.exists(self._log) else 0
-        try:
-            # Tensors travel on the CPU and move to their device in the forked child: a CUDA
-            # tensor unpickled in the server would create a CUDA context there, which no fork survives.
-            device = next((str(v.device) for v in case.inputs if isinstance(v, torch.Tensor)), "cpu")
-            self._conn.send((case.to("cpu"), target, device))
-            # on the CPU the server enforces timeout_s on its forked child and this is the backstop;
-            # a GPU check runs in the server itself, so this is its deadline
-            if self._conn.poll(self.timeout_s + (60 if device == "cpu" else 0)):
-                return self._conn.recv()
-        except (EOFError, OSError, BrokenPipeError):
-            status, message = death_status(self._stop(kill=False))
-            return Outcome(status, message, detail=self._log_tail(offset))
-        self._stop(kill=True)
+        # Tensors travel on the CPU and move to their device in the forked child: a CUDA
+        # tensor unpickled in the server would create a CUDA context there, which no fork survives.
+        device = next((str(v.device) for v in case.inputs if isinstance(v, torch.Tensor)), "cpu")
+        # on the CPU the server enforces timeout_s on its forked child and this is the backstop;
+        # a GPU check runs in the server itself, so this is its deadline
+        reply = self._worker.call((case.to("cpu"), target, device), self.timeout_s + (60 if device == "cpu" else 0))
+        if reply.kind == "done":
+            return reply.payload
+        if reply.kind == "died":
+            status, message = death_status(reply.payload)
+            return Outcome(status, message, detail=self._worker.log_tail())
         return Outcome(Status.TIMEOUT, f"check timed out after {self.timeout_s:g}s")
 
     def close(self) -> None:
-        if self._conn is not None:
-            try:
-                self._conn.send(None)
-            except OSError:
-                pass
-        self._stop(kill=False)
-        shutil.rmtree(os.path.dirname(self._log), ignore_errors=True)
+        self._worker.close()
+        shutil.rmtree(self._logdir, ignore_errors=True)
 
     def __enter__(self) -> CheckWorker:  # noqa: PYI034
         return self

@@ -133,3 +133,72 @@ def test_lazily_conjugated_complex_outputs_are_compared() -> None:
     oracle = ParityOracle("float32")
     assert oracle.compare(eager, eager.resolve_conj().clone(), reference).passed
     assert not oracle.compare(eager, eager.conj_physical(), reference).passed
+
+
+_FLAGS_SEEN: list[tuple[bool, bool]] = []  # module level: every run gets its own copy of the model
+
+
+class _FlagRecorder(torch.nn.Module):
+    """Records torch's TF32 flags each time it runs (eager, reference and compiled runs alike)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(4, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        _FLAGS_SEEN.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        return self.lin(x)
+
+
+def test_entries_are_graded_at_full_float32_precision() -> None:
+    """Regression: on an H200 Inductor failed parity on the ViT-family entries (beit, deit, ijepa,
+    vitdet: RMSE 15-27x eager's) because cuDNN, allowed TF32 by torch's default, ran Inductor's
+    channels-last patch-embedding conv in TF32 and eager's NCHW one in float32. Every run of an
+    entry now has TF32 off (harness.oracle.working_precision); allow_tf32 keeps torch's flags."""
+    from corpus.entry import Built, Entry
+    from harness.execute import execute_entry
+    from harness.targets import parse_target
+
+    entry = Entry(name="t/flags", source="t", family="mlp", tier="smoke",
+                  factory=lambda scale: Built(_FlagRecorder(), (torch.randn(2, 4),)))
+    _FLAGS_SEEN.clear()
+    before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
+    assert execute_entry(entry, parse_target("eager"), capture=False)["status"] == "pass"
+    assert len(_FLAGS_SEEN) >= 3 and set(_FLAGS_SEEN) == {(False, False)}  # eager twice, reference, "compiled"
+    assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before  # restored
+    _FLAGS_SEEN.clear()
+    execute_entry(entry, parse_target("eager"), capture=False, allow_tf32=True)
+    assert _FLAGS_SEEN and set(_FLAGS_SEEN) == {before}
+
+
+def test_full_precision_works_with_frozen_backend_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: importing torch's OpInfo test utilities (the opinfo corpus entries do) freezes
+    torch.backends flags, and setting cudnn.allow_tf32 then raised, which made every opinfo entry of
+    the smoke suite a harness crash."""
+    from harness.oracle import working_precision
+
+    # what torch.backends.disable_global_flags() sets, undone after the test
+    monkeypatch.setitem(torch.backends.flags_frozen.__globals__, "__allow_nonbracketed_mutation_flag", False)
+    assert torch.backends.flags_frozen()
+    before = torch.backends.cudnn.allow_tf32
+    with working_precision():
+        assert torch.backends.cudnn.allow_tf32 is False and torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is before
+
+
+@pytest.mark.gpu
+def test_channels_last_conv_of_a_vit_patch_embedding_passes_under_inductor() -> None:
+    """The ViT patch embedding (3 -> 32 channels, 16x16 patches of a 224x224 image) compiled by
+    Inductor, whose layout optimization makes the conv channels-last: float32 parity against eager."""
+    from corpus.entry import Built, Entry
+    from harness.execute import execute_entry
+    from harness.targets import parse_target
+
+    def patch_embedding(scale: str) -> Built:
+        model = torch.nn.Sequential(torch.nn.Conv2d(3, 32, 16, stride=16), torch.nn.Flatten(2),
+                                    torch.nn.LayerNorm(196), torch.nn.Linear(196, 32))
+        return Built(model, (torch.randn(2, 3, 224, 224),))
+
+    entry = Entry(name="t/patch_embedding", source="t", family="vit", tier="smoke", factory=patch_embedding)
+    result = execute_entry(entry, parse_target("inductor", "cuda"), capture=False)
+    assert result["status"] == "pass", result.get("error")
