@@ -70,3 +70,10 @@ def test_bad_usage_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureF
 def test_gpu_bench_without_gpu_fails_clearly(capsys: pytest.CaptureFixture) -> None:
     assert main(["bench", "gpu", "--quick"]) == 2
     assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_overhead_bench_runs_one_entry(capsys: pytest.CaptureFixture) -> None:
+    """The overhead benchmark imported a helper that a refactor of harness/execute.py had renamed."""
+    assert main(["bench", "overhead", "--entry", "zoo/mlp"]) == 0
+    out = capsys.readouterr().out
+    assert "zoo/mlp" in out and "overhead" in out
