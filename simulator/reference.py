@@ -292,22 +292,6 @@ def evaluate_expr(expr: Expr, ranges: tuple[int, ...], rranges: tuple[int, ...] 
     return ev.values([expr])[0].expand(*ev.points).reshape(*ranges, *rranges)
 
 
-def values_over(kernel: str, expr: Expr, ranges: tuple[int, ...], tensors: Mapping[str, torch.Tensor],
-                device: torch.device) -> torch.Tensor:
-    """``expr`` at every point of ``ranges`` (no reduction) as a tensor of that shape, in its compute
-    dtype, in chunks like a kernel's stores; faults name ``kernel``."""
-    facts = KernelFacts(kernel, tuple(ranges), (), (), ())
-    total = _numel(ranges)
-    parts = []
-    for start in range(0, total, POINTS_PER_CHUNK):
-        ev = _Evaluator(facts, tensors, torch.arange(start, min(total, start + POINTS_PER_CHUNK), device=device),
-                        device)
-        parts.append(ev.values([expr])[0].expand(ev.points[0], 1).reshape(-1))
-    if not parts:
-        return torch.empty(ranges, dtype=compute_dtype(expr.dtype), device=device)
-    return torch.cat(parts).reshape(ranges)
-
-
 # --- whole graphs ----------------------------------------------------------------------------------
 
 def _with_metadata(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> torch.fx.GraphModule:

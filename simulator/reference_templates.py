@@ -22,8 +22,18 @@ from collections.abc import Mapping
 import torch
 
 from compiler.graph import View
+from compiler.ir import Expr
 from compiler.templates.spec import AttentionTemplate, GemmTemplate
-from simulator.reference import KernelFacts, ReferenceUnsupported, _cast, checked_load, values_over
+from simulator.reference import (
+    POINTS_PER_CHUNK,
+    KernelFacts,
+    ReferenceUnsupported,
+    _cast,
+    _Evaluator,
+    _numel,
+    checked_load,
+    compute_dtype,
+)
 
 
 def template_accumulator(facts: KernelFacts, tensors: Mapping[str, torch.Tensor],
@@ -41,11 +51,27 @@ def template_accumulator(facts: KernelFacts, tensors: Mapping[str, torch.Tensor]
     return out.to(torch.float32).contiguous()
 
 
+def _values_over(kernel: str, expr: Expr, ranges: tuple[int, ...], tensors: Mapping[str, torch.Tensor],
+                device: torch.device) -> torch.Tensor:
+    """``expr`` at every point of ``ranges`` (no reduction) as a tensor of that shape, in its compute
+    dtype, in chunks like a kernel's stores; faults name ``kernel``."""
+    facts = KernelFacts(kernel, tuple(ranges), (), (), ())
+    total = _numel(ranges)
+    parts = []
+    for start in range(0, total, POINTS_PER_CHUNK):
+        ev = _Evaluator(facts, tensors, torch.arange(start, min(total, start + POINTS_PER_CHUNK), device=device),
+                        device)
+        parts.append(ev.values([expr])[0].expand(ev.points[0], 1).reshape(-1))
+    if not parts:
+        return torch.empty(ranges, dtype=compute_dtype(expr.dtype), device=device)
+    return torch.cat(parts).reshape(ranges)
+
+
 def _gemm(kernel: str, t: GemmTemplate, tensors: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:
     lead = (t.batch,) if t.batched else ()
     # the kernel rounds each operand to what the MMA consumes (a 16-bit prologue's fp32 value included)
-    a = _cast(values_over(kernel, t.a, lead + (t.m, t.k), tensors, device), t.operand_dtype).to(torch.float32)
-    b = _cast(values_over(kernel, t.b, lead + (t.k, t.n), tensors, device), t.operand_dtype).to(torch.float32)
+    a = _cast(_values_over(kernel, t.a, lead + (t.m, t.k), tensors, device), t.operand_dtype).to(torch.float32)
+    b = _cast(_values_over(kernel, t.b, lead + (t.k, t.n), tensors, device), t.operand_dtype).to(torch.float32)
     return torch.matmul(a, b)
 
 

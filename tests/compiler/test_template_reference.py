@@ -37,20 +37,25 @@ def _attn_causal(q, k, v):
     return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) * 2
 
 
-# name -> (fn, inputs, template families the schedule must hold)
+# name -> (fn, inputs, the schedule's kernels: a template's family, else "pointwise"; one kernel
+# means the epilogue (bias, activation, residual, cast) joined the template)
 CASES: dict[str, tuple[Callable, Callable[[], tuple], list[str]]] = {
     "mm_bias_relu": (lambda a, b, c: torch.relu(a @ b + c), lambda: (R(8, 12), R(12, 10), R(10)), ["gemm"]),
     "bmm_transposed": (lambda a, b: torch.bmm(a, b.transpose(1, 2)), lambda: (R(3, 7, 9), R(3, 5, 9)), ["gemm"]),
     "addmm_residual_cast": (lambda c, a, b, r: (torch.addmm(c, a, b, beta=0.5) + r).to(H16),
                             lambda: (R(6), R(5, 8), R(8, 6), R(5, 6)), ["gemm"]),
+    "square_mm": (lambda a, b: torch.relu(a @ b), lambda: (R(10, 10), R(10, 10)), ["gemm"]),
+    "mm_empty_k": (lambda a, b: (a @ b) + 1, lambda: (R(5, 0), R(0, 6)), ["gemm"]),
     "gemm_fp16_prologue": (lambda a, b: (a * 3) @ b.t(), lambda: (R(6, 16, dtype=H16), R(7, 16, dtype=H16)), ["gemm"]),
     "attention_gqa_mask": (_attn_masked, lambda: (R(2, 4, 5, 8), R(2, 2, 7, 8), R(2, 2, 7, 8), R(5, 7)),
                            ["attention"]),
     "attention_gqa_causal": (_attn_causal, lambda: (R(1, 4, 6, 8), R(1, 2, 6, 8), R(1, 2, 6, 8)), ["attention"]),
+    "attention_fp16_causal": (_attn_causal, lambda: (R(1, 2, 5, 8, dtype=H16), R(1, 2, 5, 8, dtype=H16),
+                                                     R(1, 2, 5, 8, dtype=H16)), ["attention"]),
     "conv_depthwise_silu": (lambda x, w, b: F.silu(F.conv2d(x, w, b, stride=2, padding=1, groups=4)),
                             lambda: (R(2, 4, 9, 9), R(4, 1, 3, 3), R(4)), ["gemm"]),
     "conv_grouped_relu": (lambda x, w, b: torch.relu(F.conv2d(x, w, b, padding=2, dilation=2, groups=2)),
-                          lambda: (R(1, 6, 8, 8), R(4, 3, 3, 3), R(4)), ["gemm"]),
+                          lambda: (R(1, 6, 8, 8), R(4, 3, 3, 3), R(4)), ["gemm", "pointwise"]),
 }
 
 
@@ -65,16 +70,22 @@ def _first(out: object) -> torch.Tensor:
     return out[0] if isinstance(out, (list, tuple)) else out  # type: ignore[index,return-value]
 
 
+def _close(got: torch.Tensor, want: torch.Tensor) -> None:
+    # 16-bit outputs: the reference and eager may round the same float32 value to neighbouring values
+    tol = 2e-3 if want.dtype in (torch.float16, torch.bfloat16) else 1e-4
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_reference_of_template_kernels_matches_eager(name: str) -> None:
     fn, gm, inputs = _case(name)
     _, _, kernels = lower_and_schedule(gm, inputs, "triton", "none")
-    families = [k.family for k in kernels if isinstance(k, TemplateKernel)]
-    assert families == CASES[name][2], [str(k) for k in kernels]
+    kinds = [k.family if isinstance(k, TemplateKernel) else "pointwise" for k in kernels]
+    assert kinds == CASES[name][2], [str(k) for k in kernels]
     got = _first(reference_graph(gm, inputs, "triton", "none"))
     want = fn(*inputs)
     assert got.dtype == want.dtype
-    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    _close(got, want)
 
 
 @pytest.mark.parametrize("name", ["mm_bias_relu", "attention_gqa_mask", "conv_grouped_relu"])
@@ -107,10 +118,12 @@ PLANTS: dict[str, tuple[str, Callable[[str], str]]] = {
     # B read with its two strides swapped (B^T; the shape is square, so every read stays in bounds)
     "operand_stride_swapped": ("square_mm", lambda s: re.sub(r"rk\[:, None\] \* (\d+) \+ bn\)",
                                                              r"rk[:, None] + bn * \1)", s)),
+    # a convolution's prologue reads the clamped border instead of the zero padding
+    "prologue_padding_dropped": ("conv_depthwise_silu", lambda s: re.sub(r"(a_\d+) = tl\.where\(a_\d+, (a_\d+), 0\.0\)",
+                                                                         r"\1 = \2", s)),
     # the causal mask dropped
     "causal_mask_dropped": ("attention_gqa_causal", lambda s: s.replace(" & (cols[None, :] <= ql[:, None])", "")),
 }
-CASES["square_mm"] = (lambda a, b: torch.relu(a @ b), lambda: (R(10, 10), R(10, 10)), ["gemm"])
 
 
 @pytest.mark.parametrize("plant", list(PLANTS))
@@ -118,8 +131,7 @@ def test_planted_template_renderer_bug_is_blamed_on_the_renderer(plant: str, mon
     name, edit = PLANTS[plant]
     fn, gm, inputs = _case(name)
     # the reference is untouched by the renderer: it still matches eager
-    torch.testing.assert_close(_first(reference_graph(gm, inputs, "triton", "none")), fn(*inputs),
-                               rtol=1e-4, atol=1e-4)
+    _close(_first(reference_graph(gm, inputs, "triton", "none")), fn(*inputs))
     _plant(monkeypatch, edit)
     found = localize(gm, inputs, "triton", rtol=1e-4, atol=1e-4, extern="none")
     assert (found.stage, found.kernel) == ("renderer", "kernel0"), found
