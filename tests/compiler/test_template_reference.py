@@ -138,18 +138,43 @@ def test_planted_template_renderer_bug_is_blamed_on_the_renderer(plant: str, mon
     assert "differs from the IR's" in found.message
 
 
-def test_planted_template_lowering_bug_is_blamed_on_lowering(monkeypatch: pytest.MonkeyPatch) -> None:
+def _plant_gemm_operand(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering bug: every matmul operand doubled."""
     import compiler.templates.rules as rules
     from compiler import ir
 
     operand = rules._operand
 
-    def planted(ctx, value):  # a lowering bug: every GEMM operand doubled
+    def planted(ctx, value):
         e = operand(ctx, value)
         return ir.binary(ir.Op.MUL, e, ir.const(2.0, e.dtype))
 
     monkeypatch.setattr(rules, "_operand", planted)
-    _, gm, inputs = _case("mm_bias_relu")
+
+
+def _plant_conv_gather(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering bug in a convolution's implicit GEMM: the gathered window read from the next input
+    element. The reference follows the IR's gather (it does not recompute conv2d from the shapes), so
+    this must be lowering's fault, not the renderer's."""
+    import compiler.templates.conv as conv
+    from compiler import ir
+    from compiler.templates.spec import GemmTemplate
+
+    def planted(acc, batch, m, n, k, a, b, *rest):
+        shifted = ir.substitute(a, {ir.xvar(2): ir.binary(ir.Op.MIN, ir.binary(ir.Op.ADD, ir.xvar(2),
+                                                                               ir.const(1, ir.INDEX_DTYPE)),
+                                                          ir.const(k - 1, ir.INDEX_DTYPE))})
+        return GemmTemplate(acc, batch, m, n, k, shifted, b, *rest)
+
+    monkeypatch.setattr(conv, "GemmTemplate", planted)
+
+
+@pytest.mark.parametrize("name, plant", [("mm_bias_relu", _plant_gemm_operand),
+                                         ("conv_depthwise_silu", _plant_conv_gather)])
+def test_planted_template_lowering_bug_is_blamed_on_lowering(name: str, plant: Callable,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    plant(monkeypatch)
+    _, gm, inputs = _case(name)
     found = localize(gm, inputs, "triton", rtol=1e-4, atol=1e-4, extern="none")
     assert found.stage == "lowering" and "the IR differs from eager" in found.message, found
 
