@@ -4,7 +4,9 @@ A generated kernel can be wrong in two places: the IR it was given (lowering cho
 index or op, scheduling fused or merged loops wrongly) or the text a renderer made of correct
 IR. This module runs the IR itself, with no renderer, so the two can be told apart:
 
-* ``evaluate_kernel(kernel, tensors)`` performs a kernel's stores on real tensors;
+* ``evaluate_kernel(kernel, tensors)`` performs a kernel's stores on real tensors; a template
+  kernel's core op (GEMM, attention) is computed with torch from its data description first
+  (``simulator.reference_templates``), then its epilogue stores like any other kernel's;
 * ``reference_graph(gm, inputs)`` runs a whole ATen graph as Crucible lowers and schedules it,
   kernels by this evaluator and extern calls by ATen (through the generated wrapper);
   ``run_schedule(lowered, schedule, inputs)`` does the same for a hand-built lowered graph;
@@ -44,6 +46,10 @@ class ReferenceFault(RuntimeError):
     """The IR addresses memory outside a buffer: a lowering or scheduling fault."""
 
 
+class ReferenceUnsupported(NotImplementedError):
+    """The evaluator has no semantics for an IR op or a template kind: its own limit, nobody's fault."""
+
+
 # --- what the evaluator reads of a scheduled kernel --------------------------------------------
 
 @dataclass(frozen=True)
@@ -60,18 +66,26 @@ class KernelFacts:
     ranges: tuple[int, ...]
     rranges: tuple[int, ...]
     stores: tuple[KernelStore, ...]  # the stores that reach memory
-    buffers: tuple[str, ...]  # every buffer loaded or stored, in first-use order
+    buffers: tuple[str, ...]  # every buffer loaded or stored, in first-use order (a template's operands first)
+    template: Any = None  # a template kernel's core op as data (``compiler.templates.spec``), else None
 
 
 def kernel_facts(kernel: Any) -> KernelFacts:
     """The one place that reads ``compiler.scheduler.Kernel`` fields (adapt here when it changes)."""
     stores = tuple(KernelStore(s.buffer, s.index, s.value, s.level) for s in kernel.live_stores())
+    template = getattr(kernel, "template", None)
     names: dict[str, None] = {}
+    if template is not None:
+        from compiler.templates.scheduling import operand_buffers
+
+        names.update((b, None) for b in operand_buffers(template))
     for s in stores:
         names.update((e.arg, None) for e in s.value.walk() if e.op is Op.LOAD)
         names.update((e.arg, None) for e in s.index.walk() if e.op is Op.LOAD)
         names[s.buffer] = None
-    return KernelFacts(kernel.name, tuple(kernel.ranges), tuple(kernel.rranges), stores, tuple(names))
+    if template is not None:  # the accumulator lives in registers: the evaluator makes it, no caller passes it
+        names.pop(template.acc, None)
+    return KernelFacts(kernel.name, tuple(kernel.ranges), tuple(kernel.rranges), stores, tuple(names), template)
 
 
 # --- evaluation ----------------------------------------------------------------------------------
@@ -179,22 +193,32 @@ class _Evaluator:
             return a[0] / a[1] if cd.is_floating_point else torch.div(a[0], a[1], rounding_mode="trunc")
         if op is Op.FLOORDIV:
             return torch.div(a[0], a[1], rounding_mode="floor")
-        raise NotImplementedError(f"reference evaluator: no semantics for {op}")
+        raise ReferenceUnsupported(f"reference evaluator: no semantics for {op}")
 
     def check(self, buffer: str, index: torch.Tensor, what: str) -> torch.Tensor:
-        tensor = self.tensors.get(buffer)
-        if tensor is None:
-            raise ReferenceFault(f"kernel {self.facts.name}: {what} of {buffer}, which no tensor was given for")
-        span = _span(tensor)
-        index = index.to(torch.int64)
-        if index.numel() and (int(index.min()) < 0 or int(index.max()) >= span):
-            raise ReferenceFault(f"kernel {self.facts.name}: {what} of {buffer} at index "
-                                 f"{int(index.min())}..{int(index.max())}, outside its {span} elements")
-        return index
+        return checked_index(self.facts.name, self.tensors, buffer, index, what)
 
     def load(self, buffer: str, index: torch.Tensor) -> torch.Tensor:
-        index = self.check(buffer, index, "load")
-        return _flat(self.tensors[buffer])[index]
+        return checked_load(self.facts.name, self.tensors, buffer, index)
+
+
+def checked_index(kernel: str, tensors: Mapping[str, torch.Tensor], buffer: str, index: torch.Tensor,
+                  what: str) -> torch.Tensor:
+    """``index`` (elements from ``buffer``'s first) as int64, or ``ReferenceFault`` when it leaves the buffer."""
+    tensor = tensors.get(buffer)
+    if tensor is None:
+        raise ReferenceFault(f"kernel {kernel}: {what} of {buffer}, which no tensor was given for")
+    span = _span(tensor)
+    index = index.to(torch.int64)
+    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= span):
+        raise ReferenceFault(f"kernel {kernel}: {what} of {buffer} at index "
+                             f"{int(index.min())}..{int(index.max())}, outside its {span} elements")
+    return index
+
+
+def checked_load(kernel: str, tensors: Mapping[str, torch.Tensor], buffer: str, index: torch.Tensor) -> torch.Tensor:
+    """The elements of ``buffer`` at ``index`` (any shape), bounds-checked like every load of the IR."""
+    return _flat(tensors[buffer])[checked_index(kernel, tensors, buffer, index, "load")]
 
 
 def _numel(shape: Sequence[int]) -> int:
@@ -236,6 +260,10 @@ def evaluate_kernel(kernel: Any, tensors: Mapping[str, torch.Tensor]) -> None:
     Raises ``ReferenceFault`` for an access outside a buffer or a buffer without a tensor."""
     facts = kernel if isinstance(kernel, KernelFacts) else kernel_facts(kernel)
     device = next((t.device for t in tensors.values()), torch.device("cpu"))
+    if facts.template is not None:  # the core op first; its epilogue reads the accumulator as a buffer
+        from simulator.reference_templates import template_accumulator
+
+        tensors = {**tensors, facts.template.acc: template_accumulator(facts, tensors, device)}
     xnumel, rnumel = _numel(facts.ranges), max(1, _numel(facts.rranges))
     chunk = max(1, POINTS_PER_CHUNK // rnumel)
     writes: list[tuple[str, torch.Tensor, torch.Tensor]] = []
@@ -278,14 +306,22 @@ def _with_metadata(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> torch.fx.
     return gm
 
 
-def _lower_and_schedule(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> tuple[Any, Any, list[Any]]:
+def lower_and_schedule(gm: torch.fx.GraphModule, inputs: Sequence[Any], codegen: str | None = None,
+                        extern: str = "default") -> tuple[Any, Any, list[Any]]:
+    """Lowered and scheduled as the compiler does for ``codegen`` (its renderer's op table and
+    template families, the ``extern`` option); no codegen: every op, no templates."""
+    from compiler.capabilities import ANY_RENDERER
+    from compiler.codegen.registry import renderer_for
     from compiler.lowering import lower
     from compiler.pipeline import graph_device
-    from compiler.scheduler import Kernel, schedule
+    from compiler.scheduler import Kernel
+    from compiler.templates.scheduling import schedule
 
     gm = _with_metadata(gm, inputs)
-    lowered = lower(gm, graph_device(gm))
-    sched = schedule(lowered)
+    device = graph_device(gm)
+    capabilities = renderer_for(codegen, device).capabilities if codegen is not None else ANY_RENDERER
+    lowered = lower(gm, device, capabilities, extern)
+    sched = schedule(lowered, capabilities)
     return lowered, sched, [s for s in sched.steps if isinstance(s, Kernel)]
 
 
@@ -320,10 +356,13 @@ def run_schedule(lowered: Any, sched: Any, inputs: Sequence[Any]) -> Any:
     return wrapper.call(list(inputs))
 
 
-def reference_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any]) -> Any:
-    """Run an ATen graph as Crucible lowers and schedules it, every kernel by the IR evaluator
-    and every extern call by ATen; returns what the compiled graph would return."""
-    lowered, sched, _ = _lower_and_schedule(gm, inputs)
+def reference_graph(gm: torch.fx.GraphModule, inputs: Sequence[Any], codegen: str | None = None,
+                    extern: str = "default") -> Any:
+    """Run an ATen graph as Crucible lowers and schedules it for ``codegen`` with the ``extern``
+    option (``extern="none"``: matmuls, attention and convolutions as template kernels where the
+    renderer has templates), every kernel by the IR evaluator and every extern call by ATen;
+    returns what the compiled graph would return."""
+    lowered, sched, _ = lower_and_schedule(gm, inputs, codegen, extern)
     return run_schedule(lowered, sched, inputs)
 
 
@@ -417,13 +456,16 @@ def _fresh(inputs: Sequence[Any]) -> list[Any]:
 
 
 def localize(gm: torch.fx.GraphModule, inputs: Sequence[Any], codegen: str = "triton",
-             rtol: float | None = None, atol: float | None = None) -> Localization:
-    """Run ``gm`` in eager, through the IR evaluator and as generated ``codegen`` kernels, and say
-    which stage first disagrees or fails (see ``Localization``); tolerances as
-    ``torch.testing.assert_close``."""
+             rtol: float | None = None, atol: float | None = None, extern: str = "default") -> Localization:
+    """Run ``gm`` in eager, through the IR evaluator and as generated ``codegen`` kernels (lowered
+    with the ``extern`` option, template kernels included), and say which stage first disagrees or
+    fails (see ``Localization``); tolerances as ``torch.testing.assert_close``. Raises
+    ``ReferenceUnsupported`` when the evaluator cannot run a kernel (no stage is to blame)."""
     expected = gm(*_fresh(inputs))
     try:
-        reference = reference_graph(gm, _fresh(inputs))
+        reference = reference_graph(gm, _fresh(inputs), codegen, extern)
+    except ReferenceUnsupported:
+        raise
     except ReferenceFault as fault:
         return Localization("lowering", None, str(fault))
     except Exception as error:  # noqa: BLE001 -- lowering or scheduling raised: that stage failed
@@ -431,7 +473,7 @@ def localize(gm: torch.fx.GraphModule, inputs: Sequence[Any], codegen: str = "tr
     why = _mismatch(reference, expected, rtol, atol)
     if why is not None:
         return Localization("lowering", None, f"the IR differs from eager: {why}")
-    lowered, sched, kernels = _lower_and_schedule(gm, inputs)
+    lowered, sched, kernels = lower_and_schedule(gm, inputs, codegen, extern)
     launchers, args, failed = _compiled_launchers(lowered, kernels, codegen)
     if failed is not None:
         return failed
