@@ -143,11 +143,15 @@ def _default_mem_limit(jobs: int) -> int | None:
 def cmd_run(args: argparse.Namespace) -> int:
     from harness.report import render_report
     from harness.runner import RunRequest, execute_run, parse_shard, shard_entries
-    from harness.targets import default_target, parse_target
+    from harness.targets import default_target, parse_target, target_options_problem
 
     with ResultStore(args.db):  # a damaged or foreign --db fails now, before any entry runs
         pass
     target = args.target or default_target()
+    problem = target_options_problem(target, args.device)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     if args.suite is None:  # naming entries picks them from every tier
         args.suite = "all" if args.entry else "smoke"
     cat, entries = _entries(args)

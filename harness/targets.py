@@ -44,21 +44,65 @@ class TargetUnavailable(RuntimeError):
     """The target cannot run on this machine or in this installation."""
 
 
+class TargetSyntaxError(ValueError):
+    """A target name whose ``:key=value`` options cannot be read."""
+
+
 def parse_target(name: str, device: str | None = None) -> Target:
     """A Target for ``name``; cheap (imports no torch), so the parent process can call it.
 
     ``device`` chooses where ``eager`` and Dynamo-backend targets run (default CPU);
-    the crucible targets fix their device.
+    the crucible targets fix their device. A name may carry backend options after a colon,
+    ``crucible-interpret:extern=none`` or ``inductor:max_autotune=true,coordinate_descent_tuning=true``
+    (``true``/``false`` are booleans, anything else a string); they go to ``torch.compile(options=...)``
+    and the target keeps its whole name in results. ``check_available`` validates them.
     """
-    if name == "eager":
+    base, _, spec = name.partition(":")
+    options = _parse_options(name, spec)
+    if base == "eager":
+        if options:
+            raise TargetSyntaxError(f"target {name!r}: eager takes no options")
         return Target(name, device or "cpu", None)
-    if name == "crucible-triton":
-        return Target(name, "cuda", "crucible", CRUCIBLE_TARGETS[name])
-    if name in ("crucible-interpret", "crucible-sim"):
-        return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
-    if name == "crucible-cpp":
-        return Target(name, "cpu", "crucible", CRUCIBLE_TARGETS[name])
-    return Target(name, device or "cpu", name)
+    if base in CRUCIBLE_TARGETS:
+        where = "cuda" if base == "crucible-triton" else "cpu"
+        return Target(name, where, "crucible", {**CRUCIBLE_TARGETS[base], **options})
+    return Target(name, device or "cpu", base, options)
+
+
+def _parse_options(name: str, spec: str) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for item in filter(None, spec.split(",")):
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip() or not value.strip():
+            raise TargetSyntaxError(f"target {name!r}: option {item!r} is not key=value "
+                                    f"(e.g. crucible-interpret:extern=none)")
+        value = value.strip()
+        options[key.strip()] = {"true": True, "false": False}.get(value.lower(), value)
+    if ":" in name and not options:
+        raise TargetSyntaxError(f"target {name!r}: nothing after ':' (e.g. crucible-interpret:extern=none)")
+    return options
+
+
+def target_options_problem(name: str, device: str | None = None) -> str | None:
+    """A one-line problem with the options in a target's name (syntax, or a crucible option the
+    compiler refuses), or None. Imports the compiler only when a crucible target carries options."""
+    try:
+        target = parse_target(name, device)
+    except TargetSyntaxError as exc:
+        return str(exc)
+    if target.backend == "crucible" and ":" in name:
+        from compiler.config import Options
+
+        try:
+            Options.parse(target.options)
+        except ValueError as exc:
+            return f"target {name!r}: {exc}"
+    return None
+
+
+def base_name(target: Target) -> str:
+    """The target's name without its options (``crucible-interpret`` for ``crucible-interpret:extern=none``)."""
+    return target.name.partition(":")[0]
 
 
 def default_target() -> str:
@@ -76,6 +120,13 @@ def check_available(target: Target) -> None:
         raise TargetUnavailable(f"{target.name} needs a CUDA GPU and none is available")
     if target.backend is not None:
         resolve_backend(target)
+    if target.backend == "crucible":
+        from compiler.config import Options
+
+        try:
+            Options.parse(target.options)
+        except ValueError as exc:
+            raise TargetUnavailable(f"target {target.name!r}: {exc}") from None
 
 
 def _crucible_backend() -> Callable[..., Any]:

@@ -86,7 +86,8 @@ def compile_for(target: Target, gm: torch.fx.GraphModule, inputs: list[Any]) -> 
     if target.is_crucible:
         import compiler
 
-        return compiler.compile_graph(gm, inputs, codegen=target.options["codegen"], strict=True)
+        return compiler.compile_graph(gm, inputs, codegen=target.options["codegen"], strict=True,
+                                      extern=target.options.get("extern", "default"))
     torch._dynamo.reset()
     return torch.compile(gm, backend=resolve_backend(target), dynamic=False)
 
@@ -101,10 +102,16 @@ def _error(status: str, exc: BaseException) -> Outcome:
 IR_REFERENCE_TARGET = "crucible-ir-reference"
 
 
-def _ir_reference(gm: torch.fx.GraphModule) -> Callable[..., Any]:
+def _ir_reference(gm: torch.fx.GraphModule, failing: Target) -> Callable[..., Any]:
+    """The reference lowers with the failing target's ``extern`` option, so a graph whose matmuls
+    ran as template kernels is judged with the same templates (not with ATen calls)."""
     from simulator.reference import reference_graph
 
-    return lambda *inputs: reference_graph(gm, list(inputs))
+    extern = failing.options.get("extern", "default") if failing.is_crucible else "default"
+    if extern == "default":  # checks run on the CPU, where the default rule takes no templates
+        return lambda *inputs: reference_graph(gm, list(inputs))
+    codegen = failing.options["codegen"]
+    return lambda *inputs: reference_graph(gm, list(inputs), codegen=codegen, extern=extern)
 
 
 def check_case(case: GraphCase, target: str | None = None) -> Outcome:
@@ -131,7 +138,7 @@ def _check_case(case: GraphCase, target: str | None) -> Outcome:
         reference = None
     try:
         with torch.no_grad():
-            fn = _ir_reference(gm) if ir_reference else compile_for(tgt, gm, case.inputs)
+            fn = _ir_reference(gm, parse_target(case.target)) if ir_reference else compile_for(tgt, gm, case.inputs)
     except Exception as exc:  # noqa: BLE001
         return _error(Status.FAIL_COMPILE, exc)
     try:

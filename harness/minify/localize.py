@@ -79,7 +79,10 @@ def stage_at_fault(case: GraphCase, outcome: Outcome, check: Checker, decomposit
         return "decomposition", "the decomposed graphs run in eager already fail parity against float64"
     if outcome.pass_name in _PASS_STAGES:
         return _PASS_STAGES[outcome.pass_name], f"the compiler's {outcome.pass_name!r} pass raised"
-    other = _OTHER_CODEGEN.get(case.target)
+    base, colon, options = case.target.partition(":")
+    other = _OTHER_CODEGEN.get(base)
+    if other is not None:
+        other += colon + options  # the same options (extern=...) on the other codegen
     if other is None:
         return None, f"no other codegen to compare {case.target} with"
     moved = case.to("cpu")
