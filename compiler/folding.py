@@ -25,6 +25,7 @@ the pattern and stay unfolded: folding would round ``W'`` to bf16/fp16, which ea
 from __future__ import annotations
 
 import contextlib
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,33 +99,48 @@ class FoldedGraph:
 class FoldedWeights:
     """The compiled call behind a check of the folded weights' sources (see the module docstring).
 
-    Each call compares, per source tensor, identity, data pointer and ``_version`` with what the
-    constants were folded from: ~0.15 us a source in Python, 6 sources per folded batch norm."""
+    Each call compares every source tensor with the one folded from: identity (a reassigned
+    parameter), ``_version`` (an in-place update) and data pointer (``param.data = ...`` keeps both
+    of the others). Measured on a loaded 2-core CPU for 318 sources (a ResNet-50's 53 batch norms):
+    ~390 ns a source (120 us a call) with one Python loop over the three checks, ~300 ns (95 us a
+    call) as written: identities through ``map``, versions in one comprehension, data pointers
+    through torch's C helper (the CUDA-graph runner's). A GPU model should measure it against what
+    folding saves before relying on it; ``fold_weights=False`` removes the check."""
 
     def __init__(self, call: Callable[[list], Any], folds: list[BatchNormFold], report: GraphReport) -> None:
         self.call = call
         self.folds = folds
         self.report = report
         self.sources = sorted({i for f in folds for i in f.sources})
-        self.folded_from: list[tuple[torch.Tensor, int, int]] | None = None
+        self.pick = operator.itemgetter(*self.sources, *self.sources[:1])  # always a tuple (1 source too)
+        self.held: tuple[torch.Tensor, ...] = ()
+        self.versions: list[int] = []
+        self.ptrs: list[int | None] = []
 
     def __call__(self, args: list) -> Any:
         if not self.current(args):
             with torch.no_grad():
                 for f in self.folds:
                     f.refill(args)
-            self.folded_from = [(args[i], args[i].data_ptr(), args[i]._version) for i in self.sources]
+            self.held = self.pick(args)[:len(self.sources)]
+            self.versions = [t._version for t in self.held]
+            self.ptrs = [None] * len(args)
+            for i in self.sources:
+                self.ptrs[i] = args[i].data_ptr()
             self.report.weight_refills += 1
         return self.call(args)
 
     def current(self, args: list) -> bool:
-        if self.folded_from is None:
+        if not self.held or not all(map(operator.is_, self.pick(args), self.held)):
             return False
-        for i, (t, ptr, version) in zip(self.sources, self.folded_from):
-            a = args[i]
-            if a is not t or a._version != version or a.data_ptr() != ptr:
-                return False
-        return True
+        if [t._version for t in self.held] != self.versions:
+            return False
+        if _data_ptrs_equal is not None:
+            return _data_ptrs_equal(args, self.ptrs, self.sources)
+        return all(args[i].data_ptr() == self.ptrs[i] for i in self.sources)
+
+
+_data_ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)
 
 
 def _real_tensors() -> Any:

@@ -128,3 +128,23 @@ def test_inspect_reports_the_folds():
     with torch.no_grad():
         report = compiler.inspect(model, x, codegen="triton")
     assert report.graphs[0].fold_summary() == "fold_batch_norm: 1 convolution"
+
+
+def test_replaced_tensors_are_refolded():
+    """``param.data = ...`` keeps the tensor and its version (only the storage changes); a reassigned
+    buffer is a new tensor: both are seen."""
+    model, x = conv_bn(), torch.randn(2, 3, 8, 8)
+    compiled, _, report = compiled_run(model, x, codegen="triton")
+    with torch.no_grad():
+        model[0].weight.data = torch.randn_like(model[0].weight)
+        assert_close(compiled(x), model(x))
+        model[1].running_mean = torch.randn(8)
+        assert_close(compiled(x), model(x))
+
+
+def test_low_precision_batch_norm_is_not_folded():
+    model, x = conv_bn().to(torch.bfloat16), torch.randn(2, 3, 8, 8, dtype=torch.bfloat16)
+    _, out, report = compiled_run(model, x, codegen="triton")
+    assert report.graphs[0].weight_folds == []
+    with torch.no_grad():
+        assert_close(out, model(x), reference=model.double()(x.double()))
