@@ -148,3 +148,33 @@ def test_low_precision_batch_norm_is_not_folded():
     assert report.graphs[0].weight_folds == []
     with torch.no_grad():
         assert_close(out, model(x), reference=model.double()(x.double()))
+
+
+def test_folded_weights_feed_generated_templates():
+    """Under ``extern="none"`` the folded convolution is a generated template kernel reading the folded
+    constants (and, refilled in place, their new values)."""
+    model, x = conv_bn(), torch.randn(2, 3, 8, 8)
+    compiled, out, report = compiled_run(model, x, codegen="triton", extern="none")
+    assert [k.kind for k in report.kernels] == ["template:gemm"] and report.externs == []
+    assert report.graphs[0].fold_summary() == "fold_batch_norm: 1 convolution"
+    with torch.no_grad():
+        assert_close(out, model(x))
+        model[1].bias.add_(1)
+        assert_close(compiled(x), model(x))
+
+
+@pytest.mark.parametrize("conv", [torch.nn.Conv1d(4, 6, 3, bias=False), torch.nn.Conv2d(4, 8, 3, groups=4)],
+                         ids=["conv1d", "depthwise"])
+def test_other_convolutions_fold_per_output_channel(conv):
+    torch.manual_seed(0)
+    bn = (torch.nn.BatchNorm1d if isinstance(conv, torch.nn.Conv1d) else torch.nn.BatchNorm2d)(conv.out_channels)
+    with torch.no_grad():
+        bn.running_mean.uniform_(-1, 1)
+        bn.running_var.uniform_(0.1, 3)
+        bn.weight.uniform_(0.5, 2)
+    model = torch.nn.Sequential(conv, bn).eval()
+    x = torch.randn(2, 4, *([9] if isinstance(conv, torch.nn.Conv1d) else [7, 7]))
+    _, out, report = compiled_run(model, x, codegen="triton")
+    assert report.graphs[0].fold_summary() == "fold_batch_norm: 1 convolution"
+    with torch.no_grad():
+        assert_close(out, model(x))
