@@ -36,8 +36,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     how many inputs the Dynamo graph had (the ones before them are parameters AOTAutograd lifted)."""
     from torch._functorch.aot_autograd import make_boxed_func
 
+    from compiler.cudagraphs import static_input_indices
+
     codegen = options.codegen or default_codegen(graph_device(gm).type)
-    comp = GraphCompilation(gm, codegen, kind, options.extern)
+    static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
+    comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights)
     try:
         wrapper = comp.compile()
     except CompilerError as err:
@@ -56,10 +59,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
 
         call = instrument(call, wrapper.launchers, wrapper.consts, comp.report, comp.device)
     if options.cudagraphs:
-        from compiler.cudagraphs import static_input_indices, with_cudagraphs
+        from compiler.cudagraphs import with_cudagraphs
 
-        static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
         call = with_cudagraphs(call, comp.schedule, comp.report, static)
+    # outermost: folded weights are refilled (in place) before a CUDA graph replays reading them
+    call = comp.folded.guard(call, comp.report)
     publish(comp.report)
     return _boxed(call)
 

@@ -14,7 +14,9 @@ on CPU tensors, see ``compiler.codegen.registry``), ``strict`` (raise on an
 internal compiler error instead of falling back to eager for that graph), ``cudagraphs``
 (replay CUDA graphs after a warm-up call; off by default), ``extern`` ("default" |
 "none" | "all": which matmuls and attentions become generated template kernels, see
-``compiler.templates``).
+``compiler.templates``), ``fold_weights`` (inference graphs: fold batch norm into the convolution
+or linear before it, from parameters and buffers, refolded when they change; on by default, see
+``compiler.folding``).
 """
 
 from __future__ import annotations
@@ -150,6 +152,7 @@ class Options:
     strict: bool = False
     cudagraphs: bool = False  # capture CUDA graphs after a warm-up call (compiler/cudagraphs.py)
     extern: str = "default"  # one of EXTERN_MODES
+    fold_weights: bool = True  # inference graphs: batch norm folded into conv/linear (compiler/folding.py)
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -161,7 +164,7 @@ class Options:
         codegen = options.get("codegen")
         if codegen is not None and codegen not in CODEGENS:
             raise ValueError(f"codegen must be one of {CODEGENS}, got {codegen!r}")
-        for flag in ("strict", "cudagraphs"):
+        for flag in ("strict", "cudagraphs", "fold_weights"):
             if not isinstance(options.get(flag, False), (bool, type(None))):
                 raise ValueError(f"option {flag} must be True or False, got {options[flag]!r}")
         extern = options.get("extern") or "default"
@@ -169,4 +172,5 @@ class Options:
             raise ValueError(f"extern must be one of {EXTERN_MODES}, got {extern!r} (\"none\": generated "
                              f"kernels for every supported matmul and attention)")
         return Options(codegen=codegen, strict=bool(options.get("strict", False)),
-                       cudagraphs=bool(options.get("cudagraphs", False)), extern=extern)
+                       cudagraphs=bool(options.get("cudagraphs", False)), extern=extern,
+                       fold_weights=options.get("fold_weights") is not False)

@@ -1,6 +1,9 @@
 """The compiler pipeline for one ATen graph, as named passes called in order.
 
-    lower -> schedule -> render -> load -> wrap
+    [fold_batch_norm] -> lower -> schedule -> render -> load -> wrap
+
+``fold_batch_norm`` runs on inference graphs whose static inputs (parameters, buffers) are known,
+unless ``options={"fold_weights": False}`` (``compiler.folding``).
 
 Each pass is timed and can be dumped (``CRUCIBLE_DEBUG`` / ``CRUCIBLE_DUMP_DIR``).
 An exception inside a pass becomes a ``CompilerError`` naming the pass and the
@@ -11,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -20,9 +23,10 @@ import torch.fx
 from compiler import config, debug
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.registry import renderer_for
+from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph
 from compiler.lowering import lower
-from compiler.report import ExternReport, GraphReport, KernelReport
+from compiler.report import ExternReport, GraphReport, KernelReport, WeightFold
 from compiler.runtime import KernelLauncher, launcher_for, parallel_map
 from compiler.scheduler import Kernel, Schedule
 from compiler.templates.scheduling import schedule, template_kind
@@ -79,8 +83,12 @@ def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
 class GraphCompilation:
     """One graph through every pass; fills a GraphReport as it goes."""
 
-    def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default") -> None:
+    def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
+                 static_inputs: Sequence[int] = (), fold_weights: bool = True) -> None:
         self.gm = gm
+        # the inputs that are parameters and buffers; folded from only where nothing needs gradients
+        self.foldable = list(static_inputs) if fold_weights and kind == "inference" else []
+        self.folded = FoldedGraph(gm)
         self.codegen = codegen
         self.extern = extern  # the ``extern`` option (compiler.templates.policy)
         self.graph_id = next(_graph_ids)
@@ -103,6 +111,12 @@ class GraphCompilation:
         debug.graph_start(self)
         # chosen first: lowering and scheduling work within what this renderer can emit
         renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
+        if self.foldable:
+            self.folded = self.run_pass("fold_batch_norm", fold_batch_norm, self.gm, self.foldable)
+            self.gm = self.folded.gm
+            if self.folded.folds:
+                self.report.passes.append("fold_batch_norm")
+                self.report.weight_folds = [WeightFold("fold_batch_norm", f.op, f.node) for f in self.folded.folds]
         lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities,
                                                 self.extern)
         sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)

@@ -94,6 +94,16 @@ class FusionRefusal:
         return f"{self.producer} -> {self.consumer}: {self.reason.value}: {self.message}".rstrip(": ")
 
 
+@dataclass(frozen=True)
+class WeightFold:
+    """A compile-time weight rewrite of an inference graph (``compiler.folding``): the pass that made
+    it and the node that now does the folded work."""
+
+    pass_name: str  # "fold_batch_norm"
+    op: str  # "convolution" | "addmm" | "mm": what absorbed the batch norm
+    node: str  # that node's name in the graph that was lowered
+
+
 @dataclass
 class GraphReport:
     """One compiled graph (a forward or a backward)."""
@@ -110,6 +120,10 @@ class GraphReport:
     failed_pass: str | None = None
     pass_seconds: dict[str, float] = field(default_factory=dict)
     passes: list[str] = field(default_factory=list)  # compile-time rewrites that changed the graph, by name
+    weight_folds: list[WeightFold] = field(default_factory=list)
+    # how often the folded weights were computed from their sources: once, plus once per call after
+    # a source (a parameter or buffer) changed
+    weight_refills: int = 0
     cudagraph: CudaGraphStatus | None = None  # None: CUDA graphs were not requested
     cudagraph_message: str = ""
     # replays, and calls that ran without the graph because a static input (a parameter) had moved
@@ -121,6 +135,8 @@ class GraphReport:
                 f"{len(self.kernels)} kernels, {len(self.externs)} extern calls")
         if self.passes:
             head += f"\n  passes: {', '.join(self.passes)}"
+        if self.weight_folds:
+            head += f"\n  folded weights: {self.fold_summary()}"
         if self.cudagraph is not None:
             head += f"\n  cuda graph: {self.cudagraph.value}" + (f": {self.cudagraph_message}"
                                                                 if self.cudagraph_message else "")
@@ -131,6 +147,14 @@ class GraphReport:
         if not rows:
             return head
         return head + "\n" + tabulate(rows, headers=["kernel", "kind", "codegen", "ops / reason"])
+
+    def fold_summary(self) -> str:
+        """e.g. "fold_batch_norm: 2 convolution, 1 addmm" (per pass, per op that absorbed the work)."""
+        counts: dict[str, dict[str, int]] = {}
+        for f in self.weight_folds:
+            ops = counts.setdefault(f.pass_name, {})
+            ops[f.op] = ops.get(f.op, 0) + 1
+        return "; ".join(f"{p}: " + ", ".join(f"{n} {op}" for op, n in ops.items()) for p, ops in counts.items())
 
 
 @dataclass
