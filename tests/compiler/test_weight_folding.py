@@ -178,3 +178,13 @@ def test_other_convolutions_fold_per_output_channel(conv):
     assert report.graphs[0].fold_summary() == "fold_batch_norm: 1 convolution"
     with torch.no_grad():
         assert_close(out, model(x))
+
+
+def test_dump_dir_shows_the_folded_graph_before_lowering(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The folded graph's dump sorted after the wrapper (unknown passes were numbered 9)."""
+    monkeypatch.setenv("CRUCIBLE_DUMP_DIR", str(tmp_path))
+    compiled_run(conv_bn(), torch.randn(2, 3, 8, 8), codegen="cpp")
+    (folded,) = tmp_path.glob("*/00_fold_batch_norm.txt")
+    assert "1 batch norms folded" in folded.read_text()
+    names = sorted(p.name for p in folded.parent.iterdir())
+    assert names.index("00_fold_batch_norm.txt") < names.index("01_lower.txt")
