@@ -49,6 +49,9 @@ def literal(value: object, dtype: torch.dtype) -> str:
             return "float('nan')"
         if math.isinf(v):
             return "float('inf')" if v > 0 else "float('-inf')"
+        if dtype == torch.float64 and torch.tensor(v, dtype=torch.float32).item() != v:
+            # Triton types a Python float as fp32: pi/2 in a float64 kernel was 1.5707963705
+            return f"tl.full([], {v!r}, tl.float64)"
         return repr(v)
     if dtype == torch.bool:
         return "True" if value else "False"  # int1, so `mask & True` stays a mask
