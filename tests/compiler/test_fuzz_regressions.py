@@ -103,3 +103,23 @@ def test_float64_transcendentals_are_float64_accurate(codegen: str, device: str)
     for op in (aten.atan, aten.expm1, aten.log1p, aten.tanh):
         got = _compiled(_call(op.default), y, codegen=codegen)(y)
         torch.testing.assert_close(got, op.default(y), rtol=4e-15, atol=0, equal_nan=True, msg=str(op))
+
+
+def test_batch_norm_inference_folds_like_eager_near_float_max(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp and fuzz-decomps (crucible:batch_norm_inference): a running mean of
+    +-3.4e38 made (x - mean) * invstd overflow to inf where eager's folded x * alpha + beta (and the
+    float64 reference) stay finite; a weight of 3.4e38 over x == mean gives eager NaN (alpha = inf)."""
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([[-0.62, 0.8, 0.24, -0.7]], device=device)
+    weight = torch.tensor([-0.62, 0.8, 0.24, big], device=device)
+    bias = torch.tensor([-0.62, 0.8, 0.24, -0.7], device=device)
+    mean = torch.tensor([big, big, -big, -0.7], device=device)
+    var = torch.tensor([0.8, 0.98, 0.99, 0.99], device=device)
+
+    def fn(a, w, b, m, v):
+        return aten._native_batch_norm_legit_no_training.default(a, w, b, m, v, 0.1, 1e-5)[0]
+
+    got = _compiled(fn, x, weight, bias, mean, var, codegen=codegen)(x, weight, bias, mean, var)
+    want = fn(x, weight, bias, mean, var)
+    assert torch.isfinite(got[0, :3]).all(), got
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=0)
