@@ -301,7 +301,9 @@ class _KernelWriter:
         # one statement: the interpreter rewrites assignments and cannot hold a tuple
         result = self.tmp(e, f"tl.reduce(({masked}, {idx}), 1, {combine}, keep_dims=True)[1].to(tl.int64)", pre)
         if dtype.is_floating_point:  # ATen: the first NaN wins
-            first_nan = self.tmp(e, f"tl.reduce(tl.where(rmask & ({v} != {v}), {idx}, RBLOCK), 1, "
+            # where(rmask, v != v, False), not rmask & (v != v): Triton 3.8's interpreter raises
+            # TypeError on `block & scalar comparison` (a 0-d load of a stride-0 input)
+            first_nan = self.tmp(e, f"tl.reduce(tl.where(tl.where(rmask, {v} != {v}, False), {idx}, RBLOCK), 1, "
                                     "tl.standard._elementwise_min, keep_dims=True)", pre)
             result = self.tmp(e, f"tl.where({first_nan} < RBLOCK, {first_nan}.to(tl.int64), {result})", pre)
         return result

@@ -123,3 +123,18 @@ def test_batch_norm_inference_folds_like_eager_near_float_max(codegen: str, devi
     want = fn(x, weight, bias, mean, var)
     assert torch.isfinite(got[0, :3]).all(), got
     torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=0)
+
+
+def test_argmax_over_an_expanded_input(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret: ``aten.argmax.default(x1, 0)`` over a size-1 tensor expanded
+    to 2 raised TypeError in Triton's interpreter (numpy bitwise_and): the stride-0 input loads as
+    a scalar, and the interpreter cannot `rmask & (scalar != scalar)`. FINDINGS.md has the repro."""
+    for value in (0.5, math.nan):
+        x = torch.tensor([value], device=device).expand(3)
+        for op in (aten.argmax.default, aten.argmin.default):
+            fn = _reduce_dim0(op)
+            assert _compiled(fn, x, codegen=codegen)(x).item() == fn(x).item()
+
+
+def _reduce_dim0(op):
+    return lambda a: op(a, 0, False)
