@@ -289,7 +289,9 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
                  "          'f16': torch.float16, 'bf16': torch.bfloat16, 'f64': torch.float64, 'i32': torch.int32,\n"
                  "          'i64': torch.int64, 'b8': torch.bool}\n"
                  "    ns.update(zip(NAMES, [make_input(d) for d in INPUTS]))\n"
-                 "    return eval(EXPR, ns)\n")
+                 "    return eval(EXPR, ns)\n"
+                 "def reference():\n"
+                 "    return None  # judged against the op only\n")
     else:
         buf = io.BytesIO()
         torch.save(_perturb(captured[case[1]], case[2], case[3]), buf)
@@ -297,7 +299,11 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
                  "def call(aten_ns):\n"
                  "    args, kwargs = torch.load(io.BytesIO(base64.b64decode(CALL)), weights_only=False)\n"
                  f"    fn = OP if aten_ns is torch.ops.aten else RULE\n"
-                 "    return fn(*args, **kwargs)\n")
+                 "    return fn(*args, **kwargs)\n"
+                 "def reference():\n"
+                 "    from harness.fuzz.decomps import _to64\n"
+                 "    args, kwargs = torch.load(io.BytesIO(base64.b64decode(CALL)), weights_only=False)\n"
+                 "    return OP(*_to64(args), **_to64(kwargs))\n")
     return (f"# Crucible decomposition finding: {rule.name} ({rule.op}): {failure.status}\n# {failure.reason[:300]}\n"
             "import base64, io, math\nimport torch\n"
             "from compiler.decompositions import decomposition_table_for_compiler\n"
@@ -305,7 +311,7 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
             f"OP = torch.ops.aten.{rule.op.__name__.replace('.default', '')}.{rule.op._overloadname}\n"
             "RULE = decomposition_table_for_compiler()[OP]\n" + setup +
             "rule = Rule('repro', OP, RULE)\n"
-            "verdict = judge(lambda: call(torch.ops.aten), lambda: call(RedirectedAten(rule)), lambda: None)\n"
+            "verdict = judge(lambda: call(torch.ops.aten), lambda: call(RedirectedAten(rule)), reference)\n"
             "print(verdict or 'decomposition matches the op')\nraise SystemExit(1 if verdict else 0)\n")
 
 

@@ -43,6 +43,15 @@ KNOWN_FINDINGS: list[KnownFinding] = [
                  "decomposition +-inf; FINDINGS.md: 'native_layer_norm's mean is NaN where mean is inf'", output="_1"),
     KnownFinding("inductor", "fail_accuracy", "aten.native_layer_norm.default", "NaN positions",
                  "as for crucible-* (torch's decomposition); FINDINGS.md: 'native_layer_norm's mean'", output="_1"),
+    KnownFinding("decompositions", "fail_accuracy", "torch:aten::hardswish_backward", "NaN positions",
+                 "ATen's CPU hardswish_backward gives NaN for a NaN input in its vectorized loop and grad in its "
+                 "scalar tail (the rule: grad); FINDINGS.md: 'hardswish_backward of NaN depends on the length'"),
+    KnownFinding("decompositions", "fail_accuracy", "torch:aten::native_layer_norm_backward", "NaN positions",
+                 "an infinite weight: kernel and float64 give NaN, torch's rule -inf; "
+                 "FINDINGS.md: 'native_layer_norm_backward with an infinite weight'"),
+    KnownFinding("decompositions", "fail_accuracy", "torch:aten::native_group_norm", "NaN positions",
+                 "a group's variance overflows float32 (values near finfo.max): kernel NaN, torch's rule 0, float64 "
+                 "finite; FINDINGS.md: 'native_group_norm when the variance overflows'"),
     KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.logit.default", "inf positions",
                  "ATen's CPU logit rounds the clamp bound 1 - eps to float16/bfloat16 (1 - 1e-6 is 1.0: inf), "
                  "its CUDA kernel and torch's decomposition clamp in float32; FINDINGS.md: 'logit with eps'"),
