@@ -231,10 +231,20 @@ def _picklable(call: Any) -> bool:
     return True
 
 
+def incomparable(op: Any) -> bool:
+    """Ops whose outputs two correct implementations need not share: random (bernoulli, rand_like:
+    the rule draws differently) or uninitialized memory (new_empty, empty_like). Their rules were
+    reported as 'worse than the op' findings."""
+    name = op.name().split("::")[-1]
+    return torch.Tag.nondeterministic_seeded in op.tags or name.startswith(("empty", "new_empty"))
+
+
 def check_rule(rule: Rule, calls: list, examples: int, seed: int) -> dict:
     """One rule's verdict as a record: status ``uncovered`` (no inputs), ``pass`` or the failure's."""
     from harness.fuzz.specs import OP_SPECS
 
+    if incomparable(rule.op):
+        return {"rule": rule.name, "status": "incomparable"}
     spec = OP_SPECS.get(str(rule.op))
     if spec is None and not calls:
         return {"rule": rule.name, "status": "uncovered"}
@@ -339,7 +349,7 @@ def run_decomp_fuzz(args: argparse.Namespace) -> int:
     metadata = run_metadata("fuzz-decomps", "decompositions", args.seed, None, {})
     store.create_run(run_id, "fuzz-decomps", "decompositions", metadata)
     start, deadline = time.monotonic(), time.monotonic() + (args.seconds or float("inf"))
-    checked, cases, uncovered, findings = 0, 0, [], []
+    checked, cases, uncovered, findings, incomparable_rules = 0, 0, [], [], []
     progress = DecompProgress(total=len(rules))
     metadata["jobs"] = args.jobs
     def record(result: dict) -> None:
@@ -347,6 +357,9 @@ def run_decomp_fuzz(args: argparse.Namespace) -> int:
         name = result.get("rule") or result["name"].removeprefix("decomp/")
         if result["status"] == "uncovered":
             uncovered.append(name)
+            return
+        if result["status"] == "incomparable":
+            incomparable_rules.append(name)
             return
         if result["status"] == Status.SKIPPED:  # the time box ran out before a worker reached it
             return
@@ -370,13 +383,14 @@ def run_decomp_fuzz(args: argparse.Namespace) -> int:
                 break
             record(check_rule(rule, captured.get(rule.op, []), args.examples, args.seed))
     progress.close()
-    metadata["fuzz"] = {"rules": checked, "cases": cases, "uncovered": uncovered,
+    metadata["fuzz"] = {"rules": checked, "cases": cases, "uncovered": uncovered, "incomparable": incomparable_rules,
                         "elapsed_s": time.monotonic() - start}
     store.update_metadata(run_id, metadata)
     store.finish_run(run_id)
     store.close()
     print(f"rules checked {checked} of {len(rules)} ({len(uncovered)} without inputs: out=/in-place overloads "
-          f"and ops no OpInfo sample reaches), valid cases {cases}, {time.monotonic() - start:.0f}s")
+          f"and ops no OpInfo sample reaches; {len(incomparable_rules)} not comparable: random or uninitialized "
+          f"outputs), valid cases {cases}, {time.monotonic() - start:.0f}s")
     for sig, known in findings:
         print(f"  {'known: ' + known if known else 'NEW'}  {sig}")
     if not findings:

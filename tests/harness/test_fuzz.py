@@ -133,3 +133,17 @@ def test_known_findings_can_name_the_tuple_output() -> None:
     assert match_known("crucible-cpp", record) is not None
     assert match_known("crucible-cpp", {**record, "error": record["error"].replace("v0_1", "v0_0")}) is None
     assert match_known("aot_eager", record) is None
+
+
+def test_random_and_uninitialized_ops_are_not_compared() -> None:
+    """fuzz-decomps reported core:aten::bernoulli and core:aten::new_empty as 'worse than the op':
+    a random draw and uninitialized memory differ between two correct implementations."""
+    import torch
+
+    from harness.fuzz.decomp_campaign import check_rule, incomparable
+    from harness.fuzz.decomps import Rule
+
+    aten = torch.ops.aten
+    assert incomparable(aten.bernoulli.default) and incomparable(aten.new_empty.default)
+    assert not incomparable(aten.new_zeros.default) and not incomparable(aten.add.Tensor)
+    assert check_rule(Rule("core:aten::bernoulli", aten.bernoulli.default, None), [], 5, 0)["status"] == "incomparable"
