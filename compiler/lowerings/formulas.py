@@ -240,6 +240,15 @@ def trunc(x: V) -> V:
     return sel(x < 0, x.u(Op.CEIL), x.u(Op.FLOOR))
 
 
+def _signbit(x: V) -> V:
+    """x < 0 or x is -0.0 (NaN excluded). A constant is decided here: 1 / 0.0 between two literals
+    is Python's ZeroDivisionError in Triton's interpreter (pow over an empty sum raised it)."""
+    if x.e.op is Op.CONST:
+        v = float(x.e.arg)
+        return V(ir.const(not math.isnan(v) and math.copysign(1.0, v) < 0, torch.bool))
+    return (x < 0) | (x.eq(0) & ((1 / x) < 0))
+
+
 def pow_(x: V, y: V) -> V:
     """x ** y for floats with C pow's special cases: y == 0 or x == 1 give 1 (NaN operands too),
     (-1) ** +-inf is 1, a finite negative base with a non-integer exponent is NaN, and a
@@ -247,7 +256,7 @@ def pow_(x: V, y: V) -> V:
     mag = vexp(y * vlog(vabs(x)))
     y_int = y.u(Op.FLOOR).eq(y)  # +-inf count as (even) integers, as in C
     y_odd = y_int & (y * 0.5).u(Op.FLOOR).ne(y * 0.5)
-    negative = (x < 0) | (x.eq(0) & ((1 / x) < 0))  # signbit(x), NaN excluded
+    negative = _signbit(x)
     r = sel(negative & y_odd, -mag, mag)
     r = sel((x < 0) & (x > -math.inf) & y_int.u(Op.NOT), x * 0 + math.nan, r)
     one = y.eq(0) | x.eq(1) | (x.eq(-1) & vabs(y).eq(math.inf))

@@ -139,3 +139,17 @@ def test_argmax_over_an_expanded_input(codegen: str, device: str) -> None:
 
 def _reduce_dim0(op):
     return lambda a: op(a, 0, False)
+
+
+def test_vector_norm_of_an_empty_tensor(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret: ``aten.linalg_vector_norm.default(x1, 3.0, [0])`` over a 0-size
+    tensor raised ZeroDivisionError in Triton's interpreter: the empty sum is the constant 0.0 and
+    pow's -0.0 test rendered ``1.0 / 0.0`` between two literals."""
+    x = torch.randn(0, device=device)
+    for order in (3.0, 0.5, 2.0):
+        fn = _norm(order)
+        torch.testing.assert_close(_compiled(fn, x, codegen=codegen)(x), fn(x), equal_nan=True)
+
+
+def _norm(order):
+    return lambda a: aten.linalg_vector_norm.default(a, order, [0], False)
