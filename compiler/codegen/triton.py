@@ -68,7 +68,7 @@ def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
 
 
 BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
-                Op.GT: ">", Op.GE: ">=", Op.AND: "&", Op.OR: "|", Op.BITAND: "&", Op.BITOR: "|",
+                Op.GT: ">", Op.GE: ">=", Op.BITAND: "&", Op.BITOR: "|",
                 Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
 UNARY_CALL = {Op.EXP: "tl.exp", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin",
               Op.COS: "tl.cos", Op.ERF: "tl.erf", Op.FLOOR: "tl.floor", Op.CEIL: "tl.ceil", Op.ABS: "tl.abs"}
@@ -201,6 +201,12 @@ class _KernelWriter:
         cdt = compute_dtype(e.dtype)
         if op is Op.CAST:
             return self.tmp(e, self.cast(a[0], e.src[0].dtype, e.dtype))
+        if op in (Op.AND, Op.OR):
+            # Logical and/or as selects: Triton 3.8's interpreter gives a comparison of two 0-d
+            # values (a 1-element input loads as a scalar) float32 data, which `block & c`
+            # refuses (numpy bitwise_and TypeError); tl.where takes it, and compiles to and/or.
+            picked = f"{a[1]}, False" if op is Op.AND else f"True, {a[1]}"
+            return self.tmp(e, f"tl.where({a[0]}, {picked})")
         if op in BINARY_INFIX:
             return self.tmp(e, f"{a[0]} {BINARY_INFIX[op]} {a[1]}")
         if op in UNARY_CALL:

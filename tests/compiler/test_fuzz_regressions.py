@@ -153,3 +153,19 @@ def test_vector_norm_of_an_empty_tensor(codegen: str, device: str) -> None:
 
 def _norm(order):
     return lambda a: aten.linalg_vector_norm.default(a, order, [0], False)
+
+
+def test_logical_and_with_a_one_element_operand(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 1: ``aten.logical_and.default(x0, x1)`` with x1 of shape
+    [1, 1] (loaded as a scalar) raised TypeError in Triton's interpreter: its comparison of 0-d
+    values has float32 data, which ``block & c`` refuses; and/or are rendered as selects."""
+    a = torch.tensor([[[[True]], [[False]]]], device=device)
+    for value in (0.0, 1.5, math.nan):
+        b = torch.tensor([[value]], device=device)
+        for op in (aten.logical_and.default, aten.logical_or.default):
+            fn = _binary(op)
+            assert torch.equal(_compiled(fn, a, b, codegen=codegen)(a, b), fn(a, b)), (op, value)
+
+
+def _binary(op):
+    return lambda x, y: op(x, y)
