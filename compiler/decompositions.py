@@ -77,15 +77,19 @@ def mish(x: torch.Tensor) -> torch.Tensor:
 @rule("crucible:batch_norm_inference", aten._native_batch_norm_legit_no_training.default)
 def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: torch.Tensor,
                          running_var: torch.Tensor, momentum: float, eps: float) -> Any:
-    # Pure and functional (torch's rule re-enters the mutating training op).
+    # Pure and functional (torch's rule re-enters the mutating training op). Folded per channel
+    # as ATen's CPU kernel does, out = x * alpha + beta: (x - mean) * invstd overflowed to inf for
+    # a running mean near float32's max where eager (and the float64 reference) stay finite, and
+    # the folded form's overflow (alpha = inf for a weight near max) is eager's too.
     shape = [1, -1] + [1] * (x.dim() - 2)
     acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    invstd = torch.rsqrt(running_var.to(acc) + eps)
-    out = (x.to(acc) - running_mean.to(acc).reshape(shape)) * invstd.reshape(shape)
+    alpha = torch.rsqrt(running_var.to(acc) + eps)
     if weight is not None:
-        out = out * weight.to(acc).reshape(shape)
+        alpha = alpha * weight.to(acc)
+    beta = -running_mean.to(acc) * alpha
     if bias is not None:
-        out = out + bias.to(acc).reshape(shape)
+        beta = bias.to(acc) + beta
+    out = x.to(acc) * alpha.reshape(shape) + beta.reshape(shape)
     empty = x.new_empty((0,))
     return out.to(x.dtype), empty, empty
 

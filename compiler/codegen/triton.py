@@ -52,6 +52,9 @@ def literal(value: object, dtype: torch.dtype) -> str:
             return "float('nan')"
         if math.isinf(v):
             return "float('inf')" if v > 0 else "float('-inf')"
+        if dtype == torch.float64 and torch.tensor(v, dtype=torch.float32).item() != v:
+            # Triton types a Python float as fp32: pi/2 in a float64 kernel was 1.5707963705
+            return f"tl.full([], {v!r}, tl.float64)"
         return repr(v)
     if dtype == torch.bool:
         return "True" if value else "False"  # int1, so `mask & True` stays a mask
@@ -68,7 +71,7 @@ def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
 
 
 BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
-                Op.GT: ">", Op.GE: ">=", Op.AND: "&", Op.OR: "|", Op.BITAND: "&", Op.BITOR: "|",
+                Op.GT: ">", Op.GE: ">=", Op.BITAND: "&", Op.BITOR: "|",
                 Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
 UNARY_CALL = {Op.EXP: "tl.exp", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin",
               Op.COS: "tl.cos", Op.ERF: "tl.erf", Op.FLOOR: "tl.floor", Op.CEIL: "tl.ceil", Op.ABS: "tl.abs"}
@@ -191,6 +194,12 @@ class _KernelWriter:
         cdt = compute_dtype(e.dtype)
         if op is Op.CAST:
             return self.tmp(e, self.cast(a[0], e.src[0].dtype, e.dtype))
+        if op in (Op.AND, Op.OR):
+            # Logical and/or as selects: Triton 3.8's interpreter gives a comparison of two 0-d
+            # values (a 1-element input loads as a scalar) float32 data, which `block & c`
+            # refuses (numpy bitwise_and TypeError); tl.where takes it, and compiles to and/or.
+            picked = f"{a[1]}, False" if op is Op.AND else f"True, {a[1]}"
+            return self.tmp(e, f"tl.where({a[0]}, {picked})")
         if op in BINARY_INFIX:
             return self.tmp(e, f"{a[0]} {BINARY_INFIX[op]} {a[1]}")
         if op in UNARY_CALL:
@@ -291,7 +300,9 @@ class _KernelWriter:
         # one statement: the interpreter rewrites assignments and cannot hold a tuple
         result = self.tmp(e, f"tl.reduce(({masked}, {idx}), 1, {combine}, keep_dims=True)[1].to(tl.int64)", pre)
         if dtype.is_floating_point:  # ATen: the first NaN wins
-            first_nan = self.tmp(e, f"tl.reduce(tl.where(rmask & ({v} != {v}), {idx}, RBLOCK), 1, "
+            # where(rmask, v != v, False), not rmask & (v != v): Triton 3.8's interpreter raises
+            # TypeError on `block & scalar comparison` (a 0-d load of a stride-0 input)
+            first_nan = self.tmp(e, f"tl.reduce(tl.where(tl.where(rmask, {v} != {v}, False), {idx}, RBLOCK), 1, "
                                     "tl.standard._elementwise_min, keep_dims=True)", pre)
             result = self.tmp(e, f"tl.where({first_nan} < RBLOCK, {first_nan}.to(tl.int64), {result})", pre)
         return result

@@ -8,6 +8,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import torch
+
 from compiler import ir
 from compiler.ir import Expr, Op
 
@@ -69,6 +71,9 @@ class V:
     def __and__(self, o: V) -> V:
         return V(ir.binary(Op.AND, self.e, o.e))
 
+    def __or__(self, o: V) -> V:
+        return V(ir.binary(Op.OR, self.e, o.e))
+
     def u(self, op: Op) -> V:
         return V(ir.unary(op, self.e))
 
@@ -106,14 +111,56 @@ def vmin(a: V, b: V) -> V:
 
 
 def expm1(x: V) -> V:
+    if x.e.dtype == torch.float64:
+        return _expm1_f64(x)
     # exp(x) - 1 cancels near 0; a short Taylor series is exact to fp32 there.
     series = x * (1 + x * (0.5 + x * (1 / 6 + x * (1 / 24 + x * (1 / 120 + x * (1 / 720))))))
     return sel(vabs(x) < 0.1, series, vexp(x) - 1)
 
 
 def log1p(x: V) -> V:
+    if x.e.dtype == torch.float64:
+        return _log1p_f64(x)
     series = x * (1 + x * (-0.5 + x * (1 / 3 + x * (-0.25 + x * (0.2 + x * (-1 / 6))))))
     return sel(vabs(x) < 0.05, series, vlog(x + 1))
+
+
+# float64 forms: the float32 series and polynomials above are good to ~1e-8 relative in float64
+# (atan 2e-8, expm1 2e-10, log1p 2e-9 measured over randn inputs), which a float64 graph's parity
+# check sees (logit(acos(x)) failed it). Kahan's quotients cancel the rounding of exp/log to a
+# few ulps; atan is Cephes's double-precision rational form.
+def _expm1_f64(x: V) -> V:
+    u = vexp(x)
+    r = (u - 1) * x / vlog(u)
+    return sel(u.eq(1), x, sel((u - 1).eq(-1), -1.0, sel(u.eq(math.inf), math.inf, r)))
+
+
+def _log1p_f64(x: V) -> V:
+    u = x + 1
+    r = vlog(u) * x / (u - 1)
+    return sel(u.eq(1), x, sel(u.eq(math.inf), math.inf, r))
+
+
+_ATAN_P = (-8.750608600031904122785e-1, -1.615753718733365076637e1, -7.500855792314704667340e1,
+           -1.228866684490136173410e2, -6.485021904942025371773e1)
+_ATAN_Q = (2.485846490142306297962e1, 1.650270098316988542046e2, 4.328810604912902668951e2,
+           4.853903996359136964868e2, 1.945506571482613964425e2)
+
+def _atan_f64(x: V) -> V:
+    a = vabs(x)
+    big = a > 2.41421356237309504880  # tan(3pi/8)
+    mid = a > 0.66
+    t = sel(big, -1 / a, sel(mid, (a - 1) / (a + 1), a))
+    base = sel(big, math.pi / 2, sel(mid, math.pi / 4, 0.0, like=x))
+    z = t * t
+    p = z * 0 + _ATAN_P[0]
+    for c in _ATAN_P[1:]:
+        p = p * z + c
+    q = z + _ATAN_Q[0]
+    for c in _ATAN_Q[1:]:
+        q = q * z + c
+    r = base + (t * (z * p / q) + t)
+    return sel(x < 0, -r, r)
 
 
 def sigmoid(x: V) -> V:
@@ -127,6 +174,8 @@ def tanh(x: V) -> V:
 
 
 def atan(x: V) -> V:
+    if x.e.dtype == torch.float64:
+        return _atan_f64(x)
     # Range reduction to |t| <= tan(pi/12), then an odd minimax polynomial (Cephes atanf).
     a = vabs(x)
     big = a > 2.414213562373095
@@ -163,6 +212,21 @@ def asinh(x: V) -> V:
     return unit_sign(x) * sel(a > 1e9, vlog(a) + math.log(2.0), small)
 
 
+def acosh(x: V) -> V:
+    # (x-1)(x+1) overflows past ~1e19 in float32 (acosh(1e30) gave inf) and, for x = INT_MIN
+    # cast to float, x + sqrt(x*x - 1) rounds to 0 (log 0 = -inf where ATen gives NaN): below 1
+    # the result is NaN, and past 1e9 acosh(x) = log(2x) to within 1/(4x^2).
+    big = vlog(x) + math.log(2.0)
+    return sel(x < 1, x * 0 + math.nan, sel(x > 1e9, big, vlog(x + vsqrt((x - 1) * (x + 1)))))
+
+
+
+def atanh(x: V) -> V:
+    if x.e.dtype == torch.float64:  # 2x/(1-x) near -1 lost 1e-10 relative through log1p's slope
+        return (log1p(x) - log1p(-x)) * 0.5
+    return log1p(2 * x / (1 - x)) * 0.5
+
+
 def round_half_even(x: V) -> V:
     f = x.u(Op.FLOOR)
     diff = x - f
@@ -176,11 +240,24 @@ def trunc(x: V) -> V:
     return sel(x < 0, x.u(Op.CEIL), x.u(Op.FLOOR))
 
 
+def _signbit(x: V) -> V:
+    """x < 0 or x is -0.0 (NaN excluded). A constant is decided here: 1 / 0.0 between two literals
+    is Python's ZeroDivisionError in Triton's interpreter (pow over an empty sum raised it)."""
+    if x.e.op is Op.CONST:
+        v = float(x.e.arg)
+        return V(ir.const(not math.isnan(v) and math.copysign(1.0, v) < 0, torch.bool))
+    return (x < 0) | (x.eq(0) & ((1 / x) < 0))
+
+
 def pow_(x: V, y: V) -> V:
-    """x ** y for floats with C pow's special cases (negative base, zero, y == 0)."""
+    """x ** y for floats with C pow's special cases: y == 0 or x == 1 give 1 (NaN operands too),
+    (-1) ** +-inf is 1, a finite negative base with a non-integer exponent is NaN, and a
+    negative base (-0.0 and -inf included) keeps its sign only for odd integer exponents."""
     mag = vexp(y * vlog(vabs(x)))
-    y_int = y.u(Op.FLOOR).eq(y)
+    y_int = y.u(Op.FLOOR).eq(y)  # +-inf count as (even) integers, as in C
     y_odd = y_int & (y * 0.5).u(Op.FLOOR).ne(y * 0.5)
-    neg = sel(y_int, sel(y_odd, -mag, mag), x * 0 + math.nan)
-    r = sel(x < 0, neg, mag)
-    return sel(y.eq(0), y * 0 + 1, sel(x.eq(1), x, r))
+    negative = _signbit(x)
+    r = sel(negative & y_odd, -mag, mag)
+    r = sel((x < 0) & (x > -math.inf) & y_int.u(Op.NOT), x * 0 + math.nan, r)
+    one = y.eq(0) | x.eq(1) | (x.eq(-1) & vabs(y).eq(math.inf))
+    return sel(one, 1.0, r)

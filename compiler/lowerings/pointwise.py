@@ -19,8 +19,10 @@ from compiler import ir
 from compiler.ir import Expr, Op
 from compiler.lowerings.formulas import (
     V,
+    acosh,
     asinh,
     atan,
+    atanh,
     atan2,
     expm1,
     log1p,
@@ -127,8 +129,8 @@ FLOAT_UNARY: dict[Any, Callable[[V], V]] = {
     aten.sinh: lambda x: (expm1(x) - expm1(-x)) * 0.5,
     aten.cosh: lambda x: (vexp(x) + vexp(-x)) * 0.5,
     aten.asinh: asinh,
-    aten.acosh: lambda x: vlog(x + vsqrt((x - 1) * (x + 1))),
-    aten.atanh: lambda x: log1p(2 * x / (1 - x)) * 0.5,
+    aten.acosh: acosh,
+    aten.atanh: atanh,
     aten.reciprocal: lambda x: 1 / x,
 }
 for _op, _fn in FLOAT_UNARY.items():
@@ -265,7 +267,7 @@ def lower_pow(ctx: GraphLowering, node: Any, a: Any, b: Any) -> Lazy:
             return pointwise(node, lambda x: x * x, a, compute=common)
         if b == 1:
             return pointwise(node, lambda x: x, a, compute=common)
-        if b == 0.5 and common.is_floating_point:
+        if b == 0.5 and common.is_floating_point:  # ATen's pow(x, 0.5) is sqrt: NaN for -inf, -0.0 kept
             return pointwise(node, vsqrt, a, compute=common)
         if b == 3:
             return pointwise(node, lambda x: x * x * x, a, compute=common)

@@ -100,6 +100,8 @@ class CampaignSummary:
     spec_rejections: int = 0
     findings: dict[str, Finding] = field(default_factory=dict)
     elapsed_s: float = 0.0
+    # signature -> hits of failures another campaign of a ``-j`` run found first (harness.fuzz.parallel)
+    foreign_hits: Counter = field(default_factory=Counter)
 
     @property
     def valid(self) -> int:
@@ -131,8 +133,17 @@ def _payload(graph: FuzzGraph, request: CampaignRequest, localize: bool = False)
 
 def run_campaign(request: CampaignRequest, runner: Any,
                  on_progress: Callable[[CampaignSummary], None] = lambda s: None,
-                 on_finding: Callable[[Finding], None] = lambda f: None) -> CampaignSummary:
-    """Fuzz ``request.target`` through ``runner`` (``harness.fuzz.workers``) until the budget is spent."""
+                 on_finding: Callable[[Finding], None] = lambda f: None,
+                 claim: Callable[[Finding], bool] = lambda f: True,
+                 should_stop: Callable[[], bool] = lambda: False,
+                 found_elsewhere: Callable[[str], bool] = lambda sig: False) -> CampaignSummary:
+    """Fuzz ``request.target`` through ``runner`` (``harness.fuzz.workers``) until the budget is spent.
+
+    ``claim``, ``found_elsewhere`` and ``should_stop`` let campaigns run side by side
+    (``harness.fuzz.parallel``): ``claim(finding)`` is False when another campaign found that
+    signature first, and a failure whose signature is ``found_elsewhere`` is not shrunk here:
+    both count as hits of the other campaign's finding; ``should_stop()`` ends the campaign."""
+    foreign: set[str] = set()
     if request.seconds is None and request.examples is None:
         raise ValueError("give a budget: seconds or examples")
     specs = select_specs(request.ops)
@@ -144,7 +155,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
     def budget_left() -> bool:
         under_count = request.examples is None or summary.graphs < request.examples
         enough = request.max_findings is not None and len(summary.new_findings) >= request.max_findings
-        return under_count and not enough and time.monotonic() < stop_at
+        return under_count and not enough and not should_stop() and time.monotonic() < stop_at
 
     round_index = 0
     while budget_left():
@@ -184,11 +195,20 @@ def run_campaign(request: CampaignRequest, runner: Any,
             if sig in summary.findings:
                 summary.findings[sig].hits += 1
                 return
+            if sig in foreign or found_elsewhere(sig):
+                foreign.add(sig)
+                summary.foreign_hits[sig] += 1
+                return
             known = match_known(request.target, record)
             if known is not None:  # documented upstream finding: counted, never shrunk again
-                summary.findings[sig] = Finding(sig, record["status"], record.get("op") or "?",
-                                                record.get("error") or "", graph, record, known=known)
-                on_finding(summary.findings[sig])
+                finding = Finding(sig, record["status"], record.get("op") or "?", record.get("error") or "",
+                                  graph, record, known=known)
+                if claim(finding):
+                    summary.findings[sig] = finding
+                    on_finding(finding)
+                else:
+                    foreign.add(sig)
+                    summary.foreign_hits[sig] += 1
                 return
             state.update(target=sig, shrink_until=time.monotonic() + request.shrink_seconds)
             _remember(state, record, graph)
@@ -197,11 +217,11 @@ def run_campaign(request: CampaignRequest, runner: Any,
         try:
             check()
         except _Found as found:
-            _conclude(found, request, runner, summary, on_finding)
+            _conclude(found, request, runner, summary, on_finding, claim, foreign)
         except Exception:  # hypothesis's own complaint (flaky replay, ...): keep the smallest failure
             if state["best"] is None:
                 raise
-            _conclude(_Found(*state["best"]), request, runner, summary, on_finding)
+            _conclude(_Found(*state["best"]), request, runner, summary, on_finding, claim, foreign)
         round_index += 1
         on_progress(summary)
     summary.elapsed_s = time.monotonic() - start
@@ -222,7 +242,8 @@ def _remember(state: dict[str, Any], record: dict[str, Any], graph: FuzzGraph) -
 
 
 def _conclude(found: _Found, request: CampaignRequest, runner: Any, summary: CampaignSummary,
-              on_finding: Callable[[Finding], None]) -> None:
+              on_finding: Callable[[Finding], None], claim: Callable[[Finding], bool] = lambda f: True,
+              foreign: set[str] | None = None) -> None:
     """Localize the shrunk graph, dedupe by final signature, report the finding."""
     record, graph = found.record, found.graph
     if record["status"] == Status.FAIL_ACCURACY and len(graph.nodes) > 1:
@@ -239,5 +260,10 @@ def _conclude(found: _Found, request: CampaignRequest, runner: Any, summary: Cam
         return
     finding = Finding(sig, record["status"], record.get("op") or "?", record.get("error") or "", graph, record,
                       known=match_known(request.target, record))
+    if not claim(finding):  # a parallel campaign found it first: its finding gets the hit
+        if foreign is not None:
+            foreign.add(sig)
+        summary.foreign_hits[sig] += 1
+        return
     summary.findings[sig] = finding
     on_finding(finding)

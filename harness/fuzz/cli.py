@@ -23,6 +23,9 @@ def add_fuzz_parser(sub: Any) -> None:
     budget.add_argument("--seconds", type=float, help="time box for generating graphs (default 60)")
     budget.add_argument("--examples", type=int, help="run exactly N generated graphs")
     p.add_argument("--seed", type=int, default=0, help="campaign seed (default 0)")
+    p.add_argument("-j", "--jobs", type=int, default=1,
+                   help="N campaigns side by side, one isolated worker each, seeds derived from --seed "
+                        "(--examples is split between them; default 1)")
     p.add_argument("--ops", help="only ops matching these globs, comma-separated (sum, aten.var*, *pool*)")
     p.add_argument("--max-nodes", type=int, default=6, help="ops per graph, at most (default 6)")
     p.add_argument("--shrink-seconds", type=float, default=120.0, help="time box per shrink (default 120)")
@@ -44,6 +47,8 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--seconds", type=float, help="time box for the whole check (default: no limit)")
     p.add_argument("--examples", type=int, default=30, help="generated inputs per rule (default 30)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("-j", "--jobs", type=int, default=1,
+                   help="check rules on N isolated workers (default 1: in this process)")
     p.add_argument("--db", default=DEFAULT_DB)
     p.add_argument("--run-id")
     p.add_argument("--list", action="store_true", help="list the rules checked and exit")
@@ -108,7 +113,11 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    for name, value in (("--seconds", args.seconds), ("--examples", args.examples), ("--max-nodes", args.max_nodes)):
+    if args.jobs > 1 and args.in_process:
+        print("error: --in-process runs one campaign in this process; drop it or -j", file=sys.stderr)
+        return 2
+    for name, value in (("--seconds", args.seconds), ("--examples", args.examples), ("--max-nodes", args.max_nodes),
+                        ("-j", args.jobs)):
         if value is not None and value <= 0:
             print(f"error: {name} must be positive, got {value:g}", file=sys.stderr)
             return 2
@@ -119,11 +128,12 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                               shrink_seconds=args.shrink_seconds, timeout_s=args.timeout,
                               in_process=args.in_process, max_findings=args.max_findings, capture=args.capture, imports=tuple(args.imports))
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    return _run_and_store(request, run_id, args.db)
+    return _run_and_store(request, run_id, args.db, args.jobs)
 
 
-def _run_and_store(request: Any, run_id: str, db: str) -> int:
+def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1) -> int:
     from harness.fuzz.campaign import run_campaign
+    from harness.fuzz.parallel import run_parallel_campaign
     from harness.fuzz.repro import write_repro
     from harness.fuzz.workers import make_runner
     from harness.runner import run_metadata
@@ -131,7 +141,7 @@ def _run_and_store(request: Any, run_id: str, db: str) -> int:
     store = ResultStore(db)
     metadata = run_metadata("fuzz", request.target, request.seed, None, {})
     metadata["fuzz"] = {"ops": request.ops, "examples": request.examples, "seconds": request.seconds,
-                        "capture": request.capture, "max_nodes": request.max_nodes}
+                        "capture": request.capture, "max_nodes": request.max_nodes, "jobs": jobs}
     store.create_run(run_id, "fuzz", request.target, metadata)
     how = (f"crucible fuzz --target {request.target} --seed {request.seed}"
            + (f" --ops {request.ops}" if request.ops else ""))
@@ -144,17 +154,24 @@ def _run_and_store(request: Any, run_id: str, db: str) -> int:
             "repro": write_repro(finding.graph, request.target, request.device, finding.record, how)})
 
     progress = FuzzProgress(total=0)
-    runner = make_runner(request.target, request.device, request.in_process, request.timeout_s, None)
-    print(f"fuzzing {request.target} (seed {request.seed}) in "
-          f"{'this process' if request.in_process else 'an isolated worker'}", file=sys.stderr)
+    new_runner = lambda: make_runner(request.target, request.device, request.in_process,  # noqa: E731
+                                     request.timeout_s, None)
+    where = ("this process" if request.in_process else "an isolated worker" if jobs == 1
+             else f"{jobs} isolated workers")
+    print(f"fuzzing {request.target} (seed {request.seed}) in {where}", file=sys.stderr)
+    runner = new_runner() if jobs == 1 else None
     try:
-        summary = run_campaign(request, runner, progress.update, save)
+        if runner is not None:
+            summary = run_campaign(request, runner, progress.update, save)
+        else:
+            summary = run_parallel_campaign(request, jobs, new_runner, progress.update, save)
     except KeyboardInterrupt:
         progress.close()
         print("\ninterrupted: findings so far are stored", file=sys.stderr)
         return 130
     finally:
-        runner.close()
+        if runner is not None:
+            runner.close()
         progress.close()
     for finding in summary.findings.values():  # hit counts and shrunk graphs changed since first saved
         save(finding)

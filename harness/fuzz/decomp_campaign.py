@@ -14,6 +14,7 @@ import io
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,8 +29,10 @@ from harness.fuzz.graph import FuzzGraph, namespace
 from harness.fuzz.known import match_known
 from harness.fuzz.values import make_input
 from harness.runner import Progress
+from harness.status import Status
 
 SHRINK_SECONDS = 20.0
+RULE_TIMEOUT_S = 600.0  # one rule on a worker: 30 cases plus a 20 s shrink take 1-20 s here
 
 
 @dataclass
@@ -177,6 +180,113 @@ def capture_opinfo_calls(ops: set) -> dict[Any, list]:
     return calls
 
 
+# Bump when capture_opinfo_calls changes what it records: cached captures of older versions are ignored.
+CAPTURE_FORMAT = 1
+_LOADED: dict = {}  # cache file -> its captures, once per process (each -j worker checks many rules)
+
+
+def cached_opinfo_calls(ops: set) -> dict[Any, list]:
+    """``capture_opinfo_calls`` for ``ops``, through an on-disk cache under the cache root.
+
+    Capturing runs every OpInfo's samples whatever ops are asked for (about 60 s on a 2-core
+    machine), so a miss captures the calls of every rule without an op spec at once and stores
+    them, keyed by torch's version and that op set: a later ``--rule NAME`` loads them in about
+    a second. The cache directory is private (``compiler.config.private_cache_dir``), as the file
+    is a pickle that loading would run."""
+    import os
+
+    from compiler.config import private_cache_dir
+    from harness.fuzz.decomps import decomposition_rules
+    from harness.fuzz.specs import OP_SPECS
+
+    wanted = set(ops) | {r.op for r in decomposition_rules().values() if str(r.op) not in OP_SPECS}
+    names = sorted(str(op) for op in wanted)
+    digest = hashlib.sha1("\n".join([torch.__version__, str(CAPTURE_FORMAT), *names]).encode()).hexdigest()[:16]
+    path = private_cache_dir("fuzz-decomps") / f"opinfo-calls-{torch.__version__.replace('+', '_')}-{digest}.pt"
+    by_name = _LOADED.get(path)
+    if by_name is None and path.exists():
+        try:
+            by_name = torch.load(path, weights_only=False)
+        except Exception as exc:  # noqa: BLE001 -- a truncated or foreign file: capture again
+            print(f"ignoring an unreadable OpInfo capture cache {path}: {exc}", file=sys.stderr)
+    if by_name is None:
+        print(f"capturing OpInfo sample calls for {len(wanted)} ops (cached for this torch version)...",
+              file=sys.stderr)
+        by_name = {str(op): [c for c in calls if _picklable(c)] for op, calls in capture_opinfo_calls(wanted).items()}
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        try:
+            torch.save(by_name, tmp)
+            os.replace(tmp, path)  # atomic: a concurrent run reads the old file or the whole new one
+        finally:
+            tmp.unlink(missing_ok=True)
+    _LOADED[path] = by_name
+    return {op: by_name[str(op)] for op in ops if str(op) in by_name}
+
+
+def _picklable(call: Any) -> bool:
+    try:
+        torch.save(call, io.BytesIO())
+    except Exception:  # noqa: BLE001 -- a call holding a module or a lambda: not cacheable, dropped
+        return False
+    return True
+
+
+def incomparable(op: Any) -> bool:
+    """Ops whose outputs two correct implementations need not share: random (bernoulli, rand_like:
+    the rule draws differently) or uninitialized memory (new_empty, empty_like). Their rules were
+    reported as 'worse than the op' findings."""
+    name = op.name().split("::")[-1]
+    return torch.Tag.nondeterministic_seeded in op.tags or name.startswith(("empty", "new_empty"))
+
+
+def check_rule(rule: Rule, calls: list, examples: int, seed: int) -> dict:
+    """One rule's verdict as a record: status ``uncovered`` (no inputs), ``pass`` or the failure's."""
+    from harness.fuzz.specs import OP_SPECS
+
+    if incomparable(rule.op):
+        return {"rule": rule.name, "status": "incomparable"}
+    spec = OP_SPECS.get(str(rule.op))
+    if spec is None and not calls:
+        return {"rule": rule.name, "status": "uncovered"}
+    digest = int(hashlib.sha1(rule.name.encode()).hexdigest()[:8], 16)
+    valid, failure = fuzz_rule(rule, spec, calls, examples, seed * 1_000_003 + digest)
+    result = {"rule": rule.name, "status": Status.PASS, "valid": valid}
+    if failure is not None:
+        result.update(status=failure.status, reason=failure.reason, case=_case_text(failure.case),
+                      repro=decomp_repro(rule, failure, calls))
+    return result
+
+
+def run_rule_task(payload: dict) -> dict:
+    """A worker task of ``fuzz-decomps -j``: ``check_rule`` for the rule ``payload["rule"]``."""
+    from harness.fuzz.decomps import decomposition_rules
+    from harness.fuzz.specs import OP_SPECS
+
+    if time.time() > payload["deadline"]:
+        return {"name": payload["name"], "rule": payload["rule"], "status": Status.SKIPPED}
+    rule = decomposition_rules()[payload["rule"]]
+    calls = [] if str(rule.op) in OP_SPECS else cached_opinfo_calls({rule.op}).get(rule.op, [])
+    result = check_rule(rule, calls, payload["examples"], payload["seed"])
+    result["name"] = payload["name"]
+    return result
+
+
+def _check_on_workers(rules: list[Rule], args: argparse.Namespace, deadline: float,
+                      record: Callable[[dict], None]) -> None:
+    """Rules as payload tasks of a ``harness.pool.WorkerPool`` of ``args.jobs`` isolated workers; a
+    rule that crashes or hangs its worker is that rule's finding (``crash``/``timeout``)."""
+    from harness.pool import Task, WorkerConfig, WorkerPool
+
+    wall_deadline = time.time() + min(deadline - time.monotonic(), 10 * 365 * 86400)
+    tasks = [Task(f"decomp/{r.name}", None, {"kind": "decomp_rule", "name": f"decomp/{r.name}", "rule": r.name,
+                                               "examples": args.examples, "seed": args.seed,
+                                               "deadline": wall_deadline, "imports": list(args.imports)})
+             for r in rules]
+    pool = WorkerPool(WorkerConfig(target="eager", timeout_s=RULE_TIMEOUT_S, capture=False, jobs=args.jobs),
+                      jobs=args.jobs)
+    pool.run(tasks, record)
+
+
 def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
     """A standalone script comparing the op with the rule on the failing case (torch + compiler)."""
     case = failure.case
@@ -189,7 +299,9 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
                  "          'f16': torch.float16, 'bf16': torch.bfloat16, 'f64': torch.float64, 'i32': torch.int32,\n"
                  "          'i64': torch.int64, 'b8': torch.bool}\n"
                  "    ns.update(zip(NAMES, [make_input(d) for d in INPUTS]))\n"
-                 "    return eval(EXPR, ns)\n")
+                 "    return eval(EXPR, ns)\n"
+                 "def reference():\n"
+                 "    return None  # judged against the op only\n")
     else:
         buf = io.BytesIO()
         torch.save(_perturb(captured[case[1]], case[2], case[3]), buf)
@@ -197,7 +309,11 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
                  "def call(aten_ns):\n"
                  "    args, kwargs = torch.load(io.BytesIO(base64.b64decode(CALL)), weights_only=False)\n"
                  f"    fn = OP if aten_ns is torch.ops.aten else RULE\n"
-                 "    return fn(*args, **kwargs)\n")
+                 "    return fn(*args, **kwargs)\n"
+                 "def reference():\n"
+                 "    from harness.fuzz.decomps import _to64\n"
+                 "    args, kwargs = torch.load(io.BytesIO(base64.b64decode(CALL)), weights_only=False)\n"
+                 "    return OP(*_to64(args), **_to64(kwargs))\n")
     return (f"# Crucible decomposition finding: {rule.name} ({rule.op}): {failure.status}\n# {failure.reason[:300]}\n"
             "import base64, io, math\nimport torch\n"
             "from compiler.decompositions import decomposition_table_for_compiler\n"
@@ -205,7 +321,7 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
             f"OP = torch.ops.aten.{rule.op.__name__.replace('.default', '')}.{rule.op._overloadname}\n"
             "RULE = decomposition_table_for_compiler()[OP]\n" + setup +
             "rule = Rule('repro', OP, RULE)\n"
-            "verdict = judge(lambda: call(torch.ops.aten), lambda: call(RedirectedAten(rule)), lambda: None)\n"
+            "verdict = judge(lambda: call(torch.ops.aten), lambda: call(RedirectedAten(rule)), reference)\n"
             "print(verdict or 'decomposition matches the op')\nraise SystemExit(1 if verdict else 0)\n")
 
 
@@ -218,8 +334,8 @@ def run_decomp_fuzz(args: argparse.Namespace) -> int:
 
     for plugin in args.imports:
         load_plugin(plugin)
-    if args.examples <= 0 or (args.seconds is not None and args.seconds <= 0):
-        print("error: --examples and --seconds must be positive", file=sys.stderr)
+    if args.examples <= 0 or args.jobs <= 0 or (args.seconds is not None and args.seconds <= 0):
+        print("error: --examples, -j and --seconds must be positive", file=sys.stderr)
         return 2
     rules = select_rules(args.rule)
     if args.list:
@@ -227,44 +343,54 @@ def run_decomp_fuzz(args: argparse.Namespace) -> int:
             print(f"{r.name}\t{r.op}\t{'op table' if str(r.op) in OP_SPECS else 'OpInfo samples'}")
         return 0
     uncovered_ops = {r.op for r in rules if str(r.op) not in OP_SPECS}
-    if uncovered_ops:
-        print(f"capturing OpInfo sample calls for {len(uncovered_ops)} ops without an op spec...", file=sys.stderr)
-    captured = capture_opinfo_calls(uncovered_ops) if uncovered_ops else {}
+    captured = cached_opinfo_calls(uncovered_ops) if uncovered_ops else {}
     run_id = args.run_id or f"fuzz-decomps-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     store = ResultStore(args.db)
     metadata = run_metadata("fuzz-decomps", "decompositions", args.seed, None, {})
     store.create_run(run_id, "fuzz-decomps", "decompositions", metadata)
     start, deadline = time.monotonic(), time.monotonic() + (args.seconds or float("inf"))
-    checked, cases, uncovered, findings = 0, 0, [], []
+    checked, cases, uncovered, findings, incomparable_rules = 0, 0, [], [], []
     progress = DecompProgress(total=len(rules))
-    for rule in rules:
-        if time.monotonic() > deadline:
-            break
-        spec = OP_SPECS.get(str(rule.op))
-        calls = captured.get(rule.op, [])
-        if spec is None and not calls:
-            uncovered.append(rule.name)
-            continue
-        digest = int(hashlib.sha1(rule.name.encode()).hexdigest()[:8], 16)
-        valid, failure = fuzz_rule(rule, spec, calls, args.examples, args.seed * 1_000_003 + digest)
-        checked, cases = checked + 1, cases + valid
-        if failure is not None:
-            sig = f"{failure.status} | {rule.name} | {reason_kind(failure.status, failure.reason)}"
-            known = match_known("decompositions", {"status": failure.status, "op": rule.name, "error": failure.reason})
+    metadata["jobs"] = args.jobs
+    def record(result: dict) -> None:
+        nonlocal checked, cases
+        name = result.get("rule") or result["name"].removeprefix("decomp/")
+        if result["status"] == "uncovered":
+            uncovered.append(name)
+            return
+        if result["status"] == "incomparable":
+            incomparable_rules.append(name)
+            return
+        if result["status"] == Status.SKIPPED:  # the time box ran out before a worker reached it
+            return
+        checked, cases = checked + 1, cases + result.get("valid", 0)
+        if result["status"] != Status.PASS:
+            reason = result.get("reason") or result.get("error") or ""
+            sig = f"{result['status']} | {name} | {reason_kind(result['status'], reason)}"
+            known = match_known("decompositions", {"status": result["status"], "op": name, "error": reason})
             findings.append((sig, known))
             store.record_finding(run_id, {
-                "signature": sig, "kind": "decomp", "target": "decompositions", "status": failure.status,
-                "op": rule.name, "error": failure.reason, "known": known, "hits": 1, "nodes": 1,
-                "graph": _case_text(failure.case), "repro": decomp_repro(rule, failure, calls)})
-        progress.advance(rule.name, cases, len(findings))
+                "signature": sig, "kind": "decomp", "target": "decompositions", "status": result["status"],
+                "op": name, "error": reason, "known": known, "hits": 1, "nodes": 1,
+                "graph": result.get("case", ""), "repro": result.get("repro", "")})
+        progress.advance(name, cases, len(findings))
+
+    if args.jobs > 1:
+        _check_on_workers(rules, args, deadline, record)
+    else:
+        for rule in rules:
+            if time.monotonic() > deadline:
+                break
+            record(check_rule(rule, captured.get(rule.op, []), args.examples, args.seed))
     progress.close()
-    metadata["fuzz"] = {"rules": checked, "cases": cases, "uncovered": uncovered,
+    metadata["fuzz"] = {"rules": checked, "cases": cases, "uncovered": uncovered, "incomparable": incomparable_rules,
                         "elapsed_s": time.monotonic() - start}
     store.update_metadata(run_id, metadata)
     store.finish_run(run_id)
     store.close()
     print(f"rules checked {checked} of {len(rules)} ({len(uncovered)} without inputs: out=/in-place overloads "
-          f"and ops no OpInfo sample reaches), valid cases {cases}, {time.monotonic() - start:.0f}s")
+          f"and ops no OpInfo sample reaches; {len(incomparable_rules)} not comparable: random or uninitialized "
+          f"outputs), valid cases {cases}, {time.monotonic() - start:.0f}s")
     for sig, known in findings:
         print(f"  {'known: ' + known if known else 'NEW'}  {sig}")
     if not findings:

@@ -90,14 +90,15 @@ def compare(orig: Any, dec: Any, ref: Any) -> str:
             if not torch.equal(o, d):
                 return f"{path}: integer/bool values differ"
             continue
+        r = lr[i][1] if lr is not None else None
+        right = _agrees_with_reference(d, r)
         for label, mask in (("NaN", torch.isnan), ("+inf", lambda t: t == math.inf),
                             ("-inf", lambda t: t == -math.inf)):
-            if not torch.equal(mask(o), mask(d)):
+            if ((mask(o) != mask(d)) & ~right).any():
                 return f"{path}: {label} positions differ from the op"
-        finite = torch.isfinite(o)
+        finite = torch.isfinite(o) & torch.isfinite(d)  # elsewhere both agree, or the rule is right
         if not finite.any():
             continue
-        r = lr[i][1] if lr is not None else None
         ov, dv = o[finite].double(), d[finite].double()
         rv = r[finite].double() if isinstance(r, torch.Tensor) and r.shape == o.shape else ov
         if not torch.isfinite(rv).all():
@@ -117,6 +118,20 @@ def compare(orig: Any, dec: Any, ref: Any) -> str:
             return (f"{path}: {int((excess > 0).sum())} elements worse than the op, e.g. op {ov[j].item():.6g}, "
                     f"decomposition {dv[j].item():.6g}, float64 {rv[j].item():.6g}")
     return ""
+
+
+def _agrees_with_reference(d: torch.Tensor, r: Any) -> torch.Tensor:
+    """Where the rule's value is the float64 reference's in the working dtype: a NaN, an inf it
+    overflows to, or a finite value within 2 ulp. There a NaN/inf pattern that differs from the
+    op's is the op's own overflow (native_layer_norm_backward's kernel gives inf - inf = NaN where
+    the float64 result, -1.2e74, is -inf in float32 and the rule gives -inf), not the rule's fault."""
+    if not isinstance(r, torch.Tensor) or r.shape != d.shape:
+        return torch.zeros(d.shape, dtype=torch.bool, device=d.device)
+    rounded = r.to(d.dtype).to(d.device)
+    same_special = (torch.isnan(d) & torch.isnan(rounded)) | (~torch.isfinite(rounded) & (d == rounded))
+    close = torch.isfinite(rounded) & torch.isfinite(d) & \
+        ((d.double() - rounded.double()).abs() <= 2 * RTOL.get(d.dtype, 1e-5) * rounded.double().abs())
+    return same_special | close
 
 
 def judge(run_op: Any, run_rule: Any, run_reference: Any) -> tuple[str, str] | None:

@@ -224,6 +224,10 @@ def execute_payload(payload: dict[str, Any], target: Target, on_phase: Callable[
     plant in the compiler)."""
     for spec in payload.get("imports") or ():
         load_plugin(spec)
+    if payload["kind"] == "decomp_rule":  # crucible fuzz-decomps -j
+        from harness.fuzz.decomp_campaign import run_rule_task
+
+        return run_rule_task(payload)
     if payload["kind"] != "graph":
         raise ValueError(f"unknown fuzz task kind {payload['kind']!r}")
     record = run_graph(FuzzGraph.from_json(payload["graph"]), target, on_phase,

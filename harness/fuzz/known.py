@@ -20,6 +20,7 @@ class KnownFinding:
     op: str  # glob over "aten.<op>.<overload>"
     error: str  # substring of the error message ("" matches any)
     reason: str  # one line, with the FINDINGS.md section it is written up in
+    output: str = ""  # suffix the failing output's name must end with ("_1": a tuple's second output)
 
 
 KNOWN_FINDINGS: list[KnownFinding] = [
@@ -37,6 +38,26 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("decompositions", "fail_accuracy", "torch:aten::native_layer_norm", "out[1]: NaN positions",
                  "empty normalized shape: kernel's mean 0, rule's NaN; "
                  "FINDINGS.md: 'native_layer_norm over an empty normalized shape'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.native_layer_norm.default", "NaN positions",
+                 "ATen's layer_norm kernels return mean NaN for a row holding +-inf (Welford), torch's "
+                 "decomposition +-inf; FINDINGS.md: 'native_layer_norm's mean is NaN where mean is inf'", output="_1"),
+    KnownFinding("inductor", "fail_accuracy", "aten.native_layer_norm.default", "NaN positions",
+                 "as for crucible-* (torch's decomposition); FINDINGS.md: 'native_layer_norm's mean'", output="_1"),
+    KnownFinding("decompositions", "fail_accuracy", "torch:aten::hardswish_backward", "NaN positions",
+                 "ATen's CPU hardswish_backward gives NaN for a NaN input in its vectorized loop and grad in its "
+                 "scalar tail (the rule: grad); FINDINGS.md: 'hardswish_backward of NaN depends on the length'"),
+    KnownFinding("decompositions", "fail_accuracy", "torch:aten::native_layer_norm_backward", "NaN positions",
+                 "an infinite weight: kernel and float64 give NaN, torch's rule -inf; "
+                 "FINDINGS.md: 'native_layer_norm_backward with an infinite weight'"),
+    KnownFinding("decompositions", "fail_accuracy", "torch:aten::native_group_norm", "NaN positions",
+                 "a group's variance overflows float32 (values near finfo.max): kernel NaN, torch's rule 0, float64 "
+                 "finite; FINDINGS.md: 'native_group_norm when the variance overflows'"),
+    KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.logit.default", "inf positions",
+                 "ATen's CPU logit rounds the clamp bound 1 - eps to float16/bfloat16 (1 - 1e-6 is 1.0: inf), "
+                 "its CUDA kernel and torch's decomposition clamp in float32; FINDINGS.md: 'logit with eps'"),
+    KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.div.Tensor_mode", "RMSE",
+                 "ATen's CPU bfloat16 trunc division rounds the quotient to bfloat16 before truncating in its "
+                 "vectorized loop only (14.99 -> 15) and not in its scalar tail; FINDINGS.md: 'div trunc bfloat16'"),
 ]
 
 
@@ -45,6 +66,7 @@ def match_known(target: str, record: dict[str, Any]) -> str | None:
     for known in KNOWN_FINDINGS:
         if (fnmatch.fnmatchcase(target, known.target) and record.get("status") == known.status
                 and fnmatch.fnmatchcase(record.get("op") or "", known.op)
-                and known.error in (record.get("error") or "")):
+                and known.error in (record.get("error") or "")
+                and (record.get("error") or "").split(":")[0].endswith(known.output)):
             return known.reason
     return None

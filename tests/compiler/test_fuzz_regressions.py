@@ -57,3 +57,115 @@ def test_var_mean_over_an_empty_or_too_small_reduction(codegen: str, device: str
 
 def _var_mean(dims, correction):
     return lambda a: aten.var_mean.correction(a, dims, correction=correction, keepdim=False)
+
+
+def test_acosh_below_one_is_nan_and_huge_values_finite(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 1: ``aten.acosh.default(x0)`` over an int32 input holding
+    INT_MIN gave -inf (eager NaN): x + sqrt((x-1)(x+1)) rounds to 0 for x = -2^31 in float32.
+    acosh(1e30) gave inf ((x-1)(x+1) overflows)."""
+    ints = torch.tensor([-2**31, 2**31 - 1, -1, 0, 1, 5], dtype=torch.int32, device=device)
+    floats = torch.tensor(SPECIALS + [-3e9, -1e30, 3e9, 1e30, 1.5], device=device)
+    for x in (ints, floats, floats.double()):
+        got = _compiled(_call(aten.acosh.default), x, codegen=codegen)(x)
+        torch.testing.assert_close(got, torch.acosh(x), equal_nan=True)
+
+
+def test_pow_special_cases_match_c_pow(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp: ``aten.pow.Tensor_Tensor`` gave NaN for (-inf) ** 2.5 (eager inf),
+    (-inf) ** -0.5 (eager 0) and (-1) ** inf (eager 1), and +inf for (-0.0) ** -1 (eager -inf):
+    the negative-base branch treated every non-integer exponent as NaN and missed -0.0."""
+    values = SPECIALS + [-1.0, 1.0, -0.5, 3.0, -2.5, 1e30, -1e30]
+    base = torch.tensor(values, device=device).repeat_interleave(len(values))
+    exponent = torch.tensor(values, device=device).repeat(len(values))
+    for dtype in (torch.float32, torch.float16, torch.float64):
+        a, b = base.to(dtype), exponent.to(dtype)
+        got = _compiled(lambda x, y: aten.pow.Tensor_Tensor(x, y), a, b, codegen=codegen)(a, b)
+        want = torch.pow(a, b)
+        torch.testing.assert_close(got, want, equal_nan=True, atol=0, rtol=2e-3 if dtype == torch.float16 else 1e-5)
+        assert torch.equal(torch.isinf(got) & (got < 0), torch.isinf(want) & (want < 0)), dtype
+    x = torch.tensor([-0.0, -math.inf, 4.0, math.nan], device=device)  # ATen's pow(x, 0.5) is sqrt
+    got = _compiled(lambda t: aten.pow.Tensor_Scalar(t, 0.5), x, codegen=codegen)(x)
+    torch.testing.assert_close(got, torch.pow(x, 0.5), equal_nan=True)
+    assert torch.signbit(got[0])
+
+
+def test_float64_transcendentals_are_float64_accurate(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 1: ``logit(acos(x0))`` over a float64 input failed the parity
+    check (RMSE 4.8e-7 where eager is the float64 reference itself): atan (so asin, acos, atan2)
+    used float32's polynomial (2e-8 relative), expm1/log1p (so tanh, sinh, asinh, atanh) series
+    good to 1e-9, and the Triton renderer typed float64 constants such as pi/2 as float32."""
+    ops = [aten.atan, aten.asin, aten.acos, aten.tanh, aten.expm1, aten.log1p, aten.sinh, aten.asinh, aten.atanh]
+    x = torch.linspace(-0.999, 0.999, 401, dtype=torch.float64, device=device)
+    y = torch.tensor([math.inf, -math.inf, 1e300, -745.0, 710.0, math.nan, 0.0], dtype=torch.float64, device=device)
+
+    def fn(a, b):  # one graph, one compile: every op on both inputs
+        return tuple(op.default(a) for op in ops) + tuple(op.default(b) for op in ops[:6:])
+
+    got = _compiled(fn, x, y, codegen=codegen)(x, y)
+    for name, g, w in zip([str(op) for op in ops] + [f"{op} specials" for op in ops[:6]], got, fn(x, y)):
+        torch.testing.assert_close(g, w, rtol=4e-15, atol=1e-300, equal_nan=True, msg=name)
+
+
+def test_batch_norm_inference_folds_like_eager_near_float_max(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp and fuzz-decomps (crucible:batch_norm_inference): a running mean of
+    +-3.4e38 made (x - mean) * invstd overflow to inf where eager's folded x * alpha + beta (and the
+    float64 reference) stay finite; a weight of 3.4e38 over x == mean gives eager NaN (alpha = inf)."""
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([[-0.62, 0.8, 0.24, -0.7]], device=device)
+    weight = torch.tensor([-0.62, 0.8, 0.24, big], device=device)
+    bias = torch.tensor([-0.62, 0.8, 0.24, -0.7], device=device)
+    mean = torch.tensor([big, big, -big, -0.7], device=device)
+    var = torch.tensor([0.8, 0.98, 0.99, 0.99], device=device)
+
+    def fn(a, w, b, m, v):
+        return aten._native_batch_norm_legit_no_training.default(a, w, b, m, v, 0.1, 1e-5)[0]
+
+    got = _compiled(fn, x, weight, bias, mean, var, codegen=codegen)(x, weight, bias, mean, var)
+    want = fn(x, weight, bias, mean, var)
+    assert torch.isfinite(got[0, :3]).all(), got
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=0)
+
+
+def test_argmax_over_an_expanded_input(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret: ``aten.argmax.default(x1, 0)`` over a size-1 tensor expanded
+    to 2 raised TypeError in Triton's interpreter (numpy bitwise_and): the stride-0 input loads as
+    a scalar, and the interpreter cannot `rmask & (scalar != scalar)`. FINDINGS.md has the repro."""
+    for value in (0.5, math.nan):
+        x = torch.tensor([value], device=device).expand(3)
+        for op in (aten.argmax.default, aten.argmin.default):
+            fn = _reduce_dim0(op)
+            assert _compiled(fn, x, codegen=codegen)(x).item() == fn(x).item()
+
+
+def _reduce_dim0(op):
+    return lambda a: op(a, 0, False)
+
+
+def test_vector_norm_of_an_empty_tensor(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret: ``aten.linalg_vector_norm.default(x1, 3.0, [0])`` over a 0-size
+    tensor raised ZeroDivisionError in Triton's interpreter: the empty sum is the constant 0.0 and
+    pow's -0.0 test rendered ``1.0 / 0.0`` between two literals."""
+    x = torch.randn(0, device=device)
+    for order in (3.0, 0.5, 2.0):
+        fn = _norm(order)
+        torch.testing.assert_close(_compiled(fn, x, codegen=codegen)(x), fn(x), equal_nan=True)
+
+
+def _norm(order):
+    return lambda a: aten.linalg_vector_norm.default(a, order, [0], False)
+
+
+def test_logical_and_with_a_one_element_operand(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 1: ``aten.logical_and.default(x0, x1)`` with x1 of shape
+    [1, 1] (loaded as a scalar) raised TypeError in Triton's interpreter: its comparison of 0-d
+    values has float32 data, which ``block & c`` refuses; and/or are rendered as selects."""
+    a = torch.tensor([[[[True]], [[False]]]], device=device)
+    for value in (0.0, 1.5, math.nan):
+        b = torch.tensor([[value]], device=device)
+        for op in (aten.logical_and.default, aten.logical_or.default):
+            fn = _binary(op)
+            assert torch.equal(_compiled(fn, a, b, codegen=codegen)(a, b), fn(a, b)), (op, value)
+
+
+def _binary(op):
+    return lambda x, y: op(x, y)

@@ -105,3 +105,45 @@ def test_aot_eager_campaign_end_to_end(cli, tmp_path) -> None:
     out = cli("fuzz", "--target", "aot_eager", "--examples", "12", "--seed", "3", "--db", str(tmp_path / "f.sqlite"))
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
     assert "graphs run 12" in out.stdout and "no findings" in out.stdout
+
+
+def test_decomposition_judge_excuses_a_rule_that_matches_the_float64_reference() -> None:
+    """fuzz-decomps, torch:aten::native_layer_norm_backward: the kernel's overflow gave NaN where
+    the float64 result (-1.2e74) is -inf in float32 and the rule gave -inf; that is the op's fault.
+    A rule that differs from both the op and the reference still fails."""
+    import math
+
+    import torch
+
+    from harness.fuzz.decomps import compare
+
+    op, rule = torch.tensor([math.nan, 1.0]), torch.tensor([-math.inf, 1.0])
+    assert compare(op, rule, torch.tensor([-1.2e74, 1.0], dtype=torch.float64)) == ""
+    assert "NaN positions" in compare(op, rule, None)
+    assert "NaN positions" in compare(op, torch.tensor([5.0, 1.0]), torch.tensor([math.nan, 1.0], dtype=torch.float64))
+    assert "+inf positions" in compare(torch.tensor([3e38]), torch.tensor([math.inf]),
+                                       torch.tensor([3e38], dtype=torch.float64))
+    assert compare(torch.tensor([math.inf]), torch.tensor([3e38]), torch.tensor([3.0000001e38], dtype=torch.float64)) == ""
+
+
+def test_known_findings_can_name_the_tuple_output() -> None:
+    """native_layer_norm's known difference is in its mean (output 1) only; output 0 stays new."""
+    record = {"status": Status.FAIL_ACCURACY, "op": "aten.native_layer_norm.default",
+              "error": "v0_1: NaN positions differ at [0]: eager nan, target -inf"}
+    assert match_known("crucible-cpp", record) is not None
+    assert match_known("crucible-cpp", {**record, "error": record["error"].replace("v0_1", "v0_0")}) is None
+    assert match_known("aot_eager", record) is None
+
+
+def test_random_and_uninitialized_ops_are_not_compared() -> None:
+    """fuzz-decomps reported core:aten::bernoulli and core:aten::new_empty as 'worse than the op':
+    a random draw and uninitialized memory differ between two correct implementations."""
+    import torch
+
+    from harness.fuzz.decomp_campaign import check_rule, incomparable
+    from harness.fuzz.decomps import Rule
+
+    aten = torch.ops.aten
+    assert incomparable(aten.bernoulli.default) and incomparable(aten.new_empty.default)
+    assert not incomparable(aten.new_zeros.default) and not incomparable(aten.add.Tensor)
+    assert check_rule(Rule("core:aten::bernoulli", aten.bernoulli.default, None), [], 5, 0)["status"] == "incomparable"
