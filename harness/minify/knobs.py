@@ -161,12 +161,14 @@ def measure_ops(device: str) -> list[dict[str, Any]]:
     ref = F.conv2d(x.double(), w.double(), stride=16)
     for fmt in (torch.contiguous_format, torch.channels_last):
         for tf32 in (False, True):
-            saved = torch.backends.cudnn.allow_tf32
-            torch.backends.cudnn.allow_tf32 = tf32
+            # torch._C's setter: torch.backends' property raises once torch's OpInfo utilities
+            # are imported (see harness.oracle.working_precision)
+            saved = torch._C._get_cudnn_allow_tf32()
+            torch._C._set_cudnn_allow_tf32(tf32)
             try:
                 out = F.conv2d(x.to(device, memory_format=fmt), w.to(device, memory_format=fmt), stride=16)
             finally:
-                torch.backends.cudnn.allow_tf32 = saved
+                torch._C._set_cudnn_allow_tf32(saved)
             rows.append({"op": f"conv2d patch-embed {str(fmt).split('.')[-1]} cudnn.allow_tf32={tf32}",
                          "rel_rmse": _rel_rmse(out, ref)})
     return rows
