@@ -81,16 +81,19 @@ def _check_target(target: str, device: str | None) -> str | None:
     """A one-line problem with the target, or None."""
     import torch
 
-    from harness.targets import CRUCIBLE_TARGETS, parse_target
+    from harness.targets import parse_target, target_options_problem
 
+    problem = target_options_problem(target, device)
+    if problem:
+        return problem
     t = parse_target(target, device)
     if t.device == "cuda" and not torch.cuda.is_available():
         return f"target {target} needs a CUDA GPU and none is available"
-    if target in CRUCIBLE_TARGETS or target == "eager":
+    if t.backend in (None, "crucible"):
         return None
     import torch._dynamo
 
-    if target not in torch._dynamo.list_backends(exclude_tags=()):
+    if t.backend not in torch._dynamo.list_backends(exclude_tags=()):
         return (f"unknown target {target!r}: use crucible-cpp, crucible-interpret, crucible-triton, eager "
                 f"or a registered Dynamo backend ({', '.join(torch._dynamo.list_backends())})")
     return None

@@ -84,7 +84,8 @@ def compile_for_target(target: Target, fn: Callable, inputs: list, capture: str 
         import compiler
 
         gm = compiler.trace_aten(fn, *inputs)
-        return compiler.compile_graph(gm, inputs, codegen=target.options["codegen"], strict=True)
+        return compiler.compile_graph(gm, inputs, codegen=target.options["codegen"], strict=True,
+                                      extern=target.options.get("extern", "default"))
     import torch.fx
     from torch._dynamo.backends.registry import lookup_backend
 

@@ -89,6 +89,7 @@ def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
 
 @pytest.mark.parametrize("args, message", [
     (["fuzz", "--target", "no-such-backend", "--examples", "1"], "unknown target"),
+    (["fuzz", "--target", "crucible-cpp:extern=bogus", "--examples", "1"], "extern must be one of"),
     (["fuzz", "--target", "aot_eager", "--ops", "zzz", "--examples", "1"], "matches no op spec"),
     (["fuzz", "--target", "aot_eager", "--examples", "0"], "must be positive"),
     (["fuzz", "--target", "aot_eager", "--seconds", "5", "--examples", "3"], "not allowed with"),
