@@ -38,6 +38,17 @@ def describe(name, eager, got, ref):
     if not eager.is_floating_point():
         bad = (got != eager).nonzero()
         return f"{name}: {len(bad)} integer/bool values differ, first at {bad[0].tolist()}" if len(bad) else ""
+    if ref is not None and ref.shape == eager.shape:
+        # eager's own overflow, excused as the harness's oracle does: where eager's NaN/inf is not
+        # float64's (rounded to the dtype), a NaN/inf or a value within 1% of float64 passes; where
+        # float64 overflows the dtype and eager does not, float64's value passes
+        r64 = ref.cpu().double()
+        rounded = r64.to(eager.dtype)
+        same = lambda a, b: (a == b) | (torch.isnan(a) & torch.isnan(b))
+        near = torch.isfinite(got) & torch.isfinite(r64) & ((got.double() - r64).abs() <= 0.01 * r64.abs())
+        over = ~torch.isfinite(eager) & ~same(eager, rounded) & (~torch.isfinite(got) | near)
+        short = torch.isfinite(eager) & ~torch.isfinite(rounded) & same(got, rounded)
+        got = torch.where((over | short) & ~(torch.isfinite(eager) & torch.isfinite(got)), eager, got)
     for label, mask in (("NaN", torch.isnan), ("+inf", lambda t: t == math.inf), ("-inf", lambda t: t == -math.inf)):
         bad = (mask(got) != mask(eager)).nonzero()
         if len(bad):

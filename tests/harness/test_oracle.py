@@ -73,6 +73,39 @@ def test_nan_and_inf_positions_must_match() -> None:
     assert not ParityOracle().compare(eager, finite_wrong, eager.double()).passed
 
 
+def test_eagers_own_overflow_is_not_held_against_a_result_equal_to_float64() -> None:
+    """Fuzzing GEMM templates with finfo.max: eager's bmm rounded each product (inf + -inf = NaN),
+    the template fused them into the accumulation and gave inf, the float64 result rounded."""
+    a = torch.tensor([[-0.7730, -1.5952]])
+    b = torch.tensor([[-math.inf], [3.4028e38]])
+    # eager as a kernel that rounds each product before adding (ATen's CPU bmm did here)
+    eager, reference = (a.flatten() * b.flatten()).sum().reshape(1, 1), a.double() @ b.double()
+    assert math.isnan(eager.item()) and reference.item() == math.inf
+    fused = torch.tensor([[math.inf]])
+    result = ParityOracle().compare(eager, fused, reference)
+    assert result.passed and result.excused_positions == 1, result.reason
+    # the truth is inf here: -inf is an overflow too (eager's NaN is no better), a finite value is wrong
+    assert ParityOracle().compare(eager, torch.tensor([[-math.inf]]), reference).passed
+    assert "NaN" in ParityOracle().compare(eager, torch.tensor([[1.0]]), reference).reason
+    # a finite truth that eager missed by overflowing: another overflow, or the truth, passes
+    a2 = torch.tensor([[3.0e38, -3.0e38, 1.0e36]])
+    b2 = torch.tensor([[2.0], [2.0], [1.0]])
+    eager_nan = (a2.flatten() * b2.flatten()).sum().reshape(1, 1)
+    truth = a2.double() @ b2.double()
+    assert math.isnan(eager_nan.item()) and truth.item() == pytest.approx(1.0e36)
+    for ok in (math.inf, -math.inf, 1.0e36):
+        assert ParityOracle().compare(eager_nan, torch.tensor([[ok]]), truth).passed, ok
+    assert "NaN" in ParityOracle().compare(eager_nan, torch.tensor([[5.0]]), truth).reason
+    # where eager agrees with float64, its NaN/inf positions stay binding
+    agreed = torch.tensor([math.inf, 2.0])
+    assert "NaN positions" in ParityOracle().compare(agreed, torch.tensor([math.nan, 2.0]), agreed.double()).reason
+    # the other positions are still judged: an excused position does not hide a wrong value
+    eager2, reference2 = torch.cat([eager.flatten(), torch.tensor([1.0])]), torch.cat(
+        [reference.flatten(), torch.tensor([1.0], dtype=torch.float64)])
+    assert not ParityOracle().compare(eager2, torch.tensor([math.inf, 5.0]), reference2).passed
+    assert ParityOracle().compare(eager2, torch.tensor([math.inf, 1.0]), reference2).passed
+
+
 @dataclasses.dataclass
 class _Output:
     logits: torch.Tensor
