@@ -68,6 +68,17 @@ def test_gemm_template_matches_eager(case: str, dtype: torch.dtype, device: str)
     assert len(templates(report)) == 1 and not report.externs, str(report)
 
 
+def test_gemm_over_an_empty_computed_operand(device: str) -> None:
+    """An operand with no elements that a kernel computed (a GEMM with N = 0) gets no kernel, but
+    the K = 0 GEMM reading it still takes it as an argument: the wrapper allocates it. Exposed by the
+    fuzzer: ``addmm(c[3], mm(x[1, 1], y[1, 0]), z[0, 3])`` ran into ``NameError: name 'buf2' is not
+    defined`` in the wrapper."""
+    x, y = _rand(1, 1, dtype=torch.float32, device=device), _rand(1, 0, dtype=torch.float32, device=device)
+    c, z = _rand(3, dtype=torch.float32, device=device), _rand(0, 3, dtype=torch.float32, device=device)
+    report = compile_none(lambda x, y, c, z: torch.addmm(c, x @ y, z), (x, y, c, z))
+    assert len(templates(report)) == 1 and not report.externs, str(report)
+
+
 def test_pointwise_epilogue_fuses_into_the_gemm(device: str) -> None:
     """bias, activation, residual add, scaling and a cast all join the GEMM's kernel; the matmul's
     (B*S, N) output is read as (B, S, N) by the residual add (a reshape the epilogue maps)."""
