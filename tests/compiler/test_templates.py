@@ -101,6 +101,17 @@ def test_prologue_cast_and_scale_are_computed_in_the_k_loop(device: str) -> None
     assert len(report.kernels) == 1, str(report)
 
 
+@pytest.mark.parametrize("prologue", ["add_one", "reciprocal"])
+def test_prologue_lanes_past_k_add_nothing(prologue: str, device: str) -> None:
+    """K = 33 is not a multiple of the tile's K: the lanes past K loaded zeros, and the prologue made
+    them ``0 + 1 = 1`` (the product off by 31 = 64 - 33) or ``1 / 0 = inf`` (inf * inf past K). Found
+    while checking the fuzzer's NaN-position findings of ``aten.mm`` under extern="none"."""
+    f = {"add_one": lambda t: t + 1, "reciprocal": torch.reciprocal}[prologue]
+    a, b = _rand(5, 33, dtype=torch.float32, device=device), _rand(33, 6, dtype=torch.float32, device=device)
+    report = compile_none(lambda a, b: f(a) @ f(b), (a, b))
+    assert len(report.kernels) == 1, str(report)  # both operands are prologues
+
+
 def test_consumer_reading_across_tiles_is_refused_with_a_reason(device: str) -> None:
     a, b, c = (_rand(16, 16, dtype=torch.float32, device=device) for _ in range(3))
     report = compile_none(lambda a, b, c: (a @ b).flip(0) + c, (a, b, c))
