@@ -300,3 +300,15 @@ def test_training_step_runs_its_backward_matmuls_as_templates(device: str) -> No
     backward = [g for g in report.graphs if g.kind == "backward"]
     assert backward and not report.externs
     assert sum(k.kind == "template:gemm" for k in backward[0].kernels) == 4, str(report)
+
+
+def test_attention_keys_past_the_tile_ignore_an_inf_value(device: str) -> None:
+    """5 keys in a 16-key tile: the 11 lanes past the last key read key 0's value row (their scores
+    are -inf, p = 0), and 0 * inf made every row NaN where eager gives inf. Found while checking the
+    fuzzer's NaN-position findings of the GEMM templates (the same masked-lane question)."""
+    q, k, v = (_rand(1, 1, 3, 16, dtype=torch.float32, device=device),
+               _rand(1, 1, 5, 16, dtype=torch.float32, device=device),
+               _rand(1, 1, 5, 16, dtype=torch.float32, device=device))
+    v[0, 0, 0, 2] = float("inf")
+    report = compile_none(sdpa(), (q, k, v))
+    assert len(templates(report, "attention")) == 1, str(report)
