@@ -101,6 +101,19 @@ def test_prologue_cast_and_scale_are_computed_in_the_k_loop(device: str) -> None
     assert len(report.kernels) == 1, str(report)
 
 
+@pytest.mark.parametrize("beta", [1.0, 0.0])
+def test_addmm_with_alpha_zero_ignores_nan_in_the_matrices(beta: float, device: str) -> None:
+    """ATen's addmm with alpha = 0 reads neither matrix (a BLAS gemm), so a NaN in ``a`` does not reach
+    the result; the template multiplied it by 0. With beta = 0 too the epilogue is the constant 0,
+    which the store rendered as ``tl.broadcast_to(0.0, ...)`` (a Python float: no tile). Found while
+    checking the fuzzer's NaN-position findings of ``aten.addmm`` (its spec draws alpha 1 and 2)."""
+    a, b, c = (_rand(4, 5, dtype=torch.float32, device=device), _rand(5, 3, dtype=torch.float32, device=device),
+               _rand(3, dtype=torch.float32, device=device))
+    a[1, 2] = float("nan")
+    report = compile_none(lambda c, a, b: torch.addmm(c, a, b, alpha=0.0, beta=beta), (c, a, b))
+    assert len(templates(report)) == 1, str(report)
+
+
 @pytest.mark.parametrize("prologue", ["add_one", "reciprocal"])
 def test_prologue_lanes_past_k_add_nothing(prologue: str, device: str) -> None:
     """K = 33 is not a multiple of the tile's K: the lanes past K loaded zeros, and the prologue made
