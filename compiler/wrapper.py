@@ -106,13 +106,14 @@ class _WrapperWriter:
             self.lines.append(f"{name} = torch.empty_strided({name}.size(), {name}.stride(), dtype={name}.dtype, "
                               f"device=device).copy_({name})")
         # buffers no kernel ever computes (0-element values, unused results) still need storage when
-        # an output or an extern call refers to them
+        # an output, an extern call or a kernel refers to them (a GEMM over an empty K takes its
+        # 0-element operands as arguments)
         stored = {s.buffer for st in self.schedule.steps if isinstance(st, Kernel) for s in st.live_stores()}
-        referenced = outputs.union(*[_view_buffers((st.args, st.kwargs)) for st in self.schedule.steps
-                                     if not isinstance(st, Kernel)])
+        referenced = outputs.union(*[set(self.rendered[st.name].args) if isinstance(st, Kernel)
+                                     else _view_buffers((st.args, st.kwargs)) for st in self.schedule.steps])
         for name in sorted(referenced - stored, key=_natural):
-            buf = self.buffers[name]
-            if buf.kind == "computed":
+            buf = self.buffers.get(name)
+            if buf is not None and buf.kind == "computed":
                 self.allocate(buf)
         read = set(last) | outputs
         for i, step in enumerate(self.schedule.steps):

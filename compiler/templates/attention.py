@@ -77,7 +77,8 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
              "p = tl.exp2(s - m_safe[:, None])",
              "l_i = l_i * alpha + tl.reduce(p, 1, tl.standard._sum_combine)",
              "v = tl.load(" + _address(pv, t.v, ["xb", "hk", "cols[:, None]", "rdv[None, :]"])
-             + f", mask=rdv[None, :] < DV, other=0.0){up}",
+             # keys past S read key 0's row: zero them, or p = 0 times an inf there is NaN
+             + f", mask=cvalid[:, None] & (rdv[None, :] < DV), other=0.0){up}",
              f"acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{exact})",
              "m_i = m_new"]
     body.append("for n0 in range(0, hi, BLOCK_N):")

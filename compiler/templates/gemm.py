@@ -4,7 +4,8 @@ increments when they are strided reads and rendered as prologue expressions othe
 epilogue (the scheduled stores) rendered on the accumulator tile.
 
 Odd sizes: rows/columns past M/N are clamped (``rm % M``) so operand loads need no mask, and only
-the epilogue's stores are masked; K is masked unless the tile divides it (``EVEN_K``). float32
+the epilogue's stores are masked; K is masked unless the tile divides it (``EVEN_K``), prologue
+operands' lanes past K zeroed as well as the loads under them. float32
 operands multiply exactly (``input_precision="ieee"``) unless the template allows tf32. The
 interpreter upcasts operands to float32 (numpy has no bf16 matmul) and gets one large tile.
 """
@@ -75,6 +76,9 @@ class _GemmWriter:
             inside += w.pre
             shape = "[BLOCK_M, BLOCK_K]" if kdim == 1 else "[BLOCK_K, BLOCK_N]"
             inside.append(f"{name} = tl.broadcast_to({value}, {shape})")
+            # lanes past K hold the expression at masked (zero) loads: 1 for x + 1, inf for a
+            # reciprocal; zero them as the strided loads' other=0.0 does, or they add to the dot
+            inside += ["if not EVEN_K:", f"    {name} = tl.where({kmask}, {name}, 0.0)"]
             advance = ""
             tile = name
         want = compute_dtype(self.t.operand_dtype) if self.r.interpret else self.t.operand_dtype

@@ -73,7 +73,9 @@ def _gemm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue, bias: T
     template = GemmTemplate(ctx.new_name("acc"), batch, m, n, k, _operand(ctx, a), _operand(ctx, b),
                             a.dtype, batched)
     body = acc_read(template)
-    if alpha != 1:
+    if alpha == 0:  # as ATen (a BLAS gemm with alpha 0 reads neither matrix): NaN in a or b ignored
+        body = ir.const(0.0, torch.float32)
+    elif alpha != 1:
         body = ir.binary(ir.Op.MUL, body, ir.const(alpha, torch.float32))
     if bias is not None and beta != 0:  # beta == 0: ATen ignores the bias, NaN included
         term = ir.cast(broadcast_read(bias, template.out_shape), torch.float32)

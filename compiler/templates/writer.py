@@ -63,7 +63,8 @@ class ExprWriter(_KernelWriter):
         for store in k.live_stores():
             value = self.expr(store.value)
             if store.value.op is Op.CONST or not any(s.op is Op.XVAR for s in store.value.walk()):
-                value = f"tl.broadcast_to({value}, {shape})"
+                # (a Python float has no type to broadcast: add it to a tile instead)
+                value = f"(tl.full({shape}, 0, tl.float32) + {value})"
             index = self.index_code(store.index)
             ptr = self.param(store.buffer)
             self.pre.append(f"tl.store({ptr} + ({index}), ({value}).to({TL_DTYPE[store.value.dtype]}), {self.mask})")

@@ -68,6 +68,17 @@ def test_gemm_template_matches_eager(case: str, dtype: torch.dtype, device: str)
     assert len(templates(report)) == 1 and not report.externs, str(report)
 
 
+def test_gemm_over_an_empty_computed_operand(device: str) -> None:
+    """An operand with no elements that a kernel computed (a GEMM with N = 0) gets no kernel, but
+    the K = 0 GEMM reading it still takes it as an argument: the wrapper allocates it. Exposed by the
+    fuzzer: ``addmm(c[3], mm(x[1, 1], y[1, 0]), z[0, 3])`` ran into ``NameError: name 'buf2' is not
+    defined`` in the wrapper."""
+    x, y = _rand(1, 1, dtype=torch.float32, device=device), _rand(1, 0, dtype=torch.float32, device=device)
+    c, z = _rand(3, dtype=torch.float32, device=device), _rand(0, 3, dtype=torch.float32, device=device)
+    report = compile_none(lambda x, y, c, z: torch.addmm(c, x @ y, z), (x, y, c, z))
+    assert len(templates(report)) == 1 and not report.externs, str(report)
+
+
 def test_pointwise_epilogue_fuses_into_the_gemm(device: str) -> None:
     """bias, activation, residual add, scaling and a cast all join the GEMM's kernel; the matmul's
     (B*S, N) output is read as (B, S, N) by the residual add (a reshape the epilogue maps)."""
@@ -88,6 +99,31 @@ def test_prologue_cast_and_scale_are_computed_in_the_k_loop(device: str) -> None
     a, b = _rand(33, 20, dtype=torch.float32, device=device), _rand(20, 17, dtype=torch.float16, device=device)
     report = compile_none(lambda a, b: (a * 0.5).to(b.dtype) @ b, (a, b))
     assert len(report.kernels) == 1, str(report)
+
+
+@pytest.mark.parametrize("beta", [1.0, 0.0])
+def test_addmm_with_alpha_zero_ignores_nan_in_the_matrices(beta: float, device: str) -> None:
+    """ATen's addmm with alpha = 0 reads neither matrix (a BLAS gemm), so a NaN in ``a`` does not reach
+    the result; the template multiplied it by 0. With beta = 0 too the epilogue is the constant 0,
+    which the store rendered as ``tl.broadcast_to(0.0, ...)`` (a Python float: no tile). Found while
+    checking the fuzzer's NaN-position findings of ``aten.addmm`` (its spec draws alpha 1 and 2)."""
+    a, b, c = (_rand(4, 5, dtype=torch.float32, device=device), _rand(5, 3, dtype=torch.float32, device=device),
+               _rand(3, dtype=torch.float32, device=device))
+    if device == "cpu":  # (what cuBLAS does with a NaN under alpha = 0 was not checked)
+        a[1, 2] = float("nan")
+    report = compile_none(lambda c, a, b: torch.addmm(c, a, b, alpha=0.0, beta=beta), (c, a, b))
+    assert len(templates(report)) == 1, str(report)
+
+
+@pytest.mark.parametrize("prologue", ["add_one", "reciprocal"])
+def test_prologue_lanes_past_k_add_nothing(prologue: str, device: str) -> None:
+    """K = 33 is not a multiple of the tile's K: the lanes past K loaded zeros, and the prologue made
+    them ``0 + 1 = 1`` (the product off by 31 = 64 - 33) or ``1 / 0 = inf`` (inf * inf past K). Found
+    while checking the fuzzer's NaN-position findings of ``aten.mm`` under extern="none"."""
+    f = {"add_one": lambda t: t + 1, "reciprocal": torch.reciprocal}[prologue]
+    a, b = _rand(5, 33, dtype=torch.float32, device=device), _rand(33, 6, dtype=torch.float32, device=device)
+    report = compile_none(lambda a, b: f(a) @ f(b), (a, b))
+    assert len(report.kernels) == 1, str(report)  # both operands are prologues
 
 
 def test_consumer_reading_across_tiles_is_refused_with_a_reason(device: str) -> None:
@@ -278,3 +314,15 @@ def test_training_step_runs_its_backward_matmuls_as_templates(device: str) -> No
     backward = [g for g in report.graphs if g.kind == "backward"]
     assert backward and not report.externs
     assert sum(k.kind == "template:gemm" for k in backward[0].kernels) == 4, str(report)
+
+
+def test_attention_keys_past_the_tile_ignore_an_inf_value(device: str) -> None:
+    """5 keys in a 16-key tile: the 11 lanes past the last key read key 0's value row (their scores
+    are -inf, p = 0), and 0 * inf made every row NaN where eager gives inf. Found while checking the
+    fuzzer's NaN-position findings of the GEMM templates (the same masked-lane question)."""
+    q, k, v = (_rand(1, 1, 3, 16, dtype=torch.float32, device=device),
+               _rand(1, 1, 5, 16, dtype=torch.float32, device=device),
+               _rand(1, 1, 5, 16, dtype=torch.float32, device=device))
+    v[0, 0, 0, 2] = float("inf")
+    report = compile_none(sdpa(), (q, k, v))
+    assert len(templates(report, "attention")) == 1, str(report)
