@@ -3,8 +3,9 @@
 Inference graphs only (``kind == "inference"``: nothing asks for gradients). The parameters and
 buffers of the module reach an AOTAutograd graph as inputs; Dynamo and AOTAutograd mark them static
 (``compiler.cudagraphs.static_input_indices``). Where an inference batch norm (as our decomposition
-``crucible:batch_norm_inference`` leaves it: ``(y - mean) * rsqrt(var + eps) * gamma + beta`` with
-each per-channel tensor viewed to broadcast over dim 1) reads the result of a convolution or a
+``crucible:batch_norm_inference`` leaves it, folded per channel like ATen's CPU kernel:
+``y * alpha + beta`` with ``alpha = rsqrt(var + eps) * gamma``, ``beta = beta_bn - mean * alpha``, each
+viewed to broadcast over dim 1) reads the result of a convolution or a
 matmul whose weight, bias and every batch-norm tensor are such static inputs, the pass rewrites
 
     conv(x, W, b) -> bn  into  conv(x, W', b'),  W' = W * s (per output channel), b' = (b - mean) * s + beta,
@@ -190,30 +191,61 @@ class _Matcher:
         return self.index[node] if isinstance(val, torch.Tensor) and val.dtype in _FLOATS else None
 
     def batch_norm(self, producer: torch.fx.Node) -> dict | None:
-        """The batch norm over ``producer``'s dim 1: its sources, eps and last node; None if absent."""
+        """The batch norm over ``producer``'s dim 1: its sources, eps and last node; None if absent.
+
+        The decomposition's form: ``y * view(alpha) + view(beta)`` with ``alpha = rsqrt(var + eps)
+        [* gamma]`` and ``beta = [beta_bn +] -mean * alpha``."""
         out_dim = producer.meta["val"].dim()
-        sub = _single_user(producer)
-        if sub is None or sub.target is not aten.sub.Tensor:
+        scale = _single_user(producer)
+        if scale is None:
             return None
-        mean = self.param(_channel_view(_operand(sub, producer, (aten.sub.Tensor,)), out_dim))
-        mul = _single_user(sub)
-        if mean is None or mul is None:
+        alpha = _channel_view(_operand(scale, producer, (aten.mul.Tensor,)), out_dim)
+        shift = _single_user(scale)
+        beta = _channel_view(_operand(shift, scale, (aten.add.Tensor,)), out_dim) if shift is not None else None
+        if not isinstance(alpha, torch.fx.Node) or not isinstance(beta, torch.fx.Node):
             return None
-        inv = _channel_view(_operand(mul, sub, (aten.mul.Tensor,)), out_dim)
-        if inv is None or inv.target is not aten.rsqrt.default:
+        found = self._alpha(alpha)
+        if found is None:
             return None
-        add = inv.args[0]
+        shifted = self._shift(beta, alpha)
+        if shifted is None:
+            return None
+        found.update(shifted, last=shift)
+        return found
+
+    def _alpha(self, alpha: torch.fx.Node) -> dict | None:
+        """{var, eps, gamma} of ``rsqrt(var + eps) [* gamma]``."""
+        gamma = None
+        if alpha.target is aten.mul.Tensor and not alpha.kwargs:
+            a, b = alpha.args[:2]
+            inv, other = (a, b) if getattr(a, "target", None) is aten.rsqrt.default else (b, a)
+            gamma = self.param(other)
+            if gamma is None:
+                return None
+            alpha = inv
+        if getattr(alpha, "target", None) is not aten.rsqrt.default:
+            return None
+        add = alpha.args[0]
         if add.target is not aten.add.Tensor or not isinstance(add.args[1], float) or add.kwargs:
             return None
-        found = {"mean": mean, "var": self.param(add.args[0]), "eps": add.args[1], "gamma": None, "beta": None}
-        last = mul
-        for key, op in (("gamma", aten.mul.Tensor), ("beta", aten.add.Tensor)):
-            nxt = _single_user(last)
-            source = self.param(_channel_view(_operand(nxt, last, (op,)), out_dim)) if nxt is not None else None
-            if source is not None:
-                found[key], last = source, nxt
-        found["last"] = last
-        return found if found["var"] is not None else None
+        var = self.param(add.args[0])
+        return {"var": var, "eps": add.args[1], "gamma": gamma} if var is not None else None
+
+    def _shift(self, beta: torch.fx.Node, alpha: torch.fx.Node) -> dict | None:
+        """{mean, beta} of ``[beta_bn +] neg(mean) * alpha``."""
+        source = None
+        if beta.target is aten.add.Tensor and not beta.kwargs:
+            a, b = beta.args[:2]
+            term, other = (b, a) if getattr(b, "target", None) is aten.mul.Tensor else (a, b)
+            source = self.param(other)
+            if source is None:
+                return None
+            beta = term
+        neg = _operand(beta, alpha, (aten.mul.Tensor,)) if isinstance(beta, torch.fx.Node) else None
+        if getattr(neg, "target", None) is not aten.neg.default:
+            return None
+        mean = self.param(neg.args[0])
+        return {"mean": mean, "beta": source} if mean is not None else None
 
     def weights(self, node: torch.fx.Node) -> tuple[int, int | None, int, torch.fx.Node | None] | None:
         """(weight, bias, channel dim, permute node) of a foldable conv/addmm/mm, else None."""
