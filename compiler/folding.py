@@ -213,16 +213,22 @@ class _Matcher:
         found.update(shifted, last=shift)
         return found
 
+    def _peel(self, node: torch.fx.Node, op: Any, inner_op: Any) -> tuple[Any, int | None] | None:
+        """(inner, parameter) of an optional ``op(inner, parameter)`` (either order; ``inner`` is the
+        ``inner_op`` node); (node, None) when ``node`` is no ``op``; None when the other operand is no parameter."""
+        if node.target is not op or node.kwargs:
+            return node, None
+        a, b = node.args[:2]
+        inner, other = (a, b) if getattr(a, "target", None) is inner_op else (b, a)
+        source = self.param(other)
+        return (inner, source) if source is not None else None
+
     def _alpha(self, alpha: torch.fx.Node) -> dict | None:
         """{var, eps, gamma} of ``rsqrt(var + eps) [* gamma]``."""
-        gamma = None
-        if alpha.target is aten.mul.Tensor and not alpha.kwargs:
-            a, b = alpha.args[:2]
-            inv, other = (a, b) if getattr(a, "target", None) is aten.rsqrt.default else (b, a)
-            gamma = self.param(other)
-            if gamma is None:
-                return None
-            alpha = inv
+        peeled = self._peel(alpha, aten.mul.Tensor, aten.rsqrt.default)
+        if peeled is None:
+            return None
+        alpha, gamma = peeled
         if getattr(alpha, "target", None) is not aten.rsqrt.default:
             return None
         add = alpha.args[0]
@@ -233,14 +239,10 @@ class _Matcher:
 
     def _shift(self, beta: torch.fx.Node, alpha: torch.fx.Node) -> dict | None:
         """{mean, beta} of ``[beta_bn +] neg(mean) * alpha``."""
-        source = None
-        if beta.target is aten.add.Tensor and not beta.kwargs:
-            a, b = beta.args[:2]
-            term, other = (b, a) if getattr(b, "target", None) is aten.mul.Tensor else (a, b)
-            source = self.param(other)
-            if source is None:
-                return None
-            beta = term
+        peeled = self._peel(beta, aten.add.Tensor, aten.mul.Tensor)
+        if peeled is None:
+            return None
+        beta, source = peeled
         neg = _operand(beta, alpha, (aten.mul.Tensor,)) if isinstance(beta, torch.fx.Node) else None
         if getattr(neg, "target", None) is not aten.neg.default:
             return None
