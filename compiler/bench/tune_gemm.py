@@ -1,10 +1,12 @@
 """Time every tile config of the GEMM and attention templates on the GPU, against cuBLAS / SDPA.
 
-    python -m compiler.bench.tune_gemm [--shapes square|decode|prefill|all] [--dtype bf16]
+    python -m compiler.bench.tune_gemm [--shapes square|decode|prefill|all] [--dtype bf16] [--split-k]
 
 For each shape it lowers ``a @ b`` (or SDPA) with ``extern="none"``, renders the template kernel and
 times each launch config the tile table offers (``compiler.templates.tiles``), printing TFLOP/s
 (GEMM) or ms (attention) next to the ATen kernel. What the table keeps comes from these runs.
+``--split-k`` times the deep-K decode GEMMs whole and split into K chunks (``tiles.gemm_split_k``), each
+compiled end to end (template and reduction, tuned on the first call) against cuBLAS.
 """
 
 from __future__ import annotations
@@ -153,12 +155,45 @@ def conv_rows(dtype: torch.dtype) -> list[list]:
     return rows
 
 
+SPLIT_K_SHAPES = [(1, 2048, 8192), (1, 4096, 14336), (2, 4096, 14336), (1, 4096, 4096)]
+
+
+def split_k_rows(dtype: torch.dtype, splits: tuple[int, ...] = (1, 2, 4, 7, 8, 14, 16)) -> list[list]:
+    """us per call of ``x @ w.t() + x0`` (a residual add, as the down projection's): cuBLAS in eager,
+    then the CUDA-free compile for each split dividing K (the rule's choice marked)."""
+    from triton.testing import do_bench
+
+    from compiler.templates.tiles import forced_split_k, gemm_split_k
+
+    rows = []
+    for m, n, k in SPLIT_K_SHAPES:
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        w = torch.randn(n, k, device="cuda", dtype=dtype) / k ** 0.5
+        res = torch.randn(m, n, device="cuda", dtype=dtype)
+
+        def fn(a, w, res):
+            return a @ w.t() + res
+
+        aten_us = 1e3 * float(do_bench(lambda args=(a, w, res): fn(*args), warmup=10, rep=50, return_mode="median"))
+        rule = gemm_split_k(m, n, k, interpret=False)
+        for s in (x for x in splits if k % x == 0):
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, backend="crucible", options={"extern": "none"}, dynamic=False)
+            with forced_split_k(s):
+                compiled(a, w, res)  # compiles and tunes
+            us = 1e3 * float(do_bench(lambda c=compiled, args=(a, w, res): c(*args), warmup=10, rep=50, return_mode="median"))
+            rows.append([f"{m}x{n}x{k}", f"{s}{' (rule)' if s == rule else ''}", f"{us:.1f}", f"{aten_us:.1f}",
+                         f"{aten_us / us:.2f}"])
+    return rows
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--shapes", default="all", choices=[*GEMMS, "all", "none"])
     parser.add_argument("--dtype", default="bf16", choices=["bf16", "fp16"])
     parser.add_argument("--attention", action="store_true", help="also time the attention template")
     parser.add_argument("--conv", action="store_true", help="also time the convolution template")
+    parser.add_argument("--split-k", action="store_true", help="also time split-K on the deep-K decode GEMMs")
     args = parser.parse_args(argv)
     import compiler  # noqa: F401  (registers the backend)
 
@@ -172,6 +207,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.attention:
         print(tabulate(attention_rows(dtype), headers=["attention", "tile", "template us", "SDPA us",
                                                         "vs SDPA"]), flush=True)
+    if args.split_k:
+        print(tabulate(split_k_rows(dtype), headers=["M x N x K", "splits", "template us", "cuBLAS us",
+                                                     "vs cuBLAS"]), flush=True)
     if args.conv:
         print(tabulate(conv_rows(dtype), headers=["convolution", "tile", "template us", "cuDNN us", "vs cuDNN"]),
               flush=True)

@@ -18,6 +18,7 @@ from compiler.lowerings.rules import Lazy, Strided, TensorValue, as_expr, broadc
 from compiler.templates import conv  # noqa: F401  (registers the convolution rule)
 from compiler.templates.emit import DTYPES, decide, emit
 from compiler.templates.spec import AttentionTemplate, GemmTemplate, acc_read
+from compiler.templates.tiles import gemm_split_k
 
 if TYPE_CHECKING:
     from compiler.lowering import GraphLowering
@@ -60,7 +61,7 @@ def _gemm_unsupported(a: TensorValue, b: TensorValue) -> str | None:
 
 
 def _gemm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue, bias: TensorValue | None = None,
-          alpha: float = 1, beta: float = 1) -> Strided:
+          alpha: float = 1, beta: float = 1) -> TensorValue:
     batched = len(a.shape) == 3
     batch = a.shape[0] if batched else 1
     m, k = a.shape[-2:]
@@ -70,23 +71,44 @@ def _gemm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue, bias: T
     if bias is not None and unsupported is None and bias.dtype not in DTYPES:
         unsupported = f"{bias.dtype} bias"
     decide(ctx, "gemm", unsupported, (batch, m, n, k), a.dtype, node)
-    template = GemmTemplate(ctx.new_name("acc"), batch, m, n, k, _operand(ctx, a), _operand(ctx, b),
-                            a.dtype, batched)
-    body = acc_read(template)
+    ea, eb = _operand(ctx, a), _operand(ctx, b)
+    splits = 1 if batched or alpha == 0 else gemm_split_k(m, n, k, ctx.capabilities.interpreted)
+    if splits > 1:
+        acc, shape = _split_k(ctx, m, n, k, splits, ea, eb, a.dtype), (m, n)
+    else:
+        template = GemmTemplate(ctx.new_name("acc"), batch, m, n, k, ea, eb, a.dtype, batched)
+        acc, shape = acc_read(template), template.out_shape
+    body = acc
     if alpha == 0:  # as ATen (a BLAS gemm with alpha 0 reads neither matrix): NaN in a or b ignored
         body = ir.const(0.0, torch.float32)
     elif alpha != 1:
         body = ir.binary(ir.Op.MUL, body, ir.const(alpha, torch.float32))
     if bias is not None and beta != 0:  # beta == 0: ATen ignores the bias, NaN included
-        term = ir.cast(broadcast_read(bias, template.out_shape), torch.float32)
+        term = ir.cast(broadcast_read(bias, shape), torch.float32)
         if beta != 1:
             term = ir.binary(ir.Op.MUL, term, ir.const(beta, torch.float32))
         body = ir.binary(ir.Op.ADD, body, term)
+    if splits > 1:  # the epilogue follows the reduction over the chunks (it fuses into that kernel)
+        return Lazy(shape, out_dtype, ir.cast(body, out_dtype))
     return emit(ctx, template, ir.cast(body, out_dtype), out_dtype)
 
 
+def _split_k(ctx: GraphLowering, m: int, n: int, k: int, splits: int, a: ir.Expr, b: ir.Expr,
+             dtype: torch.dtype) -> ir.Expr:
+    """Split-K (``tiles.gemm_split_k``): a batched template over the ``splits`` chunks of K writes float32
+    partials ``(splits, M, N)``; their sum over the chunks, read at the output element, is returned."""
+    x = ir.xvar
+    start = ir.binary(ir.Op.MUL, x(0), ir.const(k // splits, ir.INDEX_DTYPE))  # chunk x(0)'s first k
+    # a over (m, k) -> (chunk, m, k'); b over (k, n) -> (chunk, k', n); k = start + k'
+    a_split = ir.substitute(a, {x(0): x(1), x(1): ir.binary(ir.Op.ADD, start, x(2))})
+    b_split = ir.substitute(b, {x(0): ir.binary(ir.Op.ADD, start, x(1)), x(1): x(2)})
+    template = GemmTemplate(ctx.new_name("acc"), splits, m, n, k // splits, a_split, b_split, dtype, True)
+    partials = emit(ctx, template, acc_read(template), torch.float32)
+    return as_expr(ctx.reduction(partials, [0], False, ir.ReduceOp.SUM, torch.float32, torch.float32))
+
+
 @register(aten.mm)
-def lower_mm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue) -> Strided:
+def lower_mm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue) -> TensorValue:
     return _gemm(ctx, node, a, b)
 
 
@@ -97,7 +119,7 @@ def lower_bmm(ctx: GraphLowering, node: Any, a: TensorValue, b: TensorValue) -> 
 
 @register(aten.addmm)
 def lower_addmm(ctx: GraphLowering, node: Any, bias: TensorValue, a: TensorValue, b: TensorValue, *,
-                beta: float = 1, alpha: float = 1) -> Strided:
+                beta: float = 1, alpha: float = 1) -> TensorValue:
     return _gemm(ctx, node, a, b, bias, alpha, beta)
 
 

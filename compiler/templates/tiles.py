@@ -9,6 +9,8 @@ every template kernel once (1 + 4 ms each).
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import torch
@@ -59,6 +61,41 @@ def gemm_tiles(m: int, n: int, k: int, dtype: torch.dtype, interpret: bool) -> l
     else:
         table = _MEDIUM_16BIT
     return [GemmTile(*row) for row in table]
+
+
+# Split-K for decode GEMMs: a few rows against a deep weight (the down projections, K = 8192 and
+# 14336 against N = 2048 and 4096) gives N / BLOCK_N programs, each streaming all of K: about one
+# program per SM, each with a long serial loop. Splitting K into S chunks makes S times the programs
+# (a batched GEMM writing float32 partials (S, M, N)); a reduction over S then sums them and carries
+# the epilogue. Only K divisible by S splits, so both operands stay plain strided loads; each chunk
+# keeps at least SPLIT_K_CHUNK of K (a shorter loop no longer hides the reduction's extra launch).
+SPLIT_K_ROWS = 32
+SPLIT_K_MIN_DEPTH = 4096
+SPLIT_K_CHUNK = 2048
+MAX_SPLIT_K = 16
+_forced_split: list[int] = []
+
+
+def gemm_split_k(m: int, n: int, k: int, interpret: bool) -> int:
+    """How many K chunks a (M, N, K) GEMM is split into (1: none); see ``SPLIT_K_*`` above."""
+    if _forced_split:
+        s = _forced_split[-1]
+        return s if 1 < s <= k and k % s == 0 else 1
+    if interpret or m > SPLIT_K_ROWS or k < SPLIT_K_MIN_DEPTH or k < 2 * n:
+        return 1
+    fits = [s for s in range(2, MAX_SPLIT_K + 1) if k % s == 0 and k // s >= SPLIT_K_CHUNK]
+    return max(fits, default=1)
+
+
+@contextlib.contextmanager
+def forced_split_k(splits: int) -> Iterator[None]:
+    """Split every template GEMM compiled in the block into ``splits`` K chunks (when ``splits``
+    divides its K; 1: never split): what tests and ``compiler.bench.tune_gemm --split-k`` compare."""
+    _forced_split.append(splits)
+    try:
+        yield
+    finally:
+        _forced_split.pop()
 
 
 @dataclass(frozen=True)

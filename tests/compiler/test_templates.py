@@ -326,3 +326,53 @@ def test_attention_keys_past_the_tile_ignore_an_inf_value(device: str) -> None:
     v[0, 0, 0, 2] = float("inf")
     report = compile_none(sdpa(), (q, k, v))
     assert len(templates(report, "attention")) == 1, str(report)
+
+
+SPLIT_K_CASES = {  # (inputs, fn, splits): K = 1155 = 3 * 5 * 7 * 11, so every chunk has an odd K
+    "linear_bias_relu_residual": lambda r: ((r(3, 1155), r(45, 1155), r(45), r(3, 45)),
+                                            lambda a, w, c, x: torch.relu(F.linear(a, w, c)) + x, 5),
+    "transposed_a_sliced_b": lambda r: ((r(1155, 2), r(1155, 90)), lambda a, b: a.t() @ b[:, ::2], 3),
+    "addmm_scaled": lambda r: ((r(17), r(1, 1155), r(1155, 17)),
+                               lambda c, a, b: torch.addmm(c, a, b, beta=0.5, alpha=2.0), 7),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("case", list(SPLIT_K_CASES))
+def test_split_k_gemm_matches_eager(case: str, dtype: torch.dtype, device: str) -> None:
+    """Split-K: a batched template over the chunks of K writes float32 partials, and the reduction
+    over the chunks carries the epilogue (bias, activation, residual, scaling, the output cast)."""
+    from compiler.templates.tiles import forced_split_k
+
+    inputs, fn, splits = SPLIT_K_CASES[case](lambda *s: _rand(*s, dtype=dtype, device=device))
+    with forced_split_k(splits):
+        report = compile_none(fn, inputs)
+    gemm = templates(report)
+    assert len(gemm) == 1 and not report.externs, str(report)
+    assert f"gemm {splits} x " in gemm[0].source and f"K = {1155 // splits}" in gemm[0].source
+    assert [k.kind for k in report.kernels] == ["template:gemm", "reduction"], str(report)
+
+
+def test_split_k_needs_a_divisor_of_k(device: str) -> None:
+    """A split that does not divide K (here K = 29, prime) leaves the GEMM whole: one template."""
+    from compiler.templates.tiles import forced_split_k
+
+    a, w = _rand(2, 29, dtype=torch.float32, device=device), _rand(45, 29, dtype=torch.float32, device=device)
+    with forced_split_k(4):
+        report = compile_none(lambda a, w: a @ w.t(), (a, w))
+    assert [k.kind for k in report.kernels] == ["template:gemm"], str(report)
+
+
+def test_split_k_rule() -> None:
+    """Deep-K decode GEMMs split into chunks of at least 2048 (the down projections: 1B 1x2048x8192
+    into 4, 8B 1x4096x14336 into 7); wide, shallow or many-row GEMMs and the interpreter do not."""
+    from compiler.templates.tiles import gemm_split_k
+
+    assert gemm_split_k(1, 2048, 8192, interpret=False) == 4
+    assert gemm_split_k(1, 4096, 14336, interpret=False) == 7
+    assert gemm_split_k(2, 4096, 14336, interpret=False) == 7
+    assert gemm_split_k(1, 3072, 2048, interpret=False) == 1  # shallow
+    assert gemm_split_k(1, 28672, 4096, interpret=False) == 1  # wide: N / BLOCK_N programs fill the GPU
+    assert gemm_split_k(512, 2048, 8192, interpret=False) == 1  # prefill
+    assert gemm_split_k(1, 1024, 8191, interpret=False) == 1  # a prime K has no chunking
+    assert gemm_split_k(1, 2048, 8192, interpret=True) == 1
