@@ -117,6 +117,18 @@ def private_cache_dir(name: str) -> Path:
     return path
 
 
+def tuning_cache_path() -> Path | None:
+    """The file of tuned launch configs (``compiler.tuning_cache``): ``$CRUCIBLE_TUNING_CACHE`` (a file
+    path, ``~`` expanded; ``0``: none, tuning stays per process), else
+    ``<cache root>/tuning/configs.json`` (a private directory, as the kernel caches)."""
+    value = os.environ.get("CRUCIBLE_TUNING_CACHE")
+    if value is not None and value.strip() in ("0", ""):
+        return None
+    if value:
+        return Path(value).expanduser()
+    return private_cache_dir("tuning") / "configs.json"
+
+
 DEFAULT_CPP_TUNING_FLAGS = ("-O3", "-march=native", "-fno-math-errno")
 
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from compiler import config
+from compiler import config, tuning_cache
 from compiler.codegen.base import RenderedKernel
 
 T = TypeVar("T")
@@ -165,26 +165,46 @@ class KernelLauncher:
             self.grid, self.meta = _TUNED[self.symbol]
             self.tuned = True
             return
+        key = self.tuning_key()
+        cached = tuning_cache.lookup(key, len(self.configs)) if key else None
+        if cached is not None:  # picked by an earlier process on this GPU and Triton version
+            self.grid, self.meta = _TUNED[self.symbol] = self.configs[cached]
+            self.tuned = True
+            if config.debug_level() >= 1:
+                print(f"[crucible] {self.rendered.name} launch config from the tuning cache: {self.meta}",
+                      file=sys.stderr)
+            return
         from triton.testing import do_bench
 
         timings = []
-        for grid, meta in self.configs:
+        for index, (grid, meta) in enumerate(self.configs):
             def launch(grid=grid, meta=meta) -> None:
                 self.fn[grid](*args, **meta)
 
             try:
                 # 1 + 4 ms per config: every kernel of a graph is tuned in its first call (with 3 + 10
                 # ms, tuning was 10 s of deit3_large's compile on the H200)
-                timings.append((do_bench(launch, warmup=1, rep=4, return_mode="median"), grid, meta))
+                timings.append((do_bench(launch, warmup=1, rep=4, return_mode="median"), index))
             except Exception:  # noqa: BLE001, S112  (a config that does not compile, e.g. out of resources)
                 continue
         if timings:
-            _, self.grid, self.meta = min(timings, key=lambda t: t[0])
-            _TUNED[self.symbol] = (self.grid, self.meta)
+            ms, index = min(timings)
+            self.grid, self.meta = _TUNED[self.symbol] = self.configs[index]
+            if key:
+                tuning_cache.store(key, index, str(self.meta), ms * 1e3)
         self.tuned = True
         if config.debug_level() >= 1:
-            table = ", ".join(f"{m} {t * 1e3:.1f}us" for t, _, m in timings)
+            table = ", ".join(f"{self.configs[i][1]} {t * 1e3:.1f}us" for t, i in timings)
             print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)
+
+    def tuning_key(self) -> str:
+        """The renderer's tuning key qualified by the GPU and Triton version ("" for none)."""
+        if not self.rendered.tuning_key:
+            return ""
+        import triton
+
+        name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"
+        return tuning_cache.full_key(self.rendered.tuning_key, name, triton.__version__)
 
 
 def _aligned(t: Any) -> bool:

@@ -27,6 +27,7 @@ class RenderedKernel:
     meta: dict = field(default_factory=dict)  # constexprs / launch options (num_warps, ...)
     alternatives: tuple = ()  # further (grid, meta) launch configs the runtime may time and pick from
     symbol: str = ""  # the function's name in ``source`` when it is not ``name`` (sanitized, or by content)
+    tuning_key: str = ""  # kernels that share it share their tuned config across processes (tuning_cache)
 
 
 class Renderer:

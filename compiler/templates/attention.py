@@ -18,7 +18,7 @@ from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.graph import View
 from compiler.templates.writer import ExprWriter, finish_source
 from compiler.templates.spec import AttentionTemplate, TemplateKernel
-from compiler.templates.tiles import attention_tiles, next_pow2
+from compiler.templates.tiles import attention_tiles, bucket, fingerprint, next_pow2
 
 LOG2E = 1.4426950408889634
 
@@ -86,11 +86,14 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
     body += ["acc = acc / l_i[:, None]", "omask = rvalid[:, None] & (rdv[None, :] < DV)"] + epilogue
     rows = group * length
     launches = []
-    for tile in attention_tiles(rows, keys, dim, interpret):
+    candidates = attention_tiles(rows, keys, dim, interpret)
+    for tile in candidates:
         meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_D": max(16, next_pow2(dim)),
                 "BLOCK_DV": max(16, next_pow2(dim_v)), "num_warps": tile.warps, "num_stages": tile.stages}
         launches.append(((math.ceil(rows / tile.block_m), batch * kv_heads), meta))
     params, args = epi.signature()
     title = (f"attention {batch}x{heads}x{length}x{dim} over {kv_heads} kv heads x {keys} keys "
              f"{TL_DTYPE[t.q.dtype]}{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''}")
-    return finish_source(k, params, ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV"], body, title, args, launches)
+    key = (f"attention {t.q.dtype} {bucket(batch * kv_heads)}x{bucket(rows)}x{bucket(keys)} d{dim}/{dim_v}"
+           f"{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''} tiles {fingerprint(candidates)}")
+    return finish_source(k, params, ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV"], body, title, args, launches, key)

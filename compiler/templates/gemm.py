@@ -21,7 +21,7 @@ from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.ir import Expr, Op
 from compiler.templates.writer import ExprWriter, finish_source
 from compiler.templates.spec import GemmTemplate, TemplateKernel
-from compiler.templates.tiles import gemm_tiles
+from compiler.templates.tiles import bucket, fingerprint, gemm_tiles
 
 
 def _strided(e: Expr) -> dict | None:
@@ -42,6 +42,7 @@ class _GemmWriter:
         out_vars = self.lb + ["rm[:, None]", "rn[None, :]"]
         self.epi = ExprWriter(renderer, k, dict(enumerate(out_vars)), "omask", acc=t.acc, prefix="e")
         self.sms = 1 if renderer.interpret else _sm_count()
+        self.layouts: list[str] = []  # per operand, for the tuning key
         self.wide = max((p.span for p in k.params), default=0) > INT32_LIMIT or \
             t.batch * max(t.m * t.k, t.k * t.n, t.m * t.n) > INT32_LIMIT
 
@@ -51,6 +52,7 @@ class _GemmWriter:
         ``rows``/``cols`` are the tile's index vectors; the K dim is ``kdim`` (1 for A, 0 for B)."""
         lines_pre: list[str] = []
         inside: list[str] = []
+        self.layouts.append(_layout(e, self.t.batched))
         kmask = "rk[None, :] < K - k0" if kdim == 1 else "rk[:, None] < K - k0"
         aff = _strided(e)
         var_count = 3 if self.t.batched else 2
@@ -125,7 +127,8 @@ class _GemmWriter:
         body = head
         params, args = self.epi.signature()
         launches = []
-        for tile in gemm_tiles(t.m, t.n, t.k, t.operand_dtype, self.r.interpret):
+        candidates = gemm_tiles(t.m, t.n, t.k, t.operand_dtype, self.r.interpret)
+        for tile in candidates:
             meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_K": tile.block_k,
                     "GROUP_M": tile.group_m, "EVEN_M": t.m % tile.block_m == 0, "EVEN_N": t.n % tile.block_n == 0,
                     "EVEN_K": t.k % tile.block_k == 0, "num_warps": tile.warps, "num_stages": tile.stages}
@@ -136,7 +139,20 @@ class _GemmWriter:
         consts = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_M", "EVEN_N", "EVEN_K", "TILES", "NUM_PROGS",
                   "PERSISTENT"]
         title = f"gemm {f'{t.batch} x ' if t.batched else ''}{t.m} x {t.n} x {t.k} {t.operand_dtype}"
-        return finish_source(k, params, consts, body, title, args, launches)
+        key = (f"gemm {t.operand_dtype} {bucket(t.batch)}x{bucket(t.m)}x{t.n}x{t.k} a {self.layouts[0]} "
+               f"b {self.layouts[1]}{' tf32' if t.allow_tf32 else ''} tiles {fingerprint(candidates)}")
+        return finish_source(k, params, consts, body, title, args, launches, key)
+
+
+def _layout(e: Expr, batched: bool) -> str:
+    """How an operand is read: "rows"/"cols" (which of its two matrix dims is contiguous),
+    "strided" (neither), or "prologue" (an expression computed while loading)."""
+    aff = _strided(e)
+    if aff is None:
+        return "prologue"
+    first = 1 if batched else 0
+    unit = [d for d in (first, first + 1) if aff.get(ir.xvar(d), 0) == 1]
+    return {first: "rows", first + 1: "cols"}.get(unit[0], "strided") if unit else "strided"
 
 
 def _sm_count() -> int:

@@ -10,7 +10,8 @@ every template kernel once (1 + 4 ms each).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -18,6 +19,17 @@ import torch
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
+
+
+def bucket(n: int) -> int:
+    """The tuning cache's size bucket: the next power of two (sizes that vary between calls, such as a
+    GEMM's rows, share the tuned pick of their bucket)."""
+    return next_pow2(n)
+
+
+def fingerprint(candidates: Sequence[object]) -> str:
+    """Names a candidate list, so a cached index means the same config to every reader."""
+    return hashlib.sha256(repr(list(candidates)).encode()).hexdigest()[:12]
 
 
 @dataclass(frozen=True)

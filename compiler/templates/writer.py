@@ -72,8 +72,9 @@ class ExprWriter(_KernelWriter):
 
 
 def finish_source(k: Kernel, params: list[str], consts: list[str], body: list[str], title: str,
-                  args: list[str], launches: list[tuple[tuple[int, ...], dict]]) -> RenderedKernel:
-    """The ``@triton.jit`` module text, named by content like the pointwise kernels."""
+                  args: list[str], launches: list[tuple[tuple[int, ...], dict]], tuning_key: str = "") -> RenderedKernel:
+    """The ``@triton.jit`` module text, named by content like the pointwise kernels; ``tuning_key``
+    names what the tuned launch config depends on (``compiler.tuning_cache``)."""
     origins = ", ".join(dict.fromkeys(k.origins)) or "(none)"
     src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
            f"def {SYMBOL_PLACEHOLDER}({', '.join(params + [c + ': tl.constexpr' for c in consts])}):",
@@ -83,4 +84,4 @@ def finish_source(k: Kernel, params: list[str], consts: list[str], body: list[st
     symbol = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
     grid, meta = launches[0]
     return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), tuple(args), grid, meta,
-                          tuple(launches[1:]), symbol)
+                          tuple(launches[1:]), symbol, tuning_key if len(launches) > 1 else "")
