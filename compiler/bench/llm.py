@@ -3,20 +3,25 @@ for eager, Inductor, Inductor max-autotune, Crucible default and Crucible CUDA-f
 (``extern="none"``), plus the per-op template microbenchmarks of ``compiler.bench.tune_gemm``.
 
     python -m compiler.bench.llm [--quick] [--models 1b,8b] [--layers N] [--dtypes bf16,fp16]
-                                 [--batches 1,2] [--backends ...] [--ops]
+                                 [--batches 1,2] [--backends ...] [--max-autotune] [--ops]
 
 Prefill runs ``--prompt`` tokens (512) with causal attention. Decode runs one token per sequence
 against a fixed-size key/value cache of prompt + ``--decode`` positions (768) under an additive mask
 of the valid prefix (one static shape, so one compile for every step); its tokens/s is batch / step
 time at a half-full cache. The cache write of the new token is left out (one small copy per layer).
 Layers default to 2 (8B at full depth needs 16 GB per dtype and minutes of compiles per backend);
-tokens/s scales with depth, and ``--layers`` says how many ran. Needs a CUDA GPU.
+tokens/s scales with depth, and ``--layers`` says how many ran. Inductor max-autotune (its compiles
+take minutes) runs only with ``--max-autotune`` or when ``--backends`` names it. Each row gives the
+wall time of its first prefill and decode call (compiles and tuning); after the table, a line per
+model, dtype and batch compares CUDA-free decode with the faster of eager and the cuBLAS path. Needs a
+CUDA GPU.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import time
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +52,7 @@ CONFIGS = {  # Llama 3.2 1B and Llama 3.1 8B layer shapes
 # crucible-aten: every matmul/attention an ATen call (extern="all", the cuBLAS path); crucible: the
 # default rule; crucible-cuda-free: extern="none"
 BACKENDS = ("eager", "inductor", "inductor-max-autotune", "crucible-aten", "crucible", "crucible-cuda-free")
+DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "inductor-max-autotune")
 
 
 class RMSNorm(nn.Module):
@@ -153,9 +159,12 @@ def bench_model(name: str, c: LlamaConfig, dtype: torch.dtype, batches: list[int
         for backend in backends:
             try:
                 fn = compiled(model, backend)
+                start = time.perf_counter()
                 with torch.no_grad(), compiler.collect_reports() as report:
                     fn(*prefill_args)  # compiles (the report counts what each graph became)
                     fn(*decode_args)
+                torch.cuda.synchronize()
+                first = time.perf_counter() - start
                 with torch.no_grad():
                     pre = time_ms(lambda fn=fn, a=prefill_args: fn(*a))
                     step = time_ms(lambda fn=fn, a=decode_args: fn(*a))
@@ -167,14 +176,32 @@ def bench_model(name: str, c: LlamaConfig, dtype: torch.dtype, batches: list[int
                     made = (f"{sum(k.kind.startswith('template') for k in report.kernels)} templates, "
                             f"{len(report.externs)} externs, {len(report.fallbacks)} eager graphs")
                 rows.append([name, c.layers, str(dtype).replace("torch.", ""), b, backend,
-                             f"{b * prompt / pre * 1e3:.0f}", f"{b / step * 1e3:.0f}", f"{step:.3f}", made])
+                             f"{b * prompt / pre * 1e3:.0f}", f"{b / step * 1e3:.0f}", f"{step:.3f}", f"{first:.1f}",
+                             made])
             except Exception as why:  # noqa: BLE001  (one backend failing is a row, not the end of the table)
                 rows.append([name, c.layers, str(dtype).replace("torch.", ""), b, backend, "failed", "failed",
-                             f"{type(why).__name__}: {str(why).splitlines()[0][:80]}"])
+                             "", "", f"{type(why).__name__}: {str(why).splitlines()[0][:80]}"])
             print(rows[-1], flush=True)
     del model
     torch.cuda.empty_cache()
     return rows
+
+
+def decode_ratios(rows: list[list]) -> list[str]:
+    """Per (model, dtype, batch): CUDA-free decode tok/s over the faster of eager, crucible-aten and the
+    default rule (the cuBLAS/cuDNN path; the issue's target is >= 0.9x)."""
+    decode: dict[tuple, dict[str, float]] = {}
+    for name, _, dtype, batch, backend, _, tok, *_ in rows:
+        if tok != "failed":
+            decode.setdefault((name, dtype, batch), {})[backend] = float(tok)
+    lines = []
+    for (name, dtype, batch), got in decode.items():
+        library = {b: got[b] for b in ("eager", "crucible-aten", "crucible") if b in got}
+        if "crucible-cuda-free" in got and library:
+            best = max(library, key=library.get)
+            lines.append(f"{name} {dtype} batch {batch}: CUDA-free decode {got['crucible-cuda-free'] / library[best]:.2f}x "
+                         f"{best} (the faster cuBLAS-path row)")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -184,7 +211,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--layers", type=int, default=2, help="decoder layers per model (shapes are per layer)")
     parser.add_argument("--dtypes", default="bf16,fp16")
     parser.add_argument("--batches", default="1,2")
-    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--backends", default=",".join(DEFAULT_BACKENDS))
+    parser.add_argument("--max-autotune", action="store_true", help="add Inductor max-autotune (slow compiles)")
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--decode", type=int, default=256)
     parser.add_argument("--ops", action="store_true", help="also the per-op template microbenchmarks")
@@ -197,6 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.quick:
         models, dtypes, batches = ["1b"], ["bf16"], [1]
     backends = args.backends.split(",")
+    if args.max_autotune and "inductor-max-autotune" not in backends:
+        backends.append("inductor-max-autotune")
     unknown = set(backends) - set(BACKENDS) or set(models) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown {sorted(unknown)}; backends: {', '.join(BACKENDS)}; models: {', '.join(CONFIGS)}")
@@ -208,7 +238,9 @@ def main(argv: list[str] | None = None) -> None:
             rows += bench_model(name, c, torch.bfloat16 if dt == "bf16" else torch.float16, batches, backends,
                                 args.prompt, args.decode)
     print(tabulate(rows, headers=["model", "layers", "dtype", "batch", "backend", "prefill tok/s",
-                                  "decode tok/s", "decode step ms", "compiled as"]))
+                                  "decode tok/s", "decode step ms", "first calls s", "compiled as"]))
+    for line in decode_ratios(rows):
+        print(line)
     if args.ops:
         from compiler.bench import tune_gemm
 

@@ -376,3 +376,13 @@ def test_split_k_rule() -> None:
     assert gemm_split_k(512, 2048, 8192, interpret=False) == 1  # prefill
     assert gemm_split_k(1, 1024, 8191, interpret=False) == 1  # a prime K has no chunking
     assert gemm_split_k(1, 2048, 8192, interpret=True) == 1
+
+
+def test_llm_benchmark_compares_cuda_free_decode_with_the_faster_library_row() -> None:
+    from compiler.bench.llm import decode_ratios
+
+    rows = [["1b", 1, "bf16", 1, "eager", "9", "500", "2.0", "1.0", ""],
+            ["1b", 1, "bf16", 1, "crucible", "9", "800", "1.2", "1.0", ""],
+            ["1b", 1, "bf16", 1, "crucible-cuda-free", "9", "720", "1.4", "1.0", ""],
+            ["1b", 1, "bf16", 2, "crucible-cuda-free", "failed", "failed", "", "", "why"]]
+    assert decode_ratios(rows) == ["1b bf16 batch 1: CUDA-free decode 0.90x crucible (the faster cuBLAS-path row)"]
