@@ -17,6 +17,8 @@ import torch
 import torch.nn.functional as F
 from tabulate import tabulate
 
+from compiler.templates.tiles import tma_candidates
+
 
 def _template_launcher(fn, args: list, device: torch.device):
     """The rendered template kernel of ``fn(*args)`` and its launcher, plus its argument tensors."""
@@ -47,7 +49,10 @@ def _template_launcher(fn, args: list, device: torch.device):
 def time_configs(fn, args: list) -> list[tuple[dict, float]]:
     from triton.testing import do_bench
 
+    from compiler.runtime import parallel_map
+
     rendered, launcher, tensors = _template_launcher(fn, args, args[0].device)
+    parallel_map(lambda job: job(), launcher.precompile_jobs([t.dtype for t in tensors]))  # builds at once
     out = []
     for grid, meta in launcher.configs:
         try:
@@ -70,7 +75,7 @@ GEMMS = {
 }
 
 
-def gemm_rows(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> list[list]:
+def gemm_rows(shapes: list[tuple[int, int, int]], dtype: torch.dtype, top: int = 3) -> list[list]:
     from triton.testing import do_bench
 
     rows = []
@@ -80,9 +85,10 @@ def gemm_rows(shapes: list[tuple[int, int, int]], dtype: torch.dtype) -> list[li
         flops = 2 * m * n * k
         aten_ms = float(do_bench(lambda a=a, w=w: a @ w.t(), warmup=10, rep=40, return_mode="median"))
         results = time_configs(lambda a, w: a @ w.t(), [a, w])
-        for meta, ms in sorted(results, key=lambda r: r[1])[:3]:
+        for meta, ms in sorted(results, key=lambda r: r[1])[:top]:
             cfg = "x".join(str(meta[key]) for key in ("BLOCK_M", "BLOCK_N", "BLOCK_K")) + \
-                f" w{meta['num_warps']} s{meta['num_stages']}" + (" persistent" if meta.get("PERSISTENT") else "")
+                f" w{meta['num_warps']} s{meta['num_stages']}" + (" persistent" if meta.get("PERSISTENT") else "") + \
+                (" tma" if meta.get("TMA") else "")
             rows.append([f"{m}x{n}x{k}", cfg, f"{flops / ms / 1e9:.1f}", f"{flops / aten_ms / 1e9:.1f}",
                          f"{aten_ms / ms:.2f}"])
     return rows
@@ -155,10 +161,10 @@ def conv_rows(dtype: torch.dtype) -> list[list]:
     return rows
 
 
-SPLIT_K_SHAPES = [(1, 2048, 8192), (1, 4096, 14336), (2, 4096, 14336), (1, 4096, 4096)]
+SPLIT_K_SHAPES = [(1, 2048, 8192), (1, 4096, 14336), (2, 4096, 14336)]
 
 
-def split_k_rows(dtype: torch.dtype, splits: tuple[int, ...] = (1, 2, 4, 7, 8, 14, 16)) -> list[list]:
+def split_k_rows(dtype: torch.dtype, splits: tuple[int, ...] = (1, 2, 4, 7, 8, 16)) -> list[list]:
     """us per call of ``x @ w.t() + x0`` (a residual add, as the down projection's): cuBLAS in eager,
     then the CUDA-free compile for each split dividing K (the rule's choice marked)."""
     from triton.testing import do_bench
@@ -194,6 +200,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--attention", action="store_true", help="also time the attention template")
     parser.add_argument("--conv", action="store_true", help="also time the convolution template")
     parser.add_argument("--split-k", action="store_true", help="also time split-K on the deep-K decode GEMMs")
+    parser.add_argument("--tma", action="store_true", help="GEMM candidates also with tensor-descriptor loads")
+    parser.add_argument("--top", type=int, default=3, help="GEMM configs shown per shape, fastest first")
     args = parser.parse_args(argv)
     import compiler  # noqa: F401  (registers the backend)
 
@@ -201,8 +209,15 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("tune_gemm needs a CUDA GPU")
     dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float16
     shapes = [s for key in GEMMS for s in GEMMS[key]] if args.shapes == "all" else GEMMS.get(args.shapes, [])
+    if args.tma:
+        import triton
+
+        # device-side tensor descriptors take their scratch memory from this allocator
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
     if shapes:
-        print(tabulate(gemm_rows(shapes, dtype), headers=["M x N x K", "tile", "template TFLOP/s",
+        with tma_candidates(args.tma):
+            rows = gemm_rows(shapes, dtype, args.top)
+        print(tabulate(rows, headers=["M x N x K", "tile", "template TFLOP/s",
                                                           "cuBLAS TFLOP/s", "vs cuBLAS"]), flush=True)
     if args.attention:
         print(tabulate(attention_rows(dtype), headers=["attention", "tile", "template us", "SDPA us",

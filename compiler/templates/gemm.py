@@ -21,7 +21,7 @@ from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.ir import Expr, Op
 from compiler.templates.writer import ExprWriter, finish_source
 from compiler.templates.spec import GemmTemplate, TemplateKernel
-from compiler.templates.tiles import bucket, fingerprint, gemm_tiles
+from compiler.templates.tiles import bucket, fingerprint, gemm_tiles, tma_enabled
 
 
 def _strided(e: Expr) -> dict | None:
@@ -43,6 +43,7 @@ class _GemmWriter:
         self.epi = ExprWriter(renderer, k, dict(enumerate(out_vars)), "omask", acc=t.acc, prefix="e")
         self.sms = 1 if renderer.interpret else _sm_count()
         self.layouts: list[str] = []  # per operand, for the tuning key
+        self.tma = tma_enabled()  # render the TMA branch (configs with TMA=True take it)
         self.wide = max((p.span for p in k.params), default=0) > INT32_LIMIT or \
             t.batch * max(t.m * t.k, t.k * t.n, t.m * t.n) > INT32_LIMIT
 
@@ -64,11 +65,19 @@ class _GemmWriter:
             # every tile dim appears (times 0 for a size-1 dim the view dropped): a full-shaped tile
             terms += [f"{n} * {c}" if c != 1 else n for n, c in zip(names, coef) if c or n in (rows, cols)]
             kstride = coef[-2 + kdim]
-            lines_pre.append(f"{name}_ptrs = {ptr} + ({' + '.join(terms)})")
+            pointers = f"{name}_ptrs = {ptr} + ({' + '.join(terms)})"
             load = f"tl.load({name}_ptrs)"
             masked = f"tl.load({name}_ptrs, mask={kmask}, other=0.0)"
-            inside += ["if EVEN_K:", f"    {name} = {load}", "else:", f"    {name} = {masked}"]
+            loads = ["if EVEN_K:", f"    {name} = {load}", "else:", f"    {name} = {masked}"]
             advance = f"{name}_ptrs += BLOCK_K * {kstride}" if kstride else ""
+            desc = self.descriptor(name, ptr, aff, coef, kdim) if self.tma else None
+            if desc is None:
+                lines_pre.append(pointers)
+                inside += loads
+            else:  # constexpr TMA picks the descriptor branch; the pointer one stays for the other configs
+                lines_pre += ["if TMA:", f"    {desc[0]}", "else:", f"    {pointers}"]
+                inside += ["if TMA:", f"    {name} = {desc[1]}", "else:"] + ["    " + line for line in loads]
+                advance = f"if not TMA:\n    {advance}" if advance else ""
             tile = name
         else:  # a prologue: the operand's expression on the tile's indices
             kvar = "(k0 + rk[None, :])" if kdim == 1 else "(k0 + rk[:, None])"
@@ -87,8 +96,34 @@ class _GemmWriter:
         if aff is None or self.r.interpret:
             inside.append(f"{tile} = {tile}.to({TL_DTYPE[want]})")
         if advance:
-            inside.append(advance)
+            inside += advance.split("\n")
         return lines_pre, inside, tile
+
+    def descriptor(self, name: str, ptr: str, aff: dict, coef: list[int], kdim: int) -> tuple[str, str] | None:
+        """(the tensor descriptor's definition, the tile's load through it) for a strided operand, or
+        None when TMA cannot read it: no unit-stride matrix dim, or an offset or stride that is not a
+        multiple of 16 bytes (a size-1 dim's stride does not matter)."""
+        size = self.t.operand_dtype.itemsize
+        extents = [self.t.m, self.t.k] if kdim == 1 else [self.t.k, self.t.n]
+        strides = coef[-2:]
+        batch = coef[0] if self.t.batched else 0
+        unit = [d for d in (0, 1) if strides[d] == 1 and extents[d] > 1] or \
+            [d for d in (0, 1) if extents[d] == 1 or strides[d] == 1]
+        if not unit:
+            return None
+        inner = unit[-1]
+        outer = 1 - inner
+        outer_stride = strides[outer] if extents[outer] > 1 else 16 // size
+        if any(v * size % 16 for v in (aff.get(None, 0), outer_stride, batch)) or outer_stride == 0:
+            return None
+        blocks = ["BLOCK_M", "BLOCK_K"] if kdim == 1 else ["BLOCK_K", "BLOCK_N"]
+        offsets = ["pid_m * BLOCK_M", "k0"] if kdim == 1 else ["k0", "pid_n * BLOCK_N"]
+        order = [outer, inner]
+        base = f"{ptr} + {aff.get(None, 0)}" + (f" + xb * {batch}" if batch else "")
+        define = (f"{name}_desc = tl.make_tensor_descriptor({base}, shape=[{extents[outer]}, {extents[inner]}], "
+                  f"strides=[{outer_stride}, 1], block_shape=[{blocks[outer]}, {blocks[inner]}])")
+        load = f"{name}_desc.load([{offsets[order[0]]}, {offsets[order[1]]}])" + (".T" if order == [1, 0] else "")
+        return define, load
 
     def write(self) -> RenderedKernel:
         t, k = self.t, self.k
@@ -132,12 +167,14 @@ class _GemmWriter:
             meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_K": tile.block_k,
                     "GROUP_M": tile.group_m, "EVEN_M": t.m % tile.block_m == 0, "EVEN_N": t.n % tile.block_n == 0,
                     "EVEN_K": t.k % tile.block_k == 0, "num_warps": tile.warps, "num_stages": tile.stages}
+            if self.tma:
+                meta["TMA"] = tile.tma
             tiles = math.ceil(t.m / tile.block_m) * math.ceil(t.n / tile.block_n)
             programs = min(tiles, self.sms) if tile.persistent else tiles
             meta.update(TILES=tiles, NUM_PROGS=programs, PERSISTENT=tile.persistent)
             launches.append(((programs,) + ((t.batch,) if t.batched else ()), meta))
         consts = ["BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "EVEN_M", "EVEN_N", "EVEN_K", "TILES", "NUM_PROGS",
-                  "PERSISTENT"]
+                  "PERSISTENT"] + (["TMA"] if self.tma else [])
         title = f"gemm {f'{t.batch} x ' if t.batched else ''}{t.m} x {t.n} x {t.k} {t.operand_dtype}"
         key = (f"gemm {t.operand_dtype} {bucket(t.batch)}x{bucket(t.m)}x{t.n}x{t.k} a {self.layouts[0]} "
                f"b {self.layouts[1]}{' tf32' if t.allow_tf32 else ''} tiles {fingerprint(candidates)}")

@@ -10,6 +10,7 @@ every template kernel once (1 + 4 ms each).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +42,7 @@ class GemmTile:
     warps: int = 4
     stages: int = 3
     persistent: bool = False  # one program per SM walking the tiles
+    tma: bool = False  # operands through tensor descriptors (``tma_candidates``)
 
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, GROUP_M, num_warps, num_stages)
@@ -58,10 +60,17 @@ _FP32 = [(128, 128, 32, 8, 8, 3), (64, 128, 32, 8, 4, 3), (64, 64, 32, 8, 4, 4)]
 
 
 def gemm_tiles(m: int, n: int, k: int, dtype: torch.dtype, interpret: bool) -> list[GemmTile]:
-    """Candidate tiles, best guess first."""
+    """Candidate tiles, best guess first (under ``tma_candidates``: each also with tensor descriptors,
+    in the interpreter only with them)."""
     if interpret:
-        return [GemmTile(min(max(next_pow2(m), 16), 128), min(max(next_pow2(n), 16), 128),
-                         min(max(next_pow2(k), 16), 128), 8, 4, 1)]
+        one = GemmTile(min(max(next_pow2(m), 16), 128), min(max(next_pow2(n), 16), 128),
+                       min(max(next_pow2(k), 16), 128), 8, 4, 1)
+        return [dataclasses.replace(one, tma=True)] if tma_enabled() else [one]
+    tiles = _gemm_table(m, n, k, dtype)
+    return tiles + [dataclasses.replace(t, tma=True) for t in tiles] if tma_enabled() else tiles
+
+
+def _gemm_table(m: int, n: int, k: int, dtype: torch.dtype) -> list[GemmTile]:
     if m <= 32:
         table = _SKINNY
     elif dtype == torch.float32:
@@ -108,6 +117,27 @@ def forced_split_k(splits: int) -> Iterator[None]:
         yield
     finally:
         _forced_split.pop()
+
+
+# Tensor-descriptor (TMA on Hopper) operand loads: off unless a block asks for them, until the H200
+# measures them against the pointer loads (``compiler.bench.tune_gemm --tma``). Device-side
+# descriptors need Triton's scratch allocator (``triton.set_allocator``) on the GPU.
+_tma: list[bool] = []
+
+
+def tma_enabled() -> bool:
+    return bool(_tma and _tma[-1])
+
+
+@contextlib.contextmanager
+def tma_candidates(enabled: bool = True) -> Iterator[None]:
+    """GEMM templates rendered in the block load strided, 16-byte aligned operands through tensor
+    descriptors in extra candidate configs (``TMA=True``; the interpreter: in its only config)."""
+    _tma.append(enabled)
+    try:
+        yield
+    finally:
+        _tma.pop()
 
 
 @dataclass(frozen=True)

@@ -386,3 +386,38 @@ def test_llm_benchmark_compares_cuda_free_decode_with_the_faster_library_row() -
             ["1b", 1, "bf16", 1, "crucible-cuda-free", "9", "720", "1.4", "1.0", ""],
             ["1b", 1, "bf16", 2, "crucible-cuda-free", "failed", "failed", "", "", "why"]]
     assert decode_ratios(rows) == ["1b bf16 batch 1: CUDA-free decode 0.90x crucible (the faster cuBLAS-path row)"]
+
+
+TMA_CASES = {  # (inputs, fn, operands read through descriptors); K = 40 keeps rows 16-byte aligned
+    "a_b": lambda r: ((r(37, 40), r(40, 48)), lambda a, b: a @ b, 2),
+    "a_wt_relu": lambda r: ((r(37, 40), r(45, 40)), lambda a, w: torch.relu(a @ w.t()), 2),
+    "at_b_odd_n": lambda r: ((r(40, 48), r(40, 45)), lambda a, b: a.t() @ b, 1),  # b's rows: 90 bytes
+    "row_vector": lambda r: ((r(1, 40), r(45, 40)), lambda a, w: a @ w.t(), 2),
+}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=lambda d: str(d).replace("torch.", ""))
+@pytest.mark.parametrize("case", list(TMA_CASES))
+def test_tma_operand_loads_match_eager(case: str, dtype: torch.dtype, device: str) -> None:
+    """Tensor-descriptor loads (zero-padded past the edges, transposed for a column-major operand);
+    an operand whose offset or stride is not a multiple of 16 bytes keeps the pointer loads."""
+    import triton
+
+    from compiler.templates.tiles import tma_candidates
+
+    if device == "cuda":
+        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
+    inputs, fn, described = TMA_CASES[case](lambda *s: _rand(*s, dtype=dtype, device=device))
+    with tma_candidates():
+        report = compile_none(fn, inputs)
+    source = templates(report)[0].source
+    assert source.count("tl.make_tensor_descriptor(") == 2 * described, source  # persistent and not
+
+
+def test_split_k_reads_its_chunks_through_descriptors(device: str) -> None:
+    from compiler.templates.tiles import forced_split_k, tma_candidates
+
+    a, w = _rand(2, 960, dtype=torch.float32, device=device), _rand(45, 960, dtype=torch.float32, device=device)
+    with tma_candidates(), forced_split_k(3):
+        report = compile_none(lambda a, w: a @ w.t(), (a, w))
+    assert "xb * 320, shape=[45, 320]" in templates(report)[0].source
