@@ -60,8 +60,8 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
     if t.causal and not interpret:  # keys past the block's last row are all masked: skip them
         body.append("hi = tl.minimum(S, tl.reduce(tl.where(rvalid, ql, 0), 0, "
                     "tl.standard._elementwise_max) + 1)")
-    else:  # (the interpreter's loop bound must be a Python int; masking alone is exact)
-        body.append("hi = S")
+    # else every key block (masking alone is exact): the interpreter's loop bound must be a Python int,
+    # written as a literal (an assigned one is a tensor there, which 3.6's cannot use: harness/FINDINGS.md)
     loop = ["cols = n0 + tl.arange(0, BLOCK_N)", "cvalid = cols < S", "cols = tl.where(cvalid, cols, 0)",
             "kt = tl.load(" + _address(pk, t.k, ["xb", "hk", "cols[None, :]", "rd[:, None]"])
             + f", mask=rd[:, None] < D, other=0.0){up}",
@@ -81,7 +81,7 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
              + f", mask=cvalid[:, None] & (rdv[None, :] < DV), other=0.0){up}",
              f"acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{exact})",
              "m_i = m_new"]
-    body.append("for n0 in range(0, hi, BLOCK_N):")
+    body.append(f"for n0 in range(0, {'hi' if t.causal and not interpret else keys}, BLOCK_N):")
     body += ["    " + line for line in loop]
     body += ["acc = acc / l_i[:, None]", "omask = rvalid[:, None] & (rdv[None, :] < DV)"] + epilogue
     rows = group * length

@@ -151,7 +151,9 @@ class _GemmWriter:
                  "if EVEN_N:", "    bn = rn[None, :]", "else:", "    bn = (rn % N)[None, :]",
                  "acc = tl.full([BLOCK_M, BLOCK_N], 0.0, tl.float32)"]
         body += a_pre + b_pre
-        body.append("for k0 in range(0, K, BLOCK_K):")
+        # the bound as a literal: Triton's interpreter turns every assigned value (K = 27) into a tensor,
+        # which 3.6's cannot convert to a range bound under numpy 2 (harness/FINDINGS.md)
+        body.append(f"for k0 in range(0, {t.k}, BLOCK_K):")
         body += ["    " + line for line in a_in + b_in]
         body.append(f"    acc = tl.dot({a}, {b}, acc{precision})")
         body += ["omask = (rm[:, None] < M) & (rn[None, :] < N)"] + epilogue

@@ -430,3 +430,17 @@ def test_split_k_reads_its_chunks_through_descriptors(device: str) -> None:
     with tma_candidates(), forced_split_k(3):
         report = compile_none(lambda a, w: a @ w.t(), (a, w))
     assert "xb * 320, shape=[45, 320]" in templates(report)[0].source
+
+
+def test_template_loop_bounds_are_literals(device: str) -> None:
+    """Triton's interpreter makes every assigned value a tensor, and 3.6's cannot turn one into a
+    ``range`` bound under numpy 2 (harness/FINDINGS.md): the GEMM's K loop and the attention's key
+    loop take their bounds as literals. Exposed by the lead's GPU-host run of the weight-folding test."""
+    import re
+
+    a, b = _rand(33, 27, dtype=torch.float32, device=device), _rand(27, 17, dtype=torch.float32, device=device)
+    gemm = templates(compile_none(lambda a, b: a @ b, (a, b)))[0].source
+    assert re.search(r"for k0 in range\(0, 27, BLOCK_K\)", gemm), gemm
+    q, k, v = (_rand(1, 2, 3, 16, dtype=torch.float32, device=device) for _ in range(3))
+    attention = templates(compile_none(sdpa(), (q, k, v)), "attention")[0].source
+    assert re.search(r"for n0 in range\(0, 3, BLOCK_N\)", attention), attention
