@@ -158,7 +158,9 @@ class _GemmWriter:
         body.append(f"    acc = tl.dot({a}, {b}, acc{precision})")
         body += ["omask = (rm[:, None] < M) & (rn[None, :] < N)"] + epilogue
         # persistent configs: NUM_PROGS programs (one per SM) walk the tiles; the others, one tile each
-        head += ["if PERSISTENT:", "    for pid in range(tl.program_id(0), TILES, NUM_PROGS):"]
+        # (the interpreter runs one program, self.sms = 1, and its 3.6 cannot start a range at a tensor)
+        first = "0" if self.r.interpret else "tl.program_id(0)"
+        head += ["if PERSISTENT:", f"    for pid in range({first}, TILES, NUM_PROGS):"]
         head += ["        " + line if line else "" for line in body]
         head += ["else:", "    pid = tl.program_id(0)"] + ["    " + line if line else "" for line in body]
         body = head
