@@ -3,7 +3,7 @@ for eager, Inductor, Inductor max-autotune, Crucible default and Crucible CUDA-f
 (``extern="none"``), plus the per-op template microbenchmarks of ``compiler.bench.tune_gemm``.
 
     python -m compiler.bench.llm [--quick] [--models 1b,8b] [--layers N] [--dtypes bf16,fp16]
-                                 [--batches 1,2] [--backends ...] [--max-autotune] [--ops]
+                                 [--batches 1,2] [--backends ...] [--max-autotune] [--ops] [--deadline S]
 
 Prefill runs ``--prompt`` tokens (512) with causal attention. Decode runs one token per sequence
 against a fixed-size key/value cache of prompt + ``--decode`` positions (768) under an additive mask
@@ -136,7 +136,8 @@ def time_ms(fn) -> float:
 
 
 def bench_model(name: str, c: LlamaConfig, dtype: torch.dtype, batches: list[int], backends: list[str],
-                prompt: int, decode: int) -> list[list]:
+                prompt: int, decode: int, deadline: float = math.inf) -> list[list]:
+    """One row per (batch, backend); rows not started by ``deadline`` (``time.monotonic()``) are skipped."""
     torch.manual_seed(0)
     model = Decoder(c).to("cuda", dtype).eval()
     for p in model.parameters():
@@ -157,6 +158,9 @@ def bench_model(name: str, c: LlamaConfig, dtype: torch.dtype, batches: list[int
         prefill_args = (x, cos[:prompt], sin[:prompt])
         decode_args = (tok, cos[pos:pos + 1], sin[pos:pos + 1], caches, mask)
         for backend in backends:
+            if time.monotonic() > deadline:
+                print(f"  {name} {dtype} batch {b} {backend}: skipped (--deadline)", flush=True)
+                continue
             try:
                 fn = compiled(model, backend)
                 start = time.perf_counter()
@@ -216,6 +220,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prompt", type=int, default=512)
     parser.add_argument("--decode", type=int, default=256)
     parser.add_argument("--ops", action="store_true", help="also the per-op template microbenchmarks")
+    parser.add_argument("--deadline", type=float, default=math.inf,
+                        help="seconds after which no further row starts (the table so far is printed)")
     args = parser.parse_args(argv)
     from tabulate import tabulate
 
@@ -230,13 +236,14 @@ def main(argv: list[str] | None = None) -> None:
     unknown = set(backends) - set(BACKENDS) or set(models) - set(CONFIGS)
     if unknown:
         raise SystemExit(f"unknown {sorted(unknown)}; backends: {', '.join(BACKENDS)}; models: {', '.join(CONFIGS)}")
+    deadline = time.monotonic() + args.deadline
     rows = []
     for name in models:
         c = CONFIGS[name]
         c = LlamaConfig(c.hidden, c.heads, c.kv_heads, c.ffn, c.vocab, min(args.layers, c.layers))
         for dt in dtypes:
             rows += bench_model(name, c, torch.bfloat16 if dt == "bf16" else torch.float16, batches, backends,
-                                args.prompt, args.decode)
+                                args.prompt, args.decode, deadline)
     print(tabulate(rows, headers=["model", "layers", "dtype", "batch", "backend", "prefill tok/s",
                                   "decode tok/s", "decode step ms", "first calls s", "compiled as"]))
     for line in decode_ratios(rows):
