@@ -90,6 +90,8 @@ def _gemm_table(m: int, n: int, k: int, dtype: torch.dtype) -> list[GemmTile]:
 # (a batched GEMM writing float32 partials (S, M, N)); a reduction over S then sums them and carries
 # the epilogue. Only K divisible by S splits, so both operands stay plain strided loads; each chunk
 # keeps at least SPLIT_K_CHUNK of K (a shorter loop no longer hides the reduction's extra launch).
+# H200, bf16 (compiler/bench/RESULTS_llm.md): 1x2048x8192 into 4 went 0.86x -> 1.15x cuBLAS (8 and 16
+# chunks: 0.52x, 0.47x), 1x4096x14336 into 7 0.91x -> 0.99x, 2x4096x14336 into 7 0.97x -> 1.02x.
 SPLIT_K_ROWS = 32
 SPLIT_K_MIN_DEPTH = 4096
 SPLIT_K_CHUNK = 2048
@@ -120,7 +122,8 @@ def forced_split_k(splits: int) -> Iterator[None]:
 
 
 # Tensor-descriptor (TMA on Hopper) operand loads: off unless a block asks for them, until the H200
-# measures them against the pointer loads (``compiler.bench.tune_gemm --tma``). Device-side
+# measures them against the pointer loads (``compiler.bench.tune_gemm --tma``: 0.88-0.96x of the same
+# tiles with pointer loads on 4096^3 and 8192^3 bf16, so they stay off). Device-side
 # descriptors need Triton's scratch allocator (``triton.set_allocator``) on the GPU.
 _tma: list[bool] = []
 
