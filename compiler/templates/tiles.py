@@ -121,9 +121,9 @@ def forced_split_k(splits: int) -> Iterator[None]:
         _forced_split.pop()
 
 
-# Tensor-descriptor (TMA on Hopper) operand loads: off unless a block asks for them, until the H200
-# measures them against the pointer loads (``compiler.bench.tune_gemm --tma``: 0.88-0.96x of the same
-# tiles with pointer loads on 4096^3 and 8192^3 bf16, so they stay off). Device-side
+# Tensor-descriptor (TMA on Hopper) operand loads: off unless a block asks for them; on the H200
+# (``compiler.bench.tune_gemm --tma``) they ran at 0.88-0.96x of the same tiles with pointer loads on
+# 4096^3 and 8192^3 bf16 (descriptors created per tile in the kernel). Device-side
 # descriptors need Triton's scratch allocator (``triton.set_allocator``) on the GPU.
 _tma: list[bool] = []
 
