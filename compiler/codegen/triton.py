@@ -365,7 +365,8 @@ class _KernelWriter:
         consts = "XBLOCK: tl.constexpr" + (", RBLOCK: tl.constexpr" if k.is_reduction else "")
         body = self.header() + self.pre
         if self.looped:
-            body.append("for roffset in range(0, rnumel, RBLOCK):")
+            # The bound is a literal: Triton 3.6's interpreter cannot loop to an assigned bound (FINDINGS.md).
+            body.append(f"for roffset in range(0, {k.rnumel}, RBLOCK):")
             loop_head = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
             loop_head += unravel("r", "rindex", k.rranges)
             body += ["    " + line for line in loop_head + self.loop]

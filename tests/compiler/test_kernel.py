@@ -102,3 +102,14 @@ def test_wrapper_needs_only_the_schedule() -> None:
     out, total = wrapper.call([x])
     torch.testing.assert_close(out, torch.relu(x @ weight) + 1)
     torch.testing.assert_close(total, x.sum())
+
+
+def test_looped_reduction_bound_is_a_literal() -> None:
+    """Triton 3.6's interpreter cannot loop to a bound assigned in the kernel (``rnumel = N`` becomes a
+    shape-(1,) tensor that numpy 2 will not turn into an int; FINDINGS.md): the loop reads the literal."""
+    from compiler.capabilities import MAX_PERSISTENT_RNUMEL
+
+    n = MAX_PERSISTENT_RNUMEL + 8
+    (k,) = kernels_of(lambda a: a.sum(-1), torch.randn(3, n))
+    src = TritonRenderer(interpret=True).render(k).source
+    assert f"for roffset in range(0, {n}, RBLOCK):" in src
