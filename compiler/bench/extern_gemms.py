@@ -30,7 +30,7 @@ TOKENS, DECODE = 8 * 512, 8
 def _ms(fn: Callable[[], object]) -> float:
     from triton.testing import do_bench
 
-    return float(do_bench(fn, warmup=10, rep=60, return_mode="median"))
+    return float(do_bench(fn, warmup=5, rep=40, return_mode="median"))
 
 
 def _linear(n: int, k: int, dtype: torch.dtype) -> torch.Tensor:
