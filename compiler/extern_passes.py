@@ -204,20 +204,28 @@ def _rewrite_group(gm: torch.fx.GraphModule, k: int, group: list[_Member],
 def _refresh_meta(graph: torch.fx.Graph) -> None:
     """Fake values for the new nodes and every node downstream of them (strides change: members'
     results are now column slices), computed in the graph's own fake mode."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
     mode = next((n.meta["val"].fake_mode for n in graph.nodes
-                 if n.op == "placeholder" and hasattr(n.meta.get("val"), "fake_mode")), None)
+                 if n.op == "placeholder" and isinstance(n.meta.get("val"), FakeTensor)), None)
     if mode is None:
         raise ValueError("merge_matmuls needs fake tensor metadata on the graph's inputs")
+
+    def fake(node: torch.fx.Node) -> Any:
+        val = node.meta["val"]  # other constants (folded weights) carry real tensors
+        return mode.from_tensor(val, static_shapes=True) if isinstance(val, torch.Tensor) and \
+            not isinstance(val, FakeTensor) else val
+
     stale: set[torch.fx.Node] = set()
     for node in graph.nodes:
-        if node.op == "get_attr":
+        if node.op == "get_attr" and "val" not in node.meta:  # ours: the merged weights
             real = graph.owning_module
             for part in str(node.target).split("."):
                 real = getattr(real, part)
             node.meta["val"] = mode.from_tensor(real, static_shapes=True)
             stale.add(node)
         elif node.op == "call_function" and ("val" not in node.meta or any(a in stale for a in node.all_input_nodes)):
-            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), lambda a: a.meta["val"])
+            args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), fake)
             with mode:
                 node.meta["val"] = node.target(*args, **kwargs)
             stale.add(node)
