@@ -35,6 +35,7 @@ the activation fused. The erf GELU (BERT's) stays: cuBLASLt's epilogue is the ta
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -226,13 +227,24 @@ def _refresh_meta(graph: torch.fx.Graph) -> None:
             stale.add(node)
         elif node.op == "call_function" and ("val" not in node.meta or any(a in stale for a in node.all_input_nodes)):
             args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), fake)
+            old = node.meta.get("val")
             with mode:
                 node.meta["val"] = node.target(*args, **kwargs)
-            stale.add(node)
+            if not _same_layout(old, node.meta["val"]):  # e.g. a kernel's dense result: nothing further changes
+                stale.add(node)
+
+
+def _same_layout(a: Any, b: Any) -> bool:
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same_layout(x, y) for x, y in zip(a, b))
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return (a.shape, a.stride(), a.dtype, a.storage_offset()) == (b.shape, b.stride(), b.dtype, b.storage_offset())
+    return False
 
 
 # --- epilogues ------------------------------------------------------------------------
 
+@functools.cache
 def _tanh_gelu_patterns(dtype: torch.dtype) -> list[torch.fx.Graph]:
     from torch.fx.experimental.proxy_tensor import make_fx
 
@@ -268,7 +280,8 @@ def _activations(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.No
                 found[p[0]] = (*p, node, False)
         if node.target is aten.addmm.default:
             dtypes.add(node.meta["val"].dtype)
-    for dtype in dtypes:
+    tanh = any(n.target is aten.tanh.default for n in graph.nodes)
+    for dtype in dtypes if tanh else ():
         for pattern in _tanh_gelu_patterns(dtype):
             for match in SubgraphMatcher(pattern, ignore_literals=False).match(graph):
                 (x,), (last,) = match.placeholder_nodes, match.returning_nodes
