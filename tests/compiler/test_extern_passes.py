@@ -71,6 +71,17 @@ def test_projections_of_one_input_become_one_gemm(codegen, bias):
         assert_close(out, model(x))
 
 
+def test_bf16_projections_stay_as_close_to_float64_as_eager():
+    torch.manual_seed(0)
+    model, x = Attention(bias=False, kv=8), torch.randn(4, 33, 16)
+    reference = model.double()(x.double()).detach()
+    model = model.to(torch.bfloat16)
+    _, out, report = run(model, x.to(torch.bfloat16), codegen="triton")
+    assert rewrites(report) == [("concat_matmuls", "mm")]
+    with torch.no_grad():
+        assert_close(out, model(x.to(torch.bfloat16)), reference=reference)
+
+
 def test_conv1d_weights_concatenate_along_their_columns(codegen):
     torch.manual_seed(0)
     model, x = Conv1DPair(), torch.randn(3, 4, 16)
