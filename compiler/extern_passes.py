@@ -25,7 +25,8 @@ The concatenated (padded) weight and bias are constants of the compiled graph (`
 refilled by ``compiler.folding.FoldedWeights`` whenever a source parameter changes.
 
 **Epilogues.** ``add(mm(x, W), b)`` with a 1-d ``b`` of the result's dtype becomes ``addmm`` (the
-bias joins cuBLAS's epilogue; one rounding instead of two). On the GPU, ``relu(addmm(...))`` and
+bias joins cuBLAS's epilogue; one rounding instead of two) where the sum would otherwise be a
+pointwise kernel of its own: only library calls and graph outputs read it. On the GPU, ``relu(addmm(...))`` and
 the tanh GELU (``gelu(approximate="tanh")`` or GPT-2's hand-written form) of it become
 ``_addmm_activation``, cuBLASLt's bias + activation epilogue: no pointwise kernel pass over the
 result. Only where nothing else reads the pre-activation, and not for decode-sized GEMMs (at most
@@ -299,7 +300,7 @@ def fuse_extern_epilogues(folded: FoldedGraph, device: torch.device) -> Rewritte
     gm = torch.fx.GraphModule(folded.gm, graph)
     done: list[WeightFold] = []
     for node in list(graph.nodes):
-        rewritten = _bias_into_addmm(graph, node)
+        rewritten = _bias_into_addmm(graph, node) if _read_by_library_only(node, device) else None
         if rewritten is not None:
             done.append(WeightFold("fuse_extern_epilogues", "addmm", rewritten.name))
     if device.type == "cuda":
@@ -321,6 +322,24 @@ def fuse_extern_epilogues(folded: FoldedGraph, device: torch.device) -> Rewritte
     graph.eliminate_dead_code()
     gm.recompile()
     return RewrittenGraph(FoldedGraph(gm, folded.folds), done)
+
+
+def _read_by_library_only(node: torch.fx.Node, device: torch.device) -> bool:
+    """Whether ``node``'s result (through views) goes only to library calls, graph outputs or (on the
+    GPU) a relu that joins the extern too: then a bias add there is a pointwise kernel of its own,
+    which ``addmm`` saves. Where a generated kernel reads the sum anyway, the add fuses into it for
+    free, while ``addmm`` may first copy the broadcast bias into its result (ATen's non-cuBLASLt
+    path) and then read it back: the GEMM stays ``mm``."""
+    from compiler.lowerings import LIBRARY_OPS
+
+    library = {op.default for op in LIBRARY_OPS if hasattr(op, "default")}
+    for user in node.users:
+        if user.op == "output" or user.target in library or (device.type == "cuda" and user.target is aten.relu.default):
+            continue
+        if user.target in _VIEWS and _read_by_library_only(user, device):
+            continue
+        return False
+    return True
 
 
 def _bias_into_addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:

@@ -232,22 +232,38 @@ def test_activations_that_stay_out_of_the_extern(model, rows):
 
 
 class MatmulPlusBias(torch.nn.Module):
-    def __init__(self) -> None:
+    def __init__(self, then_relu: bool) -> None:
         super().__init__()
         self.w, self.b = torch.nn.Parameter(torch.randn(16, 12)), torch.nn.Parameter(torch.randn(12))
+        self.w2 = torch.nn.Parameter(torch.randn(12, 4))
+        self.then_relu = then_relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x @ self.w + self.b).relu()
+        h = x @ self.w + self.b
+        return (h.relu() if self.then_relu else h) @ self.w2
 
 
 def test_a_bias_added_after_a_matmul_joins_it_as_addmm(codegen):
     torch.manual_seed(0)
-    model, x = MatmulPlusBias(), torch.randn(2, 7, 16)
+    model, x = MatmulPlusBias(then_relu=False), torch.randn(2, 7, 16)
     _, out, report = run(model, x, codegen=codegen)
     assert rewrites(report) == [("fuse_extern_epilogues", "addmm")]
-    assert [e.op for e in report.externs] == ["aten.addmm.default"]
+    assert [e.op for e in report.externs] == ["aten.addmm.default", "aten.mm.default"]
+    assert report.kernels == []  # the add was the only generated kernel
     with torch.no_grad():
         assert_close(out, model(x))
+
+
+def test_a_bias_add_that_fuses_into_a_kernel_anyway_stays_there():
+    """On the CPU the relu stays a generated kernel, which takes the bias add for free."""
+    torch.manual_seed(0)
+    model, x = MatmulPlusBias(then_relu=True), torch.randn(2, 7, 16)
+    _, out, report = run(model, x, codegen="cpp")
+    assert rewrites(report) == []
+    with torch.no_grad():
+        assert_close(out, model(x))
+    gm, _, _ = traced(model.requires_grad_(False), torch.randn(40, 16))
+    assert [r.op for r in fuse_extern_epilogues(FoldedGraph(gm), CUDA).rewrites] == ["addmm", "_addmm_activation"]
 
 
 def test_inspect_lists_the_rewrites():
