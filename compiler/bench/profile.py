@@ -47,7 +47,11 @@ def profile_tables(call: Any, top: int) -> str:
         for _ in range(CALLS):
             call()
         torch.cuda.synchronize()
-    kernels = [e for e in prof.key_averages() if _device_us(e, True) > 0 and not e.key.startswith("aten::")]
+    # device-side events only: host ranges (Inductor's "## Call CompiledFxGraph ##", "Torch-Compiled
+    # Region") and the host records Inductor names after its kernels also carry device time
+    cuda = torch.autograd.DeviceType.CUDA
+    kernels = [e for e in prof.key_averages() if _device_us(e, True) > 0 and getattr(e, "device_type", cuda) == cuda
+               and not e.key.startswith("aten::")]
     kernels.sort(key=lambda e: -_device_us(e, True))
     total = sum(_device_us(e, True) for e in kernels) / CALLS
     lines = [f"GPU kernels: {total / 1e3:.3f} ms per call in all", f"{'ms/call':>8} {'calls':>6}  kernel"]
