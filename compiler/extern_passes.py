@@ -101,6 +101,16 @@ class _Member:
     linear: bool  # W is [N, K] read through permute (nn.Linear), else [K, N] (GPT-2's Conv1D)
 
 
+def _symbolic(gm: torch.fx.GraphModule) -> bool:
+    """Whether an input has a symbolic size (a dynamic-shape graph)."""
+    for node in gm.graph.nodes:
+        val = node.meta.get("val") if node.op == "placeholder" else None
+        if isinstance(val, torch.SymInt) or (isinstance(val, torch.Tensor) and
+                                             any(isinstance(d, torch.SymInt) for d in val.shape)):
+            return True
+    return False
+
+
 def _static_index(gm: torch.fx.GraphModule, static_inputs: Any) -> dict[torch.fx.Node, int]:
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     static = set(static_inputs)
@@ -141,6 +151,8 @@ def merge_matmuls(folded: FoldedGraph, static_inputs: Any, device: torch.device)
     """The graph with shared-input GEMMs concatenated and unaligned GPU GEMMs padded (a copy; the
     input graph untouched), its constants (``folded``'s batch-norm folds too), a line per rewrite."""
     gm = folded.gm
+    if _symbolic(gm):
+        return RewrittenGraph(folded, [])  # lowering refuses the graph with its own reason
     params = _static_index(gm, static_inputs)
     groups: dict[tuple, list[_Member]] = {}
     for node in gm.graph.nodes:
@@ -299,6 +311,8 @@ def _activations(graph: torch.fx.Graph) -> list[tuple[torch.fx.Node, torch.fx.No
 def fuse_extern_epilogues(folded: FoldedGraph, device: torch.device) -> RewrittenGraph:
     """The graph with bias adds and (on the GPU) activations moved into the matmul extern (a copy;
     the input graph untouched), and a line per rewrite."""
+    if _symbolic(folded.gm):
+        return RewrittenGraph(folded, [])  # lowering refuses the graph with its own reason
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(folded.gm.graph, {}))
     gm = torch.fx.GraphModule(folded.gm, graph)

@@ -117,6 +117,17 @@ def test_no_rewrite_without_static_weights_or_with_the_option_off():
     assert rewrites(report) == []
 
 
+def test_dynamic_shapes_keep_their_fallback_reason():
+    from compiler.report import FallbackReason
+
+    model = Attention().eval().requires_grad_(False)
+    compiled = torch.compile(model, backend="crucible", options={"codegen": "triton"}, dynamic=True)
+    with torch.no_grad(), collect_reports() as report:
+        compiled(torch.randn(2, 5, 16))
+    assert [g.fallback for g in report.fallbacks] == [FallbackReason.SYMBOLIC_SHAPES]
+    assert rewrites(report) == []
+
+
 class FlattenedProjection(torch.nn.Module):
     def __init__(self) -> None:
         super().__init__()
