@@ -15,8 +15,8 @@ internal compiler error instead of falling back to eager for that graph), ``cuda
 (replay CUDA graphs after a warm-up call; off by default), ``extern`` ("default" |
 "none" | "all": which matmuls and attentions become generated template kernels, see
 ``compiler.templates``), ``fold_weights`` (inference graphs: fold batch norm into the convolution
-or linear before it, from parameters and buffers, refolded when they change; on by default, see
-``compiler.folding``).
+or linear before it, from parameters and buffers, refolded when they change; and the matmul rewrites
+of ``compiler.extern_passes``; on by default, see ``compiler.folding``).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ class Options:
     strict: bool = False
     cudagraphs: bool = False  # capture CUDA graphs after a warm-up call (compiler/cudagraphs.py)
     extern: str = "default"  # one of EXTERN_MODES
-    fold_weights: bool = True  # inference graphs: batch norm folded into conv/linear (compiler/folding.py)
+    fold_weights: bool = True  # inference graphs: folding.py and extern_passes.py weight rewrites
 
     @staticmethod
     def parse(options: dict | None) -> Options:

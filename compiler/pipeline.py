@@ -1,9 +1,9 @@
 """The compiler pipeline for one ATen graph, as named passes called in order.
 
-    [fold_batch_norm] -> lower -> schedule -> render -> load -> wrap
+    [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls] -> lower -> schedule -> render -> load -> wrap
 
-``fold_batch_norm`` runs on inference graphs whose static inputs (parameters, buffers) are known,
-unless ``options={"fold_weights": False}`` (``compiler.folding``).
+The bracketed weight passes run on inference graphs whose static inputs (parameters, buffers) are
+known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
 
 Each pass is timed and can be dumped (``CRUCIBLE_DEBUG`` / ``CRUCIBLE_DUMP_DIR``).
 An exception inside a pass becomes a ``CompilerError`` naming the pass and the
@@ -23,6 +23,7 @@ import torch.fx
 from compiler import config, debug
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.registry import renderer_for
+from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
 from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph
 from compiler.lowering import lower
@@ -117,6 +118,7 @@ class GraphCompilation:
             if self.folded.folds:
                 self.report.passes.append("fold_batch_norm")
                 self.report.weight_folds = [WeightFold("fold_batch_norm", f.op, f.node) for f in self.folded.folds]
+            self.extern_passes()
         lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities,
                                                 self.extern)
         sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)
@@ -132,6 +134,16 @@ class GraphCompilation:
         self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)
         return wrapper
+
+    def extern_passes(self) -> None:
+        """``compiler.extern_passes``: their constants join the folded ones behind one guard."""
+        for name, fn, args in (("fuse_extern_epilogues", fuse_extern_epilogues, (self.device,)),
+                               ("merge_matmuls", merge_matmuls, (self.foldable, self.device))):
+            out = self.run_pass(name, fn, self.folded, *args)
+            self.folded, self.gm = out.folded, out.folded.gm
+            if out.rewrites:
+                self.report.passes.append(name)
+                self.report.weight_folds += out.rewrites
 
     def fill_report(self, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
         for step in sched.steps:

@@ -1,6 +1,7 @@
-"""``python -m compiler.bench.models --render-only``: every benchmark model through lowering,
-scheduling, the GPU Triton renderer and the wrapper, on any machine (no GPU, nothing built or
-launched): the strict-mode compile check of the GPU issue, up to the Triton build itself.
+"""``python -m compiler.bench.models --render-only``: every benchmark model through the weight passes
+(with the GPU's rules), lowering, scheduling, the GPU Triton renderer and the wrapper, on any machine
+(no GPU, nothing built or launched): the strict-mode compile check of the GPU issue, up to the
+Triton build itself.
 
 Each model is traced by Dynamo and AOTAutograd on the CPU at batch 1 (sequences of 64 tokens);
 shapes differ from the GPU run's, the ops do not. The graphs still run in eager so Dynamo can
@@ -9,6 +10,7 @@ finish tracing; a lowering, scheduling, rendering or wrapper error is the model'
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -24,6 +26,7 @@ def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
     from compiler.codegen.registry import renderer_for
+    from compiler.cudagraphs import static_input_indices
     from compiler.decompositions import decomposition_table_for_compiler
     from compiler.lowering import lower
     from compiler.scheduler import schedule
@@ -31,21 +34,33 @@ def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]
 
     counts: list[tuple[int, int]] = []
 
-    def render(gm: torch.fx.GraphModule, example_inputs: Any) -> Any:
+    def render(gm: torch.fx.GraphModule, example_inputs: Any, dynamo_inputs: int) -> Any:
         renderer = renderer_for("triton", torch.device("cuda"))
-        sched = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities)
+        rewritten = weight_passes(gm, static_input_indices(len(example_inputs), dynamo_inputs, "inference"))
+        sched = schedule(lower(rewritten, torch.device("cpu"), renderer.capabilities), renderer.capabilities)
         generate_wrapper(sched, {k.name: renderer.render(k) for k in sched.kernels}, {})
         counts.append((len(sched.kernels), len(sched.externs)))
         return make_boxed_func(gm.forward)
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
-        return aot_module_simplified(gm, example_inputs, fw_compiler=render, inference_compiler=render,
+        compile_fn = functools.partial(render, dynamo_inputs=len(example_inputs))
+        return aot_module_simplified(gm, example_inputs, fw_compiler=compile_fn, inference_compiler=compile_fn,
                                      decompositions=decomposition_table_for_compiler())
 
     torch._dynamo.reset()
     with torch.no_grad():
         torch.compile(model, backend=backend, dynamic=False)(*inputs)
     return counts
+
+
+def weight_passes(gm: torch.fx.GraphModule, static: list[int]) -> torch.fx.GraphModule:
+    """The pipeline's inference weight passes, with the GPU's rules (padding, activation epilogues)."""
+    from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
+    from compiler.folding import fold_batch_norm
+
+    cuda = torch.device("cuda")
+    folded = fuse_extern_epilogues(fold_batch_norm(gm, static), cuda).folded
+    return merge_matmuls(folded, static, cuda).folded.gm
 
 
 def render_check(name: str, dtype: torch.dtype, tiny: bool) -> dict[str, Any]:

@@ -18,7 +18,7 @@ aten = torch.ops.aten
 # Ops a vendor library does better than generated loops: matmul, convolution,
 # attention, pooling backward. They run as extern calls with this reason.
 LIBRARY_OPS = [
-    aten.mm, aten.bmm, aten.addmm, aten.baddbmm, aten.convolution, aten.convolution_backward,
+    aten.mm, aten.bmm, aten.addmm, aten._addmm_activation, aten.baddbmm, aten.convolution, aten.convolution_backward,
     aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_efficient_attention,
     aten._scaled_dot_product_flash_attention_for_cpu,
     aten.max_pool2d_with_indices_backward, aten.avg_pool2d_backward,

@@ -1,0 +1,112 @@
+"""Where one call of a benchmark model spends its GPU time, per backend, side by side.
+
+    python -m compiler.bench.profile --model gpt2 --dtype bf16 [--backends crucible inductor] [--top 25]
+
+For each backend: latency (``compiler.bench.models.latency_ms``), then ``torch.profiler`` over a few
+calls: the GPU kernels by time per call (what cuBLAS, attention and generated kernels cost) and the
+ATen ops by input shape (which extern call launched them). ``crucible-nopasses`` is Crucible with
+``fold_weights=False`` (no compile-time weight passes), to read what those passes change.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+import torch
+
+from compiler.bench.models import DTYPES, _first_tensor, latency_ms
+from compiler.bench.zoo import MODELS
+
+BACKENDS = ("crucible", "crucible-nopasses", "inductor", "eager")
+CALLS = 5
+
+
+def _compiled(backend: str, model: torch.nn.Module) -> Any:
+    if backend == "eager":
+        return model
+    if backend == "inductor":
+        return torch.compile(model, backend="inductor", dynamic=False)
+    options = {"strict": True, **({"fold_weights": False} if backend == "crucible-nopasses" else {})}
+    return torch.compile(model, backend="crucible", dynamic=False, options=options)
+
+
+def _device_us(event: Any, self_only: bool) -> float:
+    for name in (("self_device_time_total", "self_cuda_time_total") if self_only else
+                 ("device_time_total", "cuda_time_total")):
+        if hasattr(event, name):
+            return float(getattr(event, name))
+    return 0.0
+
+
+def profile_tables(call: Any, top: int) -> str:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA], record_shapes=True) as prof:
+        for _ in range(CALLS):
+            call()
+        torch.cuda.synchronize()
+    # device-side events only: host ranges (Inductor's "## Call CompiledFxGraph ##", "Torch-Compiled
+    # Region") and the host records Inductor names after its kernels also carry device time
+    cuda = torch.autograd.DeviceType.CUDA
+    kernels = [e for e in prof.key_averages() if _device_us(e, True) > 0 and getattr(e, "device_type", cuda) == cuda
+               and not e.key.startswith("aten::")]
+    kernels.sort(key=lambda e: -_device_us(e, True))
+    total = sum(_device_us(e, True) for e in kernels) / CALLS
+    lines = [f"GPU kernels: {total / 1e3:.3f} ms per call in all", f"{'ms/call':>8} {'calls':>6}  kernel"]
+    lines += [f"{_device_us(e, True) / CALLS / 1e3:>8.3f} {e.count // CALLS:>6}  {e.key[:110]}" for e in kernels[:top]]
+    ops = [e for e in prof.key_averages(group_by_input_shape=True)
+           if e.key.startswith("aten::") and _device_us(e, False) > 0]
+    ops.sort(key=lambda e: -_device_us(e, False))
+    lines += ["", "ATen ops (inclusive GPU time) by input shape", f"{'ms/call':>8} {'calls':>6}  op  shapes"]
+    lines += [f"{_device_us(e, False) / CALLS / 1e3:>8.3f} {e.count // CALLS:>6}  {e.key} {str(e.input_shapes)[:120]}"
+              for e in ops[:top]]
+    return "\n".join(lines)
+
+
+def profile_backend(backend: str, model: torch.nn.Module, inputs: tuple, expected: torch.Tensor, top: int,
+                    tables: bool) -> str:
+    import torch._dynamo
+
+    torch._dynamo.reset()
+    fn = _compiled(backend, model)
+    start = time.perf_counter()
+    out = _first_tensor(fn(*inputs)).float()
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - start
+    err = float((out - expected.float()).abs().max())
+    ms = latency_ms(lambda: fn(*inputs), "cuda")
+    head = f"== {backend}: {ms:.3f} ms per call, first call {compile_s:.1f} s, max |err| vs eager {err:.3g}"
+    return head + ("\n" + profile_tables(lambda: fn(*inputs), top) if tables else "")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m compiler.bench.profile", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="gpt2", choices=list(MODELS))
+    parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
+    parser.add_argument("--backends", nargs="+", default=["crucible", "inductor"], choices=BACKENDS)
+    parser.add_argument("--no-tables", nargs="*", default=[], choices=BACKENDS, metavar="BACKEND",
+                        help="backends measured for latency only")
+    parser.add_argument("--top", type=int, default=25)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        parser.error("needs a CUDA GPU")
+    import compiler  # noqa: F401  (registers the backend)
+
+    torch.manual_seed(0)
+    model, inputs = MODELS[args.model].build(DTYPES[args.dtype], "cuda", False)
+    with torch.no_grad():
+        expected = _first_tensor(model(*inputs)).detach().clone()
+        for backend in args.backends:
+            try:
+                text = profile_backend(backend, model, inputs, expected, args.top, backend not in args.no_tables)
+            except Exception as why:  # noqa: BLE001  (one backend failing is a line of the output)
+                text = f"== {backend}: FAILED {type(why).__name__}: {str(why)[:300]}"
+            print(f"# {args.model} {args.dtype}\n{text}\n", flush=True)
+            torch.cuda.empty_cache()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,307 @@
+"""Matmul rewrites before lowering (``compiler.extern_passes``): shared-input GEMMs concatenated,
+unaligned GPU weights padded, bias and activation epilogues moved into the extern."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import compiler
+from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
+from compiler.folding import FoldedGraph, FoldedWeights
+from compiler.report import GraphReport, collect_reports
+from tests.compiler.parity import assert_close
+
+aten = torch.ops.aten
+CUDA = torch.device("cuda")  # the passes' device rule only: the graphs below stay on the CPU
+
+
+class Attention(torch.nn.Module):
+    """BERT's (bias) or Llama's (no bias, narrower K/V) projections of one input, and Llama's MLP."""
+
+    def __init__(self, bias: bool = True, kv: int = 16) -> None:
+        super().__init__()
+        self.q, self.k, self.v = (torch.nn.Linear(16, n, bias=bias) for n in (16, kv, kv))
+        self.gate, self.up = torch.nn.Linear(16, 24, bias=False), torch.nn.Linear(16, 24, bias=False)
+        self.out = torch.nn.Linear(16 + 2 * kv + 24, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        mlp = torch.nn.functional.silu(self.gate(x)) * self.up(x)
+        return self.out(torch.cat([self.q(x), self.k(x).tanh(), self.v(x), mlp], -1))
+
+
+class Conv1DPair(torch.nn.Module):
+    """GPT-2's ``Conv1D``: ``addmm(b, x, W)`` with a [K, N] weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w1, self.w2 = torch.nn.Parameter(torch.randn(16, 12)), torch.nn.Parameter(torch.randn(16, 20))
+        self.b1, self.b2 = torch.nn.Parameter(torch.randn(12)), torch.nn.Parameter(torch.randn(20))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.view(-1, 16)
+        return torch.addmm(self.b1, flat, self.w1).sum(-1) + torch.addmm(self.b2, flat, self.w2).amax(-1)
+
+
+def run(model: torch.nn.Module, x: torch.Tensor, calls: int = 1, **options):
+    model = model.eval().requires_grad_(False)
+    compiled = torch.compile(model, backend="crucible", options={"strict": True, **options})
+    with torch.no_grad(), collect_reports() as report:
+        outs = [compiled(x) for _ in range(calls)]
+    return compiled, outs[-1], report
+
+
+def rewrites(report) -> list[tuple[str, str]]:
+    return [(f.pass_name, f.op) for g in report.graphs for f in g.weight_folds]
+
+
+@pytest.mark.parametrize("bias", [True, False], ids=["bert", "llama"])
+def test_projections_of_one_input_become_one_gemm(codegen, bias):
+    torch.manual_seed(0)
+    model, x = Attention(bias=bias, kv=8 if not bias else 16), torch.randn(2, 5, 16)
+    _, out, report = run(model, x, codegen=codegen)
+    # q, k, v one group, gate and up another; without biases all five are one
+    expected = [("concat_matmuls", "addmm"), ("concat_matmuls", "mm")] if bias else [("concat_matmuls", "mm")]
+    assert sorted(rewrites(report)) == expected
+    matmuls = [e.op for e in report.externs if "mm" in e.op]
+    assert len(matmuls) == (2 if not bias else 3)  # merged ones + the output projection
+    with torch.no_grad():
+        assert_close(out, model(x))
+
+
+def test_bf16_projections_stay_as_close_to_float64_as_eager():
+    torch.manual_seed(0)
+    model, x = Attention(bias=False, kv=8), torch.randn(4, 33, 16)
+    reference = model.double()(x.double()).detach()
+    model = model.to(torch.bfloat16)
+    _, out, report = run(model, x.to(torch.bfloat16), codegen="triton")
+    assert rewrites(report) == [("concat_matmuls", "mm")]
+    with torch.no_grad():
+        assert_close(out, model(x.to(torch.bfloat16)), reference=reference)
+
+
+def test_conv1d_weights_concatenate_along_their_columns(codegen):
+    torch.manual_seed(0)
+    model, x = Conv1DPair(), torch.randn(3, 4, 16)
+    _, out, report = run(model, x, codegen=codegen)
+    assert rewrites(report) == [("concat_matmuls", "addmm")]
+    with torch.no_grad():
+        assert_close(out, model(x))
+
+
+def test_concatenated_weights_follow_parameter_updates():
+    torch.manual_seed(0)
+    model, x = Attention(), torch.randn(2, 5, 16)
+    compiled, _, report = run(model, x, calls=2, codegen="triton")
+    assert report.graphs[0].weight_refills == 1
+    with torch.no_grad():
+        model.k.weight.mul_(-2)  # in place: a version change
+        assert_close(compiled(x), model(x))
+        model.v.bias.data = torch.randn(16)  # new storage, same tensor and version
+        assert_close(compiled(x), model(x))
+    assert report.graphs[0].weight_refills == 3
+
+
+def test_no_rewrite_without_static_weights_or_with_the_option_off():
+    torch.manual_seed(0)
+    model, x = Attention(), torch.randn(2, 5, 16)
+    _, _, off = run(model, x, codegen="triton", fold_weights=False)
+    assert rewrites(off) == []
+    torch._dynamo.reset()
+    compiled = torch.compile(model.train().requires_grad_(True), backend="crucible",
+                             options={"strict": True, "codegen": "triton"})
+    with collect_reports() as report:  # a forward graph for training: weights are not constants
+        compiled(x).sum().backward()
+    assert rewrites(report) == []
+
+
+def test_dynamic_shapes_keep_their_fallback_reason():
+    from compiler.report import FallbackReason
+
+    model = Attention().eval().requires_grad_(False)
+    compiled = torch.compile(model, backend="crucible", options={"codegen": "triton"}, dynamic=True)
+    with torch.no_grad(), collect_reports() as report:
+        compiled(torch.randn(2, 5, 16))
+    assert [g.fallback for g in report.fallbacks] == [FallbackReason.SYMBOLIC_SHAPES]
+    assert rewrites(report) == []
+
+
+class FlattenedProjection(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(8, 6), torch.nn.Linear(8, 6)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # a view eager can take of a dense result but not of a column slice
+        return self.a(x).view(-1) + self.b(x).view(-1)
+
+
+def test_a_consumer_that_cannot_view_a_column_slice_keeps_the_gemms_apart():
+    torch.manual_seed(0)
+    model, x = FlattenedProjection(), torch.randn(4, 8)
+    _, out, report = run(model, x, codegen="triton")
+    assert rewrites(report) == []
+    with torch.no_grad():
+        assert_close(out, model(x))
+
+
+# --- the GPU rules, applied to CPU graphs ---------------------------------------------------
+
+def traced(model: torch.nn.Module, x: torch.Tensor) -> tuple[torch.fx.GraphModule, list[torch.Tensor], list[int]]:
+    """The module's ATen graph with its parameters as leading inputs (as AOTAutograd passes them)."""
+    params = dict(model.named_parameters())
+    names = list(params)
+
+    def fn(*args: torch.Tensor) -> torch.Tensor:
+        return torch.func.functional_call(model, dict(zip(names, args[:-1])), (args[-1],))
+
+    args = [*params.values(), x]
+    return compiler.trace_aten(fn, *args), args, list(range(len(names)))
+
+
+def checked(folded: FoldedGraph, gm: torch.fx.GraphModule, args: list[torch.Tensor]) -> None:
+    """The rewritten graph, its constants filled by the guard, computes what the original does."""
+    guard = FoldedWeights(lambda a: folded.gm(*a), folded.folds, GraphReport(0, "inference", 0, "triton"))
+    assert_close(guard(list(args)), gm(*args))
+
+
+def test_an_unaligned_gpu_weight_is_padded_to_16_bytes():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 50), torch.nn.Linear(50, 13, bias=False)).to(torch.bfloat16)
+    gm, args, static = traced(model.requires_grad_(False), torch.randn(4, 16, dtype=torch.bfloat16))
+    out = merge_matmuls(FoldedGraph(gm), static, CUDA)
+    assert [(r.pass_name, r.op) for r in out.rewrites] == [("pad_matmul_weights", "addmm"),
+                                                           ("pad_matmul_weights", "mm")]
+    assert sorted(tuple(f.target.shape) for f in out.folded.folds) == [(16, 50), (56,), (56, 16)]
+    checked(out.folded, gm, args)
+    assert merge_matmuls(FoldedGraph(gm), static, torch.device("cpu")).rewrites == []  # CPU: no padding
+
+
+def test_a_concatenated_weight_is_padded_once_as_a_whole():
+    torch.manual_seed(0)
+    gm, args, static = traced(Attention(kv=3).requires_grad_(False), torch.randn(2, 5, 16))
+    out = merge_matmuls(FoldedGraph(gm), static, CUDA)
+    shapes = sorted(tuple(f.target.shape) for f in out.folded.folds)
+    assert (24, 16) in shapes and (48, 16) in shapes  # q, k, v: 16 + 3 + 3 float32 rows -> 24; gate/up: 48
+    checked(out.folded, gm, args)
+
+
+def gpt2_gelu(x: torch.Tensor) -> torch.Tensor:
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, act) -> None:
+        super().__init__()
+        self.fc, self.proj, self.act = torch.nn.Linear(16, 32), torch.nn.Linear(32, 16), act
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.act(self.fc(x)))
+
+
+@pytest.mark.parametrize("act,gelu", [(torch.relu, False), (gpt2_gelu, True),
+                                      (lambda t: torch.nn.functional.gelu(t, approximate="tanh"), True)],
+                         ids=["relu", "gpt2_gelu", "torch_tanh_gelu"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_activations_join_the_addmm_on_the_gpu(act, gelu, dtype):
+    torch.manual_seed(0)
+    gm, args, _ = traced(MLP(act).to(dtype).requires_grad_(False), torch.randn(3, 40, 16, dtype=dtype))
+    out = fuse_extern_epilogues(FoldedGraph(gm), CUDA)
+    assert [(r.pass_name, r.op) for r in out.rewrites] == [("fuse_extern_epilogues", "_addmm_activation")]
+    (fused,) = [n for n in out.folded.gm.graph.nodes if n.target is aten._addmm_activation.default]
+    assert fused.kwargs == {"use_gelu": gelu}
+    assert not any(n.target in (aten.relu.default, aten.tanh.default) for n in out.folded.gm.graph.nodes)
+    fused.target = cuda_addmm_activation  # ATen's CPU kernel of the op is the erf GELU (FINDINGS)
+    out.folded.gm.recompile()
+    assert_close(out.folded.gm(*args), gm(*args))
+    assert fuse_extern_epilogues(FoldedGraph(gm), torch.device("cpu")).rewrites == []  # no gain on the CPU
+
+
+def cuda_addmm_activation(bias: torch.Tensor, x: torch.Tensor, w: torch.Tensor, use_gelu: bool) -> torch.Tensor:
+    """What ``aten._addmm_activation`` computes on CUDA (cuBLASLt's epilogue or its fallback): the
+    activation of the float32 GEMM result, rounded once."""
+    out = torch.addmm(bias.float(), x.float(), w.float())
+    act = torch.nn.functional.gelu(out, approximate="tanh") if use_gelu else out.relu()
+    return act.to(x.dtype)
+
+
+class ReadsPreActivation(MLP):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        return self.proj(self.act(h)) + h.sum(-1, keepdim=True)
+
+
+@pytest.mark.parametrize("model,rows", [(MLP(lambda t: torch.nn.functional.gelu(t)), 120),  # erf GELU
+                                        (ReadsPreActivation(torch.relu), 120),
+                                        (MLP(torch.relu), 8)],  # decode rows: the template's
+                         ids=["erf_gelu", "pre_activation_read", "decode"])
+def test_activations_that_stay_out_of_the_extern(model, rows):
+    gm, _, _ = traced(model.requires_grad_(False), torch.randn(rows, 16))
+    assert fuse_extern_epilogues(FoldedGraph(gm), CUDA).rewrites == []
+
+
+class MatmulPlusBias(torch.nn.Module):
+    def __init__(self, then_relu: bool) -> None:
+        super().__init__()
+        self.w, self.b = torch.nn.Parameter(torch.randn(16, 12)), torch.nn.Parameter(torch.randn(12))
+        self.w2 = torch.nn.Parameter(torch.randn(12, 4))
+        self.then_relu = then_relu
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = x @ self.w + self.b
+        return (h.relu() if self.then_relu else h) @ self.w2
+
+
+def test_a_bias_added_after_a_matmul_joins_it_as_addmm(codegen):
+    torch.manual_seed(0)
+    model, x = MatmulPlusBias(then_relu=False), torch.randn(2, 7, 16)
+    _, out, report = run(model, x, codegen=codegen)
+    assert rewrites(report) == [("fuse_extern_epilogues", "addmm")]
+    assert [e.op for e in report.externs] == ["aten.addmm.default", "aten.mm.default"]
+    assert report.kernels == []  # the add was the only generated kernel
+    with torch.no_grad():
+        assert_close(out, model(x))
+
+
+def test_a_bias_add_that_fuses_into_a_kernel_anyway_stays_there():
+    """On the CPU the relu stays a generated kernel, which takes the bias add for free."""
+    torch.manual_seed(0)
+    model, x = MatmulPlusBias(then_relu=True), torch.randn(2, 7, 16)
+    _, out, report = run(model, x, codegen="cpp")
+    assert rewrites(report) == []
+    with torch.no_grad():
+        assert_close(out, model(x))
+    gm, _, _ = traced(model.requires_grad_(False), torch.randn(40, 16))
+    assert [r.op for r in fuse_extern_epilogues(FoldedGraph(gm), CUDA).rewrites] == ["addmm", "_addmm_activation"]
+
+
+def test_inspect_lists_the_rewrites():
+    torch.manual_seed(0)
+    model = Attention().eval().requires_grad_(False)
+    with torch.no_grad():
+        report = compiler.inspect(model, torch.randn(2, 5, 16), codegen="triton", strict=True)
+    assert "merge_matmuls" in report.graphs[0].passes
+    assert "folded weights: concat_matmuls: 1 mm, 1 addmm" in str(report.graphs[0])  # gate/up; q, k, v
+
+
+@pytest.mark.gpu
+def test_gpt2_shaped_block_on_the_gpu():
+    """An unaligned LM head and a tanh-GELU MLP, compiled for the GPU: padded, fused, same results."""
+    torch.manual_seed(0)
+
+    class Block(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.mlp, self.head = MLP(gpt2_gelu), torch.nn.Linear(16, 1001, bias=False)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.head(x + self.mlp(x))
+
+    model, x = Block().cuda().to(torch.bfloat16), torch.randn(4, 64, 16, device="cuda", dtype=torch.bfloat16)
+    _, out, report = run(model, x)
+    assert sorted(rewrites(report)) == [("fuse_extern_epilogues", "_addmm_activation"),
+                                        ("pad_matmul_weights", "mm")]
+    with torch.no_grad():
+        assert_close(out, model(x))
