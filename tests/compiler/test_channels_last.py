@@ -198,3 +198,19 @@ def test_channels_last_strides():
     assert channels_last_strides((2, 3, 4, 5)) == (60, 1, 15, 3)
     assert is_channels_last((2, 3, 4, 5), (60, 1, 15, 3))
     assert not is_channels_last((2, 3, 1, 1), (3, 1, 3, 3))  # same memory as row-major
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_channels_last_matches_eager_and_auto_decides(dtype):
+    m, x = model().to("cuda", dtype), torch.randn(4, 3, 17, 19, device="cuda", dtype=dtype)
+    with torch.no_grad():
+        expected = m(x)
+    for layout in ("channels_last", "auto"):
+        torch._dynamo.reset()
+        _, out, report = compiled_run(m, x, layout=layout)
+        (graph,) = report.graphs
+        assert "estimated conv time" in graph.layout_reason  # the rule ran on this GPU graph
+        for got, want in zip(out, expected):
+            assert got.stride() == want.stride()
+            assert_close(got, want)
