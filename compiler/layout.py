@@ -19,6 +19,7 @@ it again. A weight the batch-norm fold already replaced is made channels-last in
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -94,10 +95,11 @@ def conv_family(weight: Any, groups: int) -> str:
 
 
 def conv_seconds(x: Any, weight: Any, out: Any) -> float:
-    """Roofline time of one convolution in NCHW (only the ratio between convolutions matters)."""
-    flops = 2 * out.numel() * weight[0].numel()
-    size = x.element_size()
-    moved = (x.numel() + weight.numel() + out.numel()) * size
+    """Roofline time of one convolution in NCHW (only the ratio between convolutions matters). From
+    shapes only: a folded weight is a real tensor, and no op may run on it inside the fake mode the
+    graph is compiled under."""
+    flops = 2 * math.prod(out.shape) * math.prod(weight.shape[1:])
+    moved = (math.prod(x.shape) + math.prod(weight.shape) + math.prod(out.shape)) * x.dtype.itemsize
     return max(flops / PEAK_FLOPS.get(x.dtype, PEAK_FLOPS[torch.float32]), moved / PEAK_BYTES)
 
 

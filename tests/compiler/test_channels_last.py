@@ -183,6 +183,24 @@ def test_rule_keeps_cpu_training_and_convolution_free_graphs_contiguous():
     assert forced.layout == "channels_last" and "the rule would choose contiguous" in forced.reason
 
 
+def test_rule_reads_a_folded_weight_by_its_shape_only(monkeypatch):
+    """On the H200 every float32 convnet failed in ``choose_layout``: the rule ran an op (``weight[0]``)
+    on a batch-norm fold's real weight inside the fake mode graphs are compiled under. Here the rule
+    decides a CPU graph as it would a GPU one."""
+    import compiler.layout
+
+    def as_on_a_gpu(gm, device, option, kind):
+        return compiler.layout.choose_layout(gm, torch.device("cuda"), option, kind)
+
+    monkeypatch.setattr("compiler.pipeline.choose_layout", as_on_a_gpu)
+    m, x = model(), torch.randn(2, 3, 9, 11)
+    _, out, report = compiled_run(m, x, codegen="triton")
+    (graph,) = report.graphs
+    assert "fold_batch_norm" in graph.passes and "estimated conv time" in graph.layout_reason
+    with torch.no_grad():
+        assert_close(out[1], m(x)[1])
+
+
 def test_rule_prefers_channels_last_for_depthwise_and_not_for_grouped_convs():
     depthwise = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64).eval()
     grouped = torch.nn.Conv2d(64, 64, 3, padding=1, groups=4).eval()
