@@ -201,13 +201,16 @@ def test_rule_reads_a_folded_weight_by_its_shape_only(monkeypatch):
         assert_close(out[1], m(x)[1])
 
 
-def test_rule_prefers_channels_last_for_depthwise_and_not_for_grouped_convs():
+def test_rule_prefers_channels_last_for_depthwise_but_not_for_1x1_convs():
+    """The measured ratios: depthwise convs gain most from NHWC, 1x1 convs too little to pay for a graph."""
     depthwise = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64).eval()
-    grouped = torch.nn.Conv2d(64, 64, 3, padding=1, groups=4).eval()
+    pointwise = torch.nn.Conv2d(64, 64, 1).eval()
     x = torch.randn(2, 64, 16, 16)
-    dw, gr = _decision(depthwise, x), _decision(grouped, x)
+    dw, pw = _decision(depthwise, x), _decision(pointwise, x)
     assert dw.layout == "channels_last" and "depthwise 1" in dw.reason
-    assert gr.layout == "contiguous" and "grouped 1" in gr.reason
+    assert pw.layout == "contiguous" and "pointwise 1" in pw.reason
+    stem = _decision(torch.nn.Conv2d(3, 16, 3).eval().to(torch.bfloat16), x[:, :3].to(torch.bfloat16))
+    assert stem.layout == "contiguous" and "stem 1" in stem.reason  # bf16 stems: no faster in NHWC
 
 
 def test_rule_skips_a_lone_convolution_in_a_big_graph(monkeypatch):
