@@ -114,6 +114,8 @@ class FoldedWeights:
     folding saves before relying on it; ``fold_weights=False`` removes the check."""
 
     def __init__(self, call: Callable[[list], Any], folds: list, report: GraphReport) -> None:
+        # ``folds``: anything with ``sources`` (graph input indices) and ``refill(args)``: batch-norm
+        # folds, and the weights ``compiler.layout`` holds channels-last
         self.call = call
         self.folds = folds
         self.report = report
