@@ -387,10 +387,9 @@ class GraphLowering:
             return type(value)(self.output_value(v, m) for v, m in zip(value, vals))
         return value
 
-
     def eager_layout_output(self, value: TensorValue, val: Any) -> Strided:
         """A channels-last graph's output in the strides eager gives it (Inductor's keep_output_stride):
-        an NHWC buffer, or a view of one, is copied into eager's layout; a value is never realized NHWC."""
+        an NHWC buffer, or a view of one, is copied into eager's layout, and a lazy value is realized in it."""
         want = _plain_strides(val, value.shape)
         if isinstance(value, Lazy):
             dense = want is not None and 0 not in want
