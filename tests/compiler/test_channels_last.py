@@ -258,3 +258,15 @@ def test_gpu_channels_last_matches_eager_and_auto_decides(dtype):
         for got, want in zip(out, expected):
             assert got.stride() == want.stride()
             assert_close(got, want)
+
+
+def test_layout_benchmark_runs_its_help_and_formats_rows_anywhere(capsys):
+    from compiler.bench import layout as bench
+
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--help"])
+    assert done.value.code == 0 and "--convs" in capsys.readouterr().out
+    row = {"model": "m", "dtype": "bf16", "eager_ms": 5.0, "contiguous_ms": 2.0, "channels_last_ms": 1.6,
+           "contiguous_err": 0.0, "channels_last_err": 1e-3, "rule": "channels_last (...)"}
+    assert "channels-last speedup 1.25x" in bench.model_line(row)
+    assert "FAILED channels_last_error: boom" in bench.model_line(row | {"channels_last_error": "boom"})
