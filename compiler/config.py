@@ -16,7 +16,10 @@ internal compiler error instead of falling back to eager for that graph), ``cuda
 "none" | "all": which matmuls and attentions become generated template kernels, see
 ``compiler.templates``), ``fold_weights`` (inference graphs: fold batch norm into the convolution
 or linear before it, from parameters and buffers, refolded when they change; and the matmul rewrites
-of ``compiler.extern_passes``; on by default, see ``compiler.folding``).
+of ``compiler.extern_passes``; on by default, see ``compiler.folding``), ``layout`` ("auto" |
+"channels_last" | "contiguous": the layout of a convolution graph's buffers; "auto", the default,
+runs GPU inference graphs channels-last where the measured cost rule of ``compiler.layout`` says it
+pays, everything else contiguous).
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ CODEGENS = ("triton", "cpp")
 # "none": every supported matmul/attention is a generated template kernel (CUDA-free);
 # "all": every one runs as an ATen extern call (the compiler before templates).
 EXTERN_MODES = ("default", "none", "all")
+# "auto": ``compiler.layout.COST_RULE`` per graph; the others force that layout on every graph.
+LAYOUTS = ("auto", "channels_last", "contiguous")
 
 
 # What each CRUCIBLE_DEBUG level adds, printed to stderr (levels are cumulative).
@@ -165,6 +170,7 @@ class Options:
     cudagraphs: bool = False  # capture CUDA graphs after a warm-up call (compiler/cudagraphs.py)
     extern: str = "default"  # one of EXTERN_MODES
     fold_weights: bool = True  # inference graphs: folding.py and extern_passes.py weight rewrites
+    layout: str = "auto"  # one of LAYOUTS (compiler/layout.py)
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -183,6 +189,10 @@ class Options:
         if extern not in EXTERN_MODES:
             raise ValueError(f"extern must be one of {EXTERN_MODES}, got {extern!r} (\"none\": generated "
                              f"kernels for every supported matmul and attention)")
+        layout = options.get("layout") or "auto"
+        if layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r} (\"auto\": channels-last where "
+                             f"the measured rule says it pays)")
         return Options(codegen=codegen, strict=bool(options.get("strict", False)),
                        cudagraphs=bool(options.get("cudagraphs", False)), extern=extern,
-                       fold_weights=options.get("fold_weights") is not False)
+                       fold_weights=options.get("fold_weights") is not False, layout=layout)

@@ -88,13 +88,18 @@ class FoldedGraph:
 
     gm: torch.fx.GraphModule
     folds: list[BatchNormFold] = field(default_factory=list)
+    # weights held in another layout (``compiler.layout.WeightConversion``): refilled by the same guard
+    conversions: list = field(default_factory=list)
 
     def __str__(self) -> str:
-        return f"# {len(self.folds)} batch norms folded\n{self.gm.code}"
+        return (f"# {len(self.folds)} batch norms folded, {len(self.conversions)} weights converted\n"
+                f"{self.gm.code}")
 
     def guard(self, call: Callable[[list], Any], report: GraphReport) -> Callable[[list], Any]:
-        """``call`` behind the check that keeps the folded constants current (``call`` if none)."""
-        return FoldedWeights(call, self.folds, report) if self.folds else call
+        """``call`` behind the check that keeps the folded constants current (``call`` if none).
+        Folds refill before conversions: a conversion never reads a fold's output."""
+        refills = [*self.folds, *self.conversions]
+        return FoldedWeights(call, refills, report) if refills else call
 
 
 class FoldedWeights:
@@ -108,7 +113,9 @@ class FoldedWeights:
     through torch's C helper (the CUDA-graph runner's). A GPU model should measure it against what
     folding saves before relying on it; ``fold_weights=False`` removes the check."""
 
-    def __init__(self, call: Callable[[list], Any], folds: list[BatchNormFold], report: GraphReport) -> None:
+    def __init__(self, call: Callable[[list], Any], folds: list, report: GraphReport) -> None:
+        # ``folds``: anything with ``sources`` (graph input indices) and ``refill(args)``: batch-norm
+        # folds, and the weights ``compiler.layout`` holds channels-last
         self.call = call
         self.folds = folds
         self.report = report

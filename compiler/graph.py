@@ -85,6 +85,10 @@ class ComputedNode:
     rranges: tuple[int, ...]  # reduction sizes; () for a pointwise node
     body: Expr  # the element value over XVAR(d) (and RVAR(j) under a REDUCE)
     origins: tuple[str, ...] = ()  # ATen ops whose computation this node holds
+    # loop order: the node's XVAR(j) walks the buffer's dim order[j] (() walks them in order). A
+    # channels-last buffer is walked (N, H, W, C), so a kernel's fastest dim is the one with stride 1
+    # (``compiler.layout``); ``body`` is written over the node's own XVARs.
+    order: tuple[int, ...] = ()
 
     @property
     def name(self) -> str:
@@ -92,6 +96,8 @@ class ComputedNode:
 
     @property
     def ranges(self) -> tuple[int, ...]:
+        if self.order:
+            return tuple(self.buffer.shape[d] for d in self.order)
         return self.buffer.shape
 
     @property
@@ -99,7 +105,8 @@ class ComputedNode:
         return bool(self.rranges)
 
     def store_index(self) -> Expr:
-        return linear_index([xvar(d) for d in range(len(self.ranges))], self.buffer.stride)
+        stride = tuple(self.buffer.stride[d] for d in self.order) if self.order else self.buffer.stride
+        return linear_index([xvar(d) for d in range(len(self.ranges))], stride)
 
     def __str__(self) -> str:
         kind = f"reduction over {list(self.rranges)}" if self.rranges else "pointwise"

@@ -20,6 +20,7 @@ from compiler import ir
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
+from compiler.layout import channels_last_strides, is_channels_last
 from compiler.lowerings.rules import (
     LOWERINGS,
     Lazy,
@@ -64,10 +65,15 @@ class GraphLowering:
     """Walks an ATen FX graph once, building a LoweredGraph."""
 
     def __init__(self, gm: torch.fx.GraphModule, device: torch.device,
-                 capabilities: Capabilities = ANY_RENDERER, extern_mode: str = "default") -> None:
+                 capabilities: Capabilities = ANY_RENDERER, extern_mode: str = "default",
+                 layout: str = "contiguous") -> None:
         self.gm = gm
         self.capabilities = capabilities  # the chosen renderer's: its op table and limits
         self.extern_mode = extern_mode  # the ``extern`` option: which matmuls/attentions are templates
+        # the graph's layout decision (``compiler.layout``); in a channels-last graph, the buffers
+        # laid out NHWC, whose 4-d consumers are realized NHWC too
+        self.channels_last = layout == "channels_last"
+        self.nhwc_buffers: set[str] = set()
         self.graph = LoweredGraph(inputs=[], device=device)
         self._counter = 0
         self.origin: str = ""
@@ -84,13 +90,36 @@ class GraphLowering:
 
     def realize(self, value: TensorValue, stride: tuple[int, ...] | None = None) -> Strided:
         """``value`` in a buffer (a Strided value stays as it is); new buffers are contiguous
-        unless ``stride`` is given."""
+        unless ``stride`` is given, or, in a channels-last graph, NHWC when they read an NHWC buffer."""
         if isinstance(value, Strided):
             return value
         shape = value.shape
-        buf = Buffer(self.new_name(), value.dtype, shape, stride or contiguous_strides(shape), "computed")
-        self.graph.nodes.append(ComputedNode(buf, (), value.expr, self.origins_of(value.expr)))
+        buf = Buffer(self.new_name(), value.dtype, shape, stride or self.natural_strides(shape, value.expr),
+                     "computed")
+        order = self.loop_order(buf)
+        self.graph.nodes.append(ComputedNode(buf, (), _permute_xvars(value.expr, order),
+                                             self.origins_of(value.expr), order))
+        self.note_layout(buf)
         return Strided(buf.name, shape, buf.stride, 0, value.dtype)
+
+    def natural_strides(self, shape: tuple[int, ...], body: Expr) -> tuple[int, ...]:
+        """Row-major, except in a channels-last graph for a 4-d value read from an NHWC buffer (eager's
+        TensorIterator too lays a result out like its inputs)."""
+        if self.channels_last and len(shape) == 4 and any(e.arg in self.nhwc_buffers for e in ir.loads(body)):
+            return channels_last_strides(shape)
+        return contiguous_strides(shape)
+
+    def loop_order(self, buf: Buffer) -> tuple[int, ...]:
+        """The dims of a new buffer from the largest stride to the smallest (channels-last graphs only:
+        elsewhere loops keep the buffer's dim order, as generated code always did); () for in order."""
+        if not self.channels_last:
+            return ()
+        order = tuple(sorted(range(len(buf.shape)), key=lambda d: -buf.stride[d]))
+        return () if order == tuple(range(len(order))) else order
+
+    def note_layout(self, buf: Buffer) -> None:
+        if is_channels_last(buf.shape, buf.stride):
+            self.nhwc_buffers.add(buf.name)
 
     def origins_of(self, body: Expr) -> tuple[str, ...]:
         """ATen ops computed by a node holding ``body``, in program order: those of a lazy result
@@ -106,7 +135,7 @@ class GraphLowering:
             return value
         if isinstance(value, Strided):
             value = Lazy(value.shape, value.dtype, as_expr(value))
-        return self.realize(value)
+        return self.realize(value, contiguous_strides(value.shape))
 
     def reduction(self, value: TensorValue, dims: list[int], keepdim: bool, op: ir.ReduceOp,
                   acc_dtype: torch.dtype, out_dtype: torch.dtype) -> Strided:
@@ -131,17 +160,21 @@ class GraphLowering:
                     acc_dtype: torch.dtype, out_dtype: torch.dtype) -> Strided:
         """A reduction node: ``body`` over XVAR(out dims) and RVAR(reduced dims), reduced over the RVARs
         (windowed reductions such as pooling build their own body)."""
-        buf = Buffer(self.new_name(), out_dtype, out_shape, contiguous_strides(out_shape), "computed")
+        buf = Buffer(self.new_name(), out_dtype, out_shape, self.natural_strides(out_shape, body), "computed")
+        self.note_layout(buf)
+        order = self.loop_order(buf)
+        origins = self.origins_of(body)
+        body = _permute_xvars(body, order)
         is_arg = op in (ir.ReduceOp.ARGMAX, ir.ReduceOp.ARGMIN)
         if math.prod(rranges) == 1:
             # a window of one element (pooling with kernel 1): the element itself, a pointwise node
             # (the scheduler drops size-1 dims, which left a REDUCE in a kernel without reduced dims)
             one = ir.substitute(body, {ir.rvar(j): ir.const(0, ir.INDEX_DTYPE) for j in range(len(rranges))})
             value = ir.const(0, out_dtype) if is_arg else ir.cast(ir.cast(one, acc_dtype), out_dtype)
-            self.graph.nodes.append(ComputedNode(buf, (), value, self.origins_of(body)))
+            self.graph.nodes.append(ComputedNode(buf, (), value, origins, order))
             return Strided(buf.name, out_shape, buf.stride, 0, out_dtype)
         reduced = ir.reduce(op, body if is_arg else ir.cast(body, acc_dtype), acc_dtype)
-        self.graph.nodes.append(ComputedNode(buf, rranges, ir.cast(reduced, out_dtype), self.origins_of(body)))
+        self.graph.nodes.append(ComputedNode(buf, rranges, ir.cast(reduced, out_dtype), origins, order))
         return Strided(buf.name, out_shape, buf.stride, 0, out_dtype)
 
     # --- the walk ------------------------------------------------------------
@@ -187,6 +220,7 @@ class GraphLowering:
         name = f"arg{len(self.graph.inputs)}"
         buf = Buffer(name, val.dtype, tuple(val.shape), tuple(val.stride()), "input")
         self.graph.inputs.append(buf)
+        self.note_layout(buf)
         if val.device != self.graph.device:
             # e.g. a CPU scalar tensor in a CUDA graph: kernels need it on the graph's device
             self.graph.moved_inputs.append(name)
@@ -205,6 +239,8 @@ class GraphLowering:
             value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
                                         device=self.graph.device).copy_(value)
         self.graph.constants[name] = value
+        if is_channels_last(value.shape, value.stride()):
+            self.nhwc_buffers.add(name)
         return Strided(name, tuple(value.shape), tuple(value.stride()), 0, value.dtype)
 
     def lower_call(self, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
@@ -279,6 +315,12 @@ class GraphLowering:
             return v
 
         val = node.meta.get("val")
+        fx_args = tuple(node.args)
+        nhwc = self.channels_last and node.target is aten.convolution.default and _conv2d(val, args)
+        if nhwc:
+            # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them
+            args = (*(self.realize_strided(a, channels_last_strides(a.shape)) for a in args[:2]), *args[2:])
+            fx_args = (None, None, *fx_args[2:])
         flat = list(val) if isinstance(val, (list, tuple)) else [val]
         outputs: list[Buffer | None] = []
         for t in flat:
@@ -286,12 +328,14 @@ class GraphLowering:
                 # the layout eager's op returns (attention outputs are transposed views): kept as is
                 # instead of copied into a contiguous buffer
                 shape = tuple(t.shape)
-                stride = _plain_strides(t, shape) or contiguous_strides(shape)
+                stride = channels_last_strides(shape) if nhwc else \
+                    _plain_strides(t, shape) or contiguous_strides(shape)
                 outputs.append(Buffer(self.new_name(), t.dtype, shape, stride, "extern"))
+                self.note_layout(outputs[-1])
             else:
                 outputs.append(None)
         name = self.new_name("extern")
-        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args), tuple(node.args)),
+        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args), fx_args),
                                            to_arg(kwargs, dict(node.kwargs)),
                                            outputs, isinstance(val, (list, tuple)), reason, message))
         values = [Strided(b.name, b.shape, b.stride, 0, b.dtype) if b is not None else None for b in outputs]
@@ -302,7 +346,10 @@ class GraphLowering:
         argument's meta value) whenever that layout is a plain one: library kernels check
         layouts (efficient attention wants a contiguous last dim and aligned bias strides,
         which eager got from padding and slicing) and are tuned for what eager passes."""
-        want = _plain_strides(val, value.shape)
+        return self.realize_strided(value, _plain_strides(val, value.shape))
+
+    def realize_strided(self, value: TensorValue, want: tuple[int, ...] | None) -> Strided:
+        """``value`` in a buffer laid out with strides ``want`` (0: a broadcast dim); None: any layout."""
         if want is None or value.dtype.is_complex:  # no kernels for complex values: keep the layout
             return self.realize_viewable(value)
         if isinstance(value, Strided) and same_layout(value.shape, value.stride, want):
@@ -331,12 +378,39 @@ class GraphLowering:
             want = _plain_strides(val, value.shape)
             if want is not None and 0 not in want and want != contiguous_strides(value.shape):
                 return self.realize(value, want)
+        if self.channels_last and isinstance(value, (Lazy, Strided)) and not value.dtype.is_complex:
+            return self.eager_layout_output(value, val)
         if isinstance(value, (Lazy, Strided)):
             return self.realize_viewable(value)
         if isinstance(value, (list, tuple)):
             vals = val if isinstance(val, (list, tuple)) and len(val) == len(value) else [None] * len(value)
             return type(value)(self.output_value(v, m) for v, m in zip(value, vals))
         return value
+
+    def eager_layout_output(self, value: TensorValue, val: Any) -> Strided:
+        """A channels-last graph's output in the strides eager gives it (Inductor's keep_output_stride):
+        an NHWC buffer, or a view of one, is copied into eager's layout, and a lazy value is realized in it."""
+        want = _plain_strides(val, value.shape)
+        if isinstance(value, Lazy):
+            dense = want is not None and 0 not in want
+            return self.realize_viewable(self.realize(value, want if dense else contiguous_strides(value.shape)))
+        if value.buffer in self.nhwc_buffers and want is not None and 0 not in want \
+                and not same_layout(value.shape, value.stride, want):
+            return self.realize(Lazy(value.shape, value.dtype, as_expr(value)), want)
+        return self.realize_viewable(value)
+
+
+def _permute_xvars(body: Expr, order: tuple[int, ...]) -> Expr:
+    """``body`` over a node's own XVARs when its XVAR(j) walks buffer dim ``order[j]``."""
+    if not order:
+        return body
+    return ir.substitute(body, {ir.xvar(d): ir.xvar(j) for j, d in enumerate(order)})
+
+
+def _conv2d(val: Any, args: tuple) -> bool:
+    """A 2-d convolution (4-d input, weight and result) that is not transposed."""
+    return (isinstance(val, torch.Tensor) and val.dim() == 4 and len(args) > 6 and not args[6]
+            and all(len(getattr(a, "shape", ())) == 4 for a in args[:2]))
 
 
 def _whole_reads(value: Lazy) -> int:
@@ -382,14 +456,15 @@ def check_static(t: torch.Tensor, where: str) -> None:
 
 
 def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabilities = ANY_RENDERER,
-          extern_mode: str = "default") -> LoweredGraph:
-    """The loop IR of ``gm``, in the ops the chosen renderer can emit."""
+          extern_mode: str = "default", layout: str = "contiguous") -> LoweredGraph:
+    """The loop IR of ``gm``, in the ops the chosen renderer can emit; ``layout``: the graph's layout
+    decision (``compiler.layout.choose_layout``)."""
     import compiler.lowerings  # noqa: F401  (registers the rules)
     import compiler.templates.rules  # noqa: F401  (matmul/attention template rules, over the library ones)
     from compiler.replay.record import observe
 
     observe(gm)  # records the graph while ``python -m compiler.replay --capture`` runs the tests
-    return GraphLowering(gm, device, capabilities, extern_mode).run()
+    return GraphLowering(gm, device, capabilities, extern_mode, layout).run()
 
 
 __all__ = [

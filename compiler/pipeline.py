@@ -1,9 +1,13 @@
 """The compiler pipeline for one ATen graph, as named passes called in order.
 
-    [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls] -> lower -> schedule -> render -> load -> wrap
+    [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls] -> choose_layout -> [convert_weight_layout]
+    -> lower -> schedule -> render -> load -> wrap
 
 The bracketed weight passes run on inference graphs whose static inputs (parameters, buffers) are
 known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
+``choose_layout`` decides the graph's layout (``options={"layout": ...}``, ``compiler.layout``); a
+channels-last inference graph's static convolution weights are converted once by
+``convert_weight_layout``.
 
 Each pass is timed and can be dumped (``CRUCIBLE_DEBUG`` / ``CRUCIBLE_DUMP_DIR``).
 An exception inside a pass becomes a ``CompilerError`` naming the pass and the
@@ -26,6 +30,7 @@ from compiler.codegen.registry import renderer_for
 from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
 from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph
+from compiler.layout import LayoutDecision, choose_layout, convert_weight_layout
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport, WeightFold
 from compiler.runtime import KernelLauncher, launcher_for, parallel_map
@@ -85,10 +90,13 @@ class GraphCompilation:
     """One graph through every pass; fills a GraphReport as it goes."""
 
     def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
-                 static_inputs: Sequence[int] = (), fold_weights: bool = True) -> None:
+                 static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto") -> None:
         self.gm = gm
+        self.kind = kind
         # the inputs that are parameters and buffers; folded from only where nothing needs gradients
-        self.foldable = list(static_inputs) if fold_weights and kind == "inference" else []
+        self.static = list(static_inputs) if kind == "inference" else []
+        self.foldable = self.static if fold_weights else []
+        self.layout_option = layout  # the ``layout`` option (compiler.layout)
         self.folded = FoldedGraph(gm)
         self.codegen = codegen
         self.extern = extern  # the ``extern`` option (compiler.templates.policy)
@@ -119,8 +127,9 @@ class GraphCompilation:
                 self.report.passes.append("fold_batch_norm")
                 self.report.weight_folds = [WeightFold("fold_batch_norm", f.op, f.node) for f in self.folded.folds]
             self.extern_passes()
+        self.choose_layout()
         lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities,
-                                                self.extern)
+                                                self.extern, self.report.layout)
         sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
@@ -144,6 +153,21 @@ class GraphCompilation:
             if out.rewrites:
                 self.report.passes.append(name)
                 self.report.weight_folds += out.rewrites
+
+    def choose_layout(self) -> None:
+        decision: LayoutDecision = self.run_pass("choose_layout", choose_layout, self.gm, self.device,
+                                                 self.layout_option, self.kind)
+        self.report.layout = decision.layout
+        if decision.convs or decision.forced:
+            self.report.layout_reason = decision.reason
+        if decision.layout != "channels_last" or not self.static or not decision.convs:
+            return
+        converted = self.run_pass("convert_weight_layout", convert_weight_layout, self.folded, self.static)
+        if len(converted.conversions) > len(self.folded.conversions):
+            self.report.passes.append("convert_weight_layout")
+            self.report.weight_folds += [WeightFold("convert_weight_layout", "convolution", c.node)
+                                         for c in converted.conversions]
+        self.folded, self.gm = converted, converted.gm
 
     def fill_report(self, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
         for step in sched.steps:

@@ -99,8 +99,8 @@ class WeightFold:
     """A compile-time weight rewrite of an inference graph (``compiler.folding``): the pass that made
     it and the node that now does the folded work."""
 
-    pass_name: str  # "fold_batch_norm"
-    op: str  # "convolution" | "addmm" | "mm": what absorbed the batch norm
+    pass_name: str  # "fold_batch_norm" | "convert_weight_layout"
+    op: str  # "convolution" | "addmm" | "mm": what absorbed the batch norm, or reads the converted weight
     node: str  # that node's name in the graph that was lowered
 
 
@@ -124,6 +124,9 @@ class GraphReport:
     # how often the folded weights were computed from their sources: once, plus once per call after
     # a source (a parameter or buffer) changed
     weight_refills: int = 0
+    # the layout decision (``compiler.layout``): "channels_last" | "contiguous", and why
+    layout: str = "contiguous"
+    layout_reason: str = ""
     cudagraph: CudaGraphStatus | None = None  # None: CUDA graphs were not requested
     cudagraph_message: str = ""
     # replays, and calls that ran without the graph because a static input (a parameter) had moved
@@ -135,6 +138,8 @@ class GraphReport:
                 f"{len(self.kernels)} kernels, {len(self.externs)} extern calls")
         if self.passes:
             head += f"\n  passes: {', '.join(self.passes)}"
+        if self.layout_reason:
+            head += f"\n  layout: {self.layout} ({self.layout_reason})"
         if self.weight_folds:
             head += f"\n  folded weights: {self.fold_summary()}"
         if self.cudagraph is not None:

@@ -15,6 +15,7 @@ import torch
 
 from compiler.codegen.base import RenderedKernel
 from compiler.graph import Buffer, ExternNode, View, same_layout
+from compiler.layout import is_channels_last
 from compiler.scheduler import Kernel, Schedule
 
 
@@ -162,6 +163,9 @@ class _WrapperWriter:
             src = f"{node.name}[{i}]" if node.result_is_sequence else node.name
             if buf.is_contiguous:
                 self.lines.append(f"{buf.name} = {src}.contiguous()")
+            elif is_channels_last(buf.shape, buf.stride):
+                # a channels-last graph's convolutions: a C check, no Python stride comparison per call
+                self.lines.append(f"{buf.name} = {src}.contiguous(memory_format=torch.channels_last)")
             else:
                 self.lines.append(f"{buf.name} = with_strides({src}, {tuple(buf.stride)})")
 

@@ -95,7 +95,7 @@ def test_readme_options_table_matches_config() -> None:
     assert documented == {f.name for f in dataclasses.fields(config.Options)}
     for name in documented:  # every documented option is accepted, and unknown ones are named
         config.Options.parse({name: None if name in ("codegen", "extern") else False})
-    with pytest.raises(ValueError, match=r"unknown crucible option\(s\) \['nope'\]; known: codegen, strict, cudagraphs, extern, fold_weights"):
+    with pytest.raises(ValueError, match=r"unknown crucible option\(s\) \['nope'\]; known: codegen, strict, cudagraphs, extern, fold_weights, layout"):
         config.Options.parse({"nope": 1})
 
 

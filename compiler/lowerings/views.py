@@ -156,7 +156,7 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
 
         return view_map(ctx, x, shape, fn)
     if isinstance(x, Lazy):
-        x = ctx.realize(x)
+        x = ctx.realize_contiguous(x)
     assert isinstance(x, Strided)
     try:
         meta = torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta").view(shape)
@@ -174,7 +174,7 @@ def lower_view(ctx: GraphLowering, node: Any, x: TensorValue, sizes: list[int]) 
 @register(aten.as_strided)
 def lower_as_strided(ctx: GraphLowering, node: Any, x: TensorValue, size: list[int], stride: list[int],
                      storage_offset: int | None = None) -> TensorValue:
-    base = ctx.realize(x) if isinstance(x, Lazy) else x
+    base = ctx.realize_contiguous(x) if isinstance(x, Lazy) else x
     offset = base.offset if storage_offset is None else storage_offset
     return Strided(base.buffer, tuple(size), tuple(stride), offset, base.dtype)
 

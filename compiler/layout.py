@@ -1,0 +1,236 @@
+"""Channels-last layout: the whole-graph decision, and the weights converted once at compile time.
+
+``choose_layout`` decides per graph, from the ``layout`` option: ``"contiguous"`` (every buffer the
+compiler allocates is row-major, the compiler before this pass), ``"channels_last"``, or ``"auto"``
+(the default), which applies ``COST_RULE`` below. In a channels-last graph the lowering
+(``compiler.lowering``) gives 2-d convolutions NHWC inputs, weights and outputs, and every 4-d value
+it realizes from an NHWC buffer (batch norm, activations, pooling, residual adds, and the kernels
+they fuse into) is NHWC too, walked (N, H, W, C) so a kernel's fastest loop is the stride-1 channel
+dim. Values go back to the layout eager gives only where that layout is observable: graph outputs
+(Inductor's keep_output_stride) and layout-sensitive consumers (a view that needs contiguity, an
+extern call other than a convolution), each of which already realizes its input in eager's strides.
+
+``convert_weight_layout`` (inference graphs) replaces each convolution weight that is a parameter
+(a static input) by a channels-last copy held by the compiled graph, so no call converts it again.
+The copies are refilled through the batch-norm folds' guard (``compiler.folding.FoldedWeights``):
+after an in-place update, a reassignment or a ``.data`` swap of the source, the next call copies
+it again. A weight the batch-norm fold already replaced is made channels-last in place of a copy.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.fx
+
+from compiler.folding import FoldedGraph, _real_tensors
+from compiler.graph import contiguous_strides, same_layout
+
+aten = torch.ops.aten
+
+
+def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """NHWC strides of an (N, C, H, W) shape (size-0/1 dims counted as 1, like ``contiguous_strides``)."""
+    n, c, h, w = (max(int(s), 1) for s in shape)
+    return (h * w * c, 1, w * c, c)
+
+
+def is_channels_last(shape: Sequence[int], stride: Sequence[int]) -> bool:
+    """A dense NHWC 4-d layout that differs from the row-major one (dims of size 1 do not count)."""
+    return (len(shape) == 4 and same_layout(shape, stride, channels_last_strides(shape))
+            and not same_layout(shape, stride, contiguous_strides(tuple(shape))))
+
+
+# --- the decision ------------------------------------------------------------------
+
+# The cost rule of ``layout="auto"``. A convolution's time in each layout is estimated as its
+# roofline time in NCHW (``max(flops / PEAK_FLOPS, bytes / PEAK_BYTES)``, only the relative size
+# of convolutions matters) times the measured channels-last / NCHW time ratio of its family and
+# dtype. The graph runs channels-last when the estimated total is at most ``MAX_ESTIMATE`` of the
+# NCHW total, convolutions are not too rare in the graph (Inductor's rule: fewer than one in
+# ``MAX_NODES_PER_CONV`` FX nodes means layout conversions around a few convolutions in a mostly
+# non-convolution graph, like a ViT's patch embedding), and it is an inference graph on a GPU.
+# Training graphs stay contiguous: their saved activations are graph outputs and would each be
+# converted back. CPU graphs stay contiguous: channels-last is not measured faster with the C++ and
+# interpreted codegens (a 2-core shared machine gave 1.31x and 0.17x on two runs of the same net).
+#
+# CL_RATIO: median channels-last / NCHW time of ATen's convolution per family, measured on the H200
+# (``python -m compiler.bench.layout --convs``, batch 32, 29 shapes from resnet50, mobilenetv3,
+# efficientnet_b0 and convnext_tiny; cuDNN heuristics, TF32 allowed as torch's default for float32;
+# compiler/bench/RESULTS.md). Depthwise: 0.27-0.83 (ATen's NCHW depthwise kernel); grouped 0.61-0.68
+# (unlike Inductor's A100 numbers, where grouped convs were slower channels-last); 1x1 0.61-1.08;
+# the 3-channel stems 0.67-1.14.
+#
+# MAX_ESTIMATE: a whole graph pays for more than its convolutions. resnet50 bf16, estimated 0.87,
+# ran 2.897 ms channels-last against 2.667 ms contiguous on the H200 (Crucible, batch 32): slower as
+# a whole. Only graphs estimated well below that go channels-last: convnext_tiny (0.65 fp32, 0.49
+# bf16), mobilenetv3_large_100 bf16 (0.73) and efficientnet_b0 bf16 (0.71); resnet50 (0.86-0.87) and
+# the depthwise nets in fp32 (0.78) stay contiguous until a whole-graph measurement says otherwise.
+CL_RATIO = {
+    torch.float32: {"depthwise": 0.603, "grouped": 0.619, "stem": 0.823, "pointwise": 0.920, "dense": 0.754},
+    torch.bfloat16: {"depthwise": 0.387, "grouped": 0.652, "stem": 1.010, "pointwise": 0.968, "dense": 0.667},
+}
+CL_RATIO[torch.float16] = CL_RATIO[torch.bfloat16]
+PEAK_FLOPS = {torch.float32: 494e12, torch.bfloat16: 989e12, torch.float16: 989e12}  # H200 TF32 / bf16 dense
+PEAK_BYTES = 4.8e12  # H200 HBM3e bytes/s
+MAX_NODES_PER_CONV = 300
+MAX_ESTIMATE = 0.75
+COST_RULE = (f"estimated convolution time channels-last <= {MAX_ESTIMATE} x NCHW (per family and dtype, measured "
+             f"on the H200)")
+
+
+@dataclass(frozen=True)
+class LayoutDecision:
+    layout: str  # "channels_last" | "contiguous"
+    reason: str
+    convs: int = 0  # 2-d convolutions in the graph
+    forced: bool = False  # the option chose, not the rule
+
+    def __str__(self) -> str:
+        return f"{self.layout} ({self.reason})"
+
+
+def conv_family(weight: Any, groups: int) -> str:
+    """``weight``'s convolution family in ``CL_RATIO``: [C_out, C_in / groups, kH, kW]."""
+    c_out, c_in_group, kh, kw = weight.shape
+    if groups > 1 and c_in_group == 1:
+        return "depthwise"
+    if groups > 1:
+        return "grouped"
+    if c_in_group <= 4:
+        return "stem"  # an image's first convolution: 3 input channels
+    return "pointwise" if kh == kw == 1 else "dense"
+
+
+def conv_seconds(x: Any, weight: Any, out: Any) -> float:
+    """Roofline time of one convolution in NCHW (only the ratio between convolutions matters). From
+    shapes only: a folded weight is a real tensor, and no op may run on it inside the fake mode the
+    graph is compiled under."""
+    flops = 2 * math.prod(out.shape) * math.prod(weight.shape[1:])
+    moved = (math.prod(x.shape) + math.prod(weight.shape) + math.prod(out.shape)) * x.dtype.itemsize
+    return max(flops / PEAK_FLOPS.get(x.dtype, PEAK_FLOPS[torch.float32]), moved / PEAK_BYTES)
+
+
+def conv2d_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """The graph's 2-d, non-transposed convolutions with tensor metadata."""
+    found = []
+    for n in gm.graph.nodes:
+        if n.op != "call_function" or n.target is not aten.convolution.default:
+            continue
+        vals = [getattr(a, "meta", {}).get("val") for a in n.args[:2]] + [n.meta.get("val")]
+        if all(isinstance(v, torch.Tensor) and v.dim() == 4 for v in vals) and not n.args[6]:
+            found.append(n)
+    return found
+
+
+def choose_layout(gm: torch.fx.GraphModule, device: torch.device, option: str, kind: str) -> LayoutDecision:
+    """The graph's layout under the ``layout`` option (see the module docstring). A forced layout's
+    reason also says what the rule would have chosen."""
+    convs = conv2d_nodes(gm)
+    rule = cost_rule(gm, device, kind, convs)
+    if option == "auto":
+        return rule
+    return LayoutDecision(option, f"layout={option!r}; the rule would choose {rule}", len(convs), forced=True)
+
+
+def cost_rule(gm: torch.fx.GraphModule, device: torch.device, kind: str,
+              convs: list[torch.fx.Node]) -> LayoutDecision:
+    """``layout="auto"``'s decision (``COST_RULE``)."""
+    if not convs:
+        return LayoutDecision("contiguous", "no 2-d convolutions")
+    if device.type != "cuda":
+        return LayoutDecision("contiguous", "CPU graph: channels-last is measured on GPUs only", len(convs))
+    if kind != "inference":
+        return LayoutDecision("contiguous", f"{kind} graph: saved activations would be converted back",
+                              len(convs))
+    nodes = sum(1 for _ in gm.graph.nodes)
+    if nodes >= MAX_NODES_PER_CONV * len(convs):
+        return LayoutDecision("contiguous", f"{len(convs)} convolutions in {nodes} FX nodes: too few to pay "
+                              f"for the conversions", len(convs))
+    nchw = nhwc = 0.0
+    families: dict[str, int] = {}
+    for n in convs:
+        x, w, out = n.args[0].meta["val"], n.args[1].meta["val"], n.meta["val"]
+        ratios = CL_RATIO.get(x.dtype, CL_RATIO[torch.float32])
+        family = conv_family(w, int(n.args[8]))
+        families[family] = families.get(family, 0) + 1
+        t = conv_seconds(x, w, out)
+        nchw += t
+        nhwc += t * ratios[family]
+    counts = ", ".join(f"{k} {families[k]}" for k in sorted(families))
+    ratio = nhwc / nchw
+    estimate = f"estimated conv time channels-last/NCHW {ratio:.2f} (channels-last at most {MAX_ESTIMATE}): {counts}"
+    return LayoutDecision("channels_last" if ratio <= MAX_ESTIMATE else "contiguous", estimate, len(convs))
+
+
+# --- weights converted at compile time --------------------------------------------
+
+@dataclass
+class WeightConversion:
+    """A convolution weight held channels-last by the compiled graph: a copy of graph input ``source``,
+    or (``source`` None) a batch-norm fold's weight, which its fold refills in the new layout."""
+
+    source: int | None
+    node: str  # the constant's node in the converted graph
+    converted: torch.Tensor
+
+    @property
+    def sources(self) -> list[int]:
+        return [] if self.source is None else [self.source]
+
+    def refill(self, args: Sequence[Any]) -> None:
+        if self.source is not None:
+            self.converted.copy_(args[self.source])
+
+
+def _channels_last_like(val: torch.Tensor) -> torch.Tensor:
+    with _real_tensors():
+        return torch.empty_strided(tuple(val.shape), channels_last_strides(val.shape), dtype=val.dtype,
+                                   device=val.device)
+
+
+def convert_weight_layout(folded: FoldedGraph, static_inputs: Sequence[int]) -> FoldedGraph:
+    """``folded`` with every convolution weight that is a static input (or a folded weight) held
+    channels-last (a copy of its graph; a graph that falls back to eager runs the one it was given)."""
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(folded.gm.graph, {}))
+    gm = torch.fx.GraphModule(folded.gm, graph)
+    static = set(static_inputs)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    index = {n: i for i, n in enumerate(placeholders)}
+    by_source: dict[int, torch.fx.Node] = {}
+    conversions = list(folded.conversions)
+    for conv in conv2d_nodes(gm):
+        weight = conv.args[1]
+        val = weight.meta["val"]
+        if is_channels_last(val.shape, val.stride()):
+            continue
+        if weight.op == "get_attr":
+            fold = next((f for f in folded.folds if f.folded_weight is getattr(gm, weight.target)), None)
+            if fold is None:
+                continue
+            fold.folded_weight = _channels_last_like(val)
+            setattr(gm, weight.target, fold.folded_weight)
+            weight.meta["val"] = fold.folded_weight
+            conversions.append(WeightConversion(None, weight.name, fold.folded_weight))
+            continue
+        source = index.get(weight)
+        if source not in static:
+            continue  # an activation or a trained weight: the lowering converts it each call
+        if source not in by_source:
+            converted = _channels_last_like(val)
+            name = f"_channels_last{len(by_source)}_weight"
+            gm.register_buffer(name, converted)
+            with gm.graph.inserting_before(conv):  # the first conv of this weight, in graph order
+                node = gm.graph.get_attr(name)
+            node.meta["val"] = converted
+            by_source[source] = node
+            conversions.append(WeightConversion(source, node.name, converted))
+        conv.replace_input_with(weight, by_source[source])
+    gm.recompile()
+    return FoldedGraph(gm, folded.folds, conversions)
+

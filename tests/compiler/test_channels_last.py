@@ -1,0 +1,277 @@
+"""Channels-last graphs (``compiler.layout``): the decision, NHWC kernels, weights converted once."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import compiler
+from compiler import ir
+from compiler.codegen.registry import renderer_for
+from compiler.config import Options
+from compiler.layout import channels_last_strides, choose_layout, is_channels_last
+from compiler.lowering import lower
+from compiler.report import collect_reports
+from compiler.scheduler import schedule
+from tests.compiler.parity import assert_close
+
+
+class SmallConvNet(torch.nn.Module):
+    """Odd channel counts, a stem conv, depthwise and grouped convs, batch norms, a residual add,
+    max and average pooling; returns a pooled feature map (4-d) and logits."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = torch.nn.Conv2d(3, 10, 3, padding=1)
+        self.bn1 = torch.nn.BatchNorm2d(10)
+        self.dw = torch.nn.Conv2d(10, 10, 3, padding=1, groups=10)
+        self.bn2 = torch.nn.BatchNorm2d(10)
+        self.grouped = torch.nn.Conv2d(10, 15, 3, padding=1, groups=5, bias=False)
+        self.pool = torch.nn.MaxPool2d(2)
+        self.project = torch.nn.Conv2d(15, 7, 1)
+        self.fc = torch.nn.Linear(7, 5)
+        with torch.no_grad():
+            for bn in (self.bn1, self.bn2):
+                bn.running_mean.uniform_(-1, 1)
+                bn.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = torch.relu(self.bn1(self.stem(x)))
+        y = y + torch.nn.functional.hardswish(self.bn2(self.dw(y)))
+        y = self.pool(torch.relu(self.grouped(y)))
+        feat = torch.nn.functional.avg_pool2d(self.project(y), 2, ceil_mode=True)
+        return feat, self.fc(feat.mean((2, 3)))
+
+
+def model() -> SmallConvNet:
+    torch.manual_seed(0)
+    return SmallConvNet().eval()
+
+
+def compiled_run(m: torch.nn.Module, x: torch.Tensor, calls: int = 1, **options):
+    compiled = torch.compile(m, backend="crucible", options={"strict": True, **options})
+    with torch.no_grad(), collect_reports() as report:
+        outs = [compiled(x) for _ in range(calls)]
+    return compiled, outs[-1], report
+
+
+def test_channels_last_matches_eager_with_eager_output_strides(codegen):
+    m, x = model(), torch.randn(2, 3, 9, 11)
+    _, out, report = compiled_run(m, x, layout="channels_last", codegen=codegen)
+    (graph,) = report.graphs
+    assert graph.layout == "channels_last" and "layout='channels_last'" in graph.layout_reason
+    assert "layout: channels_last" in str(graph)
+    with torch.no_grad():
+        expected = m(x)
+    for got, want in zip(out, expected):
+        assert torch.isfinite(got).all()
+        assert got.stride() == want.stride()  # outputs keep eager's layout
+        assert_close(got, want)
+
+
+def small_net(flatten: bool = False) -> torch.nn.Module:
+    torch.manual_seed(0)
+    layers = [torch.nn.Conv2d(3, 5, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2)]
+    return torch.nn.Sequential(*layers, *([torch.nn.Flatten(), torch.nn.Linear(5 * 4 * 5, 3)] if flatten else []))
+
+
+def test_channels_last_input_keeps_its_layout_to_the_output():
+    """A caller's NHWC input: eager returns an NHWC feature map, and so does the compiled graph."""
+    m = small_net().eval()
+    x = torch.randn(2, 3, 9, 11).contiguous(memory_format=torch.channels_last)
+    _, out, _ = compiled_run(m, x, layout="channels_last", codegen="triton")
+    with torch.no_grad():
+        expected = m(x)
+    assert out.stride() == expected.stride() and is_channels_last(out.shape, out.stride())
+    assert_close(out, expected)
+
+
+def test_forced_channels_last_training_step_matches_eager():
+    """A forward graph: its saved activations are outputs, in eager's layout for the backward graph;
+    the flatten before the linear needs a contiguous feature map."""
+    m, x = small_net(flatten=True), torch.randn(2, 3, 9, 11)
+    ref = small_net(flatten=True)
+    compiled = torch.compile(m, backend="crucible", options={"strict": True, "layout": "channels_last",
+                                                             "codegen": "triton"})
+    with collect_reports() as report:
+        compiled(x).square().sum().backward()
+    ref(x).square().sum().backward()
+    assert report.graphs[0].kind == "forward" and report.graphs[0].layout == "channels_last"
+    for got, want in zip(m.parameters(), ref.parameters()):
+        assert_close(got.grad, want.grad)
+
+
+def trace(m: torch.nn.Module, x: torch.Tensor) -> torch.fx.GraphModule:
+    """``m`` as an ATen graph with its parameters and buffers as inputs after ``x``."""
+    state = dict(m.named_parameters()) | dict(m.named_buffers())
+
+    def call(t: torch.Tensor, *tensors: torch.Tensor):
+        return torch.func.functional_call(m, dict(zip(state, tensors)), (t,))
+
+    with torch.no_grad():
+        return compiler.trace_aten(call, x, *state.values())
+
+
+def _channels_last_schedule(m: torch.nn.Module, x: torch.Tensor):
+    gm = trace(m, x)
+    renderer = renderer_for("triton", torch.device("cpu"))
+    lowered = lower(gm, torch.device("cpu"), renderer.capabilities, layout="channels_last")
+    return lowered, schedule(lowered, renderer.capabilities)
+
+
+def test_fused_kernels_walk_nhwc_buffers_along_channels():
+    """Every kernel storing an NHWC buffer has the channel dim as its fastest loop (stride 1)."""
+    lowered, sched = _channels_last_schedule(model(), torch.randn(2, 3, 9, 11))
+    buffers = lowered.buffers()
+    nhwc = {name for name, b in buffers.items() if is_channels_last(b.shape, b.stride)}
+    convs = [n for n in lowered.nodes if str(getattr(n, "op", "")) == "aten.convolution.default"]
+    assert len(convs) == 4 and all(b.name in nhwc for c in convs for b in c.outputs)
+    stored = [(k, s) for k in sched.kernels for s in k.live_stores() if s.buffer in nhwc]
+    assert len(stored) >= 4  # the conv inputs: the graph's input, relu, residual add, max pool
+    for k, s in stored:
+        inner = ir.xvar(len(k.ranges) - 1)
+        assert ir.to_affine(s.index).get(inner) == 1, f"{k.name} stores {s.buffer} at {ir.render_expr(s.index)}"
+        assert k.ranges[-1] == buffers[s.buffer].shape[1]  # ... which walks the channels
+
+
+def test_contiguous_layout_lowers_as_before():
+    lowered = lower(trace(model(), torch.randn(2, 3, 9, 11)), torch.device("cpu"))
+    assert not any(is_channels_last(b.shape, b.stride) for b in lowered.buffers().values())
+    assert all(not getattr(n, "order", ()) for n in lowered.nodes)
+
+
+def test_weights_are_converted_once_and_refilled_after_an_update():
+    m, x = model(), torch.randn(2, 3, 9, 11)
+    compiled, _, report = compiled_run(m, x, calls=2, layout="channels_last", codegen="triton")
+    (graph,) = report.graphs
+    # two convs carry a folded batch norm (made NHWC in place), two weights are copied
+    assert "convert_weight_layout" in graph.passes
+    assert "convert_weight_layout: 4 convolution" in graph.fold_summary()
+    assert graph.weight_refills == 1
+    with torch.no_grad():
+        m.grouped.weight.mul_(-0.5)  # in place: the converted copy is refilled
+        assert_close(compiled(x)[1], m(x)[1])
+        m.project.weight = torch.nn.Parameter(torch.randn_like(m.project.weight))  # reassigned
+        assert_close(compiled(x)[1], m(x)[1])
+        m.stem.weight.data = torch.randn_like(m.stem.weight)  # a folded conv's source
+        assert_close(compiled(x)[1], m(x)[1])
+    assert graph.weight_refills >= 3
+
+
+def test_shared_weight_is_converted_once():
+    conv = torch.nn.Conv2d(4, 4, 3, padding=1).eval()
+    x = torch.randn(1, 4, 5, 5)
+    _, out, report = compiled_run(lambda t: conv(torch.relu(conv(t))), x, layout="channels_last", codegen="triton")
+    assert report.graphs[0].fold_summary() == "convert_weight_layout: 1 convolution"
+    with torch.no_grad():
+        assert_close(out, conv(torch.relu(conv(x))))
+
+
+def _decision(m, x, device: str = "cuda", option: str = "auto", kind: str = "inference"):
+    """The decision for ``m``'s graph as if it ran on ``device`` (the rule reads shapes, not data)."""
+    gm = trace(m, x) if isinstance(m, torch.nn.Module) else compiler.trace_aten(m, x)
+    return choose_layout(gm, torch.device(device), option, kind)
+
+
+def test_rule_keeps_cpu_training_and_convolution_free_graphs_contiguous():
+    gm = trace(small_net().eval(), torch.randn(2, 3, 9, 11))
+    cuda = torch.device("cuda")
+    assert "CPU graph" in choose_layout(gm, torch.device("cpu"), "auto", "inference").reason
+    assert choose_layout(gm, cuda, "auto", "forward").layout == "contiguous"
+    assert _decision(lambda t: t.relu() + 1, torch.randn(3)).reason == "no 2-d convolutions"
+    forced = choose_layout(gm, torch.device("cpu"), "channels_last", "inference")
+    assert forced.layout == "channels_last" and "the rule would choose contiguous" in forced.reason
+
+
+def test_rule_reads_a_folded_weight_by_its_shape_only(monkeypatch):
+    """On the H200 every float32 convnet failed in ``choose_layout``: the rule ran an op (``weight[0]``)
+    on a batch-norm fold's real weight inside the fake mode graphs are compiled under. Here the rule
+    decides a CPU graph as it would a GPU one."""
+    import compiler.layout
+
+    def as_on_a_gpu(gm, device, option, kind):
+        return compiler.layout.choose_layout(gm, torch.device("cuda"), option, kind)
+
+    monkeypatch.setattr("compiler.pipeline.choose_layout", as_on_a_gpu)
+    m, x = model(), torch.randn(2, 3, 9, 11)
+    _, out, report = compiled_run(m, x, codegen="triton")
+    (graph,) = report.graphs
+    assert "fold_batch_norm" in graph.passes and "estimated conv time" in graph.layout_reason
+    with torch.no_grad():
+        assert_close(out[1], m(x)[1])
+
+
+def test_rule_prefers_channels_last_for_depthwise_but_not_for_1x1_convs():
+    """The measured ratios: depthwise convs gain most from NHWC, 1x1 convs too little to pay for a graph."""
+    depthwise = torch.nn.Conv2d(64, 64, 3, padding=1, groups=64).eval()
+    pointwise = torch.nn.Conv2d(64, 64, 1).eval()
+    x = torch.randn(2, 64, 16, 16)
+    dw, pw = _decision(depthwise, x), _decision(pointwise, x)
+    assert dw.layout == "channels_last" and "depthwise 1" in dw.reason
+    assert pw.layout == "contiguous" and "pointwise 1" in pw.reason
+    stem = _decision(torch.nn.Conv2d(3, 16, 3).eval().to(torch.bfloat16), x[:, :3].to(torch.bfloat16))
+    assert stem.layout == "contiguous" and "stem 1" in stem.reason  # bf16 stems: no faster in NHWC
+
+
+def test_rule_skips_a_lone_convolution_in_a_big_graph(monkeypatch):
+    """A ViT-like graph: one patch-embedding conv, many other nodes (fewer here, with a lower limit)."""
+    monkeypatch.setattr("compiler.layout.MAX_NODES_PER_CONV", 20)
+    class VitLike(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = torch.nn.Conv2d(3, 8, 4, stride=4)
+
+        def forward(self, t: torch.Tensor) -> torch.Tensor:
+            y = self.embed(t).flatten(2)
+            for _ in range(8):
+                y = torch.tanh(y) * 0.5 + y
+            return y
+
+    decision = _decision(VitLike().eval(), torch.randn(1, 3, 16, 16))
+    assert decision.layout == "contiguous" and "too few" in decision.reason
+
+
+def test_layout_option_is_checked():
+    assert Options.parse({}).layout == "auto"
+    assert Options.parse({"layout": "channels_last"}).layout == "channels_last"
+    with pytest.raises(ValueError, match="layout must be one of"):
+        Options.parse({"layout": "nhwc"})
+
+
+def test_channels_last_strides():
+    assert channels_last_strides((2, 3, 4, 5)) == (60, 1, 15, 3)
+    assert is_channels_last((2, 3, 4, 5), (60, 1, 15, 3))
+    assert not is_channels_last((2, 3, 1, 1), (3, 1, 3, 3))  # same memory as row-major
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_channels_last_matches_eager_and_auto_decides(dtype):
+    """float32 without TF32: cuDNN may pick a TF32 algorithm for one layout and not the other
+    (``harness.oracle.working_precision``)."""
+    from harness.oracle import working_precision
+
+    m, x = model().to("cuda", dtype), torch.randn(4, 3, 17, 19, device="cuda", dtype=dtype)
+    with torch.no_grad(), working_precision():
+        expected = m(x)
+    for layout in ("channels_last", "auto"):
+        torch._dynamo.reset()
+        with working_precision():
+            _, out, report = compiled_run(m, x, layout=layout)
+        (graph,) = report.graphs
+        assert "estimated conv time" in graph.layout_reason  # the rule ran on this GPU graph
+        for got, want in zip(out, expected):
+            assert got.stride() == want.stride()
+            assert_close(got, want)
+
+
+def test_layout_benchmark_runs_its_help_and_formats_rows_anywhere(capsys):
+    from compiler.bench import layout as bench
+
+    with pytest.raises(SystemExit) as done:
+        bench.main(["--help"])
+    assert done.value.code == 0 and "--convs" in capsys.readouterr().out
+    row = {"model": "m", "dtype": "bf16", "eager_ms": 5.0, "contiguous_ms": 2.0, "channels_last_ms": 1.6,
+           "contiguous_err": 0.0, "channels_last_err": 1e-3, "rule": "channels_last (...)"}
+    assert "channels-last speedup 1.25x" in bench.model_line(row)
+    assert "FAILED channels_last_error: boom" in bench.model_line(row | {"channels_last_error": "boom"})
