@@ -5,8 +5,9 @@ modules (Triton reads a kernel's source through ``inspect``, so it must live in
 a real file). Every launch goes through ``KernelLauncher``, which knows each
 argument's buffer: the one entry point future simulator checks hook into. On
 the GPU its first launch goes through Triton's JIT dispatch and binds the
-compiled kernel (``bind_launch``); later launches call Triton's driver
-launcher directly.
+compiled kernel; later launches call torch's static CUDA launcher on it
+(``bind_static_launch``) or, where that cannot launch it, Triton's driver
+launcher (``bind_launch``).
 """
 
 from __future__ import annotations
@@ -110,6 +111,7 @@ class KernelLauncher:
         self.grid, self.meta = _TUNED.get(symbol, self.configs[0])
         self.tuned = len(self.configs) == 1 or symbol in _TUNED
         self.bound: Callable[..., None] | None = None
+        self.launch_path = "dispatch"  # then "static" or "triton": what ``bind`` bound (benchmarks print it)
         # argument positions whose alignment a launch checks: every one, unless the loader says which
         # buffers are the wrapper's own allocations (always 16-byte aligned), see ``check_alignment``
         self.checked: tuple[int, ...] = tuple(range(len(rendered.args)))
@@ -155,8 +157,20 @@ class KernelLauncher:
             return
         kernel = self.fn.run(*args, grid=self.grid, warmup=False, **self.meta)
         if self.bound is None and kernel is not None and all(_aligned(a) for a in args):
+            self.bind(kernel, args)
+
+    def bind(self, kernel: Any, args: tuple) -> None:
+        """Bind later launches to torch's static launcher where it can launch this kernel (and
+        ``CRUCIBLE_STATIC_LAUNCH`` allows it), else to Triton's driver launcher."""
+        device = torch.cuda.current_device()
+        if config.static_launch() and all(isinstance(a, torch.Tensor) for a in args):
+            self.bound = bind_static_launch(kernel, self.fn.arg_names, self.grid, len(args), self.checked,
+                                            self.dispatch, device)
+            self.launch_path = "static" if self.bound is not None else self.launch_path
+        if self.bound is None:
             self.bound = bind_launch(kernel, self.fn.arg_names, self.grid, self.meta, len(args),
-                                     self.checked, self.dispatch, torch.cuda.current_device())
+                                     self.checked, self.dispatch, device)
+            self.launch_path = "triton" if self.bound is not None else "dispatch"
 
     def tune(self, args: tuple) -> None:
         if self.symbol in _TUNED:
@@ -229,6 +243,75 @@ def bind_launch(kernel: Any, arg_names: Sequence[str], grid: tuple[int, ...], me
                  "metadata": kernel.packed_metadata, "tail": tail,
                  "stream": stream or torch._C._cuda_getCurrentRawStream}
     exec(compile(source, f"<crucible-launch {getattr(kernel, 'name', '')}>", "exec"), namespace)  # noqa: S102
+    return namespace["launch"]
+
+
+def static_launch_refusal(kernel: Any, arg_names: Sequence[str], nargs: int) -> str | None:
+    """Why torch's static launcher cannot launch this compiled kernel (None: it can). It calls
+    ``cuLaunchKernel`` with 32 * num_warps threads and the kernel's shared memory, nothing more:
+    pointer parameters only (Crucible's kernels take buffers and constexprs), no scratch memory to
+    allocate, one CTA per program, no cooperative or programmatic-dependent launch, no
+    instrumentation."""
+    meta = kernel.metadata
+    signature = getattr(getattr(kernel, "src", None), "signature", None)
+    if not isinstance(signature, dict):
+        return "no signature"
+    types = [signature.get(name) for name in arg_names]
+    if any(not (isinstance(t, str) and t.startswith("*")) for t in types[:nargs]):
+        return "a parameter that is not a pointer"
+    if any(t != "constexpr" for t in types[nargs:]):
+        return "a runtime parameter after the bound ones"
+    if getattr(meta, "global_scratch_size", 0) or getattr(meta, "profile_scratch_size", 0):
+        return "scratch memory"
+    if getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_cooperative_grid", False) \
+            or getattr(meta, "launch_pdl", False) or getattr(meta, "tensordesc_meta", None) \
+            or getattr(meta, "instrumentation_mode", ""):
+        return "a launch feature the static launcher lacks"
+    return None
+
+
+def bind_static_launch(kernel: Any, arg_names: Sequence[str], grid: tuple[int, ...], nargs: int,
+                       checked: Sequence[int], fallback: Callable[..., None], device_index: int,
+                       stream: Callable[[int], int] | None = None,
+                       launch_kernel: Callable[..., None] | None = None) -> Callable[..., None] | None:
+    """A launch function calling torch's static CUDA launcher (``torch._C._StaticCudaLauncher``, what
+    Inductor launches its kernels with) on the compiled kernel's already loaded function: one C call
+    that takes the data pointers as integers and calls ``cuLaunchKernel``, instead of Triton's Python
+    launcher and its C launcher (which calls each tensor's ``data_ptr`` again and checks hooks). The
+    pointers are read once in Python, where the alignment check needs them anyway; launch hooks send
+    a launch through ``fallback`` as in ``bind_launch``. None where torch lacks the launcher or the
+    kernel needs what it does not do (``static_launch_refusal``)."""
+    import triton
+
+    if launch_kernel is None:
+        static = getattr(torch._C, "_StaticCudaLauncher", None)
+        if static is None or torch.version.hip:
+            return None
+        launch_kernel = static._launch_kernel
+    if len(arg_names) < nargs or static_launch_refusal(kernel, arg_names, nargs) is not None:
+        return None
+    meta = kernel.metadata
+    # Triton appends a global and a profile scratch pointer to the parameters of kernels built by
+    # versions that know them (both null here: ``static_launch_refusal`` refused scratch sizes)
+    scratch = sum(hasattr(meta, n) for n in ("global_scratch_size", "profile_scratch_size"))
+    types = "O" * (nargs + scratch)
+    grid3 = tuple(grid) + (1,) * (3 - len(grid))
+    params = ", ".join(f"a{i}" for i in range(nargs))
+    pointers = "".join(f"    p{i} = a{i}.data_ptr()\n" for i in range(nargs))
+    check = " | ".join(f"p{i}" for i in checked)
+    misaligned = f"({check}) % {ALIGNMENT} or " if check else ""
+    runtime_knobs = triton.knobs.runtime
+    hooked = ("knobs.launch_enter_hook.calls" if hasattr(runtime_knobs.launch_enter_hook, "calls")
+              else "knobs.launch_enter_hook is not None")
+    values = "".join(f"p{i}, " for i in range(nargs)) + "None, " * scratch
+    source = (f"def launch({params}):\n{pointers}"
+              f"    if {misaligned}{hooked}:\n"
+              f"        return fallback({params})\n"
+              f"    launch_kernel(function, {grid3[0]}, {grid3[1]}, {grid3[2]}, {meta.num_warps}, {meta.shared}, "
+              f"{types!r}, ({values}), stream({device_index}))\n")
+    namespace = {"knobs": runtime_knobs, "fallback": fallback, "launch_kernel": launch_kernel,
+                 "function": kernel.function, "stream": stream or torch._C._cuda_getCurrentRawStream}
+    exec(compile(source, f"<crucible-static-launch {getattr(kernel, 'name', '')}>", "exec"), namespace)  # noqa: S102
     return namespace["launch"]
 
 
