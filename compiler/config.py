@@ -95,6 +95,20 @@ def compile_threads() -> int:
     return threads
 
 
+def compile_processes() -> int:
+    """Processes Triton kernels are built in (``compiler.runtime.build_processes``); 0 (default): on
+    the compile threads of the compiling process."""
+    value = os.environ.get("CRUCIBLE_COMPILE_PROCESSES", "0")
+    try:
+        processes = int(value or "0")
+    except ValueError:
+        processes = -1
+    if processes < 0:
+        raise ValueError(f"CRUCIBLE_COMPILE_PROCESSES={value!r}: expected 0 (build on threads) or a positive "
+                         f"number of build processes")
+    return processes
+
+
 def cache_root() -> Path:
     """``$CRUCIBLE_CACHE_DIR``, else ``$XDG_CACHE_HOME/crucible``, else ``~/.cache/crucible``;
     ``~`` is expanded in either variable (a shell does not expand it inside ``VAR=~/x`` quotes)."""

@@ -83,6 +83,49 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int | None =
         return [f.result() for f in futures]
 
 
+_BUILD_POOL: list[Any] = []  # the process pool of ``build_processes``, once started
+_BUILD_POOL_LOCK = threading.Lock()
+
+
+def build_processes() -> Any:
+    """The pool of processes Triton kernels are built in (``CRUCIBLE_COMPILE_PROCESSES``), started on
+    first use and kept for the process's life; None: build on threads of this process. Triton's
+    frontend and MLIR passes hold the GIL, so threads overlap little more than ptxas (Inductor
+    builds in worker processes for the same reason). Spawned, not forked: the parent has CUDA."""
+    processes = config.compile_processes()
+    if processes < 1:
+        return None
+    with _BUILD_POOL_LOCK:
+        if not _BUILD_POOL:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            _BUILD_POOL.append(ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")))
+        return _BUILD_POOL[0]
+
+
+def _triton_cache_dir() -> str:
+    import triton
+
+    return str(triton.knobs.cache.dir)
+
+
+def build_in_process(path: str, symbol: str, dtypes: list[str], grid: tuple, meta: dict, cache_dir: str) -> None:
+    """Build one launch config of the kernel ``symbol`` in ``path`` into Triton's cache ``cache_dir``
+    (the parent's, which may change between graphs); runs in a ``build_processes`` worker."""
+    import triton
+
+    triton.knobs.cache.dir = cache_dir
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    getattr(module, symbol).warmup(*[getattr(torch, d) for d in dtypes], grid=grid, **meta)
+
+
 class KernelLauncher:
     """A loaded kernel plus its launch facts; ``launcher(*tensors)`` runs it.
 
@@ -96,6 +139,7 @@ class KernelLauncher:
         self.interpret = interpret
         symbol = rendered.symbol or rendered.name
         module = load_module(rendered.source, symbol)
+        self.path = module.__file__
         fn = getattr(module, symbol)
         if interpret:
             from simulator.interpreter import interpreted
@@ -131,9 +175,13 @@ class KernelLauncher:
         if self.interpret:
             return []
         configs = [_TUNED[self.symbol]] if self.symbol in _TUNED else self.configs
+        pool = build_processes()
 
         def build(grid: tuple, meta: dict) -> None:
             try:
+                if pool is not None:  # built there into Triton's disk cache; the warmup here loads it
+                    pool.submit(build_in_process, self.path, self.symbol, [str(d).removeprefix("torch.")
+                                for d in arg_dtypes], grid, meta, _triton_cache_dir()).result()
                 self.fn.warmup(*arg_dtypes, grid=grid, **meta)
             except Exception:  # noqa: BLE001, S110  (see the docstring)
                 pass
