@@ -2,7 +2,7 @@
 through Triton's driver launcher) against Triton's JIT dispatch and against a whole compiled
 one-kernel graph (Crucible's and Inductor's, Dynamo's guards included).
 
-    python -m compiler.bench.launch [--no-compiled]
+    python -m compiler.bench.launch [--compiled crucible inductor]
 
 The kernel is ``x + 1`` over 1024 floats (one program), so the GPU keeps up with the host and the
 figure is the host's cost of one launch: the mean of ``calls`` back-to-back launches, no sync in
@@ -65,8 +65,9 @@ def _checked(launch: Callable[[], object], args: tuple[torch.Tensor, ...], x: to
     return launch
 
 
-def launch_table(compiled: bool = True) -> list[tuple[str, float]]:
-    """(what, host us per launch) rows; CUDA only. ``compiled``: also whole one-kernel graphs."""
+def launch_table(compiled: tuple[str, ...] = ("crucible", "inductor")) -> list[tuple[str, float]]:
+    """(what, host us per launch) rows; CUDA only. ``compiled``: the backends whose whole one-kernel
+    graphs are also timed."""
     import torch._dynamo
 
     import compiler  # noqa: F401  (registers the backend)
@@ -90,7 +91,7 @@ def launch_table(compiled: bool = True) -> list[tuple[str, float]]:
         launch = _checked(lambda: via_triton(*args), args, x)
         rows.append(("crucible launcher (bound at load, triton's driver launcher)", host_us(launch)))
     rows.append(("triton JIT dispatch fn[grid](...)", host_us(_checked(lambda: jit[grid](*args, **meta), args, x))))
-    for backend in ("crucible", "inductor") if compiled else ():
+    for backend in compiled:
         torch._dynamo.reset()
         compiled = torch.compile(add_one, backend=backend, dynamic=False)
         compiled(x)
@@ -104,12 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m compiler.bench.launch", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--no-compiled", action="store_true", help="skip the compiled one-kernel graphs")
+    parser.add_argument("--compiled", nargs="*", default=["crucible", "inductor"], choices=("crucible", "inductor"),
+                        help="backends whose compiled one-kernel graph is timed too (default both; none: skip)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("compiler.bench.launch needs a CUDA GPU")
         return 2
-    for what, us in launch_table(compiled=not args.no_compiled):
+    for what, us in launch_table(tuple(args.compiled)):
         print(f"host time per launch: {what}: {us:.1f} us", flush=True)
     return 0
 
