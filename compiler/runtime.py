@@ -227,6 +227,12 @@ class KernelLauncher:
             self.grid, self.meta = _TUNED[self.symbol]
             self.tuned = True
             return
+        device = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        known = stored_tuning(self.symbol, device, self.configs)
+        if known is not None:
+            self.grid, self.meta = _TUNED[self.symbol] = known
+            self.tuned = True
+            return
         from triton.testing import do_bench
 
         timings = []
@@ -243,10 +249,40 @@ class KernelLauncher:
         if timings:
             _, self.grid, self.meta = min(timings, key=lambda t: t[0])
             _TUNED[self.symbol] = (self.grid, self.meta)
+            store_tuning(self.symbol, device, self.grid, self.meta)
         self.tuned = True
         if config.debug_level() >= 1:
             table = ", ".join(f"{m} {t * 1e3:.1f}us" for t, _, m in timings)
             print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)
+
+
+def _tuning_file(symbol: str) -> Path:
+    return config.private_cache_dir("tuned") / f"{symbol}.json"
+
+
+def stored_tuning(symbol: str, device: str, configs: Sequence[tuple[tuple, dict]]) -> tuple[tuple, dict] | None:
+    """The launch config an earlier process picked for this kernel (content-named: the same source)
+    on this kind of device, if it is still one of ``configs``; None: tune it."""
+    import json
+
+    try:
+        stored = json.loads(_tuning_file(symbol).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict) or stored.get("device") != device:
+        return None
+    return next(((g, m) for g, m in configs if list(g) == stored.get("grid") and m == stored.get("meta")), None)
+
+
+def store_tuning(symbol: str, device: str, grid: tuple, meta: dict) -> None:
+    """Keep a tuning result for later processes (atomic: concurrent ones never read half a file)."""
+    import json
+
+    path = _tuning_file(symbol)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump({"device": device, "grid": list(grid), "meta": meta}, f)
+    os.replace(tmp, path)
 
 
 def _aligned(t: Any) -> bool:

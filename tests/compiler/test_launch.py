@@ -208,3 +208,41 @@ def test_identical_kernels_of_a_graph_are_tuned_once(monkeypatch) -> None:
     second.tune(())
     assert len(timed) == 1 + len(rendered.alternatives)  # not timed again
     assert (second.grid, second.meta) == (first.grid, first.meta)
+
+
+def test_a_tuned_launch_config_is_kept_on_disk_for_later_processes(monkeypatch, tmp_path) -> None:
+    """A later process (here: an emptied in-memory table) takes the config from the cache directory
+    instead of timing the candidates again; a different device kind tunes again."""
+    import triton.testing
+
+    import compiler
+    from compiler import runtime
+    from compiler.codegen.triton import TritonRenderer
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(tmp_path))
+    x = torch.randn(1 << 21)
+    renderer = TritonRenderer(interpret=False)
+    gm = compiler.trace_aten(lambda a: torch.sigmoid(a) * 5, x)
+    (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
+    rendered = renderer.render(kernel)
+    assert rendered.alternatives
+    timed = []
+    last = len(rendered.alternatives)
+
+    def fake_bench(fn, **kwargs) -> float:
+        timed.append(fn)
+        return 0.0 if len(timed) == last + 1 else 1.0  # the last config is fastest
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(runtime, "_TUNED", {})
+    first = runtime.KernelLauncher(rendered, False)
+    first.tune(())
+    assert len(timed) == last + 1 and (first.grid, first.meta) == first.configs[-1]
+    monkeypatch.setattr(runtime, "_TUNED", {})
+    later = runtime.KernelLauncher(rendered, False)
+    later.tune(())
+    assert len(timed) == last + 1 and (later.grid, later.meta) == first.configs[-1]
+    assert runtime.stored_tuning(first.symbol, "another GPU", first.configs) is None
+    assert runtime.stored_tuning(first.symbol, "cpu", first.configs[:-1]) is None  # no longer a candidate
