@@ -97,19 +97,19 @@ def run_worker(cmd: list[str], timeout: float, env: dict[str, str] | None = None
 
 def run_all(jobs: list[Any], run: Callable[[Any, float], dict], workers: int, budget: float | None,
             timeout: float, done: Callable[[Any, dict, float], None],
-            not_run: Callable[[Any], dict]) -> list[dict]:
+            not_run: Callable[[Any], dict], least: float = 1.0) -> list[dict]:
     """``run(job, timeout)`` for every job on ``workers`` threads, results in the order of ``jobs``.
 
     ``budget`` (seconds for the whole run): a job gets at most what is left of it as its timeout,
-    and one not started when it is spent is ``not_run(job)``; ``done(job, result, seconds)`` is
-    called as each one finishes (progress lines)."""
+    and one that would start with less than ``least`` seconds left is ``not_run(job)`` (it could not
+    finish); ``done(job, result, seconds)`` is called as each one finishes (progress lines)."""
     start = time.perf_counter()
     lock = threading.Lock()
 
     def one(job: Any) -> dict:
         began = time.perf_counter()
         left = timeout if budget is None else min(timeout, budget - (began - start))
-        result = not_run(job) if left < 1 else run(job, left)
+        result = not_run(job) if left < least else run(job, left)
         with lock:
             done(job, result, time.perf_counter() - began)
         return result

@@ -77,6 +77,9 @@ def test_run_all_keeps_order_runs_at_once_and_spends_its_budget(tmp_path) -> Non
     assert time.perf_counter() - start < 0.95  # 1.0 s one by one
     out = run_all([1.5, 0.1, 0.1], run, 1, 1.2, 60, lambda *a: None, lambda job: {"not run": job})
     assert out[0]["timeout"] <= 1.2 and out[1:] == [{"not run": 0.1}, {"not run": 0.1}]
+    # 1.5 s of a 3 s budget left, but a job needs 2: not started (it would only time out)
+    out = run_all([1.5, 0.1], run, 1, 3.0, 60, lambda *a: None, lambda job: {"not run": job}, least=2.0)
+    assert out[1] == {"not run": 0.1}
 
 
 def test_a_worker_past_its_timeout_is_ended_with_what_it_started() -> None:
