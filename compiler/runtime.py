@@ -91,7 +91,9 @@ def build_processes() -> Any:
     """The pool of processes Triton kernels are built in (``CRUCIBLE_COMPILE_PROCESSES``), started on
     first use and kept for the process's life; None: build on threads of this process. Triton's
     frontend and MLIR passes hold the GIL, so threads overlap little more than ptxas (Inductor
-    builds in worker processes for the same reason). Spawned, not forked: the parent has CUDA."""
+    builds in worker processes for the same reason). Spawned, not forked: the parent has CUDA. The
+    workers start (torch, Triton's driver) at once, in the background: the pipeline asks for the pool
+    before it lowers a GPU graph."""
     processes = config.compile_processes()
     if processes < 1:
         return None
@@ -100,8 +102,17 @@ def build_processes() -> Any:
             import multiprocessing
             from concurrent.futures import ProcessPoolExecutor
 
-            _BUILD_POOL.append(ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn")))
+            pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+            for _ in range(processes):
+                pool.submit(_start_build_process)
+            _BUILD_POOL.append(pool)
         return _BUILD_POOL[0]
+
+
+def _start_build_process() -> None:
+    import triton
+
+    triton.runtime.driver.active.get_current_target()
 
 
 def _triton_cache_dir() -> str:
