@@ -18,6 +18,7 @@ import os
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -35,6 +36,8 @@ _MODULES: dict[str, Any] = {}
 _MODULES_LOCK = threading.Lock()  # kernels load on several threads; identical ones share a module
 # launch config picked for each content-named kernel (the same source: the same best config)
 _TUNED: dict[str, tuple[tuple[int, ...], dict]] = {}
+# seconds this process has spent timing launch configs (part of first calls; benchmarks report it)
+TUNING_SECONDS = [0.0]
 
 
 def triton_source_dir() -> Path:
@@ -246,6 +249,7 @@ class KernelLauncher:
             return
         from triton.testing import do_bench
 
+        started = time.perf_counter()
         timings = []
         for grid, meta in self.configs:
             def launch(grid=grid, meta=meta) -> None:
@@ -262,6 +266,7 @@ class KernelLauncher:
             _TUNED[self.symbol] = (self.grid, self.meta)
             store_tuning(self.symbol, device, self.grid, self.meta)
         self.tuned = True
+        TUNING_SECONDS[0] += time.perf_counter() - started
         if config.debug_level() >= 1:
             table = ", ".join(f"{m} {t * 1e3:.1f}us" for t, _, m in timings)
             print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)
