@@ -19,6 +19,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -96,7 +97,8 @@ def build_processes() -> Any:
     frontend and MLIR passes hold the GIL, so threads overlap little more than ptxas (Inductor
     builds in worker processes for the same reason). Spawned, not forked: the parent has CUDA. The
     workers start (torch, Triton's driver) at once, in the background: the pipeline asks for the pool
-    before it lowers a GPU graph."""
+    before it lowers a GPU graph. They do not import the parent's ``__main__`` (a spawned process
+    normally does: a script that compiles at import, without a main guard, would run again in each)."""
     processes = config.compile_processes()
     if processes < 1:
         return None
@@ -106,8 +108,15 @@ def build_processes() -> Any:
             from concurrent.futures import ProcessPoolExecutor
 
             pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
-            for _ in range(processes):
-                pool.submit(_start_build_process)
+            # a spawning pool starts a process per submit while none is idle: all of them start here,
+            # and a stand-in ``__main__`` (no file, no spec) keeps the parent's out of their start-up
+            main = sys.modules["__main__"]
+            sys.modules["__main__"] = types.ModuleType("__main__")
+            try:
+                for _ in range(processes):
+                    pool.submit(_start_build_process)
+            finally:
+                sys.modules["__main__"] = main
             _BUILD_POOL.append(pool)
         return _BUILD_POOL[0]
 

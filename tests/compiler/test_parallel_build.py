@@ -114,6 +114,28 @@ def test_bad_compile_processes_is_a_clear_error(value, monkeypatch) -> None:
         config.compile_processes()
 
 
+def test_build_processes_do_not_rerun_a_script_without_a_main_guard(tmp_path) -> None:
+    """A spawned process imports its parent's ``__main__``: a script that compiles at import would
+    compile again in every build process (and recurse into starting pools). The pool keeps it out."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "compile_at_import.py"
+    script.write_text("import os\n"
+                      "print('script body ran', flush=True)\n"
+                      "os.environ['CRUCIBLE_COMPILE_PROCESSES'] = '1'\n"
+                      "from compiler import runtime\n"
+                      "pool = runtime.build_processes()\n"
+                      "print('built in another process:', pool.submit(os.getpid).result() != os.getpid())\n")
+    root = str(Path(compiler.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("script body ran") == 1 and "built in another process: True" in done.stdout
+
+
 @pytest.mark.gpu
 def test_gpu_kernels_build_in_worker_processes(monkeypatch, tmp_path) -> None:
     """CRUCIBLE_COMPILE_PROCESSES: every launch config is built by a worker process (into Triton's
