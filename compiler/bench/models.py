@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -101,18 +102,23 @@ def _cache_env(backend: str, root: Path) -> dict[str, str]:
     return {"CRUCIBLE_CACHE_DIR": str(base), "TRITON_CACHE_DIR": str(base / "triton")}
 
 
-def measure_backend(backend: str, model: torch.nn.Module, inputs: tuple, expected: torch.Tensor | None,
-                    device: str, cache_root: Path, turns: Turns) -> dict[str, Any]:
-    """Compile (the first call) in a compiling turn, then time in a timing turn."""
-    import torch._dynamo
+@dataclass
+class Compiled:
+    """One backend after its first call (the cold compile), waiting for its timing."""
 
+    fn: Callable
+    row: dict[str, Any]
+    out: torch.Tensor  # the first call's output (copied: a CUDA graph's next replay overwrites it)
+    report: Any  # Crucible's CompileReport (filled in place: CUDA-graph capture happens later)
+
+
+def compile_backend(backend: str, model: torch.nn.Module, inputs: tuple, device: str,
+                    cache_root: Path) -> Compiled:
+    """The backend's first call with empty caches, timed: its cold compile."""
     from compiler import collect_reports
     from compiler.config import environment_override
-
     from compiler.runtime import TUNING_SECONDS
 
-    turns.compiling()
-    torch._dynamo.reset()
     row: dict[str, Any] = {}
     tuned_before = TUNING_SECONDS[0]
     fn = compiled_for(backend, model)
@@ -123,14 +129,20 @@ def measure_backend(backend: str, model: torch.nn.Module, inputs: tuple, expecte
             out = _first_tensor(fn(*inputs))
             sync(device)
         row["compile_s"] = time.perf_counter() - start
-        row["tuning_s"] = TUNING_SECONDS[0] - tuned_before
-        out = out.detach().clone()  # a CUDA graph's next replay overwrites its outputs
-        turns.timing()
+    row["tuning_s"] = TUNING_SECONDS[0] - tuned_before
+    return Compiled(fn, row, out.detach().clone(), report)
+
+
+def time_backend(backend: str, done: Compiled, inputs: tuple, expected: torch.Tensor | None,
+                 device: str) -> dict[str, Any]:
+    """Latency and host time of a compiled backend, its error against eager, Crucible's counts."""
+    row, fn, report = done.row, done.fn, done.report
+    with torch.no_grad():
         row["ms"] = latency_ms(lambda: fn(*inputs), device)
         row["host_ms"] = host_ms(lambda: fn(*inputs), device)
         again = _first_tensor(fn(*inputs))  # after the timed calls: a CUDA graph's replay, not its warm-up
     if expected is not None:
-        row["max_err"] = max(float((o.float() - expected.float()).abs().max()) for o in (out, again))
+        row["max_err"] = max(float((o.float() - expected.float()).abs().max()) for o in (done.out, again))
     if backend.startswith("crucible"):
         row["kernels"] = len(report.kernels)
         row["externs"] = len(report.externs)
@@ -170,7 +182,14 @@ class _environment:
 
 def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tuple[str, ...],
                   turns: Turns | None = None) -> dict[str, Any]:
-    """One model in one dtype under every backend; a backend that fails gets its error, not a row."""
+    """One model in one dtype under every backend; a backend that fails gets its error, not a row.
+
+    Every backend compiles first (one compiling turn), then each is timed (one timing turn): two
+    turns per row, not two per backend, so rows wait for each other's compiles once. The compiled
+    variants stay alive side by side (no ``torch._dynamo.reset()`` between them: Dynamo keeps one
+    cache entry per backend, told apart by its backend guard)."""
+    import torch._dynamo
+
     import compiler  # noqa: F401  (registers the backend)
 
     turns = turns or Turns(None)
@@ -180,20 +199,24 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
     result: dict[str, Any] = {"model": name, "dtype": dtype, "backends": {}}
     with torch.no_grad():
         expected = _first_tensor(model(*inputs)).detach().clone()
+    torch._dynamo.reset()
+    compiled: dict[str, Compiled] = {}
     with tempfile.TemporaryDirectory(prefix="crucible-bench-") as tmp:
         for backend in backends:
             if backend in ("inductor-ro", "crucible-cg") and device != "cuda":
                 continue
             try:
-                result["backends"][backend] = measure_backend(backend, model, inputs, expected, device, Path(tmp),
-                                                              turns)
+                compiled[backend] = compile_backend(backend, model, inputs, device, Path(tmp))
             except Exception as why:  # noqa: BLE001  (one backend failing is a table entry)
                 result["backends"][backend] = {"error": error_line(why)}
-            turns.compiling()
-            if device == "cuda":
-                torch.cuda.empty_cache()
+        turns.timing()
+        for backend, done in compiled.items():
+            try:
+                result["backends"][backend] = time_backend(backend, done, inputs, expected, device)
+            except Exception as why:  # noqa: BLE001
+                result["backends"][backend] = {**done.row, "error": error_line(why)}
     turns.release()
-    return result
+    return {**result, "backends": {b: result["backends"][b] for b in backends if b in result["backends"]}}
 
 
 def run_isolated(name: str, dtype: str, args: argparse.Namespace, timeout: float,

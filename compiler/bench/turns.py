@@ -8,8 +8,14 @@ lock shared by every worker of a run, a file lock (POSIX record locks: held per 
 when the process dies, not inherited by Inductor's compile workers):
 
 - ``compiling()``: a shared hold; any number of rows compile (or start up, or build models) at once;
-- ``timing()``: an exclusive hold; it waits until no row compiles or times, and rows asking to
-  compile meanwhile wait behind it (a turnstile byte keeps a stream of compiles from starving it).
+- ``timing()``: an exclusive hold; it waits until the running compiles finish and no other row
+  times. While any row waits to time, no new compile starts: every waiting timing runs before
+  (a lock's waiters race when it is released: without that rule a row just started could slip in
+  ahead of the waiting timings, and they would all wait out its whole compile).
+
+Three bytes of the lock file: HOLD (shared by compiles, exclusive for the timing), TURNSTILE (one
+timing at a time queues for HOLD) and PENDING (shared by every row waiting to time or timing; a
+compile starts only once it can take it exclusively, i.e. when no timing is pending).
 
 This module imports nothing heavy: run as a script it is the worker's entry point, taking its
 shared hold before ``import torch`` so that even a worker's start-up never overlaps a timing.
@@ -29,7 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-_TURNSTILE, _HOLD = 0, 1  # byte offsets in the lock file
+_TURNSTILE, _HOLD, _PENDING = 0, 1, 2  # byte offsets in the lock file
 
 
 class Turns:
@@ -49,6 +55,7 @@ class Turns:
         self._lock(fcntl.LOCK_UN, _HOLD)
         if self.state == "timing":
             self._lock(fcntl.LOCK_UN, _TURNSTILE)
+            self._lock(fcntl.LOCK_UN, _PENDING)
         self.state = "none"
 
     def compiling(self) -> None:
@@ -57,7 +64,9 @@ class Turns:
             self.state = "compiling"
             return
         self.release()
-        self._lock(fcntl.LOCK_EX, _TURNSTILE)  # waits while a timing holds or awaits its turn
+        self._lock(fcntl.LOCK_EX, _PENDING)  # waits while any timing runs or is waiting to
+        self._lock(fcntl.LOCK_UN, _PENDING)
+        self._lock(fcntl.LOCK_EX, _TURNSTILE)  # a timing that asked since then goes first
         self._lock(fcntl.LOCK_SH, _HOLD)
         self._lock(fcntl.LOCK_UN, _TURNSTILE)
         self.state = "compiling"
@@ -68,8 +77,9 @@ class Turns:
             self.state = "timing"
             return
         self.release()
-        self._lock(fcntl.LOCK_EX, _TURNSTILE)  # no new compile starts from now on
-        self._lock(fcntl.LOCK_EX, _HOLD)  # until the running ones finish
+        self._lock(fcntl.LOCK_SH, _PENDING)  # no new compile starts from now on
+        self._lock(fcntl.LOCK_EX, _TURNSTILE)  # one timing at a time
+        self._lock(fcntl.LOCK_EX, _HOLD)  # until the running compiles finish
         self.state = "timing"
 
 

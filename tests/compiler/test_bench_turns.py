@@ -53,6 +53,22 @@ def test_a_timing_waits_for_compiles_and_later_compiles_wait_for_it(tmp_path) ->
     assert compiled_at >= timed_at + 0.4  # after the timing's half-second hold, not beside it
 
 
+def test_every_waiting_timing_runs_before_a_new_compile(tmp_path) -> None:
+    """Two rows wait to time; a row asking to compile meanwhile starts only after both timed (the
+    waiters of a released lock race: it must not slip in between and hold them for its compile)."""
+    lock = tmp_path / "turns.lock"
+    mine = Turns(str(lock))
+    mine.compiling()
+    timings = [_child(lock, "timing", hold=0.5) for _ in range(2)]
+    time.sleep(0.5)
+    compiling = _child(lock, "compiling")
+    time.sleep(0.5)
+    mine.release()
+    timed = sorted(_started(t) for t in timings)
+    assert timed[1] >= timed[0] + 0.4  # one at a time
+    assert _started(compiling) >= timed[1] + 0.4
+
+
 def test_compiles_share_the_lock(tmp_path) -> None:
     lock = tmp_path / "turns.lock"
     mine = Turns(str(lock))
