@@ -407,9 +407,9 @@ def run_rows(todo: list[tuple[str, str]], args: argparse.Namespace) -> list[dict
 def how_measured(args: argparse.Namespace) -> str:
     """The run's conditions, printed above its table."""
     share = compile_share(args.jobs)
-    rows = (f"{args.jobs} rows at once, each timing alone on the host, compiles overlapping with other rows' "
-            f"compiles (each compiler {share} compile workers)" if args.jobs > 1 and not args.in_process
-            else "one row at a time")
+    rows = (f"{args.jobs} rows at once: a row compiles all its backends while other rows compile (each compiler "
+            f"{share} compile workers), then times them alone on the host" if args.jobs > 1 and not args.in_process
+            else "one row at a time: a row compiles all its backends, then times them")
     return (f"{rows}; cold compile: the first call with empty caches, of Inductor's default mode and of Crucible "
             f"without CUDA graphs; reduce-overhead and Crucible+CG compile after them on the same caches (kernel "
             f"builds and tuning warm; Inductor re-lowers the graph: its FX graph cache key includes the CUDA-graph "
