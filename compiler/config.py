@@ -80,6 +80,12 @@ def kernel_times() -> bool:
 MAX_DEFAULT_COMPILE_THREADS = 8
 
 
+def static_launch() -> bool:
+    """Bound GPU launches go through torch's static CUDA launcher where it can launch the kernel
+    (``compiler.runtime.bind_static_launch``); ``0``: through Triton's driver launcher."""
+    return os.environ.get("CRUCIBLE_STATIC_LAUNCH", "1") not in ("", "0")
+
+
 def compile_threads() -> int:
     value = os.environ.get("CRUCIBLE_COMPILE_THREADS")
     if not value:
@@ -92,6 +98,20 @@ def compile_threads() -> int:
         raise ValueError(f"CRUCIBLE_COMPILE_THREADS={value!r}: expected a positive integer "
                          f"(kernels built at once; 1 builds them one by one)")
     return threads
+
+
+def compile_processes() -> int:
+    """Processes Triton kernels are built in (``compiler.runtime.build_processes``); 0 (default): on
+    the compile threads of the compiling process."""
+    value = os.environ.get("CRUCIBLE_COMPILE_PROCESSES", "0")
+    try:
+        processes = int(value or "0")
+    except ValueError:
+        processes = -1
+    if processes < 0:
+        raise ValueError(f"CRUCIBLE_COMPILE_PROCESSES={value!r}: expected 0 (build on threads) or a positive "
+                         f"number of build processes")
+    return processes
 
 
 def cache_root() -> Path:

@@ -33,7 +33,7 @@ from compiler.graph import Buffer, LoweredGraph
 from compiler.layout import LayoutDecision, choose_layout, convert_weight_layout
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport, WeightFold
-from compiler.runtime import KernelLauncher, launcher_for, parallel_map
+from compiler.runtime import KernelLauncher, build_processes, launcher_for, parallel_map
 from compiler.scheduler import Kernel, Schedule
 from compiler.templates.scheduling import schedule, template_kind
 from compiler.wrapper import Wrapper, generate_wrapper
@@ -120,6 +120,8 @@ class GraphCompilation:
         debug.graph_start(self)
         # chosen first: lowering and scheduling work within what this renderer can emit
         renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
+        if self.device.type == "cuda":
+            build_processes()  # Triton's build processes, if any, start while the graph lowers
         if self.foldable:
             self.folded = self.run_pass("fold_batch_norm", fold_batch_norm, self.gm, self.foldable)
             self.gm = self.folded.gm

@@ -5,8 +5,9 @@ modules (Triton reads a kernel's source through ``inspect``, so it must live in
 a real file). Every launch goes through ``KernelLauncher``, which knows each
 argument's buffer: the one entry point future simulator checks hook into. On
 the GPU its first launch goes through Triton's JIT dispatch and binds the
-compiled kernel (``bind_launch``); later launches call Triton's driver
-launcher directly.
+compiled kernel; later launches call torch's static CUDA launcher on it
+(``bind_static_launch``) or, where that cannot launch it, Triton's driver
+launcher (``bind_launch``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ import os
 import sys
 import tempfile
 import threading
+import time
+import types
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -34,6 +37,8 @@ _MODULES: dict[str, Any] = {}
 _MODULES_LOCK = threading.Lock()  # kernels load on several threads; identical ones share a module
 # launch config picked for each content-named kernel (the same source: the same best config)
 _TUNED: dict[str, tuple[tuple[int, ...], dict]] = {}
+# seconds this process has spent timing launch configs (part of first calls; benchmarks report it)
+TUNING_SECONDS = [0.0]
 
 
 def triton_source_dir() -> Path:
@@ -82,6 +87,68 @@ def parallel_map(fn: Callable[[T], R], items: Sequence[T], threads: int | None =
         return [f.result() for f in futures]
 
 
+_BUILD_POOL: list[Any] = []  # the process pool of ``build_processes``, once started
+_BUILD_POOL_LOCK = threading.Lock()
+
+
+def build_processes() -> Any:
+    """The pool of processes Triton kernels are built in (``CRUCIBLE_COMPILE_PROCESSES``), started on
+    first use and kept for the process's life; None: build on threads of this process. Triton's
+    frontend and MLIR passes hold the GIL, so threads overlap little more than ptxas (Inductor
+    builds in worker processes for the same reason). Spawned, not forked: the parent has CUDA. The
+    workers start (torch, Triton's driver) at once, in the background: the pipeline asks for the pool
+    before it lowers a GPU graph. They do not import the parent's ``__main__`` (a spawned process
+    normally does: a script that compiles at import, without a main guard, would run again in each)."""
+    processes = config.compile_processes()
+    if processes < 1:
+        return None
+    with _BUILD_POOL_LOCK:
+        if not _BUILD_POOL:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            pool = ProcessPoolExecutor(processes, mp_context=multiprocessing.get_context("spawn"))
+            # a spawning pool starts a process per submit while none is idle: all of them start here,
+            # and a stand-in ``__main__`` (no file, no spec) keeps the parent's out of their start-up
+            main = sys.modules["__main__"]
+            sys.modules["__main__"] = types.ModuleType("__main__")
+            try:
+                for _ in range(processes):
+                    pool.submit(_start_build_process)
+            finally:
+                sys.modules["__main__"] = main
+            _BUILD_POOL.append(pool)
+        return _BUILD_POOL[0]
+
+
+def _start_build_process() -> None:
+    import triton
+
+    triton.runtime.driver.active.get_current_target()
+
+
+def _triton_cache_dir() -> str:
+    import triton
+
+    return str(triton.knobs.cache.dir)
+
+
+def build_in_process(path: str, symbol: str, dtypes: list[str], grid: tuple, meta: dict, cache_dir: str) -> None:
+    """Build one launch config of the kernel ``symbol`` in ``path`` into Triton's cache ``cache_dir``
+    (the parent's, which may change between graphs); runs in a ``build_processes`` worker."""
+    import triton
+
+    triton.knobs.cache.dir = cache_dir
+    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.get(spec.name)
+    if module is None:
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    getattr(module, symbol).warmup(*[getattr(torch, d) for d in dtypes], grid=grid, **meta)
+
+
 class KernelLauncher:
     """A loaded kernel plus its launch facts; ``launcher(*tensors)`` runs it.
 
@@ -95,6 +162,7 @@ class KernelLauncher:
         self.interpret = interpret
         symbol = rendered.symbol or rendered.name
         module = load_module(rendered.source, symbol)
+        self.path = module.__file__
         fn = getattr(module, symbol)
         if interpret:
             from simulator.interpreter import interpreted
@@ -110,6 +178,7 @@ class KernelLauncher:
         self.grid, self.meta = _TUNED.get(symbol, self.configs[0])
         self.tuned = len(self.configs) == 1 or symbol in _TUNED
         self.bound: Callable[..., None] | None = None
+        self.launch_path = "dispatch"  # then "static" or "triton": what ``bind`` bound (benchmarks print it)
         # argument positions whose alignment a launch checks: every one, unless the loader says which
         # buffers are the wrapper's own allocations (always 16-byte aligned), see ``check_alignment``
         self.checked: tuple[int, ...] = tuple(range(len(rendered.args)))
@@ -129,9 +198,13 @@ class KernelLauncher:
         if self.interpret:
             return []
         configs = [_TUNED[self.symbol]] if self.symbol in _TUNED else self.configs
+        pool = build_processes()
 
         def build(grid: tuple, meta: dict) -> None:
             try:
+                if pool is not None:  # built there into Triton's disk cache; the warmup here loads it
+                    pool.submit(build_in_process, self.path, self.symbol, [str(d).removeprefix("torch.")
+                                for d in arg_dtypes], grid, meta, _triton_cache_dir()).result()
                 self.fn.warmup(*arg_dtypes, grid=grid, **meta)
             except Exception:  # noqa: BLE001, S110  (see the docstring)
                 pass
@@ -155,8 +228,20 @@ class KernelLauncher:
             return
         kernel = self.fn.run(*args, grid=self.grid, warmup=False, **self.meta)
         if self.bound is None and kernel is not None and all(_aligned(a) for a in args):
+            self.bind(kernel, args)
+
+    def bind(self, kernel: Any, args: tuple) -> None:
+        """Bind later launches to torch's static launcher where it can launch this kernel (and
+        ``CRUCIBLE_STATIC_LAUNCH`` allows it), else to Triton's driver launcher."""
+        device = torch.cuda.current_device()
+        if config.static_launch() and all(isinstance(a, torch.Tensor) for a in args):
+            self.bound = bind_static_launch(kernel, self.fn.arg_names, self.grid, len(args), self.checked,
+                                            self.dispatch, device)
+            self.launch_path = "static" if self.bound is not None else self.launch_path
+        if self.bound is None:
             self.bound = bind_launch(kernel, self.fn.arg_names, self.grid, self.meta, len(args),
-                                     self.checked, self.dispatch, torch.cuda.current_device())
+                                     self.checked, self.dispatch, device)
+            self.launch_path = "triton" if self.bound is not None else "dispatch"
 
     def tune(self, args: tuple) -> None:
         if self.symbol in _TUNED:
@@ -176,6 +261,7 @@ class KernelLauncher:
             return
         from triton.testing import do_bench
 
+        started = time.perf_counter()
         timings = []
         for index, (grid, meta) in enumerate(self.configs):
             def launch(grid=grid, meta=meta) -> None:
@@ -193,18 +279,20 @@ class KernelLauncher:
             if key:
                 tuning_cache.store(key, index, str(self.meta), ms * 1e3)
         self.tuned = True
+        TUNING_SECONDS[0] += time.perf_counter() - started
         if config.debug_level() >= 1:
             table = ", ".join(f"{self.configs[i][1]} {t * 1e3:.1f}us" for t, i in timings)
             print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)
 
     def tuning_key(self) -> str:
-        """The renderer's tuning key qualified by the GPU and Triton version ("" for none)."""
-        if not self.rendered.tuning_key:
-            return ""
+        """The tuning-cache key, qualified by the GPU and the Triton version: the renderer's (a
+        template's family, dtype, shape bucket and candidates) or else the kernel's own, by its
+        content-named symbol and the number of candidate configs."""
         import triton
 
         name = torch.cuda.get_device_name() if torch.cuda.is_available() else "no-gpu"
-        return tuning_cache.full_key(self.rendered.tuning_key, name, triton.__version__)
+        own = self.rendered.tuning_key or f"kernel {self.symbol} ({len(self.configs)} configs)"
+        return tuning_cache.full_key(own, name, triton.__version__)
 
 
 def _aligned(t: Any) -> bool:
@@ -249,6 +337,75 @@ def bind_launch(kernel: Any, arg_names: Sequence[str], grid: tuple[int, ...], me
                  "metadata": kernel.packed_metadata, "tail": tail,
                  "stream": stream or torch._C._cuda_getCurrentRawStream}
     exec(compile(source, f"<crucible-launch {getattr(kernel, 'name', '')}>", "exec"), namespace)  # noqa: S102
+    return namespace["launch"]
+
+
+def static_launch_refusal(kernel: Any, arg_names: Sequence[str], nargs: int) -> str | None:
+    """Why torch's static launcher cannot launch this compiled kernel (None: it can). It calls
+    ``cuLaunchKernel`` with 32 * num_warps threads and the kernel's shared memory, nothing more:
+    pointer parameters only (Crucible's kernels take buffers and constexprs), no scratch memory to
+    allocate, one CTA per program, no cooperative or programmatic-dependent launch, no
+    instrumentation."""
+    meta = kernel.metadata
+    signature = getattr(getattr(kernel, "src", None), "signature", None)
+    if not isinstance(signature, dict):
+        return "no signature"
+    types = [signature.get(name) for name in arg_names]
+    if any(not (isinstance(t, str) and t.startswith("*")) for t in types[:nargs]):
+        return "a parameter that is not a pointer"
+    if any(t != "constexpr" for t in types[nargs:]):
+        return "a runtime parameter after the bound ones"
+    if getattr(meta, "global_scratch_size", 0) or getattr(meta, "profile_scratch_size", 0):
+        return "scratch memory"
+    if getattr(meta, "num_ctas", 1) != 1 or getattr(meta, "launch_cooperative_grid", False) \
+            or getattr(meta, "launch_pdl", False) or getattr(meta, "tensordesc_meta", None) \
+            or getattr(meta, "instrumentation_mode", ""):
+        return "a launch feature the static launcher lacks"
+    return None
+
+
+def bind_static_launch(kernel: Any, arg_names: Sequence[str], grid: tuple[int, ...], nargs: int,
+                       checked: Sequence[int], fallback: Callable[..., None], device_index: int,
+                       stream: Callable[[int], int] | None = None,
+                       launch_kernel: Callable[..., None] | None = None) -> Callable[..., None] | None:
+    """A launch function calling torch's static CUDA launcher (``torch._C._StaticCudaLauncher``, what
+    Inductor launches its kernels with) on the compiled kernel's already loaded function: one C call
+    that takes the data pointers as integers and calls ``cuLaunchKernel``, instead of Triton's Python
+    launcher and its C launcher (which calls each tensor's ``data_ptr`` again and checks hooks). The
+    pointers are read once in Python, where the alignment check needs them anyway; launch hooks send
+    a launch through ``fallback`` as in ``bind_launch``. None where torch lacks the launcher or the
+    kernel needs what it does not do (``static_launch_refusal``)."""
+    import triton
+
+    if launch_kernel is None:
+        static = getattr(torch._C, "_StaticCudaLauncher", None)
+        if static is None or torch.version.hip:
+            return None
+        launch_kernel = static._launch_kernel
+    if len(arg_names) < nargs or static_launch_refusal(kernel, arg_names, nargs) is not None:
+        return None
+    meta = kernel.metadata
+    # Triton appends a global and a profile scratch pointer to the parameters of kernels built by
+    # versions that know them (both null here: ``static_launch_refusal`` refused scratch sizes)
+    scratch = sum(hasattr(meta, n) for n in ("global_scratch_size", "profile_scratch_size"))
+    types = "O" * (nargs + scratch)
+    grid3 = tuple(grid) + (1,) * (3 - len(grid))
+    params = ", ".join(f"a{i}" for i in range(nargs))
+    pointers = "".join(f"    p{i} = a{i}.data_ptr()\n" for i in range(nargs))
+    check = " | ".join(f"p{i}" for i in checked)
+    misaligned = f"({check}) % {ALIGNMENT} or " if check else ""
+    runtime_knobs = triton.knobs.runtime
+    hooked = ("knobs.launch_enter_hook.calls" if hasattr(runtime_knobs.launch_enter_hook, "calls")
+              else "knobs.launch_enter_hook is not None")
+    values = "".join(f"p{i}, " for i in range(nargs)) + "None, " * scratch
+    source = (f"def launch({params}):\n{pointers}"
+              f"    if {misaligned}{hooked}:\n"
+              f"        return fallback({params})\n"
+              f"    launch_kernel(function, {grid3[0]}, {grid3[1]}, {grid3[2]}, {meta.num_warps}, {meta.shared}, "
+              f"{types!r}, ({values}), stream({device_index}))\n")
+    namespace = {"knobs": runtime_knobs, "fallback": fallback, "launch_kernel": launch_kernel,
+                 "function": kernel.function, "stream": stream or torch._C._cuda_getCurrentRawStream}
+    exec(compile(source, f"<crucible-static-launch {getattr(kernel, 'name', '')}>", "exec"), namespace)  # noqa: S102
     return namespace["launch"]
 
 

@@ -1,5 +1,8 @@
-"""Host time per kernel launch: Crucible's launcher against Triton's JIT dispatch and against a
-whole compiled one-kernel graph (Crucible's and Inductor's, Dynamo's guards included).
+"""Host time per kernel launch: Crucible's bound launcher (through torch's static CUDA launcher, and
+through Triton's driver launcher) against Triton's JIT dispatch and against a whole compiled
+one-kernel graph (Crucible's and Inductor's, Dynamo's guards included).
+
+    python -m compiler.bench.launch [--compiled crucible inductor]
 
 The kernel is ``x + 1`` over 1024 floats (one program), so the GPU keeps up with the host and the
 figure is the host's cost of one launch: the mean of ``calls`` back-to-back launches, no sync in
@@ -49,11 +52,26 @@ def crucible_launcher(fn: Callable, *inputs: torch.Tensor) -> tuple[object, tupl
     return launcher_for(rendered, device), args
 
 
-def launch_table() -> list[tuple[str, float]]:
-    """(what, host us per launch) rows; CUDA only."""
+def _checked(launch: Callable[[], object], args: tuple[torch.Tensor, ...], x: torch.Tensor) -> Callable[[], object]:
+    """``launch``, after checking that it computes ``x + 1`` into its output (a launch path that is
+    fast but wrong must not make the table)."""
+    outputs = [t for t in args if t is not x]
+    for t in outputs:
+        t.zero_()
+    launch()
+    torch.cuda.synchronize()
+    if not any(torch.equal(t, x + 1) for t in outputs):
+        raise RuntimeError("compiler.bench.launch: a launch path did not compute x + 1")
+    return launch
+
+
+def launch_table(compiled: tuple[str, ...] = ("crucible", "inductor")) -> list[tuple[str, float]]:
+    """(what, host us per launch) rows; CUDA only. ``compiled``: the backends whose whole one-kernel
+    graphs are also timed."""
     import torch._dynamo
 
     import compiler  # noqa: F401  (registers the backend)
+    from compiler.runtime import bind_launch
 
     x = torch.randn(1024, device="cuda")
 
@@ -61,12 +79,19 @@ def launch_table() -> list[tuple[str, float]]:
         return t + 1
 
     launcher, args = crucible_launcher(add_one, x)
-    launcher(*args)  # tunes and builds
-    rows = [("crucible launcher (bound at load)", host_us(lambda: launcher(*args)))]
+    launcher(*args)  # tunes, builds and binds
+    bound = _checked(lambda: launcher(*args), args, x)
+    rows = [(f"crucible launcher (bound at load, {launcher.launch_path})", host_us(bound))]
     jit = launcher.fn
     grid, meta = launcher.grid, launcher.meta
-    rows.append(("triton JIT dispatch fn[grid](...)", host_us(lambda: jit[grid](*args, **meta))))
-    for backend in ("crucible", "inductor"):
+    kernel = jit.run(*args, grid=grid, warmup=False, **meta)
+    via_triton = bind_launch(kernel, jit.arg_names, grid, meta, len(args), launcher.checked, launcher.dispatch,
+                             torch.cuda.current_device())
+    if via_triton is not None and launcher.launch_path != "triton":
+        launch = _checked(lambda: via_triton(*args), args, x)
+        rows.append(("crucible launcher (bound at load, triton's driver launcher)", host_us(launch)))
+    rows.append(("triton JIT dispatch fn[grid](...)", host_us(_checked(lambda: jit[grid](*args, **meta), args, x))))
+    for backend in compiled:
         torch._dynamo.reset()
         compiled = torch.compile(add_one, backend=backend, dynamic=False)
         compiled(x)
@@ -74,3 +99,22 @@ def launch_table() -> list[tuple[str, float]]:
                      host_us(lambda compiled=compiled: compiled(x), calls=1000)))
     torch._dynamo.reset()
     return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m compiler.bench.launch", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--compiled", nargs="*", default=["crucible", "inductor"], choices=("crucible", "inductor"),
+                        help="backends whose compiled one-kernel graph is timed too (default both; none: skip)")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("compiler.bench.launch needs a CUDA GPU")
+        return 2
+    for what, us in launch_table(tuple(args.compiled)):
+        print(f"host time per launch: {what}: {us:.1f} us", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

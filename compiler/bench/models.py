@@ -2,14 +2,16 @@
 graphs on timm and transformers models (random weights), in float32 and bfloat16, at inference.
 
     python -m compiler.bench.models [--models resnet50 gpt2] [--dtypes fp32 bf16] [--tiny]
-                                    [--device cuda|cpu] [--timeout 300] [--markdown FILE]
+                                    [--device cuda|cpu] [--jobs 4] [--timeout 300] [--budget 540]
+                                    [--markdown FILE]
 
 Per model and dtype: latency (ms per call, back-to-back calls), speed ratios, cold compile time
 (first call with empty kernel caches), max abs error against eager, Crucible's kernel and extern
-counts and its host time per launched step; then geomeans and the launch micro-benchmark
-(``compiler.bench.launch``). Each model runs in its own process (a true cold compile, and one that
-crashes, hangs or runs out of memory is a row of its own) unless ``--in-process``. Performance
-goals are read from this table; nothing here asserts.
+counts and its host time per launched step, where Crucible's compile time goes; then geomeans and
+the launch micro-benchmark (``compiler.bench.launch``). Each model runs in its own process (a true
+cold compile, and one that crashes, hangs or runs out of memory is a row of its own) unless
+``--in-process``. With ``--jobs N``, N rows run at once: their compiles overlap, every timing runs
+alone (``compiler.bench.turns``). Performance goals are read from this table; nothing here asserts.
 """
 
 from __future__ import annotations
@@ -17,18 +19,19 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from compiler.bench.errors import error_line
+from compiler.bench.turns import Turns, run_all, run_worker, worker_command
 from compiler.bench.zoo import MODELS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
@@ -99,15 +102,25 @@ def _cache_env(backend: str, root: Path) -> dict[str, str]:
     return {"CRUCIBLE_CACHE_DIR": str(base), "TRITON_CACHE_DIR": str(base / "triton")}
 
 
-def measure_backend(backend: str, model: torch.nn.Module, inputs: tuple, expected: torch.Tensor | None,
-                    device: str, cache_root: Path) -> dict[str, Any]:
-    import torch._dynamo
+@dataclass
+class Compiled:
+    """One backend after its first call (the cold compile), waiting for its timing."""
 
+    fn: Callable
+    row: dict[str, Any]
+    out: torch.Tensor  # the first call's output (copied: a CUDA graph's next replay overwrites it)
+    report: Any  # Crucible's CompileReport (filled in place: CUDA-graph capture happens later)
+
+
+def compile_backend(backend: str, model: torch.nn.Module, inputs: tuple, device: str,
+                    cache_root: Path) -> Compiled:
+    """The backend's first call with empty caches, timed: its cold compile."""
     from compiler import collect_reports
     from compiler.config import environment_override
+    from compiler.runtime import TUNING_SECONDS
 
-    torch._dynamo.reset()
     row: dict[str, Any] = {}
+    tuned_before = TUNING_SECONDS[0]
     fn = compiled_for(backend, model)
     overrides = _cache_env(backend, cache_root) if backend != "eager" else {}
     with collect_reports() as report, torch.no_grad():
@@ -116,21 +129,40 @@ def measure_backend(backend: str, model: torch.nn.Module, inputs: tuple, expecte
             out = _first_tensor(fn(*inputs))
             sync(device)
         row["compile_s"] = time.perf_counter() - start
-        out = out.detach().clone()  # a CUDA graph's next replay overwrites its outputs
+    row["tuning_s"] = TUNING_SECONDS[0] - tuned_before
+    return Compiled(fn, row, out.detach().clone(), report)
+
+
+def time_backend(backend: str, done: Compiled, inputs: tuple, expected: torch.Tensor | None,
+                 device: str) -> dict[str, Any]:
+    """Latency and host time of a compiled backend, its error against eager, Crucible's counts."""
+    row, fn, report = done.row, done.fn, done.report
+    with torch.no_grad():
         row["ms"] = latency_ms(lambda: fn(*inputs), device)
         row["host_ms"] = host_ms(lambda: fn(*inputs), device)
         again = _first_tensor(fn(*inputs))  # after the timed calls: a CUDA graph's replay, not its warm-up
     if expected is not None:
-        row["max_err"] = max(float((o.float() - expected.float()).abs().max()) for o in (out, again))
+        row["max_err"] = max(float((o.float() - expected.float()).abs().max()) for o in (done.out, again))
     if backend.startswith("crucible"):
         row["kernels"] = len(report.kernels)
         row["externs"] = len(report.externs)
         row["fallbacks"] = [f"{g.fallback.value}: {g.fallback_message}" for g in report.fallbacks]
         row["notes"] = sorted({f"cuda graph {g.cudagraph.value}: {g.cudagraph_message}" for g in report.graphs
                                if g.cudagraph is not None})
+        row["passes_s"] = compile_passes(report)
         steps = row["kernels"] + row["externs"]
         row["host_us_per_step"] = row["host_ms"] * 1e3 / steps if steps else None
     return row
+
+
+def compile_passes(report: Any) -> dict[str, float]:
+    """Seconds per Crucible pass, summed over the graphs of a compile (lower, schedule, render,
+    load: Triton's builds, ...)."""
+    total: dict[str, float] = {}
+    for graph in report.graphs:
+        for name, seconds in graph.pass_seconds.items():
+            total[name] = total.get(name, 0.0) + seconds
+    return total
 
 
 class _environment:
@@ -148,40 +180,64 @@ class _environment:
             b.__exit__(*exc)
 
 
-def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tuple[str, ...]) -> dict[str, Any]:
-    """One model in one dtype under every backend; a backend that fails gets its error, not a row."""
+def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tuple[str, ...],
+                  turns: Turns | None = None) -> dict[str, Any]:
+    """One model in one dtype under every backend; a backend that fails gets its error, not a row.
+
+    Every backend compiles first (one compiling turn), then each is timed (one timing turn): two
+    turns per row, not two per backend, so rows wait for each other's compiles once. The compiled
+    variants stay alive side by side (no ``torch._dynamo.reset()`` between them: Dynamo keeps one
+    cache entry per backend, told apart by its backend guard)."""
+    import torch._dynamo
+
     import compiler  # noqa: F401  (registers the backend)
 
+    turns = turns or Turns(None)
+    turns.compiling()
     torch.manual_seed(0)
     model, inputs = MODELS[name].build(DTYPES[dtype], device, tiny)
     result: dict[str, Any] = {"model": name, "dtype": dtype, "backends": {}}
     with torch.no_grad():
         expected = _first_tensor(model(*inputs)).detach().clone()
+    torch._dynamo.reset()
+    compiled: dict[str, Compiled] = {}
     with tempfile.TemporaryDirectory(prefix="crucible-bench-") as tmp:
         for backend in backends:
             if backend in ("inductor-ro", "crucible-cg") and device != "cuda":
                 continue
             try:
-                result["backends"][backend] = measure_backend(backend, model, inputs, expected, device, Path(tmp))
+                compiled[backend] = compile_backend(backend, model, inputs, device, Path(tmp))
             except Exception as why:  # noqa: BLE001  (one backend failing is a table entry)
                 result["backends"][backend] = {"error": error_line(why)}
-            if device == "cuda":
-                torch.cuda.empty_cache()
-    return result
+        turns.timing()
+        for backend, done in compiled.items():
+            try:
+                result["backends"][backend] = time_backend(backend, done, inputs, expected, device)
+            except Exception as why:  # noqa: BLE001
+                result["backends"][backend] = {**done.row, "error": error_line(why)}
+    turns.release()
+    return {**result, "backends": {b: result["backends"][b] for b in backends if b in result["backends"]}}
 
 
-def run_isolated(name: str, dtype: str, args: argparse.Namespace) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "compiler.bench.models", "--worker", "--models", name, "--dtypes", dtype,
-           "--device", args.device, "--backends", *args.backends] + (["--tiny"] if args.tiny else [])
-    try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return {"model": name, "dtype": dtype, "error": f"timeout after {args.timeout} s", "backends": {}}
-    for line in done.stdout.splitlines():
+def run_isolated(name: str, dtype: str, args: argparse.Namespace, timeout: float,
+                 lock: str | None = None) -> dict[str, Any]:
+    argv = ["--worker", "--models", name, "--dtypes", dtype, "--device", args.device,
+            "--backends", *args.backends] + (["--tiny"] if args.tiny else [])
+    status, out, err = run_worker(worker_command(lock, argv), timeout)
+    if status is None:
+        return {"model": name, "dtype": dtype, "error": f"timeout after {timeout:.0f} s", "backends": {}}
+    for line in out.splitlines():
         if line.startswith(_RESULT):
             return json.loads(line[len(_RESULT):])
-    tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-    return {"model": name, "dtype": dtype, "error": f"exit {done.returncode}: {tail[:300]}", "backends": {}}
+    tail = (err.strip().splitlines() or ["no output"])[-1]
+    return {"model": name, "dtype": dtype, "error": f"exit {status}: {tail[:300]}", "backends": {}}
+
+
+def compile_share(jobs: int) -> int | None:
+    """Compile workers per compiler of a row when ``jobs`` rows compile at once: an equal share of
+    the cores for Inductor's and Crucible's alike (instead of every row's compilers starting one per
+    core); None: one row at a time, each compiler's default."""
+    return max(1, (os.cpu_count() or 1) // jobs) if jobs > 1 else None
 
 
 def _ms(row: dict, backend: str) -> float | None:
@@ -251,6 +307,9 @@ def render_tables(results: list[dict], launch_rows: list[tuple[str, float]]) -> 
                                   for _, slow, fast in GEOMEANS])
     text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +
                 tabulate(geo, headers=["dtype", *[g[0] for g in GEOMEANS]], tablefmt="github"))
+    breakdown = compile_breakdown(results)
+    if breakdown:
+        text.append(breakdown)
     if launch_rows:
         text.append("host time per launch:\n" + tabulate([(w, f"{us:.1f}") for w, us in launch_rows],
                                                          headers=["launch", "host us"], tablefmt="github"))
@@ -258,6 +317,29 @@ def render_tables(results: list[dict], launch_rows: list[tuple[str, float]]) -> 
     if issues:
         text.append("errors, fallbacks and notes:\n" + "\n".join(f"- {p}" for p in issues))
     return "\n\n".join(text)
+
+
+PASSES = ("fold_batch_norm", "lower", "schedule", "render", "load", "wrap", "tuning")
+
+
+def compile_breakdown(results: list[dict]) -> str:
+    """Where Crucible's cold compile goes, per row: its passes (``load``: building the kernels),
+    timing launch configs in the first call, and the rest (Dynamo, AOTAutograd, the run)."""
+    from tabulate import tabulate
+
+    rows = []
+    for r in results:
+        row = r["backends"].get("crucible", {})
+        if "passes_s" not in row:
+            continue
+        passes = {**row["passes_s"], "tuning": row.get("tuning_s", 0.0)}
+        rest = row["compile_s"] - sum(passes.get(n, 0.0) for n in PASSES)
+        rows.append([r["model"], r["dtype"], f"{row['compile_s']:.1f}",
+                     *[f"{passes.get(n, 0.0):.1f}" for n in PASSES], f"{rest:.1f}"])
+    if not rows:
+        return ""
+    return ("crucible cold compile, seconds by pass (rest: Dynamo, AOTAutograd, the first run):\n" +
+            tabulate(rows, headers=["model", "dtype", "compile s", *PASSES, "rest"], tablefmt="github"))
 
 
 def pairs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
@@ -288,7 +370,53 @@ def render_only(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     return 1 if failed else 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def run_rows(todo: list[tuple[str, str]], args: argparse.Namespace) -> list[dict]:
+    """Every (model, dtype) row: in this process, or each in a worker process, ``args.jobs`` at once
+    (compiles overlapping, timings alone, see ``compiler.bench.turns``), within ``args.budget``."""
+    from compiler.config import environment_override
+
+    def done(job: tuple[str, str], row: dict, seconds: float) -> None:
+        name, dtype = job
+        print(f"[{seconds:6.1f} s] {name} {dtype}: " +
+              ", ".join(f"{b} {_fmt(v.get('ms'), '.3f')} ms" if "ms" in v else f"{b} FAILED"
+                        for b, v in row["backends"].items()) + (f" ({row['error']})" if "error" in row else ""),
+              flush=True)
+        if args.json:
+            with args.json.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+
+    def not_run(job: tuple[str, str]) -> dict:
+        return {"model": job[0], "dtype": job[1], "error": f"not run: too little of the --budget of {args.budget:.0f} s "
+                f"was left", "backends": {}}
+
+    # a full-size row takes ~75 s on the H200 (one at a time): one started with less left would time out
+    least = 1.0 if args.tiny else min(60.0, args.timeout)
+
+    if args.in_process:
+        run = lambda job, _: measure_model(job[0], job[1], args.device, args.tiny, tuple(args.backends))  # noqa: E731
+        return run_all(todo, run, 1, args.budget, math.inf, done, not_run, least)
+    share = compile_share(args.jobs)
+    with tempfile.TemporaryDirectory(prefix="crucible-bench-turns-") as tmp, \
+            _environment({} if share is None else {"TORCHINDUCTOR_COMPILE_THREADS": str(share),
+                                                   "CRUCIBLE_COMPILE_THREADS": str(share)}, environment_override):
+        lock = str(Path(tmp) / "turns.lock") if args.jobs > 1 else None
+        return run_all(todo, lambda job, timeout: run_isolated(job[0], job[1], args, timeout, lock), args.jobs,
+                       args.budget, args.timeout, done, not_run, least)
+
+
+def how_measured(args: argparse.Namespace) -> str:
+    """The run's conditions, printed above its table."""
+    share = compile_share(args.jobs)
+    rows = (f"{args.jobs} rows at once: a row compiles all its backends while other rows compile (each compiler "
+            f"{share} compile workers), then times them alone on the host" if args.jobs > 1 and not args.in_process
+            else "one row at a time: a row compiles all its backends, then times them")
+    return (f"{rows}; cold compile: the first call with empty caches, of Inductor's default mode and of Crucible "
+            f"without CUDA graphs; reduce-overhead and Crucible+CG compile after them on the same caches (kernel "
+            f"builds and tuning warm; Inductor re-lowers the graph: its FX graph cache key includes the CUDA-graph "
+            f"setting), so their compile times are not in the table")
+
+
+def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler.bench.models", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
@@ -303,6 +431,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true",
                         help="tiny stand-ins of each model and small inputs: a smoke check of the script")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per model and dtype (default 600)")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="rows (model x dtype) run at once: their compiles overlap, every timing runs alone "
+                             "(default 1)")
+    parser.add_argument("--budget", type=float,
+                        help="seconds for all rows: a row gets at most what is left as its timeout, rows not "
+                             "started in time are listed as not run")
     parser.add_argument("--in-process", action="store_true",
                         help="run every model in this process (no timeout; compiles are not cold after the first)")
     parser.add_argument("--no-launch-bench", action="store_true", help="skip the launch micro-benchmark")
@@ -313,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                              "or timed), to check that every model compiles (compiler/bench/render_check.py)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error(f"--jobs {args.jobs}: expected at least 1 (rows run at once)")
     if args.render_only:
         return render_only(args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -320,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.worker:
         for name, dtype in pairs(args, parser):
-            row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends))
+            row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends), turns)
             print(_RESULT + json.dumps(row), flush=True)
         return 0
     launch_rows = []
@@ -330,21 +466,11 @@ def main(argv: list[str] | None = None) -> int:
         launch_rows = launch_table()
         for what, us in launch_rows:
             print(f"host time per launch: {what}: {us:.1f} us", flush=True)
-    results = []
-    for name, dtype in pairs(args, parser):
-        started = time.perf_counter()
-        row = (measure_model(name, dtype, args.device, args.tiny, tuple(args.backends)) if args.in_process
-               else run_isolated(name, dtype, args))
-        results.append(row)
-        print(f"[{time.perf_counter() - started:6.1f} s] {name} {dtype}: " +
-              ", ".join(f"{b} {_fmt(v.get('ms'), '.3f')} ms" if "ms" in v else f"{b} FAILED"
-                        for b, v in row["backends"].items()) + (f" ({row['error']})" if "error" in row else ""),
-              flush=True)
-        if args.json:
-            with args.json.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+    started = time.perf_counter()
+    results = run_rows(pairs(args, parser), args)
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
-    head = f"device: {device}, torch {torch.__version__}" + (", tiny models" if args.tiny else "")
+    head = (f"device: {device}, torch {torch.__version__}" + (", tiny models" if args.tiny else "") +
+            f"\n{how_measured(args)}; all rows: {time.perf_counter() - started:.0f} s wall")
     text = head + "\n\n" + render_tables(results, launch_rows)
     print(text)
     if args.markdown:

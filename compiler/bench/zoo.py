@@ -23,7 +23,8 @@ class ModelSpec:
     def build(self, dtype: torch.dtype, device: str, tiny: bool) -> tuple[torch.nn.Module, tuple]:
         """The model in inference mode (eval, no grad needed) and its example inputs."""
         maker = _timm if self.family == "timm" else _TRANSFORMERS[self.name]
-        model, inputs = maker(self, tiny)
+        with torch.device(device):  # weights initialized where they run (a ~1B model on a CPU core: seconds)
+            model, inputs = maker(self, tiny)
         model = model.eval().requires_grad_(False).to(device=device, dtype=dtype)
         inputs = tuple(t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype) for t in inputs)
         return model, inputs

@@ -58,3 +58,15 @@ def test_render_only_compiles_a_model_for_the_gpu_without_one(capsys) -> None:
     assert models.main(["--render-only", "--tiny", "--pairs", "gpt2:bf16"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("gpt2 bf16: ") and "kernels +" in out and "externs" in out
+
+
+def test_compile_breakdown_splits_crucible_compile_by_pass() -> None:
+    """Each pass's seconds, tuning, and the rest (Dynamo, AOTAutograd, the run) adding up to the compile."""
+    row = _row("resnet50", "fp32", crucible=1.0)
+    row["backends"]["crucible"].update(compile_s=10.0, tuning_s=1.5,
+                                       passes_s={"lower": 1.0, "schedule": 0.5, "load": 4.0})
+    text = models.compile_breakdown([row, _row("gpt2", "bf16", eager=1.0)])
+    header, _, line = text.splitlines()[1:4]
+    cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")]))
+    assert (float(cells["load"]), float(cells["tuning"]), float(cells["rest"])) == (4.0, 1.5, 3.0)
+    assert "gpt2" not in text  # no Crucible compile in that row

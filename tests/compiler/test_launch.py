@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from compiler.runtime import ALIGNMENT, bind_launch
+from compiler import tuning_cache
+from compiler.runtime import ALIGNMENT, bind_launch, bind_static_launch, static_launch_refusal
 
 
 class FakeCompiledKernel:
@@ -81,6 +82,76 @@ def test_unbindable_parameters_keep_the_dispatch() -> None:
                        lambda *a: None, 0, stream=lambda d: 0) is None
 
 
+class FakeSource:
+    signature = {"p0": "*fp32", "p1": "*bf16", "XBLOCK": "constexpr", "RBLOCK": "constexpr"}
+
+
+class FakeMetadata:
+    num_warps = 4
+    shared = 256
+    global_scratch_size = 0
+    profile_scratch_size = 0
+
+
+class FakeStaticKernel(FakeCompiledKernel):
+    """A compiled kernel as ``bind_static_launch`` reads it: its function, metadata and signature."""
+
+    src = FakeSource()
+    metadata = FakeMetadata()
+
+
+def _bind_static(kernel, fallback, launches: list, checked=(0, 1)):
+    return bind_static_launch(kernel, ["p0", "p1", "XBLOCK", "RBLOCK"], (7, 2), 2, checked, fallback, 0,
+                              stream=lambda device: 99 + device, launch_kernel=lambda *a: launches.append(a))
+
+
+def test_static_launch_passes_data_pointers_warps_shared_memory_and_null_scratch() -> None:
+    launches, fell_back = [], []
+    launch = _bind_static(FakeStaticKernel(), lambda *a: fell_back.append(a), launches)
+    a, b = torch.zeros(8), torch.zeros(8)
+    launch(a, b)
+    assert not fell_back
+    assert launches == [(1234, 7, 2, 1, 4, 256, "OOOO", (a.data_ptr(), b.data_ptr(), None, None), 99)]
+
+
+def test_static_launch_sends_misaligned_and_hooked_launches_to_the_fallback(monkeypatch) -> None:
+    import triton
+
+    launches, fell_back = [], []
+    launch = _bind_static(FakeStaticKernel(), lambda *a: fell_back.append(a), launches)
+    base = torch.zeros(9)
+    launch(base[1:], base)
+    assert not launches and len(fell_back) == 1
+    hook = triton.knobs.runtime.launch_enter_hook
+    if hasattr(hook, "add"):
+        monkeypatch.setattr(hook, "calls", [lambda *a: None])
+    else:
+        monkeypatch.setattr(triton.knobs.runtime, "launch_enter_hook", lambda *a: None)
+    launch(base, base)
+    assert not launches and len(fell_back) == 2
+
+
+@pytest.mark.parametrize("change, reason", [
+    ({"signature": {"p0": "*fp32", "p1": "i32", "XBLOCK": "constexpr", "RBLOCK": "constexpr"}}, "not a pointer"),
+    ({"global_scratch_size": 64}, "scratch memory"),
+    ({"launch_pdl": True}, "launch feature"),
+])
+def test_static_launch_refuses_what_it_cannot_launch(change, reason) -> None:
+    """Such a kernel keeps Triton's launcher (``bind_launch``): refused, not launched wrongly."""
+    kernel = FakeStaticKernel()
+    kernel.src = type("Src", (), {"signature": change.get("signature", FakeSource.signature)})()
+    kernel.metadata = type("Meta", (FakeMetadata,), {k: v for k, v in change.items() if k != "signature"})()
+    assert reason in static_launch_refusal(kernel, ["p0", "p1", "XBLOCK", "RBLOCK"], 2)
+    assert _bind_static(kernel, lambda *a: None, []) is None
+
+
+def test_kernels_of_older_triton_without_scratch_take_only_their_pointers() -> None:
+    kernel, launches = FakeStaticKernel(), []
+    kernel.metadata = type("Meta", (), {"num_warps": 8, "shared": 0})()
+    _bind_static(kernel, lambda *a: None, launches)(torch.zeros(4), torch.zeros(4))
+    assert launches[0][4:7] == (8, 0, "OO") and len(launches[0][7]) == 2
+
+
 @pytest.mark.gpu
 def test_gpu_kernels_are_bound_after_the_first_launch() -> None:
     import compiler
@@ -94,6 +165,9 @@ def test_gpu_kernels_are_bound_after_the_first_launch() -> None:
     torch.testing.assert_close(out, torch.softmax(x * 2, -1) + 1)
     launchers = [v for v in wrapper.launchers.values() if isinstance(v, KernelLauncher)]
     assert launchers and all(launcher.bound is not None for launcher in launchers)
+    # torch's static launcher where torch has it (torch >= 2.7 builds with CUDA)
+    expected = "static" if hasattr(torch._C, "_StaticCudaLauncher") else "triton"
+    assert {launcher.launch_path for launcher in launchers} == {expected}
     out = wrapper.call([x])
     torch.testing.assert_close(out, torch.softmax(x * 2, -1) + 1)
     # a misaligned input: the launch falls back to the dispatch, which builds a variant for it
@@ -135,3 +209,44 @@ def test_identical_kernels_of_a_graph_are_tuned_once(monkeypatch) -> None:
     second.tune(())
     assert len(timed) == 1 + len(rendered.alternatives)  # not timed again
     assert (second.grid, second.meta) == (first.grid, first.meta)
+
+
+def test_a_tuned_launch_config_is_kept_on_disk_for_later_processes(monkeypatch, tmp_path) -> None:
+    """A later process (here: an emptied in-memory table) takes the config from the cache directory
+    instead of timing the candidates again; a different device kind tunes again."""
+    import triton.testing
+
+    import compiler
+    from compiler import runtime
+    from compiler.codegen.triton import TritonRenderer
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(tmp_path))
+    x = torch.randn(1 << 21)
+    renderer = TritonRenderer(interpret=False)
+    gm = compiler.trace_aten(lambda a: torch.sigmoid(a) * 5, x)
+    (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
+    rendered = renderer.render(kernel)
+    assert rendered.alternatives
+    timed = []
+    last = len(rendered.alternatives)
+
+    def fake_bench(fn, **kwargs) -> float:
+        timed.append(fn)
+        return 0.0 if len(timed) == last + 1 else 1.0  # the last config is fastest
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    monkeypatch.setattr(runtime, "_TUNED", {})
+    first = runtime.KernelLauncher(rendered, False)
+    first.tune(())
+    assert len(timed) == last + 1 and (first.grid, first.meta) == first.configs[-1]
+    monkeypatch.setattr(runtime, "_TUNED", {})
+    tuning_cache.forget_loaded()  # as a new process: the file is read again
+    later = runtime.KernelLauncher(rendered, False)
+    later.tune(())
+    assert len(timed) == last + 1 and (later.grid, later.meta) == first.configs[-1]
+    key = first.tuning_key()
+    assert f"kernel {first.symbol}" in key and tuning_cache.lookup(key, len(first.configs)) == last
+    assert tuning_cache.lookup(key.replace("no-gpu", "another GPU", 1), len(first.configs)) is None
+    assert tuning_cache.lookup(key, last) is None  # no longer a candidate

@@ -105,3 +105,58 @@ def test_triton_launch_configs_build_before_the_first_call() -> None:
         for launcher in launchers:
             launcher.fn.compile = real[id(launcher.fn)]
     assert not builds
+
+
+@pytest.mark.parametrize("value", ["-1", "some"])
+def test_bad_compile_processes_is_a_clear_error(value, monkeypatch) -> None:
+    monkeypatch.setenv("CRUCIBLE_COMPILE_PROCESSES", value)
+    with pytest.raises(ValueError, match="CRUCIBLE_COMPILE_PROCESSES.*build processes"):
+        config.compile_processes()
+
+
+def test_build_processes_do_not_rerun_a_script_without_a_main_guard(tmp_path) -> None:
+    """A spawned process imports its parent's ``__main__``: a script that compiles at import would
+    compile again in every build process (and recurse into starting pools). The pool keeps it out."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "compile_at_import.py"
+    script.write_text("import os\n"
+                      "print('script body ran', flush=True)\n"
+                      "os.environ['CRUCIBLE_COMPILE_PROCESSES'] = '1'\n"
+                      "from compiler import runtime\n"
+                      "pool = runtime.build_processes()\n"
+                      "print('built in another process:', pool.submit(os.getpid).result() != os.getpid())\n")
+    root = str(Path(compiler.__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("script body ran") == 1 and "built in another process: True" in done.stdout
+
+
+@pytest.mark.gpu
+def test_gpu_kernels_build_in_worker_processes(monkeypatch, tmp_path) -> None:
+    """CRUCIBLE_COMPILE_PROCESSES: every launch config is built by a worker process (into Triton's
+    disk cache, then loaded here), and the graph computes what eager does."""
+    from compiler import runtime
+
+    monkeypatch.setenv("CRUCIBLE_COMPILE_PROCESSES", "2")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton"))
+    monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(tmp_path / "crucible"))
+    real = runtime.build_processes()
+    submitted = []
+
+    class Spy:
+        def submit(self, fn, *args):
+            submitted.append(args[1])
+            return real.submit(fn, *args)
+
+    monkeypatch.setattr(runtime, "build_processes", lambda: Spy())
+    a, b = torch.randn(300, 70, device="cuda"), torch.randn(70, device="cuda")
+    comp = GraphCompilation(_graph(three_kernels, a, b), "triton", "inference")
+    wrapper = comp.compile()
+    assert {k.symbol for k in comp.report.kernels} <= set(submitted) and submitted
+    for got, want in zip(wrapper.call([a, b]), three_kernels(a, b)):
+        torch.testing.assert_close(got, want)

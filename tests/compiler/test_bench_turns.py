@@ -1,0 +1,121 @@
+"""``compiler.bench.turns``: rows of the model benchmark compile at once, each timing runs alone.
+
+The lock is exercised across real processes (POSIX record locks are per process); the children load
+``turns.py`` by path, so they start in a fraction of a second (no torch import)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from compiler.bench import models, turns
+from compiler.bench.turns import Turns, run_all, run_worker
+
+CHILD = """
+import importlib.util, sys, time
+spec = importlib.util.spec_from_file_location("turns", {path!r})
+turns = importlib.util.module_from_spec(spec); spec.loader.exec_module(turns)
+t = turns.Turns({lock!r})
+getattr(t, {phase!r})()
+print(time.time(), flush=True)
+time.sleep({hold})
+"""
+
+
+def _child(lock: Path, phase: str, hold: float = 0.0) -> subprocess.Popen:
+    code = CHILD.format(path=turns.__file__, lock=str(lock), phase=phase, hold=hold)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+
+
+def _started(proc: subprocess.Popen) -> float:
+    out, _ = proc.communicate(timeout=30)
+    return float(out.split()[0])
+
+
+def test_a_timing_waits_for_compiles_and_later_compiles_wait_for_it(tmp_path) -> None:
+    """While this process compiles, a timing row waits; a row that asks to compile after the timing
+    asked waits behind it (compiles that keep coming never starve a timing)."""
+    lock = tmp_path / "turns.lock"
+    mine = Turns(str(lock))
+    mine.compiling()
+    timing = _child(lock, "timing", hold=0.5)
+    time.sleep(0.5)  # the timing child is now waiting for this compile
+    compiling = _child(lock, "compiling")
+    time.sleep(0.5)
+    released = time.time()
+    mine.release()
+    timed_at, compiled_at = _started(timing), _started(compiling)
+    assert timed_at >= released
+    assert compiled_at >= timed_at + 0.4  # after the timing's half-second hold, not beside it
+
+
+def test_every_waiting_timing_runs_before_a_new_compile(tmp_path) -> None:
+    """Two rows wait to time; a row asking to compile meanwhile starts only after both timed (the
+    waiters of a released lock race: it must not slip in between and hold them for its compile)."""
+    lock = tmp_path / "turns.lock"
+    mine = Turns(str(lock))
+    mine.compiling()
+    timings = [_child(lock, "timing", hold=0.5) for _ in range(2)]
+    time.sleep(0.5)
+    compiling = _child(lock, "compiling")
+    time.sleep(0.5)
+    mine.release()
+    timed = sorted(_started(t) for t in timings)
+    assert timed[1] >= timed[0] + 0.4  # one at a time
+    assert _started(compiling) >= timed[1] + 0.4
+
+
+def test_compiles_share_the_lock(tmp_path) -> None:
+    lock = tmp_path / "turns.lock"
+    mine = Turns(str(lock))
+    mine.compiling()
+    start = time.time()
+    other = _started(_child(lock, "compiling"))
+    assert other - start < 10  # did not wait for this process's release
+    mine.timing()  # the other compile has exited: nothing holds the lock
+    mine.release()
+
+
+def test_run_all_keeps_order_runs_at_once_and_spends_its_budget(tmp_path) -> None:
+    seen = []
+
+    def run(job: float, timeout: float) -> dict:
+        time.sleep(job)
+        return {"job": job, "timeout": timeout}
+
+    start = time.perf_counter()
+    out = run_all([0.4, 0.1, 0.4, 0.1], run, 2, None, 60, lambda job, row, s: seen.append(job), lambda j: {})
+    assert [r["job"] for r in out] == [0.4, 0.1, 0.4, 0.1] and sorted(seen) == sorted([0.4, 0.1, 0.4, 0.1])
+    assert time.perf_counter() - start < 0.95  # 1.0 s one by one
+    out = run_all([1.5, 0.1, 0.1], run, 1, 1.2, 60, lambda *a: None, lambda job: {"not run": job})
+    assert out[0]["timeout"] <= 1.2 and out[1:] == [{"not run": 0.1}, {"not run": 0.1}]
+    # 1.5 s of a 3 s budget left, but a job needs 2: not started (it would only time out)
+    out = run_all([1.5, 0.1], run, 1, 3.0, 60, lambda *a: None, lambda job: {"not run": job}, least=2.0)
+    assert out[1] == {"not run": 0.1}
+
+
+def test_a_worker_past_its_timeout_is_ended_with_what_it_started() -> None:
+    start = time.perf_counter()
+    status, _, _ = run_worker(["sh", "-c", "sleep 30 & sleep 30"], timeout=0.5)
+    assert status is None and time.perf_counter() - start < 10
+
+
+def test_a_row_in_a_worker_started_through_turns(capsys) -> None:
+    """The whole path of ``--jobs 2`` (one row: the lock's behaviour is tested above): the worker
+    starts through ``turns.py`` with its shared hold, and its result reaches the table."""
+    assert models.main(["--tiny", "--device", "cpu", "--jobs", "2", "--backends", "eager",
+                        "--pairs", "resnet50:fp32", "--timeout", "300", "--no-launch-bench"]) == 0
+    out = capsys.readouterr().out
+    assert "2 rows at once" in out
+    (line,) = [line for line in out.splitlines() if line.startswith("| resnet50")]
+    assert "FAILED" not in out and "error" not in line and float(line.split("|")[3]) > 0  # eager ms
+
+
+def test_bad_jobs_is_a_clear_error(capsys) -> None:
+    with pytest.raises(SystemExit):
+        models.main(["--jobs", "0", "--device", "cpu"])
+    assert "--jobs 0: expected at least 1" in capsys.readouterr().err
