@@ -387,14 +387,17 @@ def lower_clamp(ctx: GraphLowering, node: Any, x: Any, lo: Any = None, hi: Any =
         lo, hi = None, lo
     common = promote(x, lo, hi)
 
+    def may_be_nan(bound: Any) -> bool:
+        return common.is_floating_point and not (isinstance(bound, (int, float)) and not math.isnan(bound))
+
     def fn(v: V, *bounds: V) -> V:
-        it = iter(bounds)
+        it = iter(bounds)  # NaN in v stays NaN, and a NaN bound gives NaN, like ATen
         if lo is not None:
             low = next(it)
-            v = sel(v < low, low, v)  # NaN in v stays NaN, like ATen
+            v = sel((v < low) | low.ne(low), low, v) if may_be_nan(lo) else sel(v < low, low, v)
         if hi is not None:
             high = next(it)
-            v = sel(v > high, high, v)
+            v = sel((v > high) | high.ne(high), high, v) if may_be_nan(hi) else sel(v > high, high, v)
         return v
 
     return pointwise(node, fn, x, *[b for b in (lo, hi) if b is not None], compute=common)

@@ -201,3 +201,21 @@ def test_low_precision_floats_with_integer_and_scalar_operands(codegen: str, dev
                 continue  # ATen's vectorized bfloat16 trunc/floor division rounds first: FINDINGS.md, 'div trunc'
             assert g.dtype == w.dtype and torch.equal(g.isnan(), w.isnan()), (dtype, k, g, w)
             assert torch.equal(g.nan_to_num(), w.nan_to_num()), (dtype, k // 8, k % 8, g, w)
+
+
+def _clamps_with_nan_bounds(a, t):
+    nan = math.nan
+    return (aten.clamp_max.default(a, nan), aten.clamp_min.default(a, nan), aten.clamp.default(a, nan, 1.0),
+            aten.clamp.default(a, -1.0, nan), aten.clamp.default(a, -1.0, 1.0), aten.clamp_min.Tensor(a, t),
+            aten.clamp.default(a.int(), -1, 1))
+
+
+def test_clamp_with_a_nan_bound_is_nan(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-triton on the H200 (1 node each): ``aten.clamp_max.default(x0, nan)`` and
+    ``clamp_min`` kept x where eager gives NaN everywhere: ``where(x > nan, nan, x)`` is x. The
+    same lowering runs on every codegen, so it reproduced on CPU too."""
+    a = torch.tensor(SPECIALS + [0.5, -7.0], device=device)
+    t = torch.tensor([math.nan, 1.0] * 4 + [0.0], device=device)
+    got = _compiled(_clamps_with_nan_bounds, a, t, codegen=codegen)(a, t)
+    for k, (g, w) in enumerate(zip(got, _clamps_with_nan_bounds(a, t))):
+        torch.testing.assert_close(g, w, equal_nan=True, atol=0, rtol=0, msg=str(k))
