@@ -180,7 +180,7 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     na, nb = a.norm().item(), b.norm().item()
     if na == 0 or nb == 0:
         return 1.0 if na == nb else 0.0
-    return float((a.flatten() @ b.flatten()).item() / (na * nb))
+    return float(((a.flatten() / na) @ (b.flatten() / nb)).item())  # na * nb underflows for 1e-308
 
 
 class ParityOracle:
