@@ -58,6 +58,9 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.div.Tensor_mode", "RMSE",
                  "ATen's CPU bfloat16 trunc division rounds the quotient to bfloat16 before truncating in its "
                  "vectorized loop only (14.99 -> 15) and not in its scalar tail; FINDINGS.md: 'div trunc bfloat16'"),
+    KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.scaled_dot_product_attention.default", "NaN positions",
+                 "ATen's CPU flash attention returns 0 for a query row whose scores are all NaN (math path and "
+                 "Crucible's template: NaN); FINDINGS.md: 'CPU flash attention: a query row whose scores are all NaN'"),
     KnownFinding("decompositions", "fail_accuracy", "core:aten::soft_margin_loss_backward", "worse than the op",
                  "torch's rule computes sigmoid(y * x) - 1, which cancels (14% off where the kernel is exact); "
                  "FINDINGS.md: 'Torch decomposition rules triaged from crucible fuzz-decomps'"),
