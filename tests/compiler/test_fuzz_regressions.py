@@ -121,9 +121,12 @@ def test_batch_norm_inference_folds_like_eager_near_float_max(codegen: str, devi
         return aten._native_batch_norm_legit_no_training.default(a, w, b, m, v, 0.1, 1e-5)[0]
 
     got = _compiled(fn, x, weight, bias, mean, var, codegen=codegen)(x, weight, bias, mean, var)
-    want = fn(x, weight, bias, mean, var)
+    # against ATen's CPU kernel on every device: CUDA's kernel computes (x - mean) * invstd * w + b,
+    # which overflows in the first three channels (-inf) and not in the last (FINDINGS.md:
+    # 'inference batch norm: ATen's CPU and CUDA kernels overflow in different places')
+    want = fn(*(t.cpu() for t in (x, weight, bias, mean, var)))
     assert torch.isfinite(got[0, :3]).all(), got
-    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=0)
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=1e-5, atol=0)
 
 
 def test_argmax_over_an_expanded_input(codegen: str, device: str) -> None:
