@@ -85,8 +85,9 @@ def operand(v: Any, shape: tuple[int, ...], dtype: torch.dtype) -> Expr:
 # torch's CPU kernels: mul and div (every rounding mode) read a one-element second operand (a
 # Python number or a tensor of one element) that way, so float16 inf / int32 -2**31 is -inf where
 # narrowing first gives inf / -inf = NaN; add, sub, remainder, fmod, atan2, maximum, pow and the
-# comparisons narrow. On CUDA the add, sub, mul and div kernels read a CPU scalar (a graph's Python
-# number) at float32 in any position; device tensors narrow.
+# comparisons narrow. On CUDA (from the kernels' source, opmath_gpu_kernel_with_scalars, not yet
+# measured) the add, sub, mul and div kernels read a CPU scalar (a graph's Python number) at float32
+# in any position; device tensors narrow.
 REDUCED_FLOATS = (torch.float16, torch.bfloat16)
 _CPU_OPMATH_SECOND = (aten.mul, aten.div)
 _CUDA_OPMATH_NUMBERS = (aten.add, aten.sub, aten.rsub, aten.mul, aten.div)
