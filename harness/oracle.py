@@ -177,6 +177,9 @@ def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
 def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     if a.numel() == 0:
         return 1.0
+    scale = max(a.abs().max().item(), b.abs().max().item())
+    if 0 < scale < math.inf:  # squares of values near 1e-308 underflow (a norm of 0), of 1e200 overflow
+        a, b = a / scale, b / scale
     na, nb = a.norm().item(), b.norm().item()
     if na == 0 or nb == 0:
         return 1.0 if na == nb else 0.0

@@ -213,6 +213,10 @@ class _KernelWriter:
         if op is Op.ISNAN:
             return self.tmp(e, f"{a[0]} != {a[0]}")
         if op is Op.DIV:
+            if cdt == torch.float32 and not self.r.interpret:
+                # Triton's fp32 `/` is PTX div.full.f32: approximate (2 ulp) and flushing subnormals,
+                # so 1e-3 / 1e-40 is inf where ATen's CUDA division (IEEE div.rn) gives 1e37
+                return self.tmp(e, f"tl.math.div_rn({a[0]}, {a[1]})")
             return self.tmp(e, f"{a[0]} / {a[1]}" if cdt.is_floating_point else f"{a[0]} // {a[1]}")
         if op is Op.MOD:
             return self.tmp(e, f"{a[0]} % {a[1]}")

@@ -73,18 +73,52 @@ def operand(v: Any, shape: tuple[int, ...], dtype: torch.dtype) -> Expr:
     if isinstance(v, (Lazy, Strided)):
         return ir.cast(broadcast_read(v, shape), dtype)
     if isinstance(v, (bool, int, float)):
+        if dtype in REDUCED_FLOATS and not isinstance(v, bool):
+            v = torch.tensor(v, dtype=dtype).item()  # eager reads a number as the 16-bit common dtype
         return ir.const(v, dtype)
     raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"operand of type {type(v).__name__}")
 
 
-def pointwise(node: Any, fn: Callable[..., V], *args: Any, compute: torch.dtype | None = None) -> Lazy:
-    """Lazy value of ``fn(*args)`` at the node's output shape, cast to its dtype."""
+# ATen's reduced-float scalar rule. Eager computes float16/bfloat16 arithmetic in float32 after
+# reading every operand as the 16-bit common dtype (int32 -2**31 becomes -inf, 3001 becomes 3000),
+# except where a kernel reads a scalar operand at float32 from its original dtype. Measured on
+# torch's CPU kernels: mul and div (every rounding mode) read a one-element second operand (a
+# Python number or a tensor of one element) that way, so float16 inf / int32 -2**31 is -inf where
+# narrowing first gives inf / -inf = NaN; add, sub, remainder, fmod, atan2, maximum, pow and the
+# comparisons narrow. On CUDA (from the kernels' source, opmath_gpu_kernel_with_scalars, not yet
+# measured) the add, sub, mul and div kernels read a CPU scalar (a graph's Python number) at float32
+# in any position; device tensors narrow.
+REDUCED_FLOATS = (torch.float16, torch.bfloat16)
+_CPU_OPMATH_SECOND = (aten.mul, aten.div)
+_CUDA_OPMATH_NUMBERS = (aten.add, aten.sub, aten.rsub, aten.mul, aten.div)
+
+
+def reads_at_opmath(device: torch.device, node: Any, index: int, arg: Any) -> bool:
+    """Whether eager reads operand ``index`` of ``node`` at float32 instead of narrowing it."""
+    packet = getattr(node.target, "overloadpacket", None)
+    number = isinstance(arg, (int, float)) and not isinstance(arg, bool)
+    if device.type == "cuda":
+        return number and packet in _CUDA_OPMATH_NUMBERS
+    one_element = number or (isinstance(arg, (Lazy, Strided)) and math.prod(arg.shape) == 1)
+    return index == 1 and one_element and packet in _CPU_OPMATH_SECOND
+
+
+def pointwise(node: Any, fn: Callable[..., V], *args: Any, compute: torch.dtype | None = None,
+              device: torch.device | None = None) -> Lazy:
+    """Lazy value of ``fn(*args)`` at the node's output shape, cast to its dtype. With ``device``,
+    a 16-bit computation follows ATen's reduced-float scalar rule on it (``reads_at_opmath``)."""
     shape, out_dtype = out_meta(node)
     if compute is None:
         compute = promote(*args)
     if out_dtype in (torch.complex64, torch.complex128) or compute in (torch.complex64, torch.complex128):
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "complex tensors")
-    exprs = [V(operand(a, shape, compute)) for a in args]
+    wide = [device is not None and compute in REDUCED_FLOATS and reads_at_opmath(device, node, i, a)
+            for i, a in enumerate(args)]
+    if any(wide):  # like the kernel: every operand in float32, one rounding of the result
+        exprs = [V(operand(a, shape, torch.float32) if w else ir.cast(operand(a, shape, compute), torch.float32))
+                 for a, w in zip(args, wide)]
+    else:
+        exprs = [V(operand(a, shape, compute)) for a in args]
     result = fn(*exprs).e
     if out_dtype in (torch.float16, torch.bfloat16) and result.dtype == out_dtype \
             and result.op not in (Op.LOAD, Op.CAST, Op.CONST):
@@ -202,27 +236,27 @@ def _alpha(b: V, alpha: Any) -> V:
 def lower_add(ctx: GraphLowering, node: Any, a: Any, b: Any, alpha: Any = None) -> Lazy:
     if promote(a, b) == torch.bool:
         return pointwise(node, lambda x, y: V(ir.binary(Op.OR, x.e, y.e)), a, b)
-    return pointwise(node, lambda x, y: x + _alpha(y, alpha), a, b)
+    return pointwise(node, lambda x, y: x + _alpha(y, alpha), a, b, device=ctx.graph.device)
 
 
 @register(aten.sub, aten.rsub)
 def lower_sub(ctx: GraphLowering, node: Any, a: Any, b: Any, alpha: Any = None) -> Lazy:
     if node.target.overloadpacket is aten.rsub:
         a, b = b, a
-    return pointwise(node, lambda x, y: x - _alpha(y, alpha), a, b)
+    return pointwise(node, lambda x, y: x - _alpha(y, alpha), a, b, device=ctx.graph.device)
 
 
 @register(aten.mul)
 def lower_mul(ctx: GraphLowering, node: Any, a: Any, b: Any) -> Lazy:
     if promote(a, b) == torch.bool:
         return pointwise(node, lambda x, y: V(ir.binary(Op.AND, x.e, y.e)), a, b)
-    return pointwise(node, lambda x, y: x * y, a, b)
+    return pointwise(node, lambda x, y: x * y, a, b, device=ctx.graph.device)
 
 
 @register(aten.div)
 def lower_div(ctx: GraphLowering, node: Any, a: Any, b: Any, rounding_mode: str | None = None) -> Lazy:
     if rounding_mode is None:
-        return pointwise(node, lambda x, y: x / y, a, b, compute=float_compute(node, a, b))
+        return pointwise(node, lambda x, y: x / y, a, b, compute=float_compute(node, a, b), device=ctx.graph.device)
     common = promote(a, b)
     if rounding_mode == "trunc":
         fn = (lambda x, y: trunc(x / y)) if common.is_floating_point else (lambda x, y: x / y)
@@ -230,7 +264,7 @@ def lower_div(ctx: GraphLowering, node: Any, a: Any, b: Any, rounding_mode: str 
         fn = float_floor_div if common.is_floating_point else (lambda x, y: V(ir.binary(Op.FLOORDIV, x.e, y.e)))
     else:
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"rounding_mode={rounding_mode!r}")
-    return pointwise(node, fn, a, b)
+    return pointwise(node, fn, a, b, device=ctx.graph.device)
 
 
 def float_floor_div(x: V, y: V) -> V:
@@ -354,14 +388,17 @@ def lower_clamp(ctx: GraphLowering, node: Any, x: Any, lo: Any = None, hi: Any =
         lo, hi = None, lo
     common = promote(x, lo, hi)
 
+    def may_be_nan(bound: Any) -> bool:
+        return common.is_floating_point and not (isinstance(bound, (int, float)) and not math.isnan(bound))
+
     def fn(v: V, *bounds: V) -> V:
-        it = iter(bounds)
+        it = iter(bounds)  # NaN in v stays NaN, and a NaN bound gives NaN, like ATen
         if lo is not None:
             low = next(it)
-            v = sel(v < low, low, v)  # NaN in v stays NaN, like ATen
+            v = sel((v < low) | low.ne(low), low, v) if may_be_nan(lo) else sel(v < low, low, v)
         if hi is not None:
             high = next(it)
-            v = sel(v > high, high, v)
+            v = sel((v > high) | high.ne(high), high, v) if may_be_nan(hi) else sel(v > high, high, v)
         return v
 
     return pointwise(node, fn, x, *[b for b in (lo, hi) if b is not None], compute=common)

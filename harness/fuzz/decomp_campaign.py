@@ -24,7 +24,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from harness.fuzz.builder import GraphLimits, graphs
-from harness.fuzz.decomps import RedirectedAten, Rule, judge, reason_kind, select_rules
+from harness.fuzz.decomps import RedirectedAten, Rule, judge, reason_kind, select_rules, to64_rounded
 from harness.fuzz.graph import FuzzGraph, namespace
 from harness.fuzz.known import match_known
 from harness.fuzz.values import make_input
@@ -71,7 +71,8 @@ def _graph_thunks(rule: Rule, graph: FuzzGraph) -> tuple:
 
     redirected = {**namespace(), "aten": RedirectedAten(rule)}
     return (lambda: run(namespace(), graph.make_inputs()), lambda: run(redirected, graph.make_inputs()),
-            lambda: run(namespace(reference=True), graph.make_inputs(reference=True)))
+            lambda: run(namespace(reference=True), graph.make_inputs(reference=True)),
+            lambda: run(namespace(reference=True), to64_rounded(graph.make_inputs())))
 
 
 def _perturb(value: Any, profile: str | None, seed: int) -> Any:
@@ -90,7 +91,8 @@ def _captured_thunks(rule: Rule, call: tuple, profile: str | None, seed: int) ->
     args, kwargs = _perturb(call, profile, seed)
     fresh = lambda: (_perturb(args, None, 0), _perturb(kwargs, None, 0))  # noqa: E731
     return (lambda: rule.op(*fresh()[0], **fresh()[1]), lambda: rule.fn(*fresh()[0], **fresh()[1]),
-            lambda: rule.op(*_to64(fresh()[0]), **_to64(fresh()[1])))
+            lambda: rule.op(*_to64(fresh()[0]), **_to64(fresh()[1])),
+            lambda: rule.op(*to64_rounded(fresh()[0]), **to64_rounded(fresh()[1])))
 
 
 def _case_strategy(rule: Rule, spec: Any, captured: list) -> Any:
@@ -301,7 +303,8 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
                  "    ns.update(zip(NAMES, [make_input(d) for d in INPUTS]))\n"
                  "    return eval(EXPR, ns)\n"
                  "def reference():\n"
-                 "    return None  # judged against the op only\n")
+                 "    return None  # judged against the op only\n"
+                 "rounded = reference\n")
     else:
         buf = io.BytesIO()
         torch.save(_perturb(captured[case[1]], case[2], case[3]), buf)
@@ -313,7 +316,11 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
                  "def reference():\n"
                  "    from harness.fuzz.decomps import _to64\n"
                  "    args, kwargs = torch.load(io.BytesIO(base64.b64decode(CALL)), weights_only=False)\n"
-                 "    return OP(*_to64(args), **_to64(kwargs))\n")
+                 "    return OP(*_to64(args), **_to64(kwargs))\n"
+                 "def rounded():\n"
+                 "    from harness.fuzz.decomps import to64_rounded\n"
+                 "    args, kwargs = torch.load(io.BytesIO(base64.b64decode(CALL)), weights_only=False)\n"
+                 "    return OP(*to64_rounded(args), **to64_rounded(kwargs))\n")
     return (f"# Crucible decomposition finding: {rule.name} ({rule.op}): {failure.status}\n# {failure.reason[:300]}\n"
             "import base64, io, math\nimport torch\n"
             "from compiler.decompositions import decomposition_table_for_compiler\n"
@@ -321,7 +328,7 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
             f"OP = torch.ops.aten.{rule.op.__name__.replace('.default', '')}.{rule.op._overloadname}\n"
             "RULE = decomposition_table_for_compiler()[OP]\n" + setup +
             "rule = Rule('repro', OP, RULE)\n"
-            "verdict = judge(lambda: call(torch.ops.aten), lambda: call(RedirectedAten(rule)), reference)\n"
+            "verdict = judge(lambda: call(torch.ops.aten), lambda: call(RedirectedAten(rule)), reference, rounded)\n"
             "print(verdict or 'decomposition matches the op')\nraise SystemExit(1 if verdict else 0)\n")
 
 

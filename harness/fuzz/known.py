@@ -58,6 +58,21 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.div.Tensor_mode", "RMSE",
                  "ATen's CPU bfloat16 trunc division rounds the quotient to bfloat16 before truncating in its "
                  "vectorized loop only (14.99 -> 15) and not in its scalar tail; FINDINGS.md: 'div trunc bfloat16'"),
+    KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.scaled_dot_product_attention.default", "NaN positions",
+                 "ATen's CPU flash attention returns 0 for a query row whose scores are all NaN (math path and "
+                 "Crucible's template: NaN); FINDINGS.md: 'CPU flash attention: a query row whose scores are all NaN'"),
+    KnownFinding("decompositions", "fail_accuracy", "core:aten::soft_margin_loss_backward", "worse than the op",
+                 "torch's rule computes sigmoid(y * x) - 1, which cancels (14% off where the kernel is exact); "
+                 "FINDINGS.md: 'Torch decomposition rules triaged from crucible fuzz-decomps'"),
+    KnownFinding("decompositions", "fail_accuracy", "core:aten::logit_backward", "inf positions",
+                 "at x = -0.0 ATen's scalar loop gives +inf, its vectorized loop and torch's rule -inf; "
+                 "FINDINGS.md: 'Torch decomposition rules triaged from crucible fuzz-decomps'"),
+    KnownFinding("decompositions", "fail_accuracy", "core:aten::upsample_linear1d*", "NaN positions",
+                 "torch's rule: 0 * inf from a zero-weight neighbour (as upsample_bilinear2d); "
+                 "FINDINGS.md: 'Torch decomposition rules triaged from crucible fuzz-decomps'"),
+    KnownFinding("decompositions", "fail_accuracy", "torch:aten::native_group_norm_backward", "out[1]: NaN positions",
+                 "grad_weight (ds - db * mean) * rstd gives NaN at mean -3.4e38, rstd inf (kernel, float64: -inf); "
+                 "FINDINGS.md: 'Torch decomposition rules triaged from crucible fuzz-decomps'"),
 ]
 
 

@@ -322,3 +322,4 @@ def _count_nonzero(n: NodeDraw) -> str:
 
 
 import harness.fuzz.specs_structured  # noqa: E402,F401  (registers movement, indexing, nn, scan specs)
+import harness.fuzz.specs_attention  # noqa: E402,F401  (registers scaled dot-product attention)

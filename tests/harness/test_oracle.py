@@ -139,6 +139,17 @@ def test_without_reference_cosine_fallback() -> None:
     assert not ParityOracle().compare(eager, torch.randn(1000)).passed
 
 
+def test_outputs_near_the_smallest_normal_are_compared_without_a_crash() -> None:
+    """Fuzzer, aot_eager, seed 1: ``aten.sin.default(x0)`` of a float64 0-d 2.2e-308 crashed the
+    worker (ZeroDivisionError): the cosine's norm product underflowed to 0."""
+    tiny = torch.tensor(torch.finfo(torch.float64).tiny, dtype=torch.float64)
+    for dtype in (torch.float64, torch.float32):
+        x = tiny.to(dtype) * 3
+        result = ParityOracle(str(dtype).split(".")[1]).compare(x, x.clone(), x.double())
+        assert result.passed and result.cosine == pytest.approx(1.0), result
+    assert ParityOracle("float64").compare(tiny.expand(4), -tiny.expand(4)).cosine == pytest.approx(-1.0)
+
+
 def test_tolerance_override_loosens_with_a_reason() -> None:
     reference, eager, compiled = _runs(torch.float32)
     compiled = compiled * 1.02
