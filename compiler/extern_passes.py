@@ -214,6 +214,9 @@ def _rewrite_group(gm: torch.fx.GraphModule, k: int, group: list[_Member],
         offset = 0
         for m in group:
             piece = graph.call_function(aten.slice.Tensor, (new, 1, offset, offset + m.n))
+            if any(user.op == "output" for user in m.node.users):
+                # a graph output keeps the strides eager gives it (dense rows), not the slice's
+                piece = graph.call_function(aten.clone.default, (piece,), {"memory_format": torch.contiguous_format})
             m.node.replace_all_uses_with(piece)
             offset += m.n
     return stacks, new.name

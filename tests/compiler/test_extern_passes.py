@@ -179,6 +179,33 @@ def test_an_unaligned_gpu_weight_is_padded_to_16_bytes():
     assert merge_matmuls(FoldedGraph(gm), static, torch.device("cpu")).rewrites == []  # CPU: no padding
 
 
+class TwoHeads(torch.nn.Module):
+    """Two projections of one input returned as graph outputs (13 float32 columns: padded on the GPU)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = torch.nn.Linear(16, 13), torch.nn.Linear(16, 7)
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.a(x), self.b(x)
+
+
+@pytest.mark.parametrize("device", [CUDA, torch.device("cpu")], ids=["gpu-rules", "cpu-rules"])
+def test_graph_outputs_of_a_merged_gemm_keep_eager_strides(device):
+    """A column slice of the merged (or padded) result is strided like the merged matrix: as a graph
+    output it is copied dense, the strides eager returns (found by the channels-last GPU test, whose
+    5-class head came back with stride (8, 1))."""
+    torch.manual_seed(0)
+    model = TwoHeads().requires_grad_(False)
+    gm, args, static = traced(model, torch.randn(4, 16))
+    out = merge_matmuls(FoldedGraph(gm), static, device)
+    assert [r.pass_name for r in out.rewrites] == ["concat_matmuls"]
+    guard = FoldedWeights(lambda a: out.folded.gm(*a), out.folded.folds, GraphReport(0, "inference", 0, "triton"))
+    for got, want in zip(guard(list(args)), gm(*args)):
+        assert got.stride() == want.stride() == (want.shape[1], 1)
+        assert_close(got, want)
+
+
 def test_a_concatenated_weight_is_padded_once_as_a_whole():
     torch.manual_seed(0)
     gm, args, static = traced(Attention(kv=3).requires_grad_(False), torch.randn(2, 5, 16))
