@@ -84,11 +84,11 @@ class Turns:
 
 
 def worker_command(lock: str | None, argv: list[str]) -> list[str]:
-    """The command line of a worker: this file as a script (the shared hold first, then the
-    benchmark), or ``python -m compiler.bench.models`` without a lock."""
+    """The command line of a worker: ``turns_worker.py`` as a script (the shared hold first, then
+    the benchmark), or ``python -m compiler.bench.models`` without a lock."""
     if lock is None:
         return [sys.executable, "-m", "compiler.bench.models", *argv]
-    return [sys.executable, str(Path(__file__).resolve()), lock, *argv]
+    return [sys.executable, str(Path(__file__).resolve().with_name("turns_worker.py")), lock, *argv]
 
 
 def run_worker(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int | None, str, str]:
@@ -128,19 +128,3 @@ def run_all(jobs: list[Any], run: Callable[[Any, float], dict], workers: int, bu
         return [one(job) for job in jobs]
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bench-row") as pool:
         return list(pool.map(one, jobs))
-
-
-def _main() -> int:
-    """Worker entry: ``turns.py LOCK ARGS...``; takes the shared hold, then runs the benchmark."""
-    lock, argv = sys.argv[1], sys.argv[2:]
-    turns = Turns(lock)
-    turns.compiling()
-    # run as a script, this file's folder leads sys.path (its modules would shadow top-level ones)
-    sys.path[0] = str(Path(__file__).resolve().parents[2])
-    from compiler.bench import models
-
-    return models.main(argv, turns=turns)
-
-
-if __name__ == "__main__":
-    raise SystemExit(_main())

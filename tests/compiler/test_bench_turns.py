@@ -1,7 +1,7 @@
 """``compiler.bench.turns``: rows of the model benchmark compile at once, each timing runs alone.
 
 The lock is exercised across real processes (POSIX record locks are per process); the children load
-``turns.py`` by path, so they start in a fraction of a second (no torch import)."""
+``turns_worker.py`` by path, so they start in a fraction of a second (no torch import)."""
 
 from __future__ import annotations
 
@@ -106,7 +106,7 @@ def test_a_worker_past_its_timeout_is_ended_with_what_it_started() -> None:
 
 def test_a_row_in_a_worker_started_through_turns(capsys) -> None:
     """The whole path of ``--jobs 2`` (one row: the lock's behaviour is tested above): the worker
-    starts through ``turns.py`` with its shared hold, and its result reaches the table."""
+    starts through ``turns_worker.py`` with its shared hold, and its result reaches the table."""
     assert models.main(["--tiny", "--device", "cpu", "--jobs", "2", "--backends", "eager",
                         "--pairs", "resnet50:fp32", "--timeout", "300", "--no-launch-bench"]) == 0
     out = capsys.readouterr().out
