@@ -139,6 +139,7 @@ class _KernelWriter:
         self.params = Parameters(k, lambda position, buffer: f"p{position}")
         self.levels = ExprLevels()
         self.counter = 0
+        self.libdevice = False  # set when an expression calls triton.language.extra.libdevice
 
     # --- helpers --------------------------------------------------------------------
     def is_xr(self, e: Expr) -> bool:
@@ -219,6 +220,11 @@ class _KernelWriter:
                 return self.tmp(e, f"tl.math.div_rn({a[0]}, {a[1]})")
             return self.tmp(e, f"{a[0]} / {a[1]}" if cdt.is_floating_point else f"{a[0]} // {a[1]}")
         if op is Op.MOD:
+            if cdt.is_floating_point and not self.r.interpret:
+                # Triton's float `%` is LLVM's frem, which NVPTX expands to x - trunc(x / y) * y: off
+                # by whole multiples of y once x / y is large (fmod(1e300, 3.0)); libdevice's is C's
+                self.libdevice = True
+                return self.tmp(e, f"libdevice.fmod({a[0]}, {a[1]})")
             return self.tmp(e, f"{a[0]} % {a[1]}")
         if op is Op.FLOORDIV:
             q = self.tmp(e, f"{a[0]} // {a[1]}")
@@ -379,6 +385,7 @@ class _KernelWriter:
         src = [
             "import triton",
             "import triton.language as tl",
+            *(["from triton.language.extra import libdevice"] if self.libdevice else []),
             "",
             "",
             "@triton.jit",
