@@ -126,9 +126,9 @@ class _Found(Exception):
         self.record, self.graph = record, graph
 
 
-def _payload(graph: FuzzGraph, request: CampaignRequest, localize: bool = False) -> dict[str, Any]:
+def _payload(graph: FuzzGraph, request: CampaignRequest, kind: str = "graph") -> dict[str, Any]:
     name = "fuzz/" + hashlib.sha1(graph.to_json().encode()).hexdigest()[:12]
-    return {"kind": "graph", "name": name, "graph": graph.to_json(), "localize": localize,
+    return {"kind": kind, "name": name, "graph": graph.to_json(),
             "capture": request.capture,
             "imports": list(request.imports)}
 
@@ -243,14 +243,17 @@ def _seen(sig: str, summary: CampaignSummary, foreign: set[str], found_elsewhere
 
 def _localized(record: dict[str, Any], graph: FuzzGraph, request: CampaignRequest, runner: Any,
                summary: CampaignSummary) -> dict[str, Any]:
-    """``record`` charged to the first diverging op of ``graph`` (one more run), for accuracy
-    failures of graphs of several nodes; else ``record``. Dedupe and the known list look at
-    this before shrinking, so a failure that is known or already found costs one run, not a shrink."""
+    """``record`` charged to the first diverging op of ``graph`` (one more compile, of the graph
+    with every intermediate an output), for accuracy failures of graphs of several nodes; else
+    ``record``. Dedupe and the known list look at this before shrinking, so a failure that is
+    known or already found costs one compile, not a shrink."""
     if record["status"] != Status.FAIL_ACCURACY or len(graph.nodes) <= 1 or record.get("diverged"):
         return record
-    localized = runner.run(_payload(graph, request, localize=True))
+    found = runner.run(_payload(graph, request, kind="localize"))
     summary.executions += 1
-    return localized if localized["status"] == record["status"] else record
+    if found["status"] != Status.FAIL_ACCURACY or not found.get("op"):
+        return record  # no intermediate diverges (the failure needs the fusion) or the run failed
+    return {**record, "op": found["op"], "diverged": found.get("diverged", "")}
 
 
 def _fail_example(record: dict[str, Any], graph: FuzzGraph) -> None:

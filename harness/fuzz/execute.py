@@ -207,6 +207,22 @@ def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -
     return (full.output_ops()[failing], reason) if failing else ("", "")
 
 
+def localize_record(graph: FuzzGraph, target: Target, name: str, capture: str = "fx") -> dict[str, Any]:
+    """``localize_divergence`` as a worker task: ``fail_accuracy`` with ``op`` and ``diverged``
+    when a value of the graph with every intermediate an output diverges, else ``pass``. It does
+    not run the graph itself again: the campaign sends it for a failure it already has."""
+    result: dict[str, Any] = {"name": name, "target": target.name, "status": Status.PASS, "phase": "localize"}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            op, diverged = localize_divergence(graph, target, capture)
+        finally:
+            torch._dynamo.reset()
+    if op:
+        result.update(status=Status.FAIL_ACCURACY, op=op, diverged=diverged, error=diverged)
+    return result
+
+
 _PLUGINS_CALLED: set[str] = set()
 
 
@@ -231,6 +247,9 @@ def execute_payload(payload: dict[str, Any], target: Target, on_phase: Callable[
         from harness.fuzz.decomp_campaign import run_rule_task
 
         return run_rule_task(payload)
+    if payload["kind"] == "localize":  # a failure the campaign has the record of: which op diverges first
+        return localize_record(FuzzGraph.from_json(payload["graph"]), target, payload["name"],
+                               payload.get("capture", "fx"))
     if payload["kind"] != "graph":
         raise ValueError(f"unknown fuzz task kind {payload['kind']!r}")
     record = run_graph(FuzzGraph.from_json(payload["graph"]), target, on_phase,

@@ -25,14 +25,15 @@ class _ChainRunner:
         from harness.fuzz.graph import FuzzGraph
 
         graph = FuzzGraph.from_json(payload["graph"])
-        if not payload["localize"]:
+        localize = payload["kind"] == "localize"
+        if not localize:
             self.graph_runs += 1
         if "aten.sign.default" not in graph.ops:
             return {"name": payload["name"], "status": Status.PASS}
         out = graph.outputs[-1]
         record = {"name": payload["name"], "status": Status.FAIL_ACCURACY, "op": graph.output_ops()[out],
                   "error": f"{out}: NaN positions differ from eager"}
-        if payload["localize"]:
+        if localize:
             sign = next(n for n in graph.nodes if n.op == "aten.sign.default")
             record.update(op="aten.sign.default", diverged=f"{sign.outputs[0]}: NaN positions differ from eager")
         else:
@@ -90,3 +91,33 @@ def test_known_findings_match_the_localized_value_not_the_output() -> None:
     assert match_known("crucible-cpp", record) is not None
     assert match_known("crucible-cpp", {**record, "diverged": record["diverged"].replace("v1_1", "v1_0")}) is None
     assert match_known("crucible-cpp", {**record, "diverged": "v1_1: RMSE vs fp64 9 > 2 x eager's"}) is None
+
+
+def test_the_localize_task_names_the_first_diverging_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target wrong on sign's output: the task charges sign and names v0, through a later op."""
+    import math
+
+    from harness.fuzz import execute
+    from harness.fuzz.graph import FuzzGraph, Node
+    from harness.targets import parse_target
+
+    x = {"shape": [3, 4], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 1}
+    graph = FuzzGraph([x], [Node("aten.sign.default", "aten.sign.default(x0)", ["v0"], [([3, 4], "float32")]),
+                            Node("aten.add.Tensor", "aten.add.Tensor(v0, x0)", ["v1"], [([3, 4], "float32")])],
+                      ["v1"])
+    wrong: list[str] = []
+
+    def compile_for_target(target, fn, inputs, capture="fx"):  # noqa: ANN001, ANN202
+        def run(*args):  # noqa: ANN002, ANN202
+            outs = fn(*args)
+            return tuple(o.clone().fill_(math.nan) if name in wrong else o for name, o in zip(("v0", "v1"), outs))
+        return run
+
+    monkeypatch.setattr(execute, "compile_for_target", compile_for_target)
+    target = parse_target("aot_eager")
+    assert execute.localize_record(graph, target, "g")["status"] == Status.PASS
+    wrong.append("v0")
+    record = execute.execute_payload({"kind": "localize", "name": "g", "graph": graph.to_json()}, target,
+                                     lambda phase: None)
+    assert record["status"] == Status.FAIL_ACCURACY and record["op"] == "aten.sign.default", record
+    assert record["diverged"].startswith("v0: NaN positions"), record
