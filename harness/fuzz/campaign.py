@@ -6,7 +6,7 @@ for a given seed, example count and installed versions. In a round, the first fa
 signature is new is raised to hypothesis, which shrinks it; while shrinking, only candidates
 failing with the *same* signature count as failing (no slipping onto another bug), and the
 shrink phase is time-boxed. Before a failure is shrunk it is triaged: an accuracy failure is
-localized (the first diverging op, one more run), and when its signature, raw or localized, is
+localized (the first diverging op, one more compile), and when its signature, raw or localized, is
 a finding of this campaign, another campaign's, or on the known list (``harness.fuzz.known``),
 it counts as a hit and is not shrunk: the shrink budget goes to new failures only. After
 shrinking, the minimal graph is localized and the final signature decides whether it is new.
