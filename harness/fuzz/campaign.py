@@ -5,9 +5,11 @@ Hypothesis runs in rounds of ``ROUND_EXAMPLES`` examples, round ``i`` seeded wit
 for a given seed, example count and installed versions. In a round, the first failure whose
 signature is new is raised to hypothesis, which shrinks it; while shrinking, only candidates
 failing with the *same* signature count as failing (no slipping onto another bug), and the
-shrink phase is time-boxed. A failure whose signature is already known counts as another hit
-and is not shrunk again. After shrinking, the minimal graph is localized (the first diverging
-op) and the final signature decides whether it is a new finding.
+shrink phase is time-boxed. Before a failure is shrunk it is triaged: an accuracy failure is
+localized (the first diverging op, one more compile), and when its signature, raw or localized, is
+a finding of this campaign, another campaign's, or on the known list (``harness.fuzz.known``),
+it counts as a hit and is not shrunk: the shrink budget goes to new failures only. After
+shrinking, the minimal graph is localized and the final signature decides whether it is new.
 
 Signature = (status, the op the failure is charged to, the error kind): the exception type for
 errors, the oracle's criterion (NaN positions, integer values, RMSE, ...) for accuracy failures.
@@ -124,9 +126,9 @@ class _Found(Exception):
         self.record, self.graph = record, graph
 
 
-def _payload(graph: FuzzGraph, request: CampaignRequest, localize: bool = False) -> dict[str, Any]:
+def _payload(graph: FuzzGraph, request: CampaignRequest, kind: str = "graph") -> dict[str, Any]:
     name = "fuzz/" + hashlib.sha1(graph.to_json().encode()).hexdigest()[:12]
-    return {"kind": "graph", "name": name, "graph": graph.to_json(), "localize": localize,
+    return {"kind": kind, "name": name, "graph": graph.to_json(),
             "capture": request.capture,
             "imports": list(request.imports)}
 
@@ -192,23 +194,22 @@ def run_campaign(request: CampaignRequest, runner: Any,
                     _remember(state, record, graph)
                     _fail_example(record, graph)
                 return
-            if sig in summary.findings:
-                summary.findings[sig].hits += 1
+            if _seen(sig, summary, foreign, found_elsewhere):
                 return
-            if sig in foreign or found_elsewhere(sig):
-                foreign.add(sig)
-                summary.foreign_hits[sig] += 1
-                return
-            known = match_known(request.target, record)
-            if known is not None:  # documented upstream finding: counted, never shrunk again
-                finding = Finding(sig, record["status"], record.get("op") or "?", record.get("error") or "",
-                                  graph, record, known=known)
+            triaged = _localized(record, graph, request, runner, summary)
+            tsig = signature(triaged)
+            if tsig != sig and _seen(tsig, summary, foreign, found_elsewhere):
+                return  # the root cause, once localized, is a finding this campaign already has
+            known = match_known(request.target, triaged)
+            if known is not None:  # documented upstream finding: counted, never shrunk
+                finding = Finding(tsig, triaged["status"], triaged.get("op") or "?", triaged.get("error") or "",
+                                  graph, triaged, known=known)
                 if claim(finding):
-                    summary.findings[sig] = finding
+                    summary.findings[tsig] = finding
                     on_finding(finding)
                 else:
-                    foreign.add(sig)
-                    summary.foreign_hits[sig] += 1
+                    foreign.add(tsig)
+                    summary.foreign_hits[tsig] += 1
                 return
             state.update(target=sig, shrink_until=time.monotonic() + request.shrink_seconds)
             _remember(state, record, graph)
@@ -228,6 +229,33 @@ def run_campaign(request: CampaignRequest, runner: Any,
     return summary
 
 
+def _seen(sig: str, summary: CampaignSummary, foreign: set[str], found_elsewhere: Callable[[str], bool]) -> bool:
+    """Count a hit and say True when ``sig`` is a finding already: this campaign's or another's."""
+    if sig in summary.findings:
+        summary.findings[sig].hits += 1
+        return True
+    if sig in foreign or found_elsewhere(sig):
+        foreign.add(sig)
+        summary.foreign_hits[sig] += 1
+        return True
+    return False
+
+
+def _localized(record: dict[str, Any], graph: FuzzGraph, request: CampaignRequest, runner: Any,
+               summary: CampaignSummary) -> dict[str, Any]:
+    """``record`` charged to the first diverging op of ``graph`` (one more compile, of the graph
+    with every intermediate an output), for accuracy failures of graphs of several nodes; else
+    ``record``. Dedupe and the known list look at this before shrinking, so a failure that is
+    known or already found costs one compile, not a shrink."""
+    if record["status"] != Status.FAIL_ACCURACY or len(graph.nodes) <= 1 or record.get("diverged"):
+        return record
+    found = runner.run(_payload(graph, request, kind="localize"))
+    summary.executions += 1
+    if found["status"] != Status.FAIL_ACCURACY or not found.get("op"):
+        return record  # no intermediate diverges (the failure needs the fusion) or the run failed
+    return {**record, "op": found["op"], "diverged": found.get("diverged", "")}
+
+
 def _fail_example(record: dict[str, Any], graph: FuzzGraph) -> None:
     # One raise site: hypothesis tells bugs apart by where they are raised, and a second site
     # would make it call the replay of a cached failure a different (flaky) bug.
@@ -245,12 +273,8 @@ def _conclude(found: _Found, request: CampaignRequest, runner: Any, summary: Cam
               on_finding: Callable[[Finding], None], claim: Callable[[Finding], bool] = lambda f: True,
               foreign: set[str] | None = None) -> None:
     """Localize the shrunk graph, dedupe by final signature, report the finding."""
-    record, graph = found.record, found.graph
-    if record["status"] == Status.FAIL_ACCURACY and len(graph.nodes) > 1:
-        localized = runner.run(_payload(graph, request, localize=True))
-        summary.executions += 1
-        if localized["status"] == record["status"]:
-            record = localized
+    record = _localized(found.record, found.graph, request, runner, summary)
+    graph = found.graph
     sig = signature(record)
     if sig in summary.findings:
         existing = summary.findings[sig]

@@ -6,7 +6,8 @@ every float dtype, casts included, meaning float64) -> compile (first call) -> r
 -> the parity oracle, per output in that output's dtype. Capture analysis is skipped: a fuzz
 graph is one Dynamo graph by construction. The record also names the op a failure is charged to
 (``op``): for accuracy failures, when ``localize`` is set, the first node whose value diverges
-when every intermediate is an output; otherwise the op that produced the failing output.
+when every intermediate is an output (``diverged``: that value's name and why); otherwise the op
+that produced the failing output.
 """
 
 from __future__ import annotations
@@ -179,15 +180,16 @@ def _run(graph: FuzzGraph, target: Target, result: dict, on_phase: Callable[[str
         return result
     result.update(status=Status.FAIL_ACCURACY, error=reason, op=graph.output_ops()[failing])
     if localize:
-        op = localize_divergence(graph, target, capture)
+        op, diverged = localize_divergence(graph, target, capture)
         if op:
-            result["op"] = op
+            result.update(op=op, diverged=diverged)
     return result
 
 
-def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -> str:
-    """The op of the first node whose value diverges when every intermediate is a graph output
-    ("" when none does: the failure then needs the original fusion to show)."""
+def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -> tuple[str, str]:
+    """(op, reason) of the first node whose value diverges when every intermediate is a graph
+    output, the reason naming that value ("v2_1: NaN positions ..."); ("", "") when none does:
+    the failure then needs the original fusion to show."""
     full = graph.prefix(len(graph.nodes))
     try:
         torch._dynamo.reset()
@@ -200,9 +202,25 @@ def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -
         inputs = full.make_inputs(device)
         out = compile_for_target(target, full.function(), inputs, capture)(*inputs)
     except Exception:  # noqa: BLE001 -- localization is best effort: the verdict stands
-        return ""
-    failing, _, _ = compare_outputs(full, full.outputs, eager, out, reference)
-    return full.output_ops()[failing] if failing else ""
+        return "", ""
+    failing, reason, _ = compare_outputs(full, full.outputs, eager, out, reference)
+    return (full.output_ops()[failing], reason) if failing else ("", "")
+
+
+def localize_record(graph: FuzzGraph, target: Target, name: str, capture: str = "fx") -> dict[str, Any]:
+    """``localize_divergence`` as a worker task: ``fail_accuracy`` with ``op`` and ``diverged``
+    when a value of the graph with every intermediate an output diverges, else ``pass``. It does
+    not run the graph itself again: the campaign sends it for a failure it already has."""
+    result: dict[str, Any] = {"name": name, "target": target.name, "status": Status.PASS, "phase": "localize"}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            op, diverged = localize_divergence(graph, target, capture)
+        finally:
+            torch._dynamo.reset()
+    if op:
+        result.update(status=Status.FAIL_ACCURACY, op=op, diverged=diverged, error=diverged)
+    return result
 
 
 _PLUGINS_CALLED: set[str] = set()
@@ -229,6 +247,9 @@ def execute_payload(payload: dict[str, Any], target: Target, on_phase: Callable[
         from harness.fuzz.decomp_campaign import run_rule_task
 
         return run_rule_task(payload)
+    if payload["kind"] == "localize":  # a failure the campaign has the record of: which op diverges first
+        return localize_record(FuzzGraph.from_json(payload["graph"]), target, payload["name"],
+                               payload.get("capture", "fx"))
     if payload["kind"] != "graph":
         raise ValueError(f"unknown fuzz task kind {payload['kind']!r}")
     record = run_graph(FuzzGraph.from_json(payload["graph"]), target, on_phase,

@@ -2,7 +2,10 @@
 as ``known`` instead of new, so a CI gate stays green on them without hiding them.
 
 Each entry matches a failure record by target (glob), status, op (glob) and a substring of the
-error, and carries the reason and the FINDINGS.md section. Known findings still appear in every
+error, and carries the reason and the FINDINGS.md section. A localized record (the campaign
+localizes a failure before deciding to shrink it) is matched on ``diverged``, the first
+intermediate value that differs and why, rather than on the graph output that showed it: so a
+known difference is recognised in the unshrunk graph, whatever ops came after it. Known findings still appear in every
 summary, report and store, with their hit counts; they never change the exit status.
 """
 
@@ -78,10 +81,10 @@ KNOWN_FINDINGS: list[KnownFinding] = [
 
 def match_known(target: str, record: dict[str, Any]) -> str | None:
     """The reason of the known finding ``record`` matches, or None."""
+    error = record.get("diverged") or record.get("error") or ""
     for known in KNOWN_FINDINGS:
         if (fnmatch.fnmatchcase(target, known.target) and record.get("status") == known.status
                 and fnmatch.fnmatchcase(record.get("op") or "", known.op)
-                and known.error in (record.get("error") or "")
-                and (record.get("error") or "").split(":")[0].endswith(known.output)):
+                and known.error in error and error.split(":")[0].endswith(known.output)):
             return known.reason
     return None

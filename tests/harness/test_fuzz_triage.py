@@ -1,0 +1,123 @@
+"""Triage before shrinking: a failure that is known, or already found once localized, is not shrunk."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.fuzz import campaign as campaign_module
+from harness.fuzz import known as known_module
+from harness.fuzz.campaign import CampaignRequest, run_campaign
+from harness.fuzz.known import KnownFinding, match_known
+from harness.status import Status
+
+OPS = "sign,add.Tensor,mul.Tensor,exp"
+
+
+class _ChainRunner:
+    """Wrong on every graph using aten.sign, as a real target would show it: an unlocalized run
+    charges the failure to the op of the graph's last output, a localized one to sign."""
+
+    def __init__(self) -> None:
+        self.graph_runs = 0  # runs without localization: examples and shrink candidates
+        self.raw_signatures: set[str] = set()
+
+    def run(self, payload: dict) -> dict:
+        from harness.fuzz.graph import FuzzGraph
+
+        graph = FuzzGraph.from_json(payload["graph"])
+        localize = payload["kind"] == "localize"
+        if not localize:
+            self.graph_runs += 1
+        if "aten.sign.default" not in graph.ops:
+            return {"name": payload["name"], "status": Status.PASS}
+        out = graph.outputs[-1]
+        record = {"name": payload["name"], "status": Status.FAIL_ACCURACY, "op": graph.output_ops()[out],
+                  "error": f"{out}: NaN positions differ from eager"}
+        if localize:
+            sign = next(n for n in graph.nodes if n.op == "aten.sign.default")
+            record.update(op="aten.sign.default", diverged=f"{sign.outputs[0]}: NaN positions differ from eager")
+        else:
+            self.raw_signatures.add(campaign_module.signature(record))
+        return record
+
+    def close(self) -> None:
+        return None
+
+
+def _count_shrinks(monkeypatch: pytest.MonkeyPatch) -> list:
+    shrunk: list = []
+    conclude = campaign_module._conclude
+
+    def counting(found, *args, **kwargs):  # noqa: ANN001, ANN202
+        shrunk.append(found.graph.ops)
+        return conclude(found, *args, **kwargs)
+
+    monkeypatch.setattr(campaign_module, "_conclude", counting)
+    return shrunk
+
+
+def test_a_failure_localized_to_a_found_op_is_not_shrunk_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    shrunk = _count_shrinks(monkeypatch)
+    runner = _ChainRunner()
+    summary = run_campaign(CampaignRequest(target="fake", examples=80, seed=4, ops=OPS, shrink_seconds=5), runner)
+    assert len(runner.raw_signatures) >= 2, runner.raw_signatures  # several output ops showed the one bug
+    assert shrunk == [shrunk[0]]  # shrunk once: every later hit was recognised by its localized op
+    (finding,) = summary.findings.values()
+    assert finding.signature == "fail_accuracy | aten.sign.default | nan_positions" and finding.known is None
+    assert "aten.sign.default" in finding.graph.ops
+    assert finding.hits == summary.statuses[Status.FAIL_ACCURACY]
+
+
+def test_a_known_failure_is_recognised_without_shrinking(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The known entry names the op's own output; the unshrunk graphs show it through later ops."""
+    planted = KnownFinding("fake", "fail_accuracy", "aten.sign.default", "NaN positions", "planted for a test")
+    monkeypatch.setattr(known_module, "KNOWN_FINDINGS", [*known_module.KNOWN_FINDINGS, planted])
+    shrunk = _count_shrinks(monkeypatch)
+    runner = _ChainRunner()
+    summary = run_campaign(CampaignRequest(target="fake", examples=60, seed=4, ops=OPS, shrink_seconds=5), runner)
+    failed = summary.statuses[Status.FAIL_ACCURACY]
+    assert failed >= 2 and shrunk == []
+    assert runner.graph_runs == summary.graphs  # no shrink candidates were run
+    assert not summary.new_findings  # the exit status stays 0
+    assert [f.known for f in summary.findings.values()] == ["planted for a test"] * len(summary.findings)
+    assert sum(f.hits for f in summary.findings.values()) == failed
+
+
+def test_known_findings_match_the_localized_value_not_the_output() -> None:
+    """native_layer_norm's mean (output 1) seen through a later op: known; its output 0: new."""
+    record = {"status": Status.FAIL_ACCURACY, "op": "aten.native_layer_norm.default",
+              "error": "v3: NaN positions differ at [0]: eager nan, target -inf",
+              "diverged": "v1_1: NaN positions differ at [0]: eager nan, target -inf"}
+    assert match_known("crucible-cpp", record) is not None
+    assert match_known("crucible-cpp", {**record, "diverged": record["diverged"].replace("v1_1", "v1_0")}) is None
+    assert match_known("crucible-cpp", {**record, "diverged": "v1_1: RMSE vs fp64 9 > 2 x eager's"}) is None
+
+
+def test_the_localize_task_names_the_first_diverging_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A target wrong on sign's output: the task charges sign and names v0, through a later op."""
+    import math
+
+    from harness.fuzz import execute
+    from harness.fuzz.graph import FuzzGraph, Node
+    from harness.targets import parse_target
+
+    x = {"shape": [3, 4], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 1}
+    graph = FuzzGraph([x], [Node("aten.sign.default", "aten.sign.default(x0)", ["v0"], [([3, 4], "float32")]),
+                            Node("aten.add.Tensor", "aten.add.Tensor(v0, x0)", ["v1"], [([3, 4], "float32")])],
+                      ["v1"])
+    wrong: list[str] = []
+
+    def compile_for_target(target, fn, inputs, capture="fx"):  # noqa: ANN001, ANN202
+        def run(*args):  # noqa: ANN002, ANN202
+            outs = fn(*args)
+            return tuple(o.clone().fill_(math.nan) if name in wrong else o for name, o in zip(("v0", "v1"), outs))
+        return run
+
+    monkeypatch.setattr(execute, "compile_for_target", compile_for_target)
+    target = parse_target("aot_eager")
+    assert execute.localize_record(graph, target, "g")["status"] == Status.PASS
+    wrong.append("v0")
+    record = execute.execute_payload({"kind": "localize", "name": "g", "graph": graph.to_json()}, target,
+                                     lambda phase: None)
+    assert record["status"] == Status.FAIL_ACCURACY and record["op"] == "aten.sign.default", record
+    assert record["diverged"].startswith("v0: NaN positions"), record
