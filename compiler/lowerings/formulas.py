@@ -252,8 +252,14 @@ def _signbit(x: V) -> V:
 def pow_(x: V, y: V) -> V:
     """x ** y for floats with C pow's special cases: y == 0 or x == 1 give 1 (NaN operands too),
     (-1) ** +-inf is 1, a finite negative base with a non-integer exponent is NaN, and a
-    negative base (-0.0 and -inf included) keeps its sign only for odd integer exponents."""
-    mag = vexp(y * vlog(vabs(x)))
+    negative base (-0.0 and -inf included) keeps its sign only for odd integer exponents.
+    float32 goes through float64: exp(y * log|x|) in float32 is off by about |y log x| ulps
+    (pow(FLT_MAX, 1.0) came out inf); float64 operands keep that error (it is 1e-16 relative)."""
+    if x.e.dtype == torch.float32:
+        wide_x, wide_y = V(ir.cast(x.e, torch.float64)), V(ir.cast(y.e, torch.float64))
+        mag = V(ir.cast(vexp(wide_y * vlog(vabs(wide_x))).e, torch.float32))
+    else:
+        mag = vexp(y * vlog(vabs(x)))
     y_int = y.u(Op.FLOOR).eq(y)  # +-inf count as (even) integers, as in C
     y_odd = y_int & (y * 0.5).u(Op.FLOOR).ne(y * 0.5)
     negative = _signbit(x)
