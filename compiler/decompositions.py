@@ -9,6 +9,7 @@ can look a rule up with ``RULES[name]`` and check it against the op it replaces.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -99,9 +100,16 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
 KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]
 
 
+@functools.cache
+def _core_aten_table() -> dict[Any, Callable]:
+    # materializing torch's lazy table takes ~0.14 s; it never changes within a process
+    return dict(core_aten_decompositions())
+
+
 def decomposition_table_for_compiler() -> dict[Any, Callable]:
-    """core-ATen table + every rule in RULES (our own win over torch's for the same op)."""
-    table = dict(core_aten_decompositions())
+    """core-ATen table + every rule in RULES (our own win over torch's for the same op); RULES is
+    read on every call, so a rule registered (or planted by a test) later takes effect."""
+    table = dict(_core_aten_table())
     for op in KEEP_AS_EXTERN:
         table.pop(op, None)
     for r in sorted(RULES.values(), key=lambda r: r.origin != "torch"):
