@@ -8,7 +8,7 @@ from typing import Any
 import torch
 
 import compiler
-from compiler.report import CompileReport
+from compiler.report import CompileReport, collect_reports
 
 # Per-dtype tolerances against eager. Interpreter and C++ math differ from ATen's
 # in the last bits (exp, erf, fused fp32 intermediates of fp16 chains).
@@ -90,3 +90,12 @@ def _grads(out: Any, inputs: tuple) -> list:
                 torch.zeros(()))
     return list(torch.autograd.grad(total, leaves))
 
+
+
+def compiled_run(model: Callable, x: torch.Tensor, calls: int = 1, **options: Any) -> tuple[Callable, Any, CompileReport]:
+    """``model`` compiled by Crucible in strict mode and called ``calls`` times on ``x`` without
+    gradients: (the compiled callable, its last output, the report of its compiles)."""
+    compiled = torch.compile(model, backend="crucible", options={"strict": True, **options})
+    with torch.no_grad(), collect_reports() as report:
+        outs = [compiled(x) for _ in range(calls)]
+    return compiled, outs[-1], report

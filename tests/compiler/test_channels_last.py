@@ -13,7 +13,7 @@ from compiler.layout import channels_last_strides, choose_layout, is_channels_la
 from compiler.lowering import lower
 from compiler.report import collect_reports
 from compiler.scheduler import schedule
-from tests.compiler.parity import assert_close
+from tests.compiler.parity import assert_close, compiled_run
 
 
 class SmallConvNet(torch.nn.Module):
@@ -46,13 +46,6 @@ class SmallConvNet(torch.nn.Module):
 def model() -> SmallConvNet:
     torch.manual_seed(0)
     return SmallConvNet().eval()
-
-
-def compiled_run(m: torch.nn.Module, x: torch.Tensor, calls: int = 1, **options):
-    compiled = torch.compile(m, backend="crucible", options={"strict": True, **options})
-    with torch.no_grad(), collect_reports() as report:
-        outs = [compiled(x) for _ in range(calls)]
-    return compiled, outs[-1], report
 
 
 def test_channels_last_matches_eager_with_eager_output_strides(codegen):

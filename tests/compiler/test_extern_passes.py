@@ -12,7 +12,7 @@ import compiler
 from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
 from compiler.folding import FoldedGraph, FoldedWeights
 from compiler.report import GraphReport, collect_reports
-from tests.compiler.parity import assert_close
+from tests.compiler.parity import assert_close, compiled_run
 
 aten = torch.ops.aten
 CUDA = torch.device("cuda")  # the passes' device rule only: the graphs below stay on the CPU
@@ -46,11 +46,7 @@ class Conv1DPair(torch.nn.Module):
 
 
 def run(model: torch.nn.Module, x: torch.Tensor, calls: int = 1, **options):
-    model = model.eval().requires_grad_(False)
-    compiled = torch.compile(model, backend="crucible", options={"strict": True, **options})
-    with torch.no_grad(), collect_reports() as report:
-        outs = [compiled(x) for _ in range(calls)]
-    return compiled, outs[-1], report
+    return compiled_run(model.eval().requires_grad_(False), x, calls, **options)
 
 
 def rewrites(report) -> list[tuple[str, str]]:

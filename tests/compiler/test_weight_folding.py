@@ -8,7 +8,7 @@ import torch
 import compiler
 from compiler.config import Options
 from compiler.report import collect_reports
-from tests.compiler.parity import assert_close
+from tests.compiler.parity import assert_close, compiled_run
 
 
 def conv_bn(relu: bool = True, bias: bool = True) -> torch.nn.Module:
@@ -20,13 +20,6 @@ def conv_bn(relu: bool = True, bias: bool = True) -> torch.nn.Module:
         layers[1].weight.uniform_(0.5, 2)
         layers[1].bias.uniform_(-1, 1)
     return torch.nn.Sequential(*layers, *([torch.nn.ReLU()] if relu else [])).eval()
-
-
-def compiled_run(model: torch.nn.Module, x: torch.Tensor, calls: int = 1, **options):
-    compiled = torch.compile(model, backend="crucible", options={"strict": True, **options})
-    with torch.no_grad(), collect_reports() as report:
-        outs = [compiled(x) for _ in range(calls)]
-    return compiled, outs[-1], report
 
 
 def test_conv_bn_relu_folds_and_matches_eager(codegen):
