@@ -168,6 +168,11 @@ def cpp_tuning_flags() -> tuple[str, ...]:
     return DEFAULT_CPP_TUNING_FLAGS if text is None else tuple(shlex.split(text))
 
 
+def cpp_pch() -> bool:
+    """``$CRUCIBLE_CPP_PCH``: ``0`` builds C++ kernels without the precompiled prelude header."""
+    return os.environ.get("CRUCIBLE_CPP_PCH", "1") != "0"
+
+
 @contextlib.contextmanager
 def environment_override(name: str, value: str) -> Iterator[None]:
     """Set an environment variable for the block, restoring it afterwards (benchmarks point a

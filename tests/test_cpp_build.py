@@ -5,6 +5,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -336,3 +337,45 @@ def test_threads_building_one_kernel_compile_it_once():
         libraries = list(pool.map(lambda _: build_library(AFFINE, "affine"), range(4)))
     assert all(lib is libraries[0] for lib in libraries)
     assert (cpp_build.stats.compiles, cpp_build.stats.memory_hits) == (1, 3)
+
+
+PRELUDE_USER = '#include "cpp_prelude.h"\nextern "C" float twice(float x) { return x + x; }\n'
+
+
+def _gcc() -> bool:
+    return "Free Software Foundation" in cpp_build.compiler_identity(tuple(cpp_build.find_compiler()))
+
+
+@pytest.mark.skipif(not _gcc(), reason="the precompiled prelude is GCC's .gch mechanism")
+def test_kernels_use_the_precompiled_prelude(fresh_cache):
+    """The first build makes ``pch_<key>/cpp_prelude.h.gch`` with the kernels' flags; GCC takes it
+    in place of the header (``-H`` marks a used precompiled header with ``!``)."""
+    lib = build_library(PRELUDE_USER, "twice")
+    assert lib.function("twice", [ctypes.c_float], ctypes.c_float)(1.5) == 3.0
+    (where,) = [p for p in fresh_cache.iterdir() if p.name.startswith("pch_")]
+    assert (where / "cpp_prelude.h.gch").stat().st_size > 0 and not (where / "failed.txt").exists()
+    flags = [*cpp_build.SEMANTIC_FLAGS, *cpp_build.config.cpp_tuning_flags()]
+    src = fresh_cache / "probe.cpp"
+    src.write_text(PRELUDE_USER)
+    done = subprocess.run([*cpp_build.find_compiler(), *flags, "-H", "-Winvalid-pch", "-I", str(where), "-I",
+                           str(cpp_build.PRELUDE.parent), str(src), "-o", str(fresh_cache / "probe.so")],
+                          capture_output=True, text=True, check=True)
+    assert f"! {where / 'cpp_prelude.h.gch'}" in done.stderr, done.stderr[:400]
+
+
+def test_a_prelude_that_does_not_precompile_leaves_kernels_building(fresh_cache, monkeypatch, tmp_path):
+    """A compiler that refuses ``-x c++-header`` (or CRUCIBLE_CPP_PCH=0): kernels parse the header,
+    and the refusal is kept next to where the precompiled header would be."""
+    real = shutil.which("g++") or shutil.which("c++")
+    fake = tmp_path / "cxx-without-pch"
+    fake.write_text(f'#!/bin/sh\nfor a in "$@"; do [ "$a" = c++-header ] && exit 3; done\nexec {real} "$@"\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("CXX", str(fake))
+    lib = build_library(PRELUDE_USER, "twice")
+    assert lib.function("twice", [ctypes.c_float], ctypes.c_float)(2.0) == 4.0
+    if _gcc():
+        (where,) = [p for p in fresh_cache.iterdir() if p.name.startswith("pch_")]
+        assert (where / "failed.txt").exists() and not (where / "cpp_prelude.h.gch").exists()
+    cpp_build.clear_memory_cache()
+    monkeypatch.setenv("CRUCIBLE_CPP_PCH", "0")
+    assert cpp_build.precompiled_prelude(tuple(cpp_build.find_compiler()), tuple(cpp_build.SEMANTIC_FLAGS)) is None
