@@ -160,7 +160,7 @@ def _atan_f64(x: V) -> V:
     for c in _ATAN_Q[1:]:
         q = q * z + c
     r = base + (t * (z * p / q) + t)
-    return sel(x < 0, -r, r)
+    return sel(_signbit(x), -r, r)  # atan(-0.0) is -0.0
 
 
 def sigmoid(x: V) -> V:
@@ -185,14 +185,21 @@ def atan(x: V) -> V:
     z = t * t
     poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * t + t
     r = base + poly
-    return sel(x < 0, -r, r)
+    return sel(_signbit(x), -r, r)  # atan(-0.0) is -0.0
 
 
 def atan2(y: V, x: V) -> V:
+    """C's atan2, special cases included: the quotient y / x loses both infinities (atan2(inf, inf)
+    is pi/4, atan2(-inf, -inf) -3pi/4) and the signs of zeros (atan2(+-0, x) is +-0 for x > 0 or
+    x = +0, +-pi for x < 0 or x = -0)."""
     r = atan(y / x)
     r = sel(x < 0, sel(y < 0, r - math.pi, r + math.pi), r)
-    r = sel(x.eq(0), sel(y > 0, math.pi / 2, sel(y < 0, -math.pi / 2, 0.0, like=y)), r)
-    return r
+    r = sel(x.eq(0), sel(y > 0, math.pi / 2, sel(y < 0, -math.pi / 2, y * 0)), r)  # NaN y stays NaN
+    y_negative = _signbit(y)
+    quarter = sel(x > 0, math.pi / 4, 3 * math.pi / 4, like=y)
+    r = sel(vabs(y).eq(math.inf) & vabs(x).eq(math.inf), sel(y_negative, quarter * -1, quarter), r)
+    along = sel(_signbit(x), math.pi, 0.0, like=y)  # y = +-0 on the x axis: 0 or pi, signed as y
+    return sel(y.eq(0) & x.eq(x), sel(y_negative, along * -1, along), r)
 
 
 def sign(x: V) -> V:

@@ -282,3 +282,18 @@ def test_float32_pow_is_within_an_ulp_for_large_results(codegen: str, device: st
     assert torch.isfinite(got[:2]).all(), got[:2]
     ulp = torch.finfo(torch.float32).eps * want.abs().clamp_min(torch.finfo(torch.float32).tiny)
     assert ((got - want).abs() <= ulp).all(), (got - want).abs().max()
+
+
+def test_atan2_special_cases_match_c(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 1 (2 nodes): ``atan2(x, x)`` gave NaN for x = +-inf where eager gives
+    pi/4 and -3pi/4: the quotient y / x loses both infinities. Every pair of specials is checked,
+    the sign of a zero result included (atan2(-0.0, 1) is -0.0, atan2(0.0, -0.0) is pi)."""
+    values = [math.inf, -math.inf, math.nan, 0.0, -0.0, 1.0, -1.0, 3.4e38, -2.5e-39, 7.0]
+    for dtype in (torch.float32, torch.float64):
+        y = torch.tensor(values, dtype=dtype, device=device).repeat_interleave(len(values))
+        x = torch.tensor(values, dtype=dtype, device=device).repeat(len(values))
+        got = _compiled(lambda a, b: aten.atan2.default(a, b), y, x, codegen=codegen)(y, x)
+        want = torch.atan2(y, x)
+        torch.testing.assert_close(got, want, equal_nan=True, msg=str(dtype))
+        zeros = want == 0
+        assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (y[zeros], x[zeros], got[zeros])
