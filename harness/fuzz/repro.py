@@ -9,7 +9,6 @@ finding reproduces, 0 once it is fixed.
 from __future__ import annotations
 
 import inspect
-import json
 from typing import Any
 
 from harness.fuzz import values
@@ -121,7 +120,8 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: dict[
         f"TARGET = {target!r}", f"BACKEND = {backend!r}",
         f"OPTIONS = {dict(t.options) or None!r}", f"DEVICE = {t.device!r}",
         f"EXPECTED = {'outputs as eager computes them (NaN/inf positions, integers exact, float error no worse than eager)'!r}",
-        f"INPUTS = {json.dumps(graph.inputs)}", f"OUTPUTS = {graph.outputs!r}",
+        # Python literals (repr): JSON's false/true are no Python names
+        f"INPUTS = {graph.inputs!r}", f"OUTPUTS = {graph.outputs!r}",
         f"SOURCE = '''\n{graph.source()}'''", _RUNNER,
     ]
     return "\n".join(header) + "\n" + "\n".join(body)

@@ -78,9 +78,15 @@ def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
     from harness.fuzz.graph import FuzzGraph, Node
     from harness.fuzz.repro import write_repro
 
+    # an index input's description holds a boolean ("negative"): the H200 campaign's repros wrote it
+    # as JSON's ``false`` and died with a NameError before running anything
     graph = FuzzGraph([{"shape": [3, 5], "dtype": "float32", "layout": "transposed", "profile": "special",
-                        "seed": 1}],
-                      [Node("aten.abs.default", "aten.abs.default(x0)", ["v0"], [([3, 5], "float32")])], ["v0"])
+                        "seed": 1},
+                       {"shape": [2], "dtype": "int64", "bound": 3, "negative": False, "layout": "contiguous",
+                        "profile": "index", "seed": 0}],
+                      [Node("aten.abs.default", "aten.abs.default(x0)", ["v0"], [([3, 5], "float32")]),
+                       Node("aten.index_select.default", "aten.index_select.default(v0, 0, x1)", ["v1"],
+                            [([2, 5], "float32")])], ["v0", "v1"])
     path = tmp_path / "repro.py"
     path.write_text(write_repro(graph, "eager", None, {"status": "fail_accuracy", "op": "aten.abs.default"}))
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=False)
