@@ -121,7 +121,7 @@ def lower_max_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, kernel_size:
     else:
         values = ctx.reduce_body(out_shape, win.rranges, body, ReduceOp.MAX, x.dtype, x.dtype)
         arg = ctx.reduce_body(out_shape, win.rranges, body, ReduceOp.ARGMAX, torch.int64, torch.int64)
-        flat = as_expr(arg)
+        flat = _aten_argmax(ctx, win, body, as_expr(arg), as_expr(values), lowest)
         kh = ir.binary(Op.FLOORDIV, flat, c64(kernel[1]))
         kw = ir.binary(Op.MOD, flat, c64(kernel[1]))
     # indices are flat positions in the input plane, as ATen returns them
@@ -129,6 +129,30 @@ def lower_max_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, kernel_size:
     iw = ir.substitute(win.iw, {win.kw: kw} if win.kw.op is not Op.CONST else {})
     index = ir.binary(Op.ADD, ir.binary(Op.MUL, ih, c64(win.width)), iw)
     return [values, Lazy(out_shape, torch.int64, index)]
+
+
+def _aten_argmax(ctx: GraphLowering, win: Window, body: Expr, first: Expr, best: Expr, lowest: float) -> Expr:
+    """The window position ATen's max-pool kernels (CPU and CUDA) return, from ``first`` (ARGMAX's:
+    the first maximum or first NaN, as torch.argmax). Those kernels start at the first position
+    inside the input with the value ``lowest`` and take ``val > max || isnan(val)``: a window of
+    nothing but ``lowest`` gives that first inside position (ARGMAX may pick a padded one), and of
+    several NaNs the last. The extra reductions (int32: window positions are small, and the index
+    arithmetic is int32 in Triton) fuse with ARGMAX's."""
+    rflat = ir.binary(Op.ADD, ir.binary(Op.MUL, win.kh, c64(win.kernel[1])), win.kw)
+
+    def position(pick: Expr, none: int, op: ReduceOp) -> Expr:
+        at = ir.cast(ir.where(pick, rflat, c64(none)), torch.int32)
+        return as_expr(ctx.reduce_body(win.out_shape, win.rranges, at, op, torch.int32, torch.int32))
+
+    out = first
+    valid = win.valid()
+    if valid is not None:
+        inside = position(valid, math.prod(win.kernel), ReduceOp.MIN)
+        out = ir.where(ir.binary(Op.EQ, best, ir.const(lowest, best.dtype)), ir.cast(inside, torch.int64), out)
+    if body.dtype.is_floating_point:
+        last_nan = position(ir.unary(Op.ISNAN, body, torch.bool), -1, ReduceOp.MAX)
+        out = ir.where(ir.binary(Op.GE, last_nan, ir.const(0, torch.int32)), ir.cast(last_nan, torch.int64), out)
+    return out
 
 
 def _avg_pool(ctx: GraphLowering, node: Any, x: TensorValue, kernel: tuple[int, int], stride: tuple[int, int],

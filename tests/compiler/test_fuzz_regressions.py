@@ -270,6 +270,24 @@ def test_gpu_float_fmod_calls_libdevice() -> None:
         assert ("libdevice.fmod(" in src and "from triton.language.extra import libdevice" in src) != interpret
 
 
+def test_gpu_float_negation_keeps_the_sign_of_zero() -> None:
+    """The H200 run of the atan2 test below: atan2(-1, inf) and atan2(-2.5e-39, 3.4e38) gave +0.0
+    where eager gives -0.0. The formula negates an atan of +0.0, and Triton 3.6 compiles unary minus
+    to ``0 - x`` (+0.0 for +0.0; Triton 3.7 emits a true negation). Float negation is a product by
+    -1 in every Triton kernel; integers keep the unary minus."""
+    from compiler.codegen.triton import TritonRenderer
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    for dtype, product in ((torch.float32, True), (torch.bfloat16, True), (torch.int32, False)):
+        x = torch.ones(8, dtype=dtype)
+        gm = compiler.trace_aten(lambda a: aten.neg.default(a), x)
+        renderer = TritonRenderer(interpret=False)
+        (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
+        src = renderer.render(kernel).source
+        assert ("* -1.0" in src) == product and ("= -t" in src or "= -x" in src) != product, src
+
+
 def test_float32_pow_is_within_an_ulp_for_large_results(codegen: str, device: str) -> None:
     """Fuzzer, crucible-cpp (seeds 0 and 4017): ``pow(FLT_MAX, 1.0)`` was inf where eager and float64
     give FLT_MAX. ``exp(y * log|x|)`` in float32 is off by about |y log x| ulps; it runs in float64."""
@@ -297,3 +315,23 @@ def test_atan2_special_cases_match_c(codegen: str, device: str) -> None:
         torch.testing.assert_close(got, want, equal_nan=True, msg=str(dtype))
         zeros = want == 0
         assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (y[zeros], x[zeros], got[zeros])
+
+
+def test_max_pool_index_of_several_nans_is_the_last(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-triton and inductor on the H200, seed 7 (a max pool over an input expanded
+    along H with a NaN column): where a window holds several NaNs, ATen's max-pool index is the
+    last one's (its kernels take every NaN, ``val > max || isnan(val)``); ours was the first, as
+    torch.argmax's. Found beside it: a window of nothing but -inf over padding gave a padded
+    position, where ATen gives the first one inside the input. Ties between numbers keep the first."""
+    x = torch.tensor([[0.5, math.nan, 1.0, math.nan, 2.0],
+                      [math.nan, 3.0, 3.0, math.nan, -math.inf],
+                      [math.nan, math.nan, 7.0, 7.0, math.nan],
+                      [-math.inf, -math.inf, 1.0, 1.0, 1.0]], device=device).expand(2, 3, 4, 5)
+    def pool(args):
+        return lambda a: aten.max_pool2d_with_indices.default(a, *args)
+
+    for args in (([2, 2], [1], [1]), ([3, 3], [2], [1]), ([2, 3], [1, 2], [0, 1])):
+        got = _compiled(pool(args), x, codegen=codegen)(x)
+        want = aten.max_pool2d_with_indices.default(x, *args)
+        torch.testing.assert_close(got[0], want[0], equal_nan=True)
+        assert torch.equal(got[1], want[1]), (args, got[1][0, 0], want[1][0, 0])

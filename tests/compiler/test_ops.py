@@ -275,10 +275,10 @@ def test_pooling(case: OpCase, dtype: torch.dtype, codegen: str, device: str) ->
 
 def test_pooling_inside_the_input_has_no_bounds_checks(codegen: str, device: str) -> None:
     """Windows that never leave the input (no padding, no ceil-mode overhang) read without masks
-    or clamps; only padded axes get them."""
+    or clamps; only padded axes get them (a ``where`` remains: the index of a window's last NaN)."""
     x = make((2, 3, 8, 8), F32, "any", device)
     report = check_parity(lambda t: F.max_pool2d(t, 2), (x,), codegen)
-    assert not {"where", "ge", "lt", "max", "min"} & set(report.kernels[0].ir_ops)
+    assert not {"ge", "lt", "max", "min"} & set(report.kernels[0].ir_ops)
     padded = check_parity(lambda t: F.max_pool2d(t, 3, 2, 1), (x,), codegen)
     assert {"where", "ge", "lt"} <= set(padded.kernels[0].ir_ops)
 
