@@ -206,6 +206,10 @@ class _KernelWriter:
         if op in UNARY_CALL:
             return self.tmp(e, f"{UNARY_CALL[op]}({a[0]})")
         if op is Op.NEG:
+            if cdt.is_floating_point:
+                # Triton before 3.7 compiles unary minus to 0 - x: -(+0.0) came out +0.0 (atan2 of a
+                # result that underflows kept the wrong sign on the GPU); a product by -1 is exact
+                return self.tmp(e, f"{a[0]} * -1.0")
             return self.tmp(e, f"-{a[0]}")
         if op is Op.NOT:
             return self.tmp(e, f"{a[0]} == 0")
