@@ -147,9 +147,12 @@ def _aligned(n: int, dtype: torch.dtype) -> int:
     return n + (-n) % step
 
 
-def merge_matmuls(folded: FoldedGraph, static_inputs: Any, device: torch.device) -> RewrittenGraph:
+def merge_matmuls(folded: FoldedGraph, static_inputs: Any, device: torch.device,
+                  library: bool = True) -> RewrittenGraph:
     """The graph with shared-input GEMMs concatenated and unaligned GPU GEMMs padded (a copy; the
-    input graph untouched), its constants (``folded``'s batch-norm folds too), a line per rewrite."""
+    input graph untouched), its constants (``folded``'s batch-norm folds too), a line per rewrite.
+    ``library``: whether the GEMMs may be library calls; padding serves cuBLAS's aligned kernels
+    only, and a generated GEMM would pay for it with a copy of the sliced result."""
     gm = folded.gm
     if _symbolic(gm):
         return RewrittenGraph(folded, [])  # lowering refuses the graph with its own reason
@@ -160,7 +163,7 @@ def merge_matmuls(folded: FoldedGraph, static_inputs: Any, device: torch.device)
         if m is not None:
             key = (_input_key(m.x), m.linear, m.bias is not None, m.node.meta["val"].dtype)
             groups.setdefault(key, []).append(m)
-    pad = device.type == "cuda"
+    pad = device.type == "cuda" and library
     chosen = [g for g in groups.values()
               if len(g) > 1 or (pad and _aligned(g[0].n, g[0].node.meta["val"].dtype) != g[0].n)]
     if not chosen:

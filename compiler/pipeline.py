@@ -147,9 +147,14 @@ class GraphCompilation:
         return wrapper
 
     def extern_passes(self) -> None:
-        """``compiler.extern_passes``: their constants join the folded ones behind one guard."""
-        for name, fn, args in (("fuse_extern_epilogues", fuse_extern_epilogues, (self.device,)),
-                               ("merge_matmuls", merge_matmuls, (self.foldable, self.device))):
+        """``compiler.extern_passes``: their constants join the folded ones behind one guard. With
+        ``extern="none"`` every GEMM is a template: epilogues fuse into it anyway, and neither an
+        ``_addmm_activation`` extern nor cuBLAS's padding is wanted."""
+        library = self.extern != "none"
+        passes = [("merge_matmuls", merge_matmuls, (self.foldable, self.device, library))]
+        if library:
+            passes.insert(0, ("fuse_extern_epilogues", fuse_extern_epilogues, (self.device,)))
+        for name, fn, args in passes:
             out = self.run_pass(name, fn, self.folded, *args)
             self.folded, self.gm = out.folded, out.folded.gm
             if out.rewrites:

@@ -328,3 +328,25 @@ def test_gpt2_shaped_block_on_the_gpu():
                                         ("pad_matmul_weights", "mm")]
     with torch.no_grad():
         assert_close(out, model(x))
+
+
+@pytest.mark.parametrize("extern,passes", [("default", ["fuse_extern_epilogues", "merge_matmuls"]),
+                                           ("none", [])])
+def test_cuda_free_graphs_get_neither_padding_nor_library_epilogues(extern, passes):
+    """The H200 run of the template tests: with extern="none" an MLP's 10-column head was padded
+    for cuBLAS (then copied back out of the slice: three kernels, not two) and on the GPU relu or
+    GELU after a prefill GEMM would have become an ``_addmm_activation`` extern. With every GEMM a
+    template, both library passes stay out (the GPU rules, on a CPU graph)."""
+    from compiler.codegen.registry import default_codegen
+    from compiler.pipeline import GraphCompilation
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 48), torch.nn.ReLU(), torch.nn.Linear(48, 10))
+    gm, args, static = traced(model.requires_grad_(False), torch.randn(40, 16))
+    comp = GraphCompilation(gm, default_codegen("cpu"), "inference", extern, static, True, "auto")
+    comp.device = CUDA
+    comp.extern_passes()
+    assert comp.report.passes == passes
+    if passes:
+        checked(comp.folded, gm, args)
+    else:
+        assert comp.folded.gm is gm and not comp.folded.folds
