@@ -25,6 +25,7 @@ from compiler import config
 from compiler.codegen.registry import default_codegen
 from compiler.config import Options
 from compiler.decompositions import decomposition_table_for_compiler
+from compiler.fused_attention import keep_fused_attention
 from compiler.lowering import SymbolicShapes
 from compiler.pipeline import CompilerError, GraphCompilation, graph_device
 from compiler.report import FallbackReason, GraphReport, publish
@@ -90,6 +91,7 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
     from torch._functorch.aot_autograd import aot_module_simplified
 
     opts = Options.parse(options)
+    keep_fused_attention(gm)  # CUDA SDPA calls: the kernel chosen at run time, not by the fake trace
     n = len(example_inputs)
     fw = functools.partial(compile_aten_graph, options=opts, kind="forward", dynamo_inputs=n)
     bw = functools.partial(compile_aten_graph, options=opts, kind="backward")

@@ -86,6 +86,12 @@ def static_launch() -> bool:
     return os.environ.get("CRUCIBLE_STATIC_LAUNCH", "1") not in ("", "0")
 
 
+def fused_sdpa() -> bool:
+    """CUDA inference SDPA calls stay one op through tracing, their kernel chosen at run time or the
+    attention template (``compiler/fused_attention.py``); ``0``: the trace's choice, as before."""
+    return os.environ.get("CRUCIBLE_FUSED_SDPA", "1") not in ("", "0")
+
+
 def compile_threads() -> int:
     value = os.environ.get("CRUCIBLE_COMPILE_THREADS")
     if not value:

@@ -72,9 +72,58 @@ def _traced_attention_ops(family: str) -> str:
     ids = torch.randint(0, 100, (2, 64), device="cuda")
     with torch.no_grad():
         gm = make_fx(lambda i: model(input_ids=i, use_cache=False, return_dict=False)[0],
-                     decomposition_table=decomposition_table_for_compiler(), tracing_mode="fake")(ids)
+                     decomposition_table=decomposition_table_for_compiler(), tracing_mode="fake",
+                     _allow_non_fake_inputs=True)(ids)
     ops = sorted({str(n.target) for n in gm.graph.nodes if "attention" in str(n.target) or "bmm" in str(n.target)})
     return ", ".join(ops) or "none"
+
+
+def _dynamo_sdpa_args() -> list[str]:
+    """The SDPA calls of the benchmark's BERT-base bf16 as Dynamo hands them to a backend (mask,
+    strides, flags), and each fused backend's verdict on them for real and for fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from compiler.bench.zoo import MODELS
+
+    model, inputs = MODELS["bert_base"].build(torch.bfloat16, "cuda", False)
+    calls: list = []
+
+    def record(gm: torch.fx.GraphModule, example_inputs: list) -> object:
+        for n in gm.graph.nodes:
+            if n.op == "call_function" and "scaled_dot_product" in str(n.target) and not calls:
+                calls.append(n)
+        return gm.forward
+
+    torch._dynamo.reset()
+    with torch.no_grad():
+        torch.compile(model, backend=record)(*inputs)
+    if not calls:
+        return ["dynamo bert: no scaled_dot_product_attention call in the captured graphs"]
+    node = calls[0]
+
+    def real(a: object) -> object:
+        val = a.meta.get("example_value") if isinstance(a, torch.fx.Node) else a
+        if isinstance(val, torch.Tensor):
+            return torch.randn(val.shape, device="cuda", dtype=val.dtype).as_strided(val.shape, val.stride()) \
+                if val.dtype.is_floating_point else torch.ones(val.shape, dtype=val.dtype, device="cuda")
+        return val
+
+    args = [real(a) for a in node.args]
+    kwargs = {k: real(v) for k, v in node.kwargs.items()}
+    desc = [f"{tuple(t.shape)} {t.stride()} {t.dtype}" if isinstance(t, torch.Tensor) else repr(t)
+            for t in [*args, *kwargs.values()]]
+    lines = [f"dynamo bert: {node.target} args {desc} kwargs {list(kwargs)}"]
+    q, k, v = args[:3]
+    mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+    lines.append(f"  real choice {_choice(q, k, v, mask)}")
+    lines += _refusals(q, k, v, mask)
+    mode = FakeTensorMode()
+    fq, fk, fv = (mode.from_tensor(t) for t in (q, k, v))
+    fmask = mode.from_tensor(mask) if isinstance(mask, torch.Tensor) else None
+    with mode:
+        lines.append(f"  fake choice {_choice(fq, fk, fv, fmask)}")
+        lines += [f"  fake {line.strip()}" for line in _refusals(fq, fk, fv, fmask)]
+    return lines
 
 
 def main() -> int:
@@ -93,6 +142,12 @@ def main() -> int:
             fake = _choice(fq, fk, fv, fmask)
         print(f"{name}: q stride {q.stride()}: real {_choice(q, k, v, mask)}, fake {fake}")
         print("\n".join(_refusals(q, k, v, mask)))
+        with mode:
+            print("\n".join(f"  fake {line.strip()}" for line in _refusals(fq, fk, fv, fmask)))
+    try:
+        print("\n".join(_dynamo_sdpa_args()))
+    except Exception as why:  # noqa: BLE001
+        print(f"dynamo bert: failed {type(why).__name__}: {str(why)[:300]}")
     for family in ("bert", "gpt2"):
         try:
             print(f"traced {family}: {_traced_attention_ops(family)}")

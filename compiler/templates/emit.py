@@ -35,10 +35,10 @@ def feeds_pointwise(node: Any) -> bool:
 
 
 def decide(ctx: GraphLowering, family: str, unsupported: str | None, shape: tuple[int, ...],
-            dtype: torch.dtype, node: Any = None) -> None:
+            dtype: torch.dtype, node: Any = None, masked: bool = False) -> None:
     mode = getattr(ctx, "extern_mode", "default")
     epilogue = node is not None and feeds_pointwise(node)
-    choice = choose(family, mode, ctx.capabilities, unsupported, shape, dtype, epilogue)
+    choice = choose(family, mode, ctx.capabilities, unsupported, shape, dtype, epilogue, masked)
     if choice.template:
         return
     reason = ExternReason.LIBRARY_KERNEL

@@ -26,10 +26,11 @@ LIBRARY = "vendor library kernel"
 
 
 def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str | None,
-           shape: tuple[int, ...], dtype: torch.dtype, epilogue: bool = False) -> Choice:
+           shape: tuple[int, ...], dtype: torch.dtype, epilogue: bool = False, masked: bool = False) -> Choice:
     """Template or ATen for one op of ``family`` ("gemm" | "attention" | "conv"); ``unsupported`` is why no
     template covers it (None when one does). ``shape``: (B, M, N, K) for a GEMM, (B, H, L, S, D) for
-    attention; ``epilogue``: a pointwise op consumes the result (it would fuse into the template)."""
+    attention; ``epilogue``: a pointwise op consumes the result (it would fuse into the template);
+    ``masked``: an attention with a mask."""
     if family not in capabilities.templates:
         return Choice(False, LIBRARY)  # this renderer has no templates (C++): as before templates
     if mode == "all":
@@ -40,7 +41,7 @@ def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str 
         return Choice(True, "")
     if capabilities.interpreted:
         return Choice(False, f"{LIBRARY} (default rule: interpreted templates are slower than ATen on CPU)")
-    return _measured_rule(family, shape, dtype, epilogue)
+    return _measured_rule(family, shape, dtype, epilogue, masked)
 
 
 # Measured on an H200 (compiler/bench/RESULTS_llm.md), bf16: the GEMM template is 0.78-0.98x cuBLAS
@@ -50,18 +51,22 @@ def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str 
 # token) is 0.92-0.99x SDPA per op and saves the extern call's layout copies: a template. Everything
 # else, and every float32 op (not measured), keeps the library kernel. With this rule a 2-layer
 # Llama-shaped decoder decodes at 1095 (1B) / 1302 (8B) tok/s against 737 / 917 with ATen everywhere.
+# Attention with a mask is a template too: BERT-base bf16 (batch 8 x 512, a boolean padding mask)
+# ran 9.83 ms per call with SDPA choosing its masked kernel at run time (cuDNN) and 5.03 ms with the
+# math decomposition (compiler/bench/RESULTS.md), where flash attention takes no mask at all.
 DECODE_ROWS = 32
 
 
 MEASURED_DTYPES = (torch.bfloat16, torch.float16)  # float32 templates were not measured against ATen
 
 
-def _measured_rule(family: str, shape: tuple[int, ...], dtype: torch.dtype, epilogue: bool) -> Choice:
+def _measured_rule(family: str, shape: tuple[int, ...], dtype: torch.dtype, epilogue: bool,
+                   masked: bool = False) -> Choice:
     if dtype not in MEASURED_DTYPES:
         return Choice(False, f"{LIBRARY} (default rule: {dtype} templates are not measured faster)")
     if family == "gemm" and shape[0] * shape[1] <= DECODE_ROWS and epilogue:
         return Choice(True, "")
-    if family == "attention" and shape[2] == 1:
+    if family == "attention" and (shape[2] == 1 or masked):
         return Choice(True, "")
     if family == "conv":  # not measured yet: cuDNN keeps every convolution
         return Choice(False, f"{LIBRARY} (default rule: convolutions keep cuDNN until the template is measured)")

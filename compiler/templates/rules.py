@@ -14,7 +14,9 @@ import torch
 
 from compiler import ir
 from compiler.graph import View
-from compiler.lowerings.rules import Lazy, Strided, TensorValue, as_expr, broadcast_read, register
+from compiler import fused_attention  # noqa: F401  (defines torch.ops.crucible.sdpa)
+from compiler.lowerings.rules import (Lazy, Strided, TensorValue, as_expr, broadcast_read, identity_index, read,
+                                      register)
 from compiler.templates import conv  # noqa: F401  (registers the convolution rule)
 from compiler.templates.emit import DTYPES, decide, emit
 from compiler.templates.spec import AttentionTemplate, GemmTemplate, acc_read
@@ -151,8 +153,10 @@ def _output_stride(val: Any) -> tuple[int, ...] | None:
 
 
 def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
-               mask: TensorValue | None, dropout_p: float, causal: bool, scale: float | None) -> list:
-    vals = node.meta["val"]
+               mask: TensorValue | None, dropout_p: float, causal: bool, scale: float | None) -> Any:
+    """The template's output (a list like the op's results, where the op returns several)."""
+    single = isinstance(node.meta["val"], torch.Tensor)
+    vals = [node.meta["val"]] if single else node.meta["val"]
     # results something reads (a traced graph keeps dead getitems of the log-sum-exp)
     used = {u.args[1] for u in node.users if getattr(u.target, "__name__", "") == "getitem" and u.users}
     if any(len(t.shape) != 4 for t in (q, k, v)):  # (the CPU kernel takes other ranks too)
@@ -172,13 +176,30 @@ def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v:
         unsupported = f"{heads} query heads over {kv_heads} key/value heads"
     elif mask is not None and mask.dtype not in DTYPES:
         unsupported = f"{mask.dtype} attention mask (boolean masks reach us as additive float masks)"
-    decide(ctx, "attention", unsupported, (batch, heads, length, keys, dim), q.dtype)
+    decide(ctx, "attention", unsupported, (batch, heads, length, keys, dim), q.dtype, masked=mask is not None)
     full = (batch, heads, length, keys)
     template = AttentionTemplate(ctx.new_name("acc"), _strided(ctx, q), _strided(ctx, k), _strided(ctx, v),
                                  _mask_view(ctx, mask, full) if mask is not None else None, bool(causal),
                                  float(scale) if scale is not None else 1 / math.sqrt(dim))
     out = emit(ctx, template, ir.cast(acc_read(template), q.dtype), q.dtype, _output_stride(vals[0]))
-    return [out] + [None] * (len(vals) - 1)
+    return out if single else [out] + [None] * (len(vals) - 1)
+
+
+def _additive(mask: TensorValue, dtype: torch.dtype) -> TensorValue:
+    """A boolean attention mask (True: attend) as the additive mask the template reads."""
+    keep = read(mask, identity_index(tuple(mask.shape)))
+    return Lazy(tuple(mask.shape), dtype, ir.where(keep, ir.const(0.0, dtype), ir.const(-math.inf, dtype)))
+
+
+@register(torch.ops.crucible.sdpa)
+def lower_sdpa_runtime_choice(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
+                              attn_mask: TensorValue | None = None, dropout_p: float = 0.0, is_causal: bool = False,
+                              *, scale: float | None = None, enable_gqa: bool = False) -> TensorValue:
+    """``compiler.fused_attention``'s op: the template, else the extern call (SDPA choosing its kernel
+    at run time)."""
+    if attn_mask is not None and attn_mask.dtype == torch.bool:
+        attn_mask = _additive(attn_mask, q.dtype)
+    return _attention(ctx, node, q, k, v, attn_mask, dropout_p, is_causal, scale)
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu)
