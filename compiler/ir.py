@@ -260,7 +260,10 @@ def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
                 aff = to_affine(src[0])
                 if aff is not None:
                     src = (from_affine(aff),)
-            out = e if src == e.src else Expr(e.op, e.dtype, src, e.arg)
+            if e.op is Op.CAST and src[0].op is Op.CONST:
+                out = const(src[0].arg, e.dtype)  # as ``cast`` folds it (Triton: no `(0).to(...)`)
+            else:
+                out = e if src == e.src else Expr(e.op, e.dtype, src, e.arg)
         memo[e] = out
         return out
 
