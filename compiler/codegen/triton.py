@@ -75,6 +75,14 @@ BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=",
                 Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
 UNARY_CALL = {Op.EXP: "tl.exp", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin",
               Op.COS: "tl.cos", Op.ERF: "tl.erf", Op.FLOOR: "tl.floor", Op.CEIL: "tl.ceil", Op.ABS: "tl.abs"}
+# Triton's float32 exp, log, sin, cos, sqrt and rsqrt are the approximate PTX instructions (ex2.approx
+# after a product by log2(e), lg2.approx, sin.approx, sqrt.approx, ...): many ulps off for large
+# arguments (cosh(sinh(x)) on the H200: RMSE against float64 3.2x eager's). Float32 results call
+# libdevice's (CUDA's expf, logf, ...: what ATen's CUDA kernels call) and the IEEE square root; 16-bit
+# results, computed in float32, keep the fast ones (their error is far under a 16-bit ulp), and so
+# does the interpreter (numpy's).
+PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.LOG: "libdevice.log", Op.SIN: "libdevice.sin", Op.COS: "libdevice.cos",
+                Op.SQRT: "tl.sqrt_rn", Op.RSQRT: "libdevice.rsqrt"}
 COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard._prod_combine",
            ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
 
@@ -203,6 +211,10 @@ class _KernelWriter:
             return self.tmp(e, f"tl.where({a[0]}, {picked})")
         if op in BINARY_INFIX:
             return self.tmp(e, f"{a[0]} {BINARY_INFIX[op]} {a[1]}")
+        if op in PRECISE_FP32 and e.dtype == torch.float32 and not self.r.interpret:
+            fn = PRECISE_FP32[op]
+            self.libdevice |= fn.startswith("libdevice.")
+            return self.tmp(e, f"{fn}({a[0]})")
         if op in UNARY_CALL:
             return self.tmp(e, f"{UNARY_CALL[op]}({a[0]})")
         if op is Op.NEG:
@@ -218,6 +230,12 @@ class _KernelWriter:
         if op is Op.ISNAN:
             return self.tmp(e, f"{a[0]} != {a[0]}")
         if op is Op.DIV:
+            divisor = e.src[1]
+            if cdt.is_floating_point and divisor.op is Op.CONST and divisor.arg == 0 and not self.r.interpret:
+                # x / +-0.0 is x * +-inf for every x (NaN, zeros and infinities included); on the H200 a
+                # literal -0.0 divisor lost its sign (x / -0.0 gave +inf for x > 0)
+                inf = math.copysign(math.inf, float(divisor.arg))
+                return self.tmp(e, f"{a[0]} * {literal(inf, cdt)}")
             if cdt == torch.float32 and not self.r.interpret:
                 # Triton's fp32 `/` is PTX div.full.f32: approximate (2 ulp) and flushing subnormals,
                 # so 1e-3 / 1e-40 is inf where ATen's CUDA division (IEEE div.rn) gives 1e37
@@ -228,7 +246,11 @@ class _KernelWriter:
                 # Triton's float `%` is LLVM's frem, which NVPTX expands to x - trunc(x / y) * y: off
                 # by whole multiples of y once x / y is large (fmod(1e300, 3.0)); libdevice's is C's
                 self.libdevice = True
-                return self.tmp(e, f"libdevice.fmod({a[0]}, {a[1]})")
+                # libdevice picks its function by both operands' types: a literal is float32 to Triton
+                # (fmod(float64, 2.0) raised KeyError (float64, float32) on the H200)
+                x, y = (f"tl.full([], {literal(operand.arg, cdt)}, {TL_DTYPE[cdt]})" if operand.op is Op.CONST
+                        else code for operand, code in zip(e.src, a))
+                return self.tmp(e, f"libdevice.fmod({x}, {y})")
             return self.tmp(e, f"{a[0]} % {a[1]}")
         if op is Op.FLOORDIV:
             q = self.tmp(e, f"{a[0]} // {a[1]}")
@@ -307,7 +329,10 @@ class _KernelWriter:
             raise ValueError("argmax/argmin need a persistent reduction")
         ident = reduce_identity(op, compute_dtype(dtype))
         pre = self.pre
-        masked = self.tmp(e, f"tl.where(rmask, {v}, {ident})", pre)
+        # both operands of the tuple reduction in the full block shape: a value read without the x
+        # index (an input expanded along x) is [1, RBLOCK] ("all reduction inputs must have the same
+        # shape" on the H200)
+        masked = self.tmp(e, f"tl.broadcast_to(tl.where(rmask, {v}, {ident}), [XBLOCK, RBLOCK])", pre)
         idx = self.tmp(e, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", pre)
         combine = ("tl.standard._argmax_combine_tie_break_left" if op is ReduceOp.ARGMAX
                    else "tl.standard._argmin_combine_tie_break_left")
