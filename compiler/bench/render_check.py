@@ -1,7 +1,8 @@
 """``python -m compiler.bench.models --render-only``: every benchmark model through the weight passes
 (with the GPU's rules), lowering, scheduling, the GPU Triton renderer and the wrapper, on any machine
-(no GPU, nothing built or launched): the strict-mode compile check of the GPU issue, up to the
-Triton build itself.
+(no GPU, nothing launched): the strict-mode compile check of the GPU issue, through Triton's
+build of every kernel for an H200 (``compiler.gpu_build``: front end, GPU passes and ptxas) where
+the installed Triton has its NVIDIA backend.
 
 Each model is traced by Dynamo and AOTAutograd on the CPU at batch 1 (sequences of 64 tokens);
 shapes differ from the GPU run's, the ops do not. The graphs still run in eager so Dynamo can
@@ -25,6 +26,7 @@ def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]
     import torch._dynamo
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
+    from compiler import gpu_build
     from compiler.codegen.registry import renderer_for
     from compiler.cudagraphs import static_input_indices
     from compiler.decompositions import decomposition_table_for_compiler
@@ -38,7 +40,14 @@ def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]
         renderer = renderer_for("triton", torch.device("cuda"))
         rewritten = weight_passes(gm, static_input_indices(len(example_inputs), dynamo_inputs, "inference"))
         sched = schedule(lower(rewritten, torch.device("cpu"), renderer.capabilities), renderer.capabilities)
-        generate_wrapper(sched, {k.name: renderer.render(k) for k in sched.kernels}, {})
+        kernels = {k.name: renderer.render(k) for k in sched.kernels}
+        generate_wrapper(sched, kernels, {})
+        if gpu_build.available():  # Triton's build for an H200, front end to ptxas, without one
+            for step in sched.kernels:
+                kernel, dtypes = kernels[step.name], {p.buffer: p.dtype for p in step.params}
+                error = gpu_build.build_for(kernel, [dtypes[a] for a in kernel.args])
+                if error is not None:
+                    raise RuntimeError(f"kernel {kernel.name} ({kernel.symbol}) does not build for sm_90: {error}")
         counts.append((len(sched.kernels), len(sched.externs)))
         return make_boxed_func(gm.forward)
 

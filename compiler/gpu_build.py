@@ -1,0 +1,59 @@
+"""Build generated Triton kernels for a CUDA GPU on a machine without one.
+
+Triton's compiler needs no device: given a target (``GPUTarget("cuda", 90, 32)``: an H100/H200) it
+runs its front end, its GPU passes and ptxas on any machine. The interpreter, which CPU-only runs
+use, never does: it executes the kernel's Python with numpy. Errors only the GPU build raises were
+found on the H200 alone (fuzz campaign, seed 7): ``(0).to(tl.float32)`` (a Python int has no
+``.to``), libdevice called with a float64 tensor and a float32 literal (KeyError), a tuple reduction
+over operands of two shapes. ``build_for`` brings them to the CPU: ``tests/compiler/test_gpu_build.py``
+builds the kernels of such graphs in CI, ``python -m compiler.bench.models --render-only`` those
+of every benchmark model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from compiler.codegen.base import RenderedKernel
+
+POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64",
+           torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8", torch.uint8: "*u8",
+           torch.bool: "*i1"}
+LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas")
+
+
+def available() -> bool:
+    """Whether the installed Triton carries its NVIDIA backend (the pip wheel does)."""
+    try:
+        import triton.backends.nvidia.compiler  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_for(rendered: RenderedKernel, dtypes: Sequence[torch.dtype], arch: int = 90) -> str | None:
+    """None when ``rendered`` (a Triton kernel; ``dtypes``: its buffer parameters' element types, in
+    order) builds for ``sm_{arch}`` with its first launch config; else the error, one paragraph."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from compiler.runtime import load_module
+
+    symbol = rendered.symbol or rendered.name
+    fn = getattr(load_module(rendered.source, symbol), symbol)
+    names = list(fn.arg_names)
+    meta = dict(rendered.meta)
+    constexprs = {k: v for k, v in meta.items() if k not in LAUNCH_OPTIONS}
+    if len(dtypes) + len(constexprs) != len(names):
+        raise ValueError(f"{symbol}: {len(names)} parameters, {len(dtypes)} buffers and {sorted(constexprs)}")
+    signature = {n: POINTER[d] for n, d in zip(names, dtypes)}
+    signature.update({n: "constexpr" for n in constexprs})
+    source = triton.compiler.ASTSource(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
+    options = {k: meta[k] for k in LAUNCH_OPTIONS if k in meta}
+    try:
+        triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
+    except Exception as why:  # noqa: BLE001  (any build error is the answer)
+        return f"{type(why).__name__}: {why}".strip()
+    return None
