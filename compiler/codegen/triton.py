@@ -231,9 +231,10 @@ class _KernelWriter:
             return self.tmp(e, f"{a[0]} != {a[0]}")
         if op is Op.DIV:
             divisor = e.src[1]
-            if cdt.is_floating_point and divisor.op is Op.CONST and divisor.arg == 0 and not self.r.interpret:
-                # x / +-0.0 is x * +-inf for every x (NaN, zeros and infinities included); on the H200 a
-                # literal -0.0 divisor lost its sign (x / -0.0 gave +inf for x > 0)
+            if cdt.is_floating_point and divisor.op is Op.CONST and divisor.arg == 0:
+                # x / +-0.0 is x * +-inf for every x (NaN, zeros and infinities included). A -0.0 literal
+                # loses its sign in Triton (3.6 on the H200 and 3.8's interpreter: x / -0.0 gave +inf
+                # for x > 0, harness/FINDINGS.md); an infinite one keeps it
                 inf = math.copysign(math.inf, float(divisor.arg))
                 return self.tmp(e, f"{a[0]} * {literal(inf, cdt)}")
             if cdt == torch.float32 and not self.r.interpret:

@@ -81,11 +81,16 @@ def test_float32_transcendentals_call_libdevice_and_16_bit_ones_stay_fast():
 
 def test_division_by_a_signed_zero_is_a_product_by_a_signed_infinity():
     """H200, fuzz seed 7: div.Scalar(x, -0.0) and floor_divide.Scalar(x, -0.0) gave +inf for x > 0
-    (eager: -inf). The GPU renderer multiplies by +-inf, the same value for every x."""
+    (eager: -inf), as the interpreter does (FINDINGS.md). The renderer multiplies by +-inf, the same
+    value for every x."""
     specials = torch.tensor([1.5, -2.0, 0.0, -0.0, math.inf, -math.inf, math.nan, 1e-40])
     for zero, inf in ((-0.0, -math.inf), (0.0, math.inf)):
         torch.testing.assert_close(specials * inf, specials / zero, equal_nan=True, atol=0, rtol=0)
         numbers = ~torch.isnan(specials / zero)
         assert torch.equal(torch.signbit(specials * inf)[numbers], torch.signbit(specials / zero)[numbers])
-    (kernel, _), = rendered(lambda a: (aten.div.Scalar(a, -0.0),), specials)
-    assert "* float('-inf')" in kernel.source and "div_rn" not in kernel.source
+    for interpret in (False, True):
+        (kernel, _), = rendered(lambda a: (aten.div.Scalar(a, -0.0),), specials, interpret=interpret)
+        assert "* float('-inf')" in kernel.source and "div_rn" not in kernel.source
+    got = compiler.compile_graph(compiler.trace_aten(lambda a: aten.div.Scalar(a, -0.0), specials), [specials],
+                                 codegen="triton")(specials)  # the interpreter (the CPU)
+    torch.testing.assert_close(got, specials / -0.0, equal_nan=True, atol=0, rtol=0)
