@@ -71,6 +71,9 @@ def test_known_findings_match_documented_upstream_behaviour() -> None:
               "error": "v0_1: NaN positions differ from eager"}
     assert match_known("crucible-cpp", record)
     assert match_known("inductor", record) is None
+    pool = {"status": Status.FAIL_ACCURACY, "op": "aten.max_pool2d_with_indices.default",
+            "error": "v5_1: integer/bool values differ from eager", "output": "v5_1"}
+    assert match_known("inductor", pool) and match_known("crucible-triton", pool) is None  # ours is fixed
 
 
 def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
