@@ -28,6 +28,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
 from harness.fuzz.builder import GraphLimits, graphs, select_specs
+from harness.fuzz.execute import blamed_op
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.known import match_known
 from harness.status import EAGER_STATUSES, Status
@@ -104,6 +105,8 @@ class CampaignSummary:
     elapsed_s: float = 0.0
     # signature -> hits of failures another campaign of a ``-j`` run found first (harness.fuzz.parallel)
     foreign_hits: Counter = field(default_factory=Counter)
+    # "op | error" -> graphs eager could not run (or ran twice differently): what costs validity
+    invalid: Counter = field(default_factory=Counter)
 
     @property
     def valid(self) -> int:
@@ -183,6 +186,9 @@ def run_campaign(request: CampaignRequest, runner: Any,
             if not shrinking:
                 summary.graphs += 1
                 summary.statuses[record["status"]] += 1
+                if record["status"] in EAGER_STATUSES:
+                    error = str(record.get("error") or record["status"]).splitlines()[0]
+                    summary.invalid[f"{blamed_op(graph, error)} | {error[:120]}"] += 1
                 summary.ops_covered.update(graph.ops)
                 summary.spec_rejections += len(getattr(graph, "rejected", []))
                 on_progress(summary)

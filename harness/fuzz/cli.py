@@ -192,7 +192,8 @@ def fuzz_summary(summary: Any) -> dict[str, Any]:
     return {"graphs": summary.graphs, "executions": summary.executions, "validity": summary.validity,
             "ops_covered": len(summary.ops_covered), "ops_selected": summary.ops_selected,
             "elapsed_s": summary.elapsed_s, "graphs_per_s": summary.graphs / max(summary.elapsed_s, 1e-9),
-            "statuses": dict(summary.statuses), "spec_rejections": summary.spec_rejections}
+            "statuses": dict(summary.statuses), "spec_rejections": summary.spec_rejections,
+            "invalid": dict(summary.invalid.most_common(20))}
 
 
 def render_summary(summary: Any) -> str:
@@ -201,6 +202,9 @@ def render_summary(summary: Any) -> str:
              f"({s['executions']} runs with shrinking), validity {100 * s['validity']:.1f}%, "
              f"{s['graphs_per_s']:.2f} graphs/s over {s['elapsed_s']:.0f}s",
              "statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items()))]
+    if s["invalid"]:  # the op specs' gaps: graphs that are not valid by construction
+        lines.append("invalid graphs (eager failed), by op and error:\n" +
+                     "\n".join(f"  {n:4d}  {what}" for what, n in list(s["invalid"].items())[:8]))
     if summary.findings:
         rows = [[f.key, f.signature, f.hits, len(f.graph.nodes), f.known or "NEW"]
                 for f in sorted(summary.findings.values(), key=lambda f: (f.known is not None, f.signature))]

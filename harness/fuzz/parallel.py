@@ -41,6 +41,7 @@ def merge_summaries(summaries: list[CampaignSummary], elapsed_s: float) -> Campa
     merged = CampaignSummary(ops_selected=max((s.ops_selected for s in summaries), default=0), elapsed_s=elapsed_s)
     for s in summaries:  # containers copied first (one C call each): a campaign may be mid-update
         statuses, findings, foreign = dict(s.statuses), dict(s.findings), dict(s.foreign_hits)
+        merged.invalid.update(dict(s.invalid))
         merged.graphs += s.graphs
         merged.executions += s.executions
         merged.statuses.update(statuses)

@@ -183,3 +183,19 @@ def test_decomposition_judge_allows_the_noise_of_rounding_the_inputs() -> None:
     verdict = judge(lambda: smlb(*args), lambda: decomposition_table_for_compiler()[smlb](*args),
                     lambda: smlb(*_to64(args)), lambda: smlb(*to64_rounded(args)))
     assert verdict is not None and "worse than the op" in verdict[1], verdict
+
+
+def test_summary_lists_what_made_graphs_invalid() -> None:
+    """The H200 campaigns reported 96-97% validity and nothing else: which op and error cost it."""
+    from collections import Counter
+
+    from harness.fuzz.campaign import CampaignSummary
+    from harness.fuzz.cli import fuzz_summary, render_summary
+
+    summary = CampaignSummary(graphs=50, statuses=Counter({Status.PASS: 47, Status.EAGER_FAIL: 3}),
+                              invalid=Counter({"aten.addmm.default | RuntimeError: \"addmm_cuda\" not implemented "
+                                               "for 'Int'": 2, "aten.sort.default | RuntimeError: boom": 1}))
+    text = render_summary(summary)
+    assert "validity 94.0%" in text and "invalid graphs (eager failed)" in text
+    assert "     2  aten.addmm.default | RuntimeError" in text
+    assert fuzz_summary(summary)["invalid"]["aten.sort.default | RuntimeError: boom"] == 1
