@@ -72,6 +72,12 @@ def simulator_checks() -> bool:
     return os.environ.get("CRUCIBLE_SIM_CHECK", "0") not in ("", "0")
 
 
+def gpu_build_check() -> bool:
+    """``CRUCIBLE_GPU_BUILD_CHECK=1``: interpreted Triton graphs (CPU tensors) also render every kernel
+    for the GPU and build it for an H200 (``compiler/gpu_build.py``); a build error fails the compile."""
+    return os.environ.get("CRUCIBLE_GPU_BUILD_CHECK", "0") not in ("", "0")
+
+
 def kernel_times() -> bool:
     """``CRUCIBLE_KERNEL_TIMES=1``: time every generated kernel's launches (``compiler/kernel_times.py``)."""
     return os.environ.get("CRUCIBLE_KERNEL_TIMES", "0") not in ("", "0")

@@ -7,7 +7,8 @@ found on the H200 alone (fuzz campaign, seed 7): ``(0).to(tl.float32)`` (a Pytho
 ``.to``), libdevice called with a float64 tensor and a float32 literal (KeyError), a tuple reduction
 over operands of two shapes. ``build_for`` brings them to the CPU: ``tests/compiler/test_gpu_build.py``
 builds the kernels of such graphs in CI, ``python -m compiler.bench.models --render-only`` those
-of every benchmark model.
+of every benchmark model, and ``CRUCIBLE_GPU_BUILD_CHECK=1`` those of every interpreted graph (a
+fuzz campaign on ``crucible-interpret`` then finds GPU build errors on a CPU-only machine).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 import torch
 
 from compiler.codegen.base import RenderedKernel
+from compiler.scheduler import Kernel
 
 POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf16", torch.float64: "*fp64",
            torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8", torch.uint8: "*u8",
@@ -57,3 +59,20 @@ def build_for(rendered: RenderedKernel, dtypes: Sequence[torch.dtype], arch: int
     except Exception as why:  # noqa: BLE001  (any build error is the answer)
         return f"{type(why).__name__}: {why}".strip()
     return None
+
+
+class GpuBuildError(RuntimeError):
+    """A generated kernel that Triton cannot build for the GPU."""
+
+
+def check_kernels(kernels: Sequence[Kernel], arch: int = 90) -> None:
+    """Render ``kernels`` (scheduled for Triton) for the GPU and build each for ``sm_{arch}``; raises
+    ``GpuBuildError`` naming the first that fails, with Triton's error."""
+    from compiler.codegen.triton import TritonRenderer
+
+    renderer = TritonRenderer(interpret=False)
+    for kernel in kernels:
+        rendered = renderer.render(kernel)
+        error = build_for(rendered, [kernel.param(a).dtype for a in rendered.args], arch)
+        if error is not None:
+            raise GpuBuildError(f"{kernel.name} ({rendered.symbol}) does not build for sm_{arch}: {error}")

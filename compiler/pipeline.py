@@ -136,6 +136,10 @@ class GraphCompilation:
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
             "render", lambda: {k.name: renderer.render(k) for k in kernels})
+        if config.gpu_build_check() and renderer.capabilities.interpreted and renderer.codegen == "triton":
+            from compiler.gpu_build import check_kernels
+
+            self.run_pass("gpu_build", check_kernels, kernels)
         launchers = self.run_pass("load", load_kernels, rendered, self.device,
                                   {k.name: k for k in kernels}, sched.buffers)
         # timing every launch (CRUCIBLE_KERNEL_TIMES) reaches extern calls through their OpOverloads

@@ -94,3 +94,26 @@ def test_division_by_a_signed_zero_is_a_product_by_a_signed_infinity():
     got = compiler.compile_graph(compiler.trace_aten(lambda a: aten.div.Scalar(a, -0.0), specials), [specials],
                                  codegen="triton")(specials)  # the interpreter (the CPU)
     torch.testing.assert_close(got, specials / -0.0, equal_nan=True, atol=0, rtol=0)
+
+
+def test_interpreted_graphs_build_for_the_gpu_under_the_check(monkeypatch):
+    """CRUCIBLE_GPU_BUILD_CHECK=1: a CPU (interpreted) compile builds every kernel's GPU rendering too,
+    and a build error fails the compile in pass ``gpu_build``, the graph falling back with its reason."""
+    import compiler.gpu_build
+
+    x = torch.randn(1, 6).expand(4, 6)
+    fn = lambda a: aten.argmax.default(a.exp(), 1, False)  # noqa: E731
+    monkeypatch.setenv("CRUCIBLE_GPU_BUILD_CHECK", "1")
+    built = []
+    real = compiler.gpu_build.build_for
+    monkeypatch.setattr(compiler.gpu_build, "build_for", lambda k, d, arch=90: built.append(k.name) or real(k, d, arch))
+    torch._dynamo.reset()
+    with compiler.collect_reports() as report:
+        got = torch.compile(fn, backend="crucible", options={"codegen": "triton"})(x)
+    assert built and not report.fallbacks and torch.equal(got, fn(x))
+    assert "gpu_build" in report.graphs[0].pass_seconds
+
+    monkeypatch.setattr(compiler.gpu_build, "build_for", lambda k, d, arch=90: "CompilationError: at 1:2: planted")
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="does not build for sm_90: CompilationError: at 1:2: planted"):
+        torch.compile(fn, backend="crucible", options={"codegen": "triton", "strict": True})(x)
