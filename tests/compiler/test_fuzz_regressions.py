@@ -350,3 +350,18 @@ def test_argmax_of_a_row_of_nans(codegen: str, device: str) -> None:
     for dim in (0, 1):
         got = _compiled(argmax(dim), x, codegen=codegen)(x)
         assert torch.equal(got, aten.argmax.default(x, dim, False)), (dim, got)
+
+
+def test_erfc_keeps_its_relative_accuracy_in_the_tail(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret and crucible-cpp, seed 7 (erfc of int32 values, then atan2(v, v)):
+    erfc was 1 - erf(x), 0 from x = 4 on in float32 where erfc(8) is 1.1e-29 (atan2(0, 0) = 0 then,
+    against eager's pi/4). Relative error against ATen's erfc, specials included."""
+    x = torch.tensor([-3.0, -0.5, 0.0, 0.3, 1.0, 2.4, 2.6, 4.0, 8.0, 9.5, 10.2, 27.0, math.inf, -math.inf, math.nan],
+                     device=device)
+    for dtype, tol in ((torch.float32, 2e-7), (torch.float64, 1e-13)):
+        xx = x.to(dtype)
+        got = _compiled(lambda a: aten.erfc.default(a), xx, codegen=codegen)(xx)
+        want = torch.erfc(xx)
+        assert torch.equal(torch.isnan(got), torch.isnan(want))
+        rel = ((got.double() - want.double()).abs() / want.double().abs().clamp_min(1e-300)).nan_to_num()
+        assert rel.max().item() < tol, (dtype, got, want)
