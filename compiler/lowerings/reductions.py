@@ -175,10 +175,14 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
     acc = acc_dtype_for(x.dtype)
     n = math.prod(x.shape[i] for i in d)
     corr = 1 if correction is None else correction
-    total = reduce_to(ctx, node, x, d, True, ReduceOp.SUM, acc, acc)
-    # an empty reduction's mean is 0/0 = NaN in ATen; the sum is exactly 0 there, and 0 * inf = NaN
-    mean_kd = Lazy(total.shape, acc, ir.binary(ir.Op.MUL, as_expr(total), ir.const(math.inf, acc)) if n == 0 else
-                   ir.binary(ir.Op.DIV, as_expr(total), ir.const(n, acc)))
+    if n == 0:  # an empty reduction's mean is 0/0 = NaN in ATen; the sum is exactly 0, and 0 * inf = NaN
+        total = reduce_to(ctx, node, x, d, True, ReduceOp.SUM, acc, acc)
+        mean_kd = Lazy(total.shape, acc, ir.binary(ir.Op.MUL, as_expr(total), ir.const(math.inf, acc)))
+    else:
+        # the mean as a sum of x / n: the sum of x overflowed near finfo.max (var of two 3.4e38 was
+        # inf, eager's 0; fuzzer, crucible-cpp and crucible-interpret)
+        scaled_x = Lazy(x.shape, acc, ir.binary(ir.Op.MUL, ir.cast(as_expr(x), acc), ir.const(1 / n, acc)))
+        mean_kd = reduce_to(ctx, node, scaled_x, d, True, ReduceOp.SUM, acc, acc)
     dev = ir.binary(ir.Op.SUB, ir.cast(as_expr(x), acc), broadcast_read(mean_kd, x.shape))
     sq = Lazy(x.shape, acc, ir.binary(ir.Op.MUL, dev, dev))
     ssq = reduce_to(ctx, node, sq, d, keepdim, ReduceOp.SUM, acc, acc)
@@ -190,7 +194,7 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
               ir.binary(ir.Op.DIV, as_expr(ssq), ir.const(denom, acc)))
     var = Lazy(ssq.shape, x.dtype, ir.cast(scaled, x.dtype))
     if keepdim:
-        mean = Lazy(mean_kd.shape, x.dtype, ir.cast(mean_kd.expr, x.dtype))
+        mean = Lazy(mean_kd.shape, x.dtype, ir.cast(as_expr(mean_kd), x.dtype))
     else:
         mean_flat = reshape(ctx, mean_kd, var.shape)
         mean = Lazy(var.shape, x.dtype, ir.cast(as_expr(mean_flat), x.dtype))

@@ -365,3 +365,20 @@ def test_erfc_keeps_its_relative_accuracy_in_the_tail(codegen: str, device: str)
         assert torch.equal(torch.isnan(got), torch.isnan(want))
         rel = ((got.double() - want.double()).abs() / want.double().abs().clamp_min(1e-300)).nan_to_num()
         assert rel.max().item() < tol, (dtype, got, want)
+
+
+def test_var_of_values_near_finfo_max(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret and crucible-cpp, seed 7: var over two equal values near 3.4e38 was
+    inf (the mean's sum overflowed) where eager and float64 give 0; the mean is a sum of x / n now."""
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([[big, big, -big, 1.0], [big, big, -big, 3.0]], device=device)  # columns: 0, 0, 0, 2
+    def var(dims):
+        return lambda a: aten.var.correction(a, dims, correction=1)
+
+    for dims in ([0], [1]):
+        got = _compiled(var(dims), x, codegen=codegen)(x)
+        want = aten.var.correction(x, dims, correction=1)
+        assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(torch.isnan(got), torch.isnan(want)), \
+            (dims, got, want)
+        if dims == [0]:
+            assert got.tolist() == want.tolist() == [0.0, 0.0, 0.0, 2.0], got
