@@ -79,6 +79,9 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("inductor", "fail_accuracy", "aten.max_pool2d_with_indices.default", "integer",
                  "Inductor's max-pool index: the first of several NaNs in a window (ATen: the last) and a padded "
                  "(negative) position for a window of -inf; FINDINGS.md: 'Inductor: max-pool indices'", output="_1"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.gelu.default", "positions",
+                 "ATen's CPU gelu gives NaN for +inf and inf at finfo.max (Crucible: inf and finfo.max, as torch's "
+                 "rule and float64); FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
 ]
 
 

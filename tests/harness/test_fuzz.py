@@ -74,6 +74,8 @@ def test_known_findings_match_documented_upstream_behaviour() -> None:
     pool = {"status": Status.FAIL_ACCURACY, "op": "aten.max_pool2d_with_indices.default",
             "error": "v5_1: integer/bool values differ from eager", "output": "v5_1"}
     assert match_known("inductor", pool) and match_known("crucible-triton", pool) is None  # ours is fixed
+    gelu = {"status": Status.FAIL_ACCURACY, "op": "aten.gelu.default", "error": "v0: NaN positions differ from eager"}
+    assert match_known("crucible-interpret", gelu) and match_known("inductor", gelu) is None
 
 
 def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
