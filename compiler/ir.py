@@ -9,6 +9,8 @@ pattern-match on ``Expr.op``. Index expressions are ordinary int64 expressions.
 
 from __future__ import annotations
 
+import hashlib
+
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -272,6 +274,18 @@ def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
 
 def loads(expr: Expr) -> list[Expr]:
     return [e for e in expr.walk() if e.op is Op.LOAD]
+
+
+def fingerprint(expr: Expr, memo: dict[Expr, str] | None = None) -> str:
+    """A digest of ``expr``'s structure, the same in every process: a stable sort key. Linear in the
+    DAG (``render_expr``'s string doubles with every shared subexpression: asin(asin(x)) in float64
+    held a C++ compile in the sort for minutes; fuzzer, crucible-cpp, seed 1)."""
+    memo = {} if memo is None else memo
+    for e in expr.walk():  # post-order: sources first
+        if e not in memo:
+            text = f"{e.op.value}|{e.dtype}|{e.arg!r}|" + ",".join(memo[s] for s in e.src)
+            memo[e] = hashlib.sha1(text.encode()).hexdigest()[:16]
+    return memo[expr]
 
 
 def render_expr(expr: Expr) -> str:

@@ -212,8 +212,9 @@ def plan_row_buffers(k: Kernel, passes: tuple[Pass, ...], levels: ExprLevels) ->
     budget = 4 * ROW_BUFFER_BYTES  # all buffers of a kernel, per thread
     taken: set[str] = set()
     out: dict[Expr, RowBuffer] = {}
+    digests: dict = {}
     for p, nodes in enumerate(seen_in, start=1):
-        for n in sorted(nodes, key=lambda e: ir.render_expr(e)):  # a stable order: same source every time
+        for n in sorted(nodes, key=lambda e: ir.fingerprint(e, digests)):  # a stable order: same source every time
             size = k.rnumel * value_bytes(compute_dtype(n.dtype))
             if size <= min(ROW_BUFFER_BYTES, budget) and n.op in EXPENSIVE and n not in out \
                     and any(n in later for later in seen_in[p:]):

@@ -382,3 +382,22 @@ def test_var_of_values_near_finfo_max(codegen: str, device: str) -> None:
             (dims, got, want)
         if dims == [0]:
             assert got.tolist() == want.tolist() == [0.0, 0.0, 0.0, 2.0], got
+
+
+def test_compiling_a_deeply_shared_expression_renders_no_text(monkeypatch, codegen: str) -> None:
+    """Fuzzer, crucible-cpp, seed 1 (asin(asin(x)) in float64): the compile hung for minutes
+    rendering each pass's output as text for dumps nobody asked for (``render_expr`` doubles with
+    every shared subexpression), and the C++ planner sorted by that text. Without a dump directory
+    or debug level 3 no stage text is made, and the planner sorts by ``ir.fingerprint``, linear
+    in the DAG: 2**60 paths here."""
+    import compiler.debug
+    from compiler import ir
+
+    monkeypatch.setattr(compiler.debug, "_stage_text", lambda out: (_ for _ in ()).throw(AssertionError("rendered")))
+    x = torch.rand(5, 7, dtype=torch.float64) * 1.8 - 0.9
+    fn = lambda a: aten.asin.default(aten.asin.default(a))  # noqa: E731
+    torch.testing.assert_close(_compiled(fn, x, codegen=codegen)(x), fn(x), equal_nan=True)
+    e = ir.load("a", ir.xvar(0), torch.float64)
+    for _ in range(60):
+        e = ir.binary(ir.Op.ADD, e, e)
+    assert len(ir.fingerprint(e)) == 16
