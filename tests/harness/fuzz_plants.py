@@ -67,3 +67,12 @@ def hardsigmoid_rule_off_by_a_bit() -> None:
         return torch.clamp(x / 5 + 0.5, 0, 1)
 
     RULES[name] = DecompRule(name, aten.hardsigmoid.default, wrong, "torch")
+
+
+def gpu_exp_misspelled() -> None:
+    """The GPU rendering of float32 exp calls a libdevice function that does not exist: the
+    interpreter (numpy's exp) never sees it, only Triton's GPU build does."""
+    from compiler.codegen import triton as renderer
+    from compiler.ir import Op
+
+    renderer.PRECISE_FP32[Op.EXP] = "libdevice.exp_no_such_function"

@@ -62,3 +62,24 @@ def test_decomposition_fuzzer_on_workers_finds_the_planted_rule(cli, tmp_path) -
     assert out.returncode == 1, out.stdout + out.stderr[-2000:]
     assert "rules checked 2 of 2" in out.stdout, out.stdout
     assert re.findall(r"NEW +(\S+ \| \S+)", out.stdout) == ["fail_accuracy | torch:aten::hardsigmoid"], out.stdout
+
+
+def test_gpu_build_check_finds_a_gpu_only_bug_and_passes_the_real_compiler(cli, tmp_path, monkeypatch) -> None:
+    """CRUCIBLE_GPU_BUILD_CHECK=1 on crucible-interpret: every kernel is also built for an H200 on this
+    machine. A planted GPU-only rendering bug is found (the interpreter alone passes it); the real
+    compiler has no findings over the same campaign of every spec."""
+    import pytest
+
+    from compiler.gpu_build import available
+
+    if not available():
+        pytest.skip("Triton without its NVIDIA backend")
+    monkeypatch.setenv("CRUCIBLE_GPU_BUILD_CHECK", "1")
+    args = ["--target", "crucible-interpret", "--seed", "0", "--max-nodes", "4", "--shrink-seconds", "5"]
+    planted = cli("fuzz", *args, "--ops", "exp.default,add.Tensor,mul.Tensor", "--examples", "10", "--max-findings", "1",
+                  "--db", str(tmp_path / "p.sqlite"), "--import", "tests.harness.fuzz_plants:gpu_exp_misspelled",
+                  timeout=300)
+    assert planted.returncode == 1 and "GpuBuildError" in planted.stdout, planted.stdout + planted.stderr[-3000:]
+    real = cli("fuzz", *args, "--examples", "40", "--db", str(tmp_path / "r.sqlite"), timeout=300)
+    assert real.returncode == 0, real.stdout + real.stderr[-3000:]
+    assert "graphs run 40" in real.stdout and "no findings" in real.stdout
