@@ -62,9 +62,10 @@ def after_pass(comp: GraphCompilation, name: str, out: Any) -> None:
     if name in ("select_renderer", "load"):
         return
     path = _graph_dir(comp)
+    # the stage's text is for dumps only: rendering it cost every compile (exponential in the
+    # sharing of a DAG: asin(asin(x)) in float64 took minutes; fuzzer, crucible-cpp, seed 1)
     if path is None and config.debug_level() < 3:
-        return  # the stage's text is for dumps only: rendering it cost every compile (exponential in
-        # the sharing of a DAG: asin(asin(x)) in float64 took minutes; fuzzer, crucible-cpp, seed 1)
+        return
     # graph rewrites before lowering (weight folding) sort right after 00_aten_graph.py
     order = {"fold_batch_norm": 0, "fuse_extern_epilogues": 0, "merge_matmuls": 0, "lower": 1, "schedule": 2, "render": 3, "wrap": 4}.get(name, 9)
     text = _stage_text(out) if name != "wrap" else out.source

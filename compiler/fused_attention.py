@@ -11,7 +11,8 @@ time, so the library chooses as it does in eager. Lowering treats it like the fu
 ops: the attention template where the ``extern`` policy picks one, else this extern call.
 
 Left to the trace as before: CPU graphs (their trace keeps ``_scaled_dot_product_flash_attention_for_cpu``),
-dropout (random) and calls whose inputs need gradients (the op has no backward).
+dropout (random), calls whose inputs need gradients (the op has no backward) and masked float32
+calls (``MASKED_DTYPES``).
 """
 
 # no ``from __future__ import annotations``: custom_op reads the real annotations for its schema
@@ -62,11 +63,10 @@ def _example(arg: object) -> object:
 
 
 def _bound(node: torch.fx.Node) -> dict | None:
-    names = list(_PARAMS)
-    if len(node.args) > len(names) or set(node.kwargs) - set(names):
+    if len(node.args) > len(_PARAMS) or set(node.kwargs) - set(_PARAMS):
         return None
     found = dict(_DEFAULTS)
-    found.update(zip(names, node.args))
+    found.update(zip(_PARAMS, node.args))
     found.update(node.kwargs)
     return found if all(k in found for k in ("query", "key", "value")) else None
 

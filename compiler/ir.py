@@ -9,9 +9,8 @@ pattern-match on ``Expr.op``. Index expressions are ordinary int64 expressions.
 
 from __future__ import annotations
 
-import hashlib
-
 import enum
+import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any

@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from compiler import fused_attention  # noqa: F401  (torch.ops.crucible.sdpa, in FAST_EXTERNS)
+from compiler import fused_attention
 from compiler.codegen.base import RenderedKernel
 from compiler.graph import Buffer, ExternNode, View, same_layout
 from compiler.layout import is_channels_last
@@ -177,7 +177,7 @@ class _WrapperWriter:
 FAST_EXTERNS = {torch.ops.aten.convolution.default: "torch.convolution", torch.ops.aten.mm.default: "torch.mm",
                 torch.ops.aten.addmm.default: "torch.addmm", torch.ops.aten.bmm.default: "torch.bmm",
                 torch.ops.aten.baddbmm.default: "torch.baddbmm",
-                torch.ops.crucible.sdpa.default: "torch.nn.functional.scaled_dot_product_attention"}
+                fused_attention.OP: "torch.nn.functional.scaled_dot_product_attention"}
 
 
 def allocator(device: torch.device) -> Callable[[tuple, tuple, torch.dtype], torch.Tensor]:

@@ -40,14 +40,9 @@ def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]
         renderer = renderer_for("triton", torch.device("cuda"))
         rewritten = weight_passes(gm, static_input_indices(len(example_inputs), dynamo_inputs, "inference"))
         sched = schedule(lower(rewritten, torch.device("cpu"), renderer.capabilities), renderer.capabilities)
-        kernels = {k.name: renderer.render(k) for k in sched.kernels}
-        generate_wrapper(sched, kernels, {})
+        generate_wrapper(sched, {k.name: renderer.render(k) for k in sched.kernels}, {})
         if gpu_build.available():  # Triton's build for an H200, front end to ptxas, without one
-            for step in sched.kernels:
-                kernel, dtypes = kernels[step.name], {p.buffer: p.dtype for p in step.params}
-                error = gpu_build.build_for(kernel, [dtypes[a] for a in kernel.args])
-                if error is not None:
-                    raise RuntimeError(f"kernel {kernel.name} ({kernel.symbol}) does not build for sm_90: {error}")
+            gpu_build.check_kernels(sched.kernels)
         counts.append((len(sched.kernels), len(sched.externs)))
         return make_boxed_func(gm.forward)
 

@@ -330,11 +330,10 @@ class _KernelWriter:
             raise ValueError("argmax/argmin need a persistent reduction")
         ident = reduce_identity(op, compute_dtype(dtype))
         pre = self.pre
-        # both operands of the tuple reduction in the full block shape: a value read without the x
-        # index (an input expanded along x) is [1, RBLOCK] ("all reduction inputs must have the same
-        # shape" on the H200)
-        # NaNs are the first_nan reduction's below; kept out of the tuple reduction, which Triton's
-        # interpreter runs as numpy's nanargmax: ValueError on a row of NaNs (FINDINGS.md)
+        # The tuple reduction's operands: both in the full block shape (a value read without the x
+        # index, an input expanded along x, is [1, RBLOCK]: "all reduction inputs must have the same
+        # shape" on the H200), and without NaNs, which first_nan below decides (Triton's interpreter
+        # runs the reduction as numpy's nanargmax: ValueError on a row of NaNs, FINDINGS.md).
         value = f"tl.where({v} != {v}, {ident}, {v})" if dtype.is_floating_point else v
         masked = self.tmp(e, f"tl.broadcast_to(tl.where(rmask, {value}, {ident}), [XBLOCK, RBLOCK])", pre)
         idx = self.tmp(e, "tl.broadcast_to(rindex, [XBLOCK, RBLOCK])", pre)

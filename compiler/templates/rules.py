@@ -12,9 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler import ir
+from compiler import fused_attention, ir
 from compiler.graph import View
-from compiler import fused_attention  # noqa: F401  (defines torch.ops.crucible.sdpa)
 from compiler.lowerings.rules import (Lazy, Strided, TensorValue, as_expr, broadcast_read, identity_index, read,
                                       register)
 from compiler.templates import conv  # noqa: F401  (registers the convolution rule)
@@ -191,7 +190,7 @@ def _additive(mask: TensorValue, dtype: torch.dtype) -> TensorValue:
     return Lazy(tuple(mask.shape), dtype, ir.where(keep, ir.const(0.0, dtype), ir.const(-math.inf, dtype)))
 
 
-@register(torch.ops.crucible.sdpa)
+@register(fused_attention.OP.overloadpacket)
 def lower_sdpa_runtime_choice(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v: TensorValue,
                               attn_mask: TensorValue | None = None, dropout_p: float = 0.0, is_causal: bool = False,
                               *, scale: float | None = None, enable_gqa: bool = False) -> TensorValue:

@@ -5,8 +5,9 @@ Each entry matches a failure record by target (glob), status, op (glob) and a su
 error, and carries the reason and the FINDINGS.md section. A localized record (the campaign
 localizes a failure before deciding to shrink it) is matched on ``diverged``, the first
 intermediate value that differs and why, rather than on the graph output that showed it: so a
-known difference is recognised in the unshrunk graph, whatever ops came after it. Known findings still appear in every
-summary, report and store, with their hit counts; they never change the exit status.
+known difference is recognised in the unshrunk graph, whatever ops came after it. Known findings
+still appear in every summary, report and store, with their hit counts; they never change the
+exit status.
 """
 
 from __future__ import annotations

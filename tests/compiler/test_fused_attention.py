@@ -21,10 +21,10 @@ def _attend(mask_kind: str, causal: bool, gqa: bool):
     return fn
 
 
-def _inputs(mask_kind: str, gqa: bool, device: str, dtype: torch.dtype = torch.float32):
+def _inputs(mask_kind: str, gqa: bool, device: str):
     """Query, key, value and mask; masked calls are rewritten in 16-bit floats only (bfloat16 then)."""
     torch.manual_seed(0)
-    dtype = torch.bfloat16 if mask_kind != "none" else dtype
+    dtype = torch.bfloat16 if mask_kind != "none" else torch.float32
     q = torch.randn(2, 4, 9, 16, device=device, dtype=dtype)
     kv_heads = 2 if gqa else 4
     k, v = (torch.randn(2, kv_heads, 11, 16, device=device, dtype=dtype) for _ in range(2))

@@ -25,8 +25,8 @@ def rendered(fn, *inputs, interpret: bool = False):
     sched = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities)
     out = []
     for step in sched.kernels:
-        kernel, dtypes = renderer.render(step), {p.buffer: p.dtype for p in step.params}
-        out.append((kernel, [dtypes[a] for a in kernel.args]))
+        kernel = renderer.render(step)
+        out.append((kernel, [step.param(a).dtype for a in kernel.args]))
     return out
 
 

@@ -6,6 +6,10 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
+from compiler.gpu_build import available
+
 PLANTED_OPS = "var.correction,var_mean.correction,clamp.default,clamp_min.default,hardsigmoid.default,add.Tensor"
 COMMON = ["--target", "crucible-interpret", "--seed", "0", "--ops", PLANTED_OPS, "--shrink-seconds", "5",
           "--max-nodes", "3"]
@@ -68,10 +72,6 @@ def test_gpu_build_check_finds_a_gpu_only_bug_and_passes_the_real_compiler(cli, 
     """CRUCIBLE_GPU_BUILD_CHECK=1 on crucible-interpret: every kernel is also built for an H200 on this
     machine. A planted GPU-only rendering bug is found (the interpreter alone passes it); the real
     compiler has no findings over the same campaign of every spec."""
-    import pytest
-
-    from compiler.gpu_build import available
-
     if not available():
         pytest.skip("Triton without its NVIDIA backend")
     monkeypatch.setenv("CRUCIBLE_GPU_BUILD_CHECK", "1")
