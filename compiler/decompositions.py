@@ -50,7 +50,7 @@ _TORCH_RULES = [
     aten.gelu.default, aten.silu.default, aten.mish.default,
     aten.hardswish.default, aten.hardsigmoid.default, aten.hardtanh.default, aten.leaky_relu.default,
     aten.elu.default, aten.softplus.default, aten.std.correction, aten.addcmul.default,
-    aten.addcdiv.default, aten.lerp.Scalar, aten.lerp.Tensor, aten.logit.default, aten.masked_fill.Scalar,
+    aten.addcdiv.default, aten.logit.default, aten.masked_fill.Scalar,
     aten.masked_fill.Tensor, aten.rsub.Scalar, aten.clamp.Tensor, aten.hardshrink.default,
     aten.softshrink.default, aten.threshold.default, aten.xlogy.Tensor, aten.log_sigmoid_forward.default,
     aten.glu.default, aten.nan_to_num.default,
@@ -98,6 +98,9 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
 # Core-ATen rules we do not apply: torch's rule for CPU flash attention returns the attention
 # weights where the op returns its logsumexp (wrong shape as a second output).
 KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]
+# ... nor those the lowering computes as ATen's kernels do, where torch's rule does not: lerp is a
+# fused multiply-add in ATen (torch's rule's separate product overflows to inf near finfo.max)
+LOWERED_AS_IS = [aten.lerp.Scalar, aten.lerp.Tensor]
 
 
 @functools.cache
@@ -110,7 +113,7 @@ def decomposition_table_for_compiler() -> dict[Any, Callable]:
     """core-ATen table + every rule in RULES (our own win over torch's for the same op); RULES is
     read on every call, so a rule registered (or planted by a test) later takes effect."""
     table = dict(_core_aten_table())
-    for op in KEEP_AS_EXTERN:
+    for op in KEEP_AS_EXTERN + LOWERED_AS_IS:
         table.pop(op, None)
     for r in sorted(RULES.values(), key=lambda r: r.origin != "torch"):
         table[r.op] = r.fn

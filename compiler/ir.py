@@ -28,6 +28,7 @@ class Op(enum.Enum):
     NEG = "neg"
     ABS = "abs"
     EXP = "exp"
+    EXP2 = "exp2"
     LOG = "log"
     SQRT = "sqrt"
     RSQRT = "rsqrt"
@@ -64,6 +65,7 @@ class Op(enum.Enum):
     SHR = "shr"
     # ternary
     WHERE = "where"
+    FMA = "fma"  # a * b + c, rounded once (C's fma): no overflow of the product alone
     # reduction over every RVAR of the loop; arg: ReduceOp
     REDUCE = "reduce"
 
@@ -167,6 +169,10 @@ def binary(op: Op, a: Expr, b: Expr, dtype: torch.dtype | None = None) -> Expr:
 
 def where(cond: Expr, a: Expr, b: Expr) -> Expr:
     return Expr(Op.WHERE, a.dtype, (cond, a, b))
+
+
+def fma(a: Expr, b: Expr, c: Expr) -> Expr:
+    return Expr(Op.FMA, a.dtype, (a, b, c))
 
 
 def reduce(op: ReduceOp, value: Expr, dtype: torch.dtype) -> Expr:

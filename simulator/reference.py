@@ -118,7 +118,7 @@ def _unravel(flat: torch.Tensor, sizes: tuple[int, ...]) -> list[torch.Tensor]:
 
 
 _UNARY: dict[Op, Callable[[torch.Tensor], torch.Tensor]] = {
-    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.LOG: torch.log, Op.SQRT: torch.sqrt,
+    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.LOG: torch.log, Op.SQRT: torch.sqrt,
     Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin, Op.COS: torch.cos, Op.ERF: torch.erf, Op.FLOOR: torch.floor,
     Op.CEIL: torch.ceil,
 }
@@ -193,6 +193,9 @@ class _Evaluator:
             return a[0] / a[1] if cd.is_floating_point else torch.div(a[0], a[1], rounding_mode="trunc")
         if op is Op.FLOORDIV:
             return torch.div(a[0], a[1], rounding_mode="floor")
+        if op is Op.FMA:  # float64 for float32 operands: the product is exact, the sum rounds once more
+            wide = torch.float64 if cd == torch.float32 else cd
+            return torch.addcmul(a[2].to(wide), a[0].to(wide), a[1].to(wide)).to(cd)
         raise ReferenceUnsupported(f"reference evaluator: no semantics for {op}")
 
     def check(self, buffer: str, index: torch.Tensor, what: str) -> torch.Tensor:

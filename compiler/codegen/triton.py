@@ -73,7 +73,7 @@ def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
 BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
                 Op.GT: ">", Op.GE: ">=", Op.BITAND: "&", Op.BITOR: "|",
                 Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
-UNARY_CALL = {Op.EXP: "tl.exp", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin",
+UNARY_CALL = {Op.EXP: "tl.exp", Op.EXP2: "tl.exp2", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin",
               Op.COS: "tl.cos", Op.ERF: "tl.erf", Op.FLOOR: "tl.floor", Op.CEIL: "tl.ceil", Op.ABS: "tl.abs"}
 # Triton's float32 exp, log, sin, cos, sqrt and rsqrt are the approximate PTX instructions (ex2.approx
 # after a product by log2(e), lg2.approx, sin.approx, sqrt.approx, ...): many ulps off for large
@@ -81,8 +81,9 @@ UNARY_CALL = {Op.EXP: "tl.exp", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: 
 # libdevice's (CUDA's expf, logf, ...: what ATen's CUDA kernels call) and the IEEE square root; 16-bit
 # results, computed in float32, keep the fast ones (their error is far under a 16-bit ulp), and so
 # does the interpreter (numpy's).
-PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.LOG: "libdevice.log", Op.SIN: "libdevice.sin", Op.COS: "libdevice.cos",
+PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.EXP2: "libdevice.exp2", Op.LOG: "libdevice.log", Op.SIN: "libdevice.sin", Op.COS: "libdevice.cos",
                 Op.SQRT: "tl.sqrt_rn", Op.RSQRT: "libdevice.rsqrt"}
+INTERPRETED_VIA_FP64 = frozenset({Op.EXP, Op.EXP2, Op.LOG, Op.SIN, Op.COS})
 COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard._prod_combine",
            ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
 
@@ -215,6 +216,10 @@ class _KernelWriter:
             fn = PRECISE_FP32[op]
             self.libdevice |= fn.startswith("libdevice.")
             return self.tmp(e, f"{fn}({a[0]})")
+        if op in INTERPRETED_VIA_FP64 and e.dtype == torch.float32 and self.r.interpret:
+            # numpy's float32 exp, log, sin and cos are ~3 ulps off (exp's RMSE against float64 2x
+            # ATen's); in float64 and rounded once they are within half an ulp
+            return self.tmp(e, f"{UNARY_CALL[op]}(({a[0]}).to(tl.float64)).to(tl.float32)")
         if op in UNARY_CALL:
             return self.tmp(e, f"{UNARY_CALL[op]}({a[0]})")
         if op is Op.NEG:
@@ -264,6 +269,15 @@ class _KernelWriter:
             return self.tmp(e, f"tl.where({a[0]} {cmp} {a[1]}, {a[0]}, {a[1]})")
         if op is Op.WHERE:
             return self.tmp(e, f"tl.where({a[0]}, {a[1]}, {a[2]})")
+        if op is Op.FMA:
+            x, y, z = (f"tl.full([], {literal(operand.arg, cdt)}, {TL_DTYPE[cdt]})" if operand.op is Op.CONST
+                       else code for operand, code in zip(e.src, a))
+            if self.r.interpret and cdt == torch.float32:
+                # the interpreter's tl.fma is x * y + z in float32 (the product overflows); float64's
+                # product of float32s is exact, so one float64 sum and the cast round like an fma
+                wide = ", ".join(f"({v}).to(tl.float64)" for v in (x, y, z))
+                return self.tmp(e, f"tl.fma({wide}).to(tl.float32)")
+            return self.tmp(e, f"tl.fma({x}, {y}, {z})")
         raise ValueError(f"triton renderer: no code for {op}")
 
     def cast(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:

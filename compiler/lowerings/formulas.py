@@ -220,6 +220,16 @@ def erfc(x: V) -> V:
     return V(ir.cast(sel(wide < ERFC_SPLIT, near, tail).e, x.e.dtype))
 
 
+def lerp(start: V, end: V, weight: V) -> V:
+    """ATen's lerp: from the nearer end (|weight| < 0.5: start), one fused multiply-add as its
+    vectorized CPU loop and its CUDA kernel compute it; a separate product overflows to inf where
+    (weight - 1) * (end - start) passes finfo.max before adding end brings it back in range."""
+    small = vabs(weight) < 0.5
+    coeff = sel(small, weight, weight - 1)
+    base = sel(small, start, end)
+    return V(ir.fma(coeff.e, (end - start).e, base.e))
+
+
 def sign(x: V) -> V:
     # ATen computes (0 < x) - (x < 0): NaN gives 0 and -0.0 gives +0.0
     return sel(x > 0, 1, sel(x < 0, -1, 0, like=x), like=x)

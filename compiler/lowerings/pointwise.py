@@ -26,6 +26,7 @@ from compiler.lowerings.formulas import (
     atan2,
     erfc,
     expm1,
+    lerp,
     log1p,
     pow_,
     round_half_even,
@@ -143,7 +144,8 @@ def _unary_float(fn: Callable[[V], V]) -> Callable:
 
 FLOAT_UNARY: dict[Any, Callable[[V], V]] = {
     aten.exp: vexp,
-    aten.exp2: lambda x: vexp(x * math.log(2.0)),
+    # exp(x * log(2)) was off by |x| ulps: the product's rounding error is the result's relative error
+    aten.exp2: lambda x: x.u(Op.EXP2),
     aten.expm1: expm1,
     aten.log: vlog,
     aten.log2: lambda x: vlog(x) * (1 / math.log(2.0)),
@@ -403,6 +405,16 @@ def lower_clamp(ctx: GraphLowering, node: Any, x: Any, lo: Any = None, hi: Any =
         return v
 
     return pointwise(node, fn, x, *[b for b in (lo, hi) if b is not None], compute=common)
+
+
+@register(aten.lerp)
+def lower_lerp(ctx: GraphLowering, node: Any, start: Any, end: Any, weight: Any) -> Lazy:
+    common = promote(start, end, weight)
+    if not common.is_floating_point:
+        raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, f"lerp of {common}")
+    # ATen's opmath: 16-bit tensors and a scalar weight in float32, one rounding of the result
+    compute = torch.float32 if common in REDUCED_FLOATS else common
+    return pointwise(node, lerp, start, end, weight, compute=compute)
 
 
 def lower_copy_like(ctx: GraphLowering, node: Any, x: Any, **kwargs: Any) -> Lazy:

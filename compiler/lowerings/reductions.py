@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler import ir
-from compiler.ir import ReduceOp
+from compiler.ir import Op, ReduceOp
 from compiler.lowerings.formulas import V
 from compiler.lowerings.pointwise import out_meta, pointwise
 from compiler.lowerings.rules import Lazy, TensorValue, Unsupported, as_expr, broadcast_read, register
@@ -175,29 +175,47 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
     acc = acc_dtype_for(x.dtype)
     n = math.prod(x.shape[i] for i in d)
     corr = 1 if correction is None else correction
+    xs = ir.cast(as_expr(x), acc)
     if n == 0:  # an empty reduction's mean is 0/0 = NaN in ATen; the sum is exactly 0, and 0 * inf = NaN
         total = reduce_to(ctx, node, x, d, True, ReduceOp.SUM, acc, acc)
-        mean_kd = Lazy(total.shape, acc, ir.binary(ir.Op.MUL, as_expr(total), ir.const(math.inf, acc)))
+        mean_kd = Lazy(total.shape, acc, ir.binary(Op.MUL, as_expr(total), ir.const(math.inf, acc)))
+        dev = ir.binary(Op.SUB, xs, broadcast_read(mean_kd, x.shape))
+        ssq = reduce_to(ctx, node, Lazy(x.shape, acc, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM, acc, acc)
+        centred = as_expr(ssq)
     else:
-        # the mean as a sum of x / n: the sum of x overflowed near finfo.max (var of two 3.4e38 was
-        # inf, eager's 0; fuzzer, crucible-cpp and crucible-interpret)
-        scaled_x = Lazy(x.shape, acc, ir.binary(ir.Op.MUL, ir.cast(as_expr(x), acc), ir.const(1 / n, acc)))
-        mean_kd = reduce_to(ctx, node, scaled_x, d, True, ReduceOp.SUM, acc, acc)
-    dev = ir.binary(ir.Op.SUB, ir.cast(as_expr(x), acc), broadcast_read(mean_kd, x.shape))
-    sq = Lazy(x.shape, acc, ir.binary(ir.Op.MUL, dev, dev))
-    ssq = reduce_to(ctx, node, sq, d, keepdim, ReduceOp.SUM, acc, acc)
+        # A first mean as (sum of x * 2^-k) / n * 2^k, 2^k >= n (scaling by a power of two is exact: the
+        # plain sum overflowed near finfo.max, where var of two 3.4e38 was inf and eager's 0), then the
+        # corrected two-pass sums over d = x - mean0: mean = mean0 + sum(d) / n, var's sum of squares
+        # sum(d^2) - sum(d) * sum(d) / n. ATen's Welford is exact on a row of equal values; the plain
+        # mean was an ulp off (layer norm of such rows 3.8e-5 where eager is exactly 0; fuzzer, crucible-cpp)
+        scale = 2.0 ** math.ceil(math.log2(n))
+        scaled_x = Lazy(x.shape, acc, ir.binary(Op.MUL, xs, ir.const(1 / scale, acc)))
+        total = reduce_to(ctx, node, scaled_x, d, True, ReduceOp.SUM, acc, acc)
+        mean0 = Lazy(total.shape, acc, ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), ir.const(n, acc)),
+                                                 ir.const(scale, acc)))
+        dev = ir.binary(Op.SUB, xs, broadcast_read(mean0, x.shape))
+        s1_kd = reduce_to(ctx, node, Lazy(x.shape, acc, dev), d, True, ReduceOp.SUM, acc, acc)
+        mean_kd = Lazy(mean0.shape, acc, ir.binary(Op.ADD, as_expr(mean0),
+                                                   ir.binary(Op.DIV, as_expr(s1_kd), ir.const(n, acc))))
+        ssq = reduce_to(ctx, node, Lazy(x.shape, acc, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM, acc, acc)
+        s1, squares = as_expr(s1_kd), as_expr(ssq)
+        correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, ir.const(n, acc)), s1)  # <= sum(d^2)
+        # an infinite sum of squares stays inf (the correction is inf too: inf - inf would be NaN), and
+        # rounding never makes it negative (std would be NaN)
+        less = ir.binary(Op.SUB, squares, correction_term)
+        less = ir.where(ir.binary(Op.LT, less, ir.const(0, acc)), ir.const(0, acc), less)
+        centred = ir.where(ir.binary(Op.LT, squares, ir.const(math.inf, acc)), less, squares)
     denom = max(n - corr, 0)
     # No degrees of freedom: ATen divides by zero (0/0 = NaN, ssq/0 = inf). A literal division
     # by 0.0 raised ZeroDivisionError in Triton's interpreter when the sum folded to a Python
     # float (fuzzer: var_mean over a 0-size dim); multiplying by inf gives the same values.
-    scaled = (ir.binary(ir.Op.MUL, as_expr(ssq), ir.const(math.inf, acc)) if denom == 0 else
-              ir.binary(ir.Op.DIV, as_expr(ssq), ir.const(denom, acc)))
+    scaled = (ir.binary(Op.MUL, centred, ir.const(math.inf, acc)) if denom == 0 else
+              ir.binary(Op.DIV, centred, ir.const(denom, acc)))
     var = Lazy(ssq.shape, x.dtype, ir.cast(scaled, x.dtype))
-    if keepdim:
-        mean = Lazy(mean_kd.shape, x.dtype, ir.cast(as_expr(mean_kd), x.dtype))
-    else:
-        mean_flat = reshape(ctx, mean_kd, var.shape)
-        mean = Lazy(var.shape, x.dtype, ir.cast(as_expr(mean_flat), x.dtype))
+    mean = Lazy(mean_kd.shape, x.dtype, ir.cast(as_expr(mean_kd), x.dtype))
+    if not keepdim:
+        reduced = tuple(size for i, size in enumerate(x.shape) if i not in d)
+        var, mean = reshape(ctx, var, reduced), reshape(ctx, mean, reduced)
     return var, mean
 
 

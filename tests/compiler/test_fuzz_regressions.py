@@ -401,3 +401,61 @@ def test_compiling_a_deeply_shared_expression_renders_no_text(monkeypatch, codeg
     for _ in range(60):
         e = ir.binary(ir.Op.ADD, e, e)
     assert len(ir.fingerprint(e)) == 16
+
+
+def test_lerp_is_one_fused_multiply_add_near_finfo_max(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret under Triton 3.6, seed 7: ``aten.lerp.Tensor(x0, x1, x2)`` with
+    start -0.88, end -3.4e38, weight -0.88 gave +inf where eager gives 3.0e38: torch's rule computes
+    (weight - 1) * (end - start) (6.4e38: inf) before adding end; ATen's kernels fuse the two."""
+    big = torch.finfo(torch.float32).max
+    start = torch.tensor([-0.884, 1.0, -2.0, 0.5, math.nan, 3.0], device=device)
+    end = torch.tensor([-big, big, big, -big, 1.0, math.inf], device=device)
+    weight = torch.tensor([-0.884, -0.9, 0.25, 0.75, 0.5, 0.5], device=device)
+    got = _compiled(lambda a, b, c: aten.lerp.Tensor(a, b, c), start, end, weight, codegen=codegen)(start, end, weight)
+    torch.testing.assert_close(got, torch.lerp(start.double(), end.double(), weight.double()).float(),
+                               equal_nan=True, rtol=1e-6, atol=0)
+    assert torch.isfinite(got[:4]).all(), got
+    for dtype in (torch.bfloat16, torch.float16, torch.float64):  # 16-bit: float32 weight, one rounding
+        a, b = torch.randn(64, dtype=dtype, device=device), torch.randn(64, dtype=dtype, device=device)
+        got = _compiled(_lerp_scalar(0.3), a, b, codegen=codegen)(a, b)
+        # float64 in Triton's interpreter: numpy has no fma, so a rounded product (an ulp)
+        ulp = 2.3e-16 if dtype == torch.float64 and codegen == "triton" else 0
+        torch.testing.assert_close(got, torch.lerp(a, b, 0.3), rtol=ulp, atol=ulp)
+
+
+def _lerp_scalar(weight):
+    return lambda a, b: aten.lerp.Scalar(a, b, weight)
+
+
+def test_exp2_of_large_arguments_keeps_its_relative_accuracy(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 5: ``exp2(exp(x0))`` over (0.1, 4]: RMSE against float64 7x
+    eager's. exp2 was exp(x * log(2)), whose product's rounding error (|x| * 2^-24) is the result's
+    relative error; each renderer now calls its exp2 (C's, libdevice's, numpy's)."""
+    x = torch.linspace(-140.0, 127.0, 2001, device=device)
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        t = x.to(dtype)
+        got = _compiled(_call(aten.exp2.default), t, codegen=codegen)(t)
+        want = torch.exp2(t.double())
+        normal = want >= torch.finfo(dtype).tiny  # a subnormal result has fewer bits than eps says
+        rel = ((got.double() - want).abs() / want)[normal].max().item()
+        assert rel <= 2 * torch.finfo(dtype).eps, (dtype, rel)
+    ints = torch.tensor([-3, 0, 5, 100], dtype=torch.int32, device=device)
+    torch.testing.assert_close(_compiled(_call(aten.exp2.default), ints, codegen=codegen)(ints), torch.exp2(ints))
+
+
+def test_layer_norm_of_rows_of_equal_values_is_exactly_zero(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 5: ``native_layer_norm`` over an expanded [2, 1] -> [2, 3] input
+    gave 3.8e-5 where eager gives exactly 0: the mean, a sum of x / 3, was an ulp off, and
+    (x - mean) * rstd scaled that by 316. ATen's Welford is exact on such rows; so is the corrected
+    two-pass mean. The variance never goes negative (std of equal values is 0, not NaN)."""
+    x = torch.randn(257, 1, device=device).expand(257, 7).contiguous()
+    out, mean, rstd = _compiled(lambda a: aten.native_layer_norm.default(a, [7], None, None, 1e-5), x,
+                                codegen=codegen)(x)
+    assert torch.equal(out, torch.zeros_like(out)) and torch.equal(mean.flatten(), x[:, 0]), (out.abs().max(), mean)
+    got = _compiled(lambda a: aten.std.correction(a, [1], correction=1), x, codegen=codegen)(x)
+    assert torch.equal(got, torch.zeros_like(got)), got
+    y = torch.randn(33, 300, device=device, dtype=torch.float64) * 1e3 + 1e6  # a large mean: no cancellation
+    got_var, got_mean = _compiled(lambda a: tuple(aten.var_mean.correction(a, [1], correction=1)), y,
+                                  codegen=codegen)(y)
+    torch.testing.assert_close(got_var, torch.var(y, 1), rtol=1e-12, atol=0)
+    torch.testing.assert_close(got_mean, torch.mean(y, 1), rtol=1e-15, atol=0)
