@@ -129,7 +129,8 @@ def _as_tensor(x: Any) -> torch.Tensor | None:
     return None
 
 
-def _nonfinite_mismatch(eager: torch.Tensor, compiled: torch.Tensor) -> str:
+def nonfinite_mismatch(eager: torch.Tensor, compiled: torch.Tensor) -> str:
+    """What differs in the NaN/inf positions of two tensors, or ""."""
     if not torch.equal(torch.isnan(eager), torch.isnan(compiled)):
         return "NaN positions differ from eager"
     for sign, name in ((1, "+Inf"), (-1, "-Inf")):
@@ -223,7 +224,7 @@ class ParityOracle:
         et, ct = et.cpu(), ct.cpu()
         if et.is_complex():  # resolve_conj: ihfft and friends return lazily conjugated views
             et, ct = torch.view_as_real(et.resolve_conj()), torch.view_as_real(ct.resolve_conj())
-        mismatch = _nonfinite_mismatch(et, ct)
+        mismatch = nonfinite_mismatch(et, ct)
         if mismatch:
             excused = _eager_overflow_excused(et, ct, r)
             if excused is None:

@@ -6,7 +6,8 @@ for a given seed, example count and installed versions. In a round, the first fa
 signature is new is raised to hypothesis, which shrinks it; while shrinking, only candidates
 failing with the *same* signature count as failing (no slipping onto another bug), and the
 shrink phase is time-boxed. Before a failure is shrunk it is triaged: an accuracy failure is
-localized (the first diverging op, one more compile), and when its signature, raw or localized, is
+localized (the first diverging op, one more compile), a compile or run error charged to the last
+node of the shortest prefix that fails the same way (bisection), and when its signature, raw or localized, is
 a finding of this campaign, another campaign's, or on the known list (``harness.fuzz.known``),
 it counts as a hit and is not shrunk: the shrink budget goes to new failures only. After
 shrinking, the minimal graph is localized and the final signature decides whether it is new.
@@ -34,6 +35,7 @@ from harness.fuzz.known import match_known
 from harness.status import EAGER_STATUSES, Status
 
 ROUND_EXAMPLES = 40
+ERRORS = (Status.FAIL_COMPILE, Status.FAIL_RUN)
 FAILING = (Status.FAIL_ACCURACY, Status.FAIL_COMPILE, Status.FAIL_RUN, Status.TIMEOUT, Status.CRASH, Status.OOM)
 
 
@@ -253,6 +255,8 @@ def _localized(record: dict[str, Any], graph: FuzzGraph, request: CampaignReques
     with every intermediate an output), for accuracy failures of graphs of several nodes; else
     ``record``. Dedupe and the known list look at this before shrinking, so a failure that is
     known or already found costs one compile, not a shrink."""
+    if record["status"] in ERRORS and len(graph.nodes) > 1 and not record.get("prefix"):
+        return _error_localized(record, graph, request, runner, summary)
     if record["status"] != Status.FAIL_ACCURACY or len(graph.nodes) <= 1 or record.get("diverged"):
         return record
     found = runner.run(_payload(graph, request, kind="localize"))
@@ -260,6 +264,27 @@ def _localized(record: dict[str, Any], graph: FuzzGraph, request: CampaignReques
     if found["status"] != Status.FAIL_ACCURACY or not found.get("op"):
         return record  # no intermediate diverges (the failure needs the fusion) or the run failed
     return {**record, "op": found["op"], "diverged": found.get("diverged", "")}
+
+
+def _error_localized(record: dict[str, Any], graph: FuzzGraph, request: CampaignRequest, runner: Any,
+                     summary: CampaignSummary) -> dict[str, Any]:
+    """A compile or run error charged to the last node of the shortest prefix of ``graph`` (every
+    value an output) that fails the same way: bisection, a few runs; the error text seldom names
+    the op whose kernel failed (a Triton CompilationError names none). ``record`` when no prefix
+    fails alone (the error needs a later node)."""
+    want = (record["status"], error_kind(record))
+    low, high, found = 1, len(graph.nodes), None  # the shortest failing prefix is in [low, high]
+    while low <= high:
+        mid = (low + high) // 2
+        got = runner.run(_payload(graph.prefix(mid), request))
+        summary.executions += 1
+        if (got["status"], error_kind(got)) == want:
+            found, high = mid, mid - 1
+        else:
+            low = mid + 1
+    if found is None:
+        return record
+    return {**record, "op": graph.nodes[found - 1].op, "prefix": found}
 
 
 def _fail_example(record: dict[str, Any], graph: FuzzGraph) -> None:

@@ -23,7 +23,7 @@ import torch
 
 from harness.execute import describe_error, is_compile_error, is_oom
 from harness.fuzz.graph import FuzzGraph
-from harness.oracle import ParityOracle, outputs_identical
+from harness.oracle import ParityOracle, nonfinite_mismatch, outputs_identical
 from harness.status import Status
 from harness.targets import Target, check_available, compile_model
 
@@ -204,7 +204,42 @@ def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -
     except Exception:  # noqa: BLE001 -- localization is best effort: the verdict stands
         return "", ""
     failing, reason, _ = compare_outputs(full, full.outputs, eager, out, reference)
-    return (full.output_ops()[failing], reason) if failing else ("", "")
+    if not failing:
+        return "", ""
+    root = _overflow_upstream(full, failing, eager, out, reference)
+    if root:
+        name, mismatch = root
+        return (full.output_ops()[name],
+                f"{name}: {mismatch} (eager overflowed there, excused; {failing} fails downstream)")
+    return full.output_ops()[failing], reason
+
+
+def _overflow_upstream(graph: FuzzGraph, failing: str, eager: tuple, compiled: tuple,
+                       reference: tuple | None) -> tuple[str, str] | None:
+    """(value, its NaN/inf mismatch) of the earliest value ``failing`` depends on that differs from
+    eager only where eager overflowed (the oracle excuses it against float64): the difference from
+    eager starts there, whatever a later op makes of it (1.3e-3 off after a cancellation, NaN where
+    eager's inf meets another)."""
+    index = {name: i for i, name in enumerate(graph.outputs)}
+    made = {out: n for n in graph.nodes for out in n.outputs}
+    upstream, todo = set(), [failing]
+    while todo:
+        node = made.get(todo.pop())
+        for name in _OPERAND.findall(node.expr) if node else ():
+            if name not in upstream:
+                upstream.add(name)
+                todo.append(name)
+    for name in graph.outputs:  # node order
+        e, c = eager[index[name]], compiled[index[name]]
+        if name not in upstream or not isinstance(e, torch.Tensor) or not e.is_floating_point():
+            continue
+        mismatch = nonfinite_mismatch(e.cpu(), c.cpu())
+        if mismatch:  # the value passed the oracle (it is before ``failing``): its differences were excused
+            return name, mismatch
+    return None
+
+
+_OPERAND = re.compile(r"\bv\d+(?:_\d+)?\b")
 
 
 def localize_record(graph: FuzzGraph, target: Target, name: str, capture: str = "fx") -> dict[str, Any]:

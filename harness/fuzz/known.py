@@ -22,7 +22,7 @@ class KnownFinding:
     target: str  # glob over target names
     status: str
     op: str  # glob over "aten.<op>.<overload>"
-    error: str  # substring of the error message ("" matches any)
+    error: str  # substring of the error message, any case ("" matches any)
     reason: str  # one line, with the FINDINGS.md section it is written up in
     output: str = ""  # suffix the failing output's name must end with ("_1": a tuple's second output)
 
@@ -80,6 +80,13 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("inductor", "fail_accuracy", "aten.max_pool2d_with_indices.default", "integer",
                  "Inductor's max-pool index: the first of several NaNs in a window (ATen: the last) and a padded "
                  "(negative) position for a window of -inf; FINDINGS.md: 'Inductor: max-pool indices'", output="_1"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten._native_batch_norm_legit_no_training.default", "NaN positions",
+                 "ATen's CPU inference batch norm folds to x * alpha + beta (NaN where alpha overflows) for "
+                 "contiguous running stats and computes (x - mean) * invstd * w + b for strided ones (Crucible: the "
+                 "fold); FINDINGS.md: 'the CPU kernel's order depends on the running statistics' strides'"),
+    KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.fmod.*", "NaN positions",
+                 "ATen's CPU float32 fmod is NaN where the quotient overflows, in its vectorized loop only (its "
+                 "scalar loop and C's fmod: the exact remainder, as Crucible); FINDINGS.md: 'float32 fmod is NaN'"),
     KnownFinding("crucible-*", "fail_accuracy", "aten.gelu.default", "positions",
                  "ATen's CPU gelu gives NaN for +inf and inf at finfo.max (Crucible: inf and finfo.max, as torch's "
                  "rule and float64); FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
@@ -92,6 +99,6 @@ def match_known(target: str, record: dict[str, Any]) -> str | None:
     for known in KNOWN_FINDINGS:
         if (fnmatch.fnmatchcase(target, known.target) and record.get("status") == known.status
                 and fnmatch.fnmatchcase(record.get("op") or "", known.op)
-                and known.error in error and error.split(":")[0].endswith(known.output)):
+                and known.error.lower() in error.lower() and error.split(":")[0].endswith(known.output)):
             return known.reason
     return None

@@ -121,3 +121,90 @@ def test_the_localize_task_names_the_first_diverging_value(monkeypatch: pytest.M
                                      lambda phase: None)
     assert record["status"] == Status.FAIL_ACCURACY and record["op"] == "aten.sign.default", record
     assert record["diverged"].startswith("v0: NaN positions"), record
+
+
+class _CompileErrorRunner:
+    """Fails to compile every graph using aten.exp, with an error naming no op (as Triton's
+    CompilationError names none): the raw record blames the graph's last op."""
+
+    def __init__(self) -> None:
+        self.prefix_runs = 0
+
+    def run(self, payload: dict) -> dict:
+        from harness.fuzz.graph import FuzzGraph
+
+        graph = FuzzGraph.from_json(payload["graph"])
+        if "aten.exp.default" not in graph.ops:
+            return {"name": payload["name"], "status": Status.PASS}
+        return {"name": payload["name"], "status": Status.FAIL_COMPILE, "op": graph.ops[-1],
+                "error": "CompilationError: at 12:8: unsupported"}
+
+    def close(self) -> None:
+        return None
+
+
+def test_a_compile_error_is_charged_to_the_op_whose_prefix_fails() -> None:
+    summary = run_campaign(CampaignRequest(target="fake", examples=60, seed=4, ops=OPS, shrink_seconds=5),
+                           _CompileErrorRunner())
+    assert summary.statuses[Status.FAIL_COMPILE] >= 2
+    # every hit, whatever op came last in its graph, is one finding charged to exp
+    assert [f.signature for f in summary.findings.values()] == ["fail_compile | aten.exp.default | CompilationError"]
+    (finding,) = summary.findings.values()
+    assert finding.hits == summary.statuses[Status.FAIL_COMPILE]
+    blamed = finding.record.get("prefix", len(finding.graph.nodes))  # a one-node graph needs no bisection
+    assert finding.graph.nodes[blamed - 1].op == "aten.exp.default"
+
+
+def test_an_error_no_prefix_shows_keeps_the_raw_blame() -> None:
+    """The error needs the whole graph (a later node): no prefix fails alone, the record stands."""
+
+    class Runner(_CompileErrorRunner):
+        def run(self, payload: dict) -> dict:
+            from harness.fuzz.graph import FuzzGraph
+
+            graph = FuzzGraph.from_json(payload["graph"])
+            if len(graph.outputs) > 1:  # a prefix (every value an output) compiles
+                return {"name": payload["name"], "status": Status.PASS}
+            return super().run(payload)
+
+    graph = None
+    summary = run_campaign(CampaignRequest(target="fake", examples=60, seed=4, ops=OPS, shrink_seconds=5), Runner())
+    for finding in summary.findings.values():
+        graph = finding.graph
+        assert "prefix" not in finding.record and finding.op == graph.ops[-1]
+    assert graph is not None
+
+
+def test_localization_charges_an_excused_overflow_that_a_later_op_shows(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Fuzzer, crucible-cpp, seed 5: logit in float16 is inf in eager (a known ATen rounding) and
+    13.8 compiled, which the oracle excuses (float64 agrees with the target); addcmul's cancellation
+    after it then fails. The divergence from eager starts at logit: the known finding, not addcmul."""
+    from harness.fuzz import execute
+    from harness.fuzz.graph import FuzzGraph, Node
+    from harness.targets import parse_target
+
+    x = {"shape": [8], "dtype": "float32", "layout": "contiguous", "profile": "positive", "seed": 1}
+    meta = [([8], "float32")]
+    graph = FuzzGraph([x], [Node("aten.exp.default", "aten.exp.default(x0)", ["v0"], meta),
+                            Node("aten.mul.Tensor", "aten.mul.Tensor(aten.mul.Tensor(x0, 3e38), 0.25)", ["v1"], meta),
+                            Node("aten.sub.Tensor", "aten.sub.Tensor(aten.mul.Tensor(v1, 0.0), v0)", ["v2"], meta)],
+                      ["v2"])
+
+    def compile_for_target(target, fn, inputs, capture="fx"):  # noqa: ANN001, ANN202
+        def run(*args):  # noqa: ANN002, ANN202  v1 = the float64 truth (finite, eager: inf), v2 off by 1
+            v0, v1, v2 = fn(*args)
+            return v0, (args[0].double() * 0.75e38).float(), v2 + 1
+        return run
+
+    monkeypatch.setattr(execute, "compile_for_target", compile_for_target)
+    record = execute.localize_record(graph, parse_target("aot_eager"), "g")
+    assert record["status"] == Status.FAIL_ACCURACY and record["op"] == "aten.mul.Tensor", record
+    assert record["diverged"].startswith("v1: +Inf positions differ from eager (eager overflowed there"), record
+    assert "v2 fails downstream" in record["diverged"]
+
+
+def test_known_findings_match_the_oracles_wording_in_any_case() -> None:
+    """The oracle says '+Inf positions'; the logit entry says 'inf positions' (never matched before)."""
+    record = {"status": Status.FAIL_ACCURACY, "op": "aten.logit.default",
+              "error": "v1: +Inf positions differ from eager"}
+    assert match_known("crucible-cpp", record) is not None
