@@ -219,7 +219,8 @@ class _KernelWriter:
         if op in INTERPRETED_VIA_FP64 and e.dtype == torch.float32 and self.r.interpret:
             # numpy's float32 exp, log, sin and cos are ~3 ulps off (exp's RMSE against float64 2x
             # ATen's); in float64 and rounded once they are within half an ulp
-            return self.tmp(e, f"{UNARY_CALL[op]}(({a[0]}).to(tl.float64)).to(tl.float32)")
+            x = f"tl.full([], {a[0]}, tl.float64)" if e.src[0].op is Op.CONST else f"({a[0]}).to(tl.float64)"
+            return self.tmp(e, f"{UNARY_CALL[op]}({x}).to(tl.float32)")  # a literal has no .to
         if op in UNARY_CALL:
             return self.tmp(e, f"{UNARY_CALL[op]}({a[0]})")
         if op is Op.NEG:

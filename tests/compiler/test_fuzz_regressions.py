@@ -459,3 +459,17 @@ def test_layer_norm_of_rows_of_equal_values_is_exactly_zero(codegen: str, device
                                   codegen=codegen)(y)
     torch.testing.assert_close(got_var, torch.var(y, 1), rtol=1e-12, atol=0)
     torch.testing.assert_close(got_mean, torch.mean(y, 1), rtol=1e-15, atol=0)
+
+
+def test_logsumexp_over_an_empty_dim(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret under Triton 3.6, seed 7: logsumexp over a 0-size dim folds to
+    log(0.0), and the interpreter's float32-through-float64 log rendered ``(0.0).to(tl.float64)``
+    (AttributeError: a Python float has no .to); eager gives -inf."""
+    x = torch.randn(0, 3, device=device)
+    fn = _logsumexp_dim0
+    got = _compiled(fn, x, codegen=codegen)(x)
+    torch.testing.assert_close(got, fn(x))
+
+
+def _logsumexp_dim0(a):
+    return aten.logsumexp.default(a, [0], False), aten.exp.default(aten.sum.dim_IntList(a, [0]))
