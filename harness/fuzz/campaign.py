@@ -287,6 +287,35 @@ def _error_localized(record: dict[str, Any], graph: FuzzGraph, request: Campaign
     return {**record, "op": graph.nodes[found - 1].op, "prefix": found}
 
 
+def _pruned(graph: FuzzGraph, record: dict[str, Any], request: CampaignRequest, runner: Any,
+            summary: CampaignSummary) -> tuple[FuzzGraph, dict[str, Any]]:
+    """(graph, record) cut down to the nodes and inputs the failure needs, when the cut graph fails
+    with the same signature (one run per try). Hypothesis shrinks values and drops the nodes at
+    the end of the list; an unrelated node before the failing one (an exp beside a batch norm, three
+    in a 6-node fmod repro) stayed. Tries, smallest first: the diverging value alone, the failing
+    output alone, the last node of the shortest failing prefix alone."""
+    names: list[list[str]] = []
+    for text in (record.get("diverged"), record.get("error")):
+        name = (text or "").split(":")[0].strip()
+        if name and any(name in n.outputs for n in graph.nodes):
+            names.append([name])
+    if record.get("prefix"):
+        names.append(list(graph.nodes[record["prefix"] - 1].outputs))
+    want = signature(record)
+    for outputs in names:
+        cut = graph.pruned(outputs)
+        if len(cut.nodes) >= len(graph.nodes) and len(cut.inputs) >= len(graph.inputs):
+            continue
+        got = runner.run(_payload(cut, request))
+        summary.executions += 1
+        if got["status"] not in FAILING:
+            continue
+        got = _localized(got, cut, request, runner, summary)
+        if signature(got) == want:
+            return cut, got
+    return graph, record
+
+
 def _fail_example(record: dict[str, Any], graph: FuzzGraph) -> None:
     # One raise site: hypothesis tells bugs apart by where they are raised, and a second site
     # would make it call the replay of a cached failure a different (flaky) bug.
@@ -303,9 +332,10 @@ def _remember(state: dict[str, Any], record: dict[str, Any], graph: FuzzGraph) -
 def _conclude(found: _Found, request: CampaignRequest, runner: Any, summary: CampaignSummary,
               on_finding: Callable[[Finding], None], claim: Callable[[Finding], bool] = lambda f: True,
               foreign: set[str] | None = None) -> None:
-    """Localize the shrunk graph, dedupe by final signature, report the finding."""
+    """Localize the shrunk graph, prune it to what the failure needs, dedupe by final signature,
+    report the finding."""
     record = _localized(found.record, found.graph, request, runner, summary)
-    graph = found.graph
+    graph, record = _pruned(found.graph, record, request, runner, summary)
     sig = signature(record)
     if sig in summary.findings:
         existing = summary.findings[sig]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +32,7 @@ DTYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64"
 _TORCH_DTYPES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16, "f64": torch.float64,
                  "i32": torch.int32, "i64": torch.int64, "b8": torch.bool}
 _counter = itertools.count()
+VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
 
 
 def namespace(reference: bool = False) -> dict[str, Any]:
@@ -102,6 +104,30 @@ class FuzzGraph:
         """Output value name -> the op that produced it."""
         made = {out: n.op for n in self.nodes for out in n.outputs}
         return {o: made.get(o, "input") for o in self.outputs}
+
+    def pruned(self, outputs: list[str]) -> FuzzGraph:
+        """The graph returning only ``outputs``: without the nodes they do not depend on, and without
+        the inputs none of the kept nodes reads (the rest renumbered: x0, x1, ... in order)."""
+        made = {out: n for n in self.nodes for out in n.outputs}
+        needed: set[str] = set()
+        todo = list(outputs)
+        while todo:
+            name = todo.pop()
+            if name in needed:
+                continue
+            needed.add(name)
+            node = made.get(name)
+            if node is not None:
+                todo.extend(VALUE_NAME.findall(node.expr))
+        nodes = [n for n in self.nodes if any(o in needed for o in n.outputs)]
+        used = [i for i in range(len(self.inputs)) if f"x{i}" in needed]
+        rename = {f"x{old}": f"x{new}" for new, old in enumerate(used)}
+
+        def renamed(text: str) -> str:
+            return VALUE_NAME.sub(lambda m: rename.get(m.group(0), m.group(0)), text)
+
+        kept = [Node(n.op, renamed(n.expr), list(n.outputs), list(n.out_meta), n.returns_tuple) for n in nodes]
+        return FuzzGraph([self.inputs[i] for i in used], kept, [renamed(o) for o in outputs])
 
     def prefix(self, count: int) -> FuzzGraph:
         """The graph of its first ``count`` nodes, returning every value they define (for localization)."""

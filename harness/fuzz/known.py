@@ -87,6 +87,10 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-[ci]*", "fail_accuracy", "aten.fmod.*", "NaN positions",
                  "ATen's CPU float32 fmod is NaN where the quotient overflows, in its vectorized loop only (its "
                  "scalar loop and C's fmod: the exact remainder, as Crucible); FINDINGS.md: 'float32 fmod is NaN'"),
+    KnownFinding("crucible-interpret", "fail_accuracy", "aten.copysign.*", "RMSE",
+                 "Triton's interpreter computes log (and other NaN-making math) with numpy, whose NaN for a "
+                 "negative argument has the sign bit set (ATen's: clear); copysign by it flips the sign; "
+                 "FINDINGS.md: 'log of a negative number is a NaN with the sign bit set'"),
     KnownFinding("crucible-*", "fail_accuracy", "aten.gelu.default", "positions",
                  "ATen's CPU gelu gives NaN for +inf and inf at finfo.max (Crucible: inf and finfo.max, as torch's "
                  "rule and float64); FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),

@@ -208,3 +208,46 @@ def test_known_findings_match_the_oracles_wording_in_any_case() -> None:
     record = {"status": Status.FAIL_ACCURACY, "op": "aten.logit.default",
               "error": "v1: +Inf positions differ from eager"}
     assert match_known("crucible-cpp", record) is not None
+
+
+def _three_node_graph():
+    from harness.fuzz.graph import FuzzGraph, Node
+
+    x = {"shape": [4], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 1}
+    meta = [([4], "float32")]
+    return FuzzGraph([x, {**x, "seed": 2}, {**x, "seed": 3}],
+                     [Node("aten.exp.default", "aten.exp.default(x0)", ["v0"], meta),
+                      Node("aten.sign.default", "aten.sign.default(x2)", ["v1"], meta),
+                      Node("aten.add.Tensor", "aten.add.Tensor(v1, x1)", ["v2"], meta)], ["v0", "v2"])
+
+
+def test_a_graph_prunes_to_what_an_output_needs() -> None:
+    graph = _three_node_graph()
+    cut = graph.pruned(["v2"])
+    assert [n.expr for n in cut.nodes] == ["aten.sign.default(x1)", "aten.add.Tensor(v1, x0)"]
+    assert [d["seed"] for d in cut.inputs] == [2, 3] and cut.outputs == ["v2"]
+    assert graph.pruned(["v0"]).source() == "def graph(x0):\n    v0 = aten.exp.default(x0)\n    return (v0,)\n"
+
+
+def test_a_shrunk_finding_loses_the_nodes_its_failure_does_not_need() -> None:
+    """Wrong on sign, as _ChainRunner; the unrelated exp node (hypothesis keeps such nodes when they
+    come first) is pruned, and with it x0; a cut that stops failing is not taken."""
+    graph = _three_node_graph()
+    runner = _ChainRunner()
+    record = runner.run({"name": "g", "graph": graph.to_json(), "kind": "localize"})
+    cut, got = campaign_module._pruned(graph, record, CampaignRequest(target="fake", examples=1), runner,
+                                       campaign_module.CampaignSummary())
+    assert cut.ops == ["aten.sign.default"] and len(cut.inputs) == 1, cut.source()
+    assert campaign_module.signature(got) == campaign_module.signature(record)
+
+    class Needs(_ChainRunner):  # fails only with all three nodes: no cut is taken
+        def run(self, payload: dict) -> dict:
+            from harness.fuzz.graph import FuzzGraph
+
+            if len(FuzzGraph.from_json(payload["graph"]).nodes) < 3:
+                return {"name": payload["name"], "status": Status.PASS}
+            return super().run(payload)
+
+    cut, got = campaign_module._pruned(graph, record, CampaignRequest(target="fake", examples=1), Needs(),
+                                       campaign_module.CampaignSummary())
+    assert cut is graph and got is record
