@@ -161,6 +161,21 @@ def test_random_and_uninitialized_ops_are_not_compared() -> None:
     assert check_rule(Rule("core:aten::bernoulli", aten.bernoulli.default, None), [], 5, 0)["status"] == "incomparable"
 
 
+def test_a_rule_whose_spec_draws_are_rejected_has_no_case_not_a_crash() -> None:
+    """fuzz-decomps -j 2 --seed 3: core:aten::linalg_vector_norm was a crash finding ('harness error:
+    IndexError') with an empty repro: a draw whose every node was a spec error is a graph of no
+    nodes, and the rule's case took its first node."""
+    import torch
+
+    from harness.fuzz.decomp_campaign import check_rule
+    from harness.fuzz.decomps import decomposition_rules
+
+    rule = decomposition_rules()["core:aten::linalg_vector_norm"]
+    result = check_rule(rule, [], 30, 3)
+    assert result["status"] != "crash" and result.get("valid", 0) > 0, result
+    assert torch.ops.aten.linalg_vector_norm.default is rule.op
+
+
 def test_decomposition_judge_allows_the_noise_of_rounding_the_inputs() -> None:
     """fuzz-decomps, core:aten::native_batch_norm_backward (seed 1): over centred inputs the
     grad_input terms (~1e2) cancel to ~1e-9; the kernel gave -0, torch's rule 1.06e-7, float64
