@@ -21,8 +21,10 @@ from compiler.bench.errors import error_line
 from compiler.bench.zoo import MODELS
 
 
-def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]]:
-    """(kernels, extern calls) per graph Dynamo captured, each rendered for the GPU."""
+def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True,
+                  collect: list | None = None) -> list[tuple[int, int]]:
+    """(kernels, extern calls) per graph Dynamo captured, each rendered for the GPU; ``build``: and
+    built for an H200; ``collect`` gets (rendered kernel, its buffers' dtypes) for every kernel."""
     import torch._dynamo
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
@@ -40,8 +42,12 @@ def render_graphs(model: torch.nn.Module, inputs: tuple) -> list[tuple[int, int]
         renderer = renderer_for("triton", torch.device("cuda"))
         rewritten = weight_passes(gm, static_input_indices(len(example_inputs), dynamo_inputs, "inference"))
         sched = schedule(lower(rewritten, torch.device("cpu"), renderer.capabilities), renderer.capabilities)
-        generate_wrapper(sched, {k.name: renderer.render(k) for k in sched.kernels}, {})
-        if gpu_build.available():  # Triton's build for an H200, front end to ptxas, without one
+        rendered = {k.name: renderer.render(k) for k in sched.kernels}
+        generate_wrapper(sched, rendered, {})
+        if collect is not None:
+            collect.extend((rendered[k.name], [k.param(a).dtype for a in rendered[k.name].args])
+                           for k in sched.kernels)
+        if build and gpu_build.available():  # Triton's build for an H200, front end to ptxas, without one
             gpu_build.check_kernels(sched.kernels)
         counts.append((len(sched.kernels), len(sched.externs)))
         return make_boxed_func(gm.forward)

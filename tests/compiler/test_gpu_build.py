@@ -128,3 +128,19 @@ def test_interpreted_graphs_build_for_the_gpu_under_the_check(monkeypatch):
     torch._dynamo.reset()
     with pytest.raises(Exception, match="does not build for sm_90: CompilationError: at 1:2: planted"):
         torch.compile(fn, backend="crucible", options={"codegen": "triton", "strict": True})(x)
+
+
+def test_the_build_time_benchmark_builds_every_config_three_ways():
+    """compiler.bench.build_time: the same launch configs built one by one, on threads and in a
+    spawned process, each into an empty cache; a config that cannot build is counted, not raised."""
+    import dataclasses
+
+    from compiler.bench.build_time import timed
+
+    (kernel, dtypes), = rendered(lambda a: (a.exp() + 1,), torch.randn(300))
+    broken = dataclasses.replace(kernel, source=kernel.source.replace("tl.store(", "tl.stor("))
+    jobs = [(kernel, dtypes), (dataclasses.replace(kernel, meta={**kernel.meta, "num_warps": 2}), dtypes),
+            (broken, dtypes)]
+    for mode in ("serial", "threads", "processes"):
+        seconds, failed = timed(mode, jobs, workers=1 if mode == "processes" else 2)
+        assert seconds > 0 and failed == 1, mode
