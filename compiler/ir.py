@@ -63,6 +63,7 @@ class Op(enum.Enum):
     BITXOR = "bitxor"
     SHL = "shl"
     SHR = "shr"
+    POW = "pow"  # C pow on floats (its special cases: ATen's); renderers without it get a formula
     # ternary
     WHERE = "where"
     FMA = "fma"  # a * b + c, rounded once (C's fma): no overflow of the product alone

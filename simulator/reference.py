@@ -193,6 +193,8 @@ class _Evaluator:
             return a[0] / a[1] if cd.is_floating_point else torch.div(a[0], a[1], rounding_mode="trunc")
         if op is Op.FLOORDIV:
             return torch.div(a[0], a[1], rounding_mode="floor")
+        if op is Op.POW:
+            return torch.pow(a[0], a[1])
         if op is Op.FMA:  # float64 for float32 operands: the product is exact, the sum rounds once more
             wide = torch.float64 if cd == torch.float32 else cd
             return torch.addcmul(a[2].to(wide), a[0].to(wide), a[1].to(wide)).to(cd)

@@ -171,6 +171,8 @@ class ExprWriter:
             return f"crucible::{fn}<{t}>({a[0]}, {a[1]})"
         if op is Op.WHERE:
             return f"{a[0]} ? {a[1]} : {a[2]}"
+        if op is Op.POW:
+            return f"std::pow({a[0]}, {a[1]})"
         if op is Op.FMA:
             return f"std::fma({a[0]}, {a[1]}, {a[2]})"
         if op is Op.NEG:

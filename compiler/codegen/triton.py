@@ -97,6 +97,8 @@ class TritonRenderer(Renderer):
 
     def __init__(self, interpret: bool) -> None:
         self.interpret = interpret
+        if interpret:  # the interpreter has no libdevice.pow: lowering writes pow as a formula
+            self.OPS = frozenset(Op) - {Op.POW}
 
     @property
     def capabilities(self) -> Capabilities:
@@ -259,6 +261,11 @@ class _KernelWriter:
                         else code for operand, code in zip(e.src, a))
                 return self.tmp(e, f"libdevice.fmod({x}, {y})")
             return self.tmp(e, f"{a[0]} % {a[1]}")
+        if op is Op.POW:  # CUDA's pow, as ATen's CUDA kernel calls it; literals typed (see fmod)
+            self.libdevice = True
+            x, y = (f"tl.full([], {literal(operand.arg, cdt)}, {TL_DTYPE[cdt]})" if operand.op is Op.CONST
+                    else code for operand, code in zip(e.src, a))
+            return self.tmp(e, f"libdevice.pow({x}, {y})")
         if op is Op.FLOORDIV:
             q = self.tmp(e, f"{a[0]} // {a[1]}")
             fix = f"(({a[0]} % {a[1]}) != 0) & (({a[0]} < 0) != ({a[1]} < 0))"

@@ -60,6 +60,9 @@ GPU_ONLY_FAILURES.update({
                                   lambda: (torch.randn(9) * 50,)),
     "corrected_two_pass_var_mean": (lambda a: tuple(aten.var_mean.correction(a, [1], correction=1)),
                                     lambda: (torch.randn(5, 300),)),
+    "pow_of_tensors_in_three_dtypes": (lambda a, b: (aten.pow.Tensor_Tensor(a, b), aten.pow.Tensor_Tensor(a.double(), b),
+                                                     aten.pow.Scalar(2.0, b.to(torch.bfloat16))),
+                                       lambda: (torch.rand(9) + 0.5, torch.randn(9))),
     "logsumexp_of_an_empty_dim": (lambda a: aten.logsumexp.default(a, [0], False), lambda: (torch.randn(0, 3),)),
 })
 
