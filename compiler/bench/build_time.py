@@ -53,7 +53,6 @@ def build_one(job: tuple[Any, list[torch.dtype]]) -> str | None:
 def _set_cache(path: str) -> None:
     import triton
 
-    os.environ["TRITON_CACHE_DIR"] = path
     triton.knobs.cache.dir = path
 
 
