@@ -49,7 +49,7 @@ _TORCH_RULES = [
     aten.native_group_norm.default,
     aten.gelu.default, aten.silu.default, aten.mish.default,
     aten.hardswish.default, aten.hardsigmoid.default, aten.hardtanh.default, aten.leaky_relu.default,
-    aten.elu.default, aten.softplus.default, aten.std.correction, aten.addcmul.default,
+    aten.elu.default, aten.softplus.default, aten.std.correction,
     aten.addcdiv.default, aten.logit.default, aten.masked_fill.Scalar,
     aten.masked_fill.Tensor, aten.rsub.Scalar, aten.clamp.Tensor, aten.hardshrink.default,
     aten.softshrink.default, aten.threshold.default, aten.xlogy.Tensor, aten.log_sigmoid_forward.default,
@@ -98,9 +98,10 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
 # Core-ATen rules we do not apply: torch's rule for CPU flash attention returns the attention
 # weights where the op returns its logsumexp (wrong shape as a second output).
 KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]
-# ... nor those the lowering computes as ATen's kernels do, where torch's rule does not: lerp is a
-# fused multiply-add in ATen (torch's rule's separate product overflows to inf near finfo.max)
-LOWERED_AS_IS = [aten.lerp.Scalar, aten.lerp.Tensor]
+# ... nor those the lowering computes as ATen's kernels do, where torch's rule does not: lerp and
+# addcmul are fused multiply-adds in ATen (torch's rules' separate products overflow to inf near
+# finfo.max, and lose the low bits of t1 * t2 - self)
+LOWERED_AS_IS = [aten.lerp.Scalar, aten.lerp.Tensor, aten.addcmul.default]
 
 
 @functools.cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,6 +30,7 @@ class Op(enum.Enum):
     ABS = "abs"
     EXP = "exp"
     EXP2 = "exp2"
+    LOG2 = "log2"
     LOG = "log"
     SQRT = "sqrt"
     RSQRT = "rsqrt"
@@ -80,6 +82,15 @@ class ReduceOp(enum.Enum):
     ARGMIN = "argmin"
 
 
+def _arg_key(arg: Any) -> Any:
+    """``arg`` as equality should see it: -0.0 is not 0.0 (x / -0.0 is -inf where x / 0.0 is inf:
+    a CSE that merged the two constants flipped infinities; fuzzer, crucible-interpret, seed 11),
+    and a NaN constant equals another NaN constant."""
+    if isinstance(arg, float):
+        return ("nan",) if math.isnan(arg) else (arg, math.copysign(1.0, arg))
+    return arg
+
+
 COMPARISONS = frozenset({Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT, Op.GE})
 
 
@@ -104,7 +115,8 @@ class Expr:
             return True
         if not isinstance(other, Expr) or self._hash != other._hash:
             return False
-        return (self.op, self.dtype, self.arg, self.src) == (other.op, other.dtype, other.arg, other.src)
+        return ((self.op, self.dtype, _arg_key(self.arg), self.src)
+                == (other.op, other.dtype, _arg_key(other.arg), other.src))
 
     def __repr__(self) -> str:
         return render_expr(self)

@@ -170,7 +170,7 @@ def sigmoid(x: V) -> V:
 def tanh(x: V) -> V:
     m = expm1(vabs(x) * -2)  # in (-1, 0]
     mag = -m / (m + 2)
-    return sel(x < 0, -mag, mag)
+    return sel(_signbit(x), -mag, mag)  # tanh(-0.0) is -0.0
 
 
 def atan(x: V) -> V:

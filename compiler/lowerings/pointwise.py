@@ -148,7 +148,8 @@ FLOAT_UNARY: dict[Any, Callable[[V], V]] = {
     aten.exp2: lambda x: x.u(Op.EXP2),
     aten.expm1: expm1,
     aten.log: vlog,
-    aten.log2: lambda x: vlog(x) * (1 / math.log(2.0)),
+    # log(x) / log(2) was an ulp or two off: log2(8) not 3, and pow(a, log2(b)) amplified it
+    aten.log2: lambda x: x.u(Op.LOG2),
     aten.log10: lambda x: vlog(x) * (1 / math.log(10.0)),
     aten.log1p: log1p,
     aten.sqrt: vsqrt,
@@ -417,6 +418,19 @@ def lower_lerp(ctx: GraphLowering, node: Any, start: Any, end: Any, weight: Any)
     # ATen's opmath: 16-bit tensors and a scalar weight in float32, one rounding of the result
     compute = torch.float32 if common in REDUCED_FLOATS else common
     return pointwise(node, lerp, start, end, weight, compute=compute)
+
+
+@register(aten.addcmul)
+def lower_addcmul(ctx: GraphLowering, node: Any, x: Any, t1: Any, t2: Any, value: Any = 1) -> Lazy:
+    common = promote(x, t1, t2)
+    if not common.is_floating_point:
+        return pointwise(node, lambda s, a, b: s + a * b * value if value != 1 else s + a * b, x, t1, t2)
+    compute = torch.float32 if common in REDUCED_FLOATS else common  # ATen's opmath, one rounding
+
+    def fn(s: V, a: V, b: V) -> V:  # ATen's kernels: self + (value * t1) * t2, fused
+        return V(ir.fma((a if value == 1 else a * value).e, b.e, s.e))
+
+    return pointwise(node, fn, x, t1, t2, compute=compute)
 
 
 def lower_copy_like(ctx: GraphLowering, node: Any, x: Any, **kwargs: Any) -> Lazy:

@@ -489,3 +489,65 @@ def test_float64_pow_near_overflow_is_c_pow(codegen: str, device: str) -> None:
     else:
         torch.testing.assert_close(got, want, rtol=2.3e-16, atol=0, equal_nan=True)
         assert torch.isinf(got[0]), got
+
+
+def test_a_negative_zero_constant_is_not_merged_with_zero(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 11: ``triu(x / -0.0)`` beside ``logical_and(x, x / -0.0)``
+    gave +inf where eager gives -inf: Expr equality compared constants with ==, so -0.0 was 0.0 and
+    a cache that met the comparison's 0.0 first handed it to the division."""
+    from compiler import ir
+
+    assert ir.const(-0.0, torch.float32) != ir.const(0.0, torch.float32)
+    assert ir.const(math.nan, torch.float32) == ir.const(math.nan, torch.float32)
+    x = torch.tensor([[1.5410, -0.2934]], device=device)
+    fn = _div_by_negative_zero_twice
+    got = _compiled(fn, x, codegen=codegen)(x)
+    for g, w in zip(got, fn(x)):
+        assert torch.equal(g, w), (g, w)
+
+
+def _div_by_negative_zero_twice(a):
+    return aten.logical_and.default(a, aten.div.Scalar(a, -0.0)), aten.triu.default(aten.div.Scalar(a, -0.0), 0)
+
+
+def test_tanh_keeps_the_sign_of_zero(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 11: ``rsqrt(tanh(x))`` at x = -0.0 gave +inf (eager -inf):
+    tanh chose its sign by x < 0, so tanh(-0.0) was +0.0."""
+    x = torch.tensor([-0.0, 0.0, -1.5, 2.0, -math.inf, math.nan], device=device)
+    got, root = _compiled(lambda a: (aten.tanh.default(a), aten.rsqrt.default(aten.tanh.default(a))), x,
+                          codegen=codegen)(x)
+    assert torch.equal(torch.signbit(got[:5]), torch.signbit(torch.tanh(x[:5]))), got
+    assert root[0].item() == -math.inf and root[1].item() == math.inf
+
+
+def test_addcmul_is_one_fused_multiply_add(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 11: ``addcmul(x, x, y)`` at x = -3.4e38, y = -1.08 gave inf
+    where eager gives 2.9e37: ATen's kernels fuse self + (value * t1) * t2 into one fma (so does its
+    scalar loop: (1 + 2^-23)(1 - 2^-23) - 1 is -2^-46, not 0); torch's rule rounds the product."""
+    big = torch.finfo(torch.float32).max
+    s = torch.tensor([-big, -1.0, 2.0, math.nan], device=device)
+    t1 = torch.tensor([-big, 1.0 + 2**-23, 3.0, 1.0], device=device)
+    t2 = torch.tensor([-1.0845, 1.0 - 2**-23, -0.5, 1.0], device=device)
+    for value in (1, 0.5, -2):
+        fn = _addcmul(value)
+        got = _compiled(fn, s, t1, t2, codegen=codegen)(s, t1, t2)
+        torch.testing.assert_close(got, fn(s, t1, t2), rtol=0, atol=0, equal_nan=True)
+    h = [t.to(torch.bfloat16) for t in (s, t1, t2)]
+    torch.testing.assert_close(_compiled(_addcmul(0.3), *h, codegen=codegen)(*h), _addcmul(0.3)(*h), rtol=0, atol=0,
+                               equal_nan=True)
+
+
+def _addcmul(value):
+    return lambda a, b, c: aten.addcmul.default(a, b, c, value=value)
+
+
+def test_log2_of_powers_of_two_is_exact(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 11: ``pow(log2(i) / j, log2(i))`` over int32 extremes was
+    7.8e12 off: log2 was log(x) / log(2), an ulp or two off (log2(8) not exactly 3), and the power
+    amplified it. Each renderer now calls its log2."""
+    x = torch.tensor([2.0**k for k in range(-140, 128, 7)] + [2**31 - 1, 0.0, -1.0, math.inf], device=device)
+    for dtype in (torch.float32, torch.float64):
+        t = x.to(dtype)
+        got = _compiled(_call(aten.log2.default), t, codegen=codegen)(t)
+        torch.testing.assert_close(got, torch.log2(t), rtol=2 * torch.finfo(dtype).eps, atol=0, equal_nan=True)
+        assert torch.equal(got[:39], torch.arange(-140, 128, 7, device=device, dtype=dtype)), got
