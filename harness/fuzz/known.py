@@ -80,7 +80,7 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("inductor", "fail_accuracy", "aten.max_pool2d_with_indices.default", "integer",
                  "Inductor's max-pool index: the first of several NaNs in a window (ATen: the last) and a padded "
                  "(negative) position for a window of -inf; FINDINGS.md: 'Inductor: max-pool indices'", output="_1"),
-    KnownFinding("crucible-*", "fail_accuracy", "aten._native_batch_norm_legit_no_training.default", "NaN positions",
+    KnownFinding("crucible-*", "fail_accuracy", "aten._native_batch_norm_legit_no_training.default", "positions",
                  "ATen's CPU inference batch norm folds to x * alpha + beta (NaN where alpha overflows) for "
                  "contiguous running stats and computes (x - mean) * invstd * w + b for strided ones (Crucible: the "
                  "fold); FINDINGS.md: 'the CPU kernel's order depends on the running statistics' strides'"),
@@ -112,6 +112,15 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-*", "fail_accuracy", "aten.native_group_norm.default", "NaN positions",
                  "a group's variance overflows float32: ATen's kernel NaN, torch's rule (Crucible's lowering) 0, "
                  "float64 finite; FINDINGS.md: 'native_group_norm when the variance overflows'"),
+    KnownFinding("crucible-interpret", "fail_accuracy", "aten.signbit.*", "integer/bool values",
+                 "the interpreter's NaN of a negative log/asin argument has the sign bit set (numpy's), ATen's "
+                 "not; FINDINGS.md: 'log of a negative number is a NaN with the sign bit set'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.std.correction", "inf positions",
+                 "torch's std rule (which Crucible applies) is sqrt(var), which overflows where the kernel's std "
+                 "of values near finfo.max is finite; FINDINGS.md: 'More torch rule findings'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.native_layer_norm.default", "inf positions",
+                 "ATen's layer norm kernel fuses xhat * weight + bias (one fma), torch's rule rounds the product "
+                 "(inf near finfo.max); FINDINGS.md: 'native_layer_norm rule rounds the affine product'", output="_0"),
     KnownFinding("crucible-*", "fail_accuracy", "aten.gelu.default", "positions",
                  "ATen's CPU gelu gives NaN for +inf and inf at finfo.max (Crucible: inf and finfo.max, as torch's "
                  "rule and float64); FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
