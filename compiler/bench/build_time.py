@@ -26,17 +26,12 @@ from typing import Any
 
 import torch
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
-
-
 def candidate_builds(name: str, dtype: torch.dtype, tiny: bool) -> list[tuple[Any, list[torch.dtype]]]:
     """(rendered kernel with one launch config, its buffers' dtypes) for every candidate config."""
     import compiler  # noqa: F401  (registers the backend)
-    from compiler.bench.render_check import render_graphs
-    from compiler.bench.zoo import MODELS
+    from compiler.bench.render_check import cpu_model, render_graphs
 
-    model, inputs = MODELS[name].build(dtype, "cpu", tiny)
-    inputs = tuple(t[:1, :64] if t.dim() == 2 else t[:1] for t in inputs)
+    model, inputs = cpu_model(name, dtype, tiny)
     kernels: list = []
     render_graphs(model, inputs, build=False, collect=kernels)
     return [(dataclasses.replace(rendered, grid=grid, meta=dict(meta), alternatives=()), dtypes)
@@ -50,32 +45,42 @@ def build_one(job: tuple[Any, list[torch.dtype]]) -> str | None:
     return build_for(*job)
 
 
-def _set_cache(path: str) -> None:
+def _set_cache(path: str) -> str:
+    """Point Triton's cache at ``path``; returns where it pointed before."""
     import triton
 
-    triton.knobs.cache.dir = path
+    before, triton.knobs.cache.dir = triton.knobs.cache.dir, path
+    return before
 
 
 def timed(mode: str, jobs: Sequence[tuple[Any, list[torch.dtype]]], workers: int) -> tuple[float, int]:
-    """(seconds, failed builds) for building ``jobs`` one way, into a fresh Triton cache."""
+    """(seconds, failed builds) for building ``jobs`` one way, into a fresh Triton cache (this
+    process's cache directory is put back after)."""
     with tempfile.TemporaryDirectory(prefix=f"crucible-build-{mode}-") as cache:
-        _set_cache(cache)
-        start = time.perf_counter()
-        if mode == "serial":
-            errors = [build_one(j) for j in jobs]
-        elif mode == "threads":
-            with ThreadPoolExecutor(workers) as pool:
-                errors = list(pool.map(build_one, jobs))
-        else:
-            import multiprocessing
+        before = _set_cache(cache)
+        try:
+            return _timed(mode, jobs, workers, cache)
+        finally:
+            _set_cache(before)
 
-            with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
-                                     initializer=_set_cache, initargs=(cache,)) as pool:
-                # the pipeline starts its pool once per process, in the background: not timed here
-                list(pool.map(_warm, range(workers)))
-                start = time.perf_counter()
-                errors = list(pool.map(build_one, jobs, chunksize=1))
-        return time.perf_counter() - start, sum(e is not None for e in errors)
+
+def _timed(mode: str, jobs: Sequence[tuple[Any, list[torch.dtype]]], workers: int, cache: str) -> tuple[float, int]:
+    start = time.perf_counter()
+    if mode == "serial":
+        errors = [build_one(j) for j in jobs]
+    elif mode == "threads":
+        with ThreadPoolExecutor(workers) as pool:
+            errors = list(pool.map(build_one, jobs))
+    else:
+        import multiprocessing
+
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                                 initializer=_set_cache, initargs=(cache,)) as pool:
+            # the pipeline starts its pool once per process, in the background: not timed here
+            list(pool.map(_warm, range(workers)))
+            start = time.perf_counter()
+            errors = list(pool.map(build_one, jobs, chunksize=1))
+    return time.perf_counter() - start, sum(e is not None for e in errors)
 
 
 def _warm(_: int) -> None:
@@ -85,6 +90,7 @@ def _warm(_: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
+    from compiler.bench.models import DTYPES, pairs
     from compiler.bench.zoo import MODELS
 
     parser = argparse.ArgumentParser(prog="python -m compiler.bench.build_time", description=__doc__.split("\n\n")[0])
@@ -99,10 +105,8 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
     if not gpu_build.available():
         parser.error("the installed Triton has no NVIDIA backend: nothing to build")
     rows = []
-    for pair in args.pairs:
-        name, _, dtype = pair.partition(":")
-        if name not in MODELS or dtype not in DTYPES:
-            parser.error(f"--pairs {pair!r}: expected MODEL:DTYPE, MODEL in {', '.join(MODELS)}, DTYPE fp32 or bf16")
+    for name, dtype in pairs(args, parser):
+        pair = f"{name}:{dtype}"
         jobs = candidate_builds(name, DTYPES[dtype], args.tiny)
         kernels = len({j[0].symbol or j[0].name for j in jobs})
         times = {mode: timed(mode, jobs, args.workers) for mode in ("serial", "threads", "processes")}
@@ -110,7 +114,7 @@ def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) 
         rows.append([pair, kernels, len(jobs), f"{serial:.1f}", f"{serial / len(jobs) * 1000:.0f}",
                      *(f"{t:.1f} ({serial / t:.2f}x)" for t, _ in (times["threads"], times["processes"])),
                      sum(f for _, f in times.values())])
-        out(f"{pair}: {kernels} kernels, {len(jobs)} launch configs built three ways", )
+        out(f"{pair}: {kernels} kernels, {len(jobs)} launch configs built three ways")
     out(tabulate(rows, headers=["model", "kernels", "configs", "serial s", "ms/config",
                                 f"{args.workers} threads s", f"{args.workers} processes s", "failed"]))
     return 0

@@ -73,10 +73,15 @@ def weight_passes(gm: torch.fx.GraphModule, static: list[int]) -> torch.fx.Graph
     return merge_matmuls(folded, static, cuda).folded.gm
 
 
+def cpu_model(name: str, dtype: torch.dtype, tiny: bool) -> tuple[torch.nn.Module, tuple]:
+    """A benchmark model on the CPU with batch-1 inputs (sequences of 64 tokens)."""
+    model, inputs = MODELS[name].build(dtype, "cpu", tiny)
+    return model, tuple(t[:1, :64] if t.dim() == 2 else t[:1] for t in inputs)
+
+
 def render_check(name: str, dtype: torch.dtype, tiny: bool) -> dict[str, Any]:
     started = time.perf_counter()
-    model, inputs = MODELS[name].build(dtype, "cpu", tiny)
-    inputs = tuple(t[:1, :64] if t.dim() == 2 else t[:1] for t in inputs)
+    model, inputs = cpu_model(name, dtype, tiny)
     try:
         counts = render_graphs(model, inputs)
     except Exception as why:  # noqa: BLE001  (a failing model is a result)

@@ -88,6 +88,14 @@ COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard
            ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
 
 
+def typed_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[str]:
+    """``e``'s operand codes with each literal as a 0-d tensor of ``dtype``: a bare literal is float32
+    to Triton, and libdevice picks its function by every operand's type (and a Python float has no
+    ``.to``)."""
+    return [f"tl.full([], {literal(operand.arg, dtype)}, {TL_DTYPE[dtype]})" if operand.op is Op.CONST else code
+            for operand, code in zip(e.src, codes)]
+
+
 SYMBOL_PLACEHOLDER = "__crucible_kernel__"
 
 
@@ -257,14 +265,12 @@ class _KernelWriter:
                 self.libdevice = True
                 # libdevice picks its function by both operands' types: a literal is float32 to Triton
                 # (fmod(float64, 2.0) raised KeyError (float64, float32) on the H200)
-                x, y = (f"tl.full([], {literal(operand.arg, cdt)}, {TL_DTYPE[cdt]})" if operand.op is Op.CONST
-                        else code for operand, code in zip(e.src, a))
+                x, y = typed_operands(e, a, cdt)
                 return self.tmp(e, f"libdevice.fmod({x}, {y})")
             return self.tmp(e, f"{a[0]} % {a[1]}")
         if op is Op.POW:  # CUDA's pow, as ATen's CUDA kernel calls it; literals typed (see fmod)
             self.libdevice = True
-            x, y = (f"tl.full([], {literal(operand.arg, cdt)}, {TL_DTYPE[cdt]})" if operand.op is Op.CONST
-                    else code for operand, code in zip(e.src, a))
+            x, y = typed_operands(e, a, cdt)
             return self.tmp(e, f"libdevice.pow({x}, {y})")
         if op is Op.FLOORDIV:
             q = self.tmp(e, f"{a[0]} // {a[1]}")
@@ -278,8 +284,7 @@ class _KernelWriter:
         if op is Op.WHERE:
             return self.tmp(e, f"tl.where({a[0]}, {a[1]}, {a[2]})")
         if op is Op.FMA:
-            x, y, z = (f"tl.full([], {literal(operand.arg, cdt)}, {TL_DTYPE[cdt]})" if operand.op is Op.CONST
-                       else code for operand, code in zip(e.src, a))
+            x, y, z = typed_operands(e, a, cdt)
             if self.r.interpret and cdt == torch.float32:
                 # the interpreter's tl.fma is x * y + z in float32 (the product overflows); float64's
                 # product of float32s is exact, so one float64 sum and the cast round like an fma

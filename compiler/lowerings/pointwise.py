@@ -130,6 +130,11 @@ def pointwise(node: Any, fn: Callable[..., V], *args: Any, compute: torch.dtype 
     return Lazy(shape, out_dtype, ir.cast(result, out_dtype))
 
 
+def opmath(dtype: torch.dtype) -> torch.dtype:
+    """The type ATen's kernels compute ``dtype`` in: float32 for 16-bit floats."""
+    return torch.float32 if dtype in REDUCED_FLOATS else dtype
+
+
 def float_compute(node: Any, *args: Any) -> torch.dtype:
     """Compute dtype of ops that map integers to floats (exp, sin, div, ...)."""
     return promote(*args, kind=ELEMENTWISE_TYPE_PROMOTION_KIND.INT_TO_FLOAT)
@@ -416,8 +421,7 @@ def lower_lerp(ctx: GraphLowering, node: Any, start: Any, end: Any, weight: Any)
     if not common.is_floating_point:
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, f"lerp of {common}")
     # ATen's opmath: 16-bit tensors and a scalar weight in float32, one rounding of the result
-    compute = torch.float32 if common in REDUCED_FLOATS else common
-    return pointwise(node, lerp, start, end, weight, compute=compute)
+    return pointwise(node, lerp, start, end, weight, compute=opmath(common))
 
 
 @register(aten.addcmul)
@@ -425,12 +429,11 @@ def lower_addcmul(ctx: GraphLowering, node: Any, x: Any, t1: Any, t2: Any, value
     common = promote(x, t1, t2)
     if not common.is_floating_point:
         return pointwise(node, lambda s, a, b: s + a * b * value if value != 1 else s + a * b, x, t1, t2)
-    compute = torch.float32 if common in REDUCED_FLOATS else common  # ATen's opmath, one rounding
 
     def fn(s: V, a: V, b: V) -> V:  # ATen's kernels: self + (value * t1) * t2, fused
         return V(ir.fma((a if value == 1 else a * value).e, b.e, s.e))
 
-    return pointwise(node, fn, x, t1, t2, compute=compute)
+    return pointwise(node, fn, x, t1, t2, compute=opmath(common))  # one rounding
 
 
 def lower_copy_like(ctx: GraphLowering, node: Any, x: Any, **kwargs: Any) -> Lazy:

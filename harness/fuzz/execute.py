@@ -221,14 +221,7 @@ def _overflow_upstream(graph: FuzzGraph, failing: str, eager: tuple, compiled: t
     eager starts there, whatever a later op makes of it (1.3e-3 off after a cancellation, NaN where
     eager's inf meets another)."""
     index = {name: i for i, name in enumerate(graph.outputs)}
-    made = {out: n for n in graph.nodes for out in n.outputs}
-    upstream, todo = set(), [failing]
-    while todo:
-        node = made.get(todo.pop())
-        for name in _OPERAND.findall(node.expr) if node else ():
-            if name not in upstream:
-                upstream.add(name)
-                todo.append(name)
+    upstream = graph.upstream([failing]) - {failing}
     for name in graph.outputs:  # node order
         e, c = eager[index[name]], compiled[index[name]]
         if name not in upstream or not isinstance(e, torch.Tensor) or not e.is_floating_point():
@@ -238,8 +231,6 @@ def _overflow_upstream(graph: FuzzGraph, failing: str, eager: tuple, compiled: t
             return name, mismatch
     return None
 
-
-_OPERAND = re.compile(r"\bv\d+(?:_\d+)?\b")
 
 
 def localize_record(graph: FuzzGraph, target: Target, name: str, capture: str = "fx") -> dict[str, Any]:

@@ -105,12 +105,11 @@ class FuzzGraph:
         made = {out: n.op for n in self.nodes for out in n.outputs}
         return {o: made.get(o, "input") for o in self.outputs}
 
-    def pruned(self, outputs: list[str]) -> FuzzGraph:
-        """The graph returning only ``outputs``: without the nodes they do not depend on, and without
-        the inputs none of the kept nodes reads (the rest renumbered: x0, x1, ... in order)."""
+    def upstream(self, names: list[str]) -> set[str]:
+        """Every value and input ``names`` are computed from, ``names`` included."""
         made = {out: n for n in self.nodes for out in n.outputs}
         needed: set[str] = set()
-        todo = list(outputs)
+        todo = list(names)
         while todo:
             name = todo.pop()
             if name in needed:
@@ -119,6 +118,12 @@ class FuzzGraph:
             node = made.get(name)
             if node is not None:
                 todo.extend(VALUE_NAME.findall(node.expr))
+        return needed
+
+    def pruned(self, outputs: list[str]) -> FuzzGraph:
+        """The graph returning only ``outputs``: without the nodes they do not depend on, and without
+        the inputs none of the kept nodes reads (the rest renumbered: x0, x1, ... in order)."""
+        needed = self.upstream(outputs)
         nodes = [n for n in self.nodes if any(o in needed for o in n.outputs)]
         used = [i for i in range(len(self.inputs)) if f"x{i}" in needed]
         rename = {f"x{old}": f"x{new}" for new, old in enumerate(used)}
