@@ -41,7 +41,7 @@ def build_for(rendered: RenderedKernel, dtypes: Sequence[torch.dtype], arch: int
     import triton
     from triton.backends.compiler import GPUTarget
 
-    from compiler.runtime import load_module
+    from compiler.runtime import BUILD_OPTIONS, load_module
 
     symbol = rendered.symbol or rendered.name
     fn = getattr(load_module(rendered.source, symbol), symbol)
@@ -53,7 +53,7 @@ def build_for(rendered: RenderedKernel, dtypes: Sequence[torch.dtype], arch: int
     signature = {n: POINTER[d] for n, d in zip(names, dtypes)}
     signature.update({n: "constexpr" for n in constexprs})
     source = triton.compiler.ASTSource(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
-    options = {k: meta[k] for k in LAUNCH_OPTIONS if k in meta}
+    options = {k: meta[k] for k in LAUNCH_OPTIONS if k in meta} | BUILD_OPTIONS
     try:
         triton.compile(source, target=GPUTarget("cuda", arch, 32), options=options)
     except Exception as why:  # noqa: BLE001  (any build error is the answer)

@@ -149,6 +149,11 @@ def build_in_process(path: str, symbol: str, dtypes: list[str], grid: tuple, met
     getattr(module, symbol).warmup(*[getattr(torch, d) for d in dtypes], grid=grid, **meta)
 
 
+# Triton options every GPU kernel is built with. Triton links libdevice in flush-to-zero mode by
+# default; ATen's CUDA kernels (nvcc without fast math) keep subnormals, so ours do too.
+BUILD_OPTIONS = {"enable_reflect_ftz": False}
+
+
 class KernelLauncher:
     """A loaded kernel plus its launch facts; ``launcher(*tensors)`` runs it.
 
@@ -170,10 +175,12 @@ class KernelLauncher:
             fn = interpreted(fn)
         self.fn = fn
         self.configs = [(rendered.grid, dict(rendered.meta))] + [(g, dict(m)) for g, m in rendered.alternatives]
-        if interpret:
-            for _, meta in self.configs:
+        for _, meta in self.configs:
+            if interpret:
                 meta.pop("num_warps", None)
                 meta.pop("num_stages", None)  # template kernels' pipelining depth
+            else:
+                meta.update(BUILD_OPTIONS)
         self.symbol = symbol
         self.grid, self.meta = _TUNED.get(symbol, self.configs[0])
         self.tuned = len(self.configs) == 1 or symbol in _TUNED

@@ -226,6 +226,12 @@ class _KernelWriter:
             fn = PRECISE_FP32[op]
             self.libdevice |= fn.startswith("libdevice.")
             return self.tmp(e, f"{fn}({a[0]})")
+        if op in PRECISE_FP32 and op is not Op.SQRT and e.dtype == torch.float64 and not self.r.interpret:
+            # Triton's own float64 log2 was not exact at powers of two on the H200 (log2(2.0**k) != k);
+            # libdevice's float64 functions are CUDA's (exp, log, ...), as ATen's kernels call them
+            self.libdevice = True
+            (x,) = typed_operands(e, a, torch.float64)
+            return self.tmp(e, f"{PRECISE_FP32[op]}({x})")
         if op in INTERPRETED_VIA_FP64 and e.dtype == torch.float32 and self.r.interpret:
             # numpy's float32 exp, log, sin and cos are ~3 ulps off (exp's RMSE against float64 2x
             # ATen's); in float64 and rounded once they are within half an ulp
@@ -268,8 +274,14 @@ class _KernelWriter:
                 x, y = typed_operands(e, a, cdt)
                 return self.tmp(e, f"libdevice.fmod({x}, {y})")
             return self.tmp(e, f"{a[0]} % {a[1]}")
-        if op is Op.POW:  # CUDA's pow, as ATen's CUDA kernel calls it; literals typed (see fmod)
+        if op is Op.POW:  # CUDA's pow, literals typed (see fmod)
             self.libdevice = True
+            if cdt == torch.float32:
+                # in float64, rounded once: CUDA's float32 powf as Triton links it was more than an ulp
+                # off where ATen's was within one (H200, tests/compiler/test_fuzz_regressions.py)
+                x, y = (f"({code}).to(tl.float64)" if operand.op is not Op.CONST else code
+                        for operand, code in zip(e.src, typed_operands(e, a, torch.float64)))
+                return self.tmp(e, f"libdevice.pow({x}, {y}).to(tl.float32)")
             x, y = typed_operands(e, a, cdt)
             return self.tmp(e, f"libdevice.pow({x}, {y})")
         if op is Op.FLOORDIV:

@@ -96,4 +96,5 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
              f"{TL_DTYPE[t.q.dtype]}{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''}")
     key = (f"attention {t.q.dtype} {bucket(batch * kv_heads)}x{bucket(rows)}x{bucket(keys)} d{dim}/{dim_v}"
            f"{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''} tiles {fingerprint(candidates)}")
-    return finish_source(k, params, ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV"], body, title, args, launches, key)
+    return finish_source(k, params, ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV"], body, title, args, launches, key,
+                         epi.uses_libdevice())

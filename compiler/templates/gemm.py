@@ -182,7 +182,7 @@ class _GemmWriter:
         title = f"gemm {f'{t.batch} x ' if t.batched else ''}{t.m} x {t.n} x {t.k} {t.operand_dtype}"
         key = (f"gemm {t.operand_dtype} {bucket(t.batch)}x{bucket(t.m)}x{t.n}x{t.k} a {self.layouts[0]} "
                f"b {self.layouts[1]}{' tf32' if t.allow_tf32 else ''} tiles {fingerprint(candidates)}")
-        return finish_source(k, params, consts, body, title, args, launches, key)
+        return finish_source(k, params, consts, body, title, args, launches, key, self.epi.uses_libdevice())
 
 
 def _layout(e: Expr, batched: bool) -> str:

@@ -23,8 +23,15 @@ class ExprWriter(_KernelWriter):
         self.acc = acc
         self.acc_code = acc_code
         self.prefix = prefix
+        # the writers of one kernel: any of them may call libdevice, which the module then imports
+        self.family: list[ExprWriter] = shared.family if shared is not None else []
+        self.family.append(self)
         if shared is not None:
             self.params = shared.params
+
+    def uses_libdevice(self) -> bool:
+        """Whether an expression of this kernel's writers calls ``triton.language.extra.libdevice``."""
+        return any(w.libdevice for w in self.family)
 
     def param(self, buffer: str) -> str:
         """The kernel parameter holding ``buffer`` (positional, shared by the kernel's writers)."""
@@ -72,11 +79,14 @@ class ExprWriter(_KernelWriter):
 
 
 def finish_source(k: Kernel, params: list[str], consts: list[str], body: list[str], title: str,
-                  args: list[str], launches: list[tuple[tuple[int, ...], dict]], tuning_key: str = "") -> RenderedKernel:
+                  args: list[str], launches: list[tuple[tuple[int, ...], dict]], tuning_key: str = "",
+                  libdevice: bool = False) -> RenderedKernel:
     """The ``@triton.jit`` module text, named by content like the pointwise kernels; ``tuning_key``
-    names what the tuned launch config depends on (``compiler.tuning_cache``)."""
+    names what the tuned launch config depends on (``compiler.tuning_cache``); ``libdevice``: the body
+    calls it (``ExprWriter.uses_libdevice``)."""
     origins = ", ".join(dict.fromkeys(k.origins)) or "(none)"
-    src = ["import triton", "import triton.language as tl", "", "", "@triton.jit",
+    src = ["import triton", "import triton.language as tl",
+           *(["from triton.language.extra import libdevice"] if libdevice else []), "", "", "@triton.jit",
            f"def {SYMBOL_PLACEHOLDER}({', '.join(params + [c + ': tl.constexpr' for c in consts])}):",
            f"    # template {title}; fused: {origins}"]
     src += ["    " + line if line else "" for line in body]

@@ -299,7 +299,9 @@ def test_float32_pow_is_within_an_ulp_for_large_results(codegen: str, device: st
     want = torch.pow(x.double(), y.double()).float()
     assert torch.isfinite(got[:2]).all(), got[:2]
     ulp = torch.finfo(torch.float32).eps * want.abs().clamp_min(torch.finfo(torch.float32).tiny)
-    assert ((got - want).abs() <= ulp).all(), (got - want).abs().max()
+    # on CUDA, ATen and the GPU renderer both call CUDA's powf (a few ulps): no worse than eager
+    allowed = torch.maximum(ulp, (torch.pow(x, y) - want).abs())
+    assert ((got - want).abs() <= allowed).all(), (got - want).abs().max()
 
 
 def test_atan2_special_cases_match_c(codegen: str, device: str) -> None:
@@ -522,8 +524,10 @@ def test_tanh_keeps_the_sign_of_zero(codegen: str, device: str) -> None:
 
 def test_addcmul_is_one_fused_multiply_add(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 11: ``addcmul(x, x, y)`` at x = -3.4e38, y = -1.08 gave inf
-    where eager gives 2.9e37: ATen's kernels fuse self + (value * t1) * t2 into one fma (so does its
-    scalar loop: (1 + 2^-23)(1 - 2^-23) - 1 is -2^-46, not 0); torch's rule rounds the product."""
+    where eager gives 2.9e37: ATen's CPU kernels fuse self + (value * t1) * t2 into one fma (so does
+    its scalar loop: (1 + 2^-23)(1 - 2^-23) - 1 is -2^-46, not 0); torch's rule rounds the product.
+    ATen's CUDA kernel rounds t1 * t2 first (inf at the first element, where float64 is finite), so
+    on CUDA the exact result, rounded once, is what the fma must give."""
     big = torch.finfo(torch.float32).max
     s = torch.tensor([-big, -1.0, 2.0, math.nan], device=device)
     t1 = torch.tensor([-big, 1.0 + 2**-23, 3.0, 1.0], device=device)
@@ -531,10 +535,18 @@ def test_addcmul_is_one_fused_multiply_add(codegen: str, device: str) -> None:
     for value in (1, 0.5, -2):
         fn = _addcmul(value)
         got = _compiled(fn, s, t1, t2, codegen=codegen)(s, t1, t2)
-        torch.testing.assert_close(got, fn(s, t1, t2), rtol=0, atol=0, equal_nan=True)
+        # value * t1 is exact for these values; the product with t2 is exact in float64
+        exact = (s.double() + (value * t1).double() * t2.double()).float()
+        torch.testing.assert_close(got, exact, rtol=0, atol=0, equal_nan=True)
+        if device == "cpu":
+            torch.testing.assert_close(got, fn(s, t1, t2), rtol=0, atol=0, equal_nan=True)
     h = [t.to(torch.bfloat16) for t in (s, t1, t2)]
-    torch.testing.assert_close(_compiled(_addcmul(0.3), *h, codegen=codegen)(*h), _addcmul(0.3)(*h), rtol=0, atol=0,
-                               equal_nan=True)
+    got = _compiled(_addcmul(0.3), *h, codegen=codegen)(*h)
+    if device == "cpu":
+        torch.testing.assert_close(got, _addcmul(0.3)(*h), rtol=0, atol=0, equal_nan=True)
+    else:  # float32 opmath rounded to bfloat16: within one bfloat16 rounding of the exact result
+        exact = (h[0].double() + 0.3 * h[1].double() * h[2].double()).to(torch.bfloat16)
+        torch.testing.assert_close(got, exact, rtol=2**-7, atol=0, equal_nan=True)
 
 
 def _addcmul(value):
