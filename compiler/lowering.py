@@ -35,6 +35,7 @@ from compiler.lowerings.rules import (
     read,
     register,
 )
+from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.report import ExternReason
 
 aten = torch.ops.aten
@@ -301,7 +302,11 @@ class GraphLowering:
         return value
 
     def extern(self, node: torch.fx.Node, args: tuple, kwargs: dict, reason: ExternReason,
-               message: str) -> Any:
+               message: str, target: Any = None, fx_args: tuple | None = None) -> Any:
+        """A library call of ``node``'s op (or ``target``, over ``fx_args``: the FX arguments ``args``
+        stand for, whose eager layouts the call gets)."""
+        if target is None and bias_apart(node, args, self.graph.device):
+            return extern_without_bias(self, node, args, kwargs, reason, message)
         def to_arg(v: Any, fx_arg: Any) -> Any:
             if isinstance(v, (Lazy, Strided)):
                 val = fx_arg.meta.get("val") if isinstance(fx_arg, torch.fx.Node) else None
@@ -315,8 +320,9 @@ class GraphLowering:
             return v
 
         val = node.meta.get("val")
-        fx_args = tuple(node.args)
-        nhwc = self.channels_last and node.target is aten.convolution.default and _conv2d(val, args)
+        target = node.target if target is None else target
+        fx_args = tuple(node.args) if fx_args is None else fx_args
+        nhwc = self.channels_last and target is aten.convolution.default and _conv2d(val, args)
         if nhwc:
             # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them
             args = (*(self.realize_strided(a, channels_last_strides(a.shape)) for a in args[:2]), *args[2:])
@@ -335,7 +341,7 @@ class GraphLowering:
             else:
                 outputs.append(None)
         name = self.new_name("extern")
-        self.graph.nodes.append(ExternNode(name, node.target, to_arg(tuple(args), fx_args),
+        self.graph.nodes.append(ExternNode(name, target, to_arg(tuple(args), fx_args),
                                            to_arg(kwargs, dict(node.kwargs)),
                                            outputs, isinstance(val, (list, tuple)), reason, message))
         values = [Strided(b.name, b.shape, b.stride, 0, b.dtype) if b is not None else None for b in outputs]

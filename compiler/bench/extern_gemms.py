@@ -11,7 +11,9 @@ Per case: the library calls as the graph would make them, the rewritten call, an
 - ``concat``: the Q, K, V (BERT, Llama with grouped KV heads) and gate/up (Llama) projections as
   separate GEMMs against one GEMM over the concatenated weight;
 - ``epilogue``: ``addmm`` then a separate activation against ``_addmm_activation`` (cuBLASLt's
-  bias + activation epilogue).
+  bias + activation epilogue);
+- ``bias``: ``addmm`` (cuBLASLt's bias epilogue) against ``mm`` alone, the bias left to the kernel
+  that reads the result anyway (``compiler.lowerings.library``: there the add costs nothing).
 
 Nothing here asserts; the rules in ``compiler.extern_passes`` cite these numbers.
 """
@@ -71,6 +73,17 @@ def epilogue_case(m: int, k: int, n: int, dtype: torch.dtype, gelu: bool, conv1d
     return old, new
 
 
+def bias_case(m: int, k: int, n: int, dtype: torch.dtype) -> tuple[float, float]:
+    x, w = torch.randn(m, k, device="cuda", dtype=dtype), _linear(n, k, dtype)
+    b = torch.randn(n, device="cuda", dtype=dtype)
+    return _ms(lambda: torch.addmm(b, x, w.t())), _ms(lambda: torch.mm(x, w.t()))
+
+
+# (label, K, N) of the benchmark models' prefill linears (vit_base's 32 x 197 tokens too)
+LINEARS = (("bert/vit attn out", 768, 768), ("bert/vit mlp up", 768, 3072), ("bert/vit mlp down", 3072, 768),
+           ("bert qkv", 768, 2304), ("llama-1b qkv", 2048, 3072), ("llama-1b down", 8192, 2048))
+
+
 def cases(dtype: torch.dtype) -> list[tuple[str, Callable[[], tuple[float, float]]]]:
     out: list[tuple[str, Callable[[], tuple[float, float]]]] = []
     for m in (TOKENS, DECODE):
@@ -84,6 +97,9 @@ def cases(dtype: torch.dtype) -> list[tuple[str, Callable[[], tuple[float, float
                                           ("mlp relu", 768, 3072, False, False)):
             out.append((f"epilogue {label} M={m} K={k} N={n}",
                         lambda m=m, k=k, n=n, gelu=gelu, conv1d=conv1d: epilogue_case(m, k, n, dtype, gelu, conv1d)))
+    for m in (TOKENS, 32 * 197):
+        for label, k, n in LINEARS:
+            out.append((f"bias {label} M={m} K={k} N={n}", lambda m=m, k=k, n=n: bias_case(m, k, n, dtype)))
     return out
 
 
@@ -91,12 +107,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m compiler.bench.extern_gemms",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    parser.add_argument("--only", default="", help="cases whose label starts with this (pad, concat, epilogue, bias)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU (the rewrites are about cuBLAS)")
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     print(f"{'case':<58} {'before ms':>10} {'after ms':>10} {'ratio':>7}")
     for label, run in cases(dtype):
+        if not label.startswith(args.only):
+            continue
         old, new = run()
         print(f"{label:<58} {old:>10.4f} {new:>10.4f} {old / new:>7.2f}", flush=True)
     return 0
