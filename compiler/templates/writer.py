@@ -7,6 +7,7 @@ import hashlib
 from compiler.codegen.base import RenderedKernel
 from compiler.codegen.triton import SYMBOL_PLACEHOLDER, TL_DTYPE, TritonRenderer, _KernelWriter
 from compiler.ir import Expr, Op
+from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
 
 
@@ -91,7 +92,9 @@ def finish_source(k: Kernel, params: list[str], consts: list[str], body: list[st
            f"    # template {title}; fused: {origins}"]
     src += ["    " + line if line else "" for line in body]
     text = "\n".join(src) + "\n"
-    symbol = "k_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+    # readable in profiles like the pointwise kernels' names: the template's family, then the ops it
+    # fuses (``k_gemm_addmm_gelu_3f2a9b1c04de``)
+    symbol = kernel_symbol([title.split()[0], *k.origins], hashlib.sha256(text.encode()).hexdigest())
     grid, meta = launches[0]
     return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), tuple(args), grid, meta,
                           tuple(launches[1:]), symbol, tuning_key if len(launches) > 1 else "")

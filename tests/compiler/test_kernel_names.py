@@ -35,3 +35,19 @@ def test_rendered_triton_kernel_is_named_by_its_ops() -> None:
     rendered = renderer.render(kernel)
     assert rendered.symbol.startswith("k_amax_exp_sum_") and f"def {rendered.symbol}(" in rendered.source
     assert len(rendered.symbol.rsplit("_", 1)[1]) == HASH_CHARS
+
+
+def test_template_kernels_are_named_by_family_and_fused_ops() -> None:
+    """Template kernels were ``k_<hash>`` alone: the GEMMs and attentions, a profile's largest rows,
+    could not be told apart. They carry their family and the ops they fuse, as pointwise kernels do."""
+    from compiler.templates.render import TemplateTritonRenderer
+    from compiler.templates.scheduling import schedule as schedule_templates
+
+    a, b = torch.randn(16, 8), torch.randn(8, 12)
+    gm = compiler.trace_aten(lambda a, b: torch.ops.aten.gelu.default(torch.ops.aten.mm.default(a, b)), a, b)
+    renderer = TemplateTritonRenderer(interpret=True)
+    lowered = lower(gm, torch.device("cpu"), renderer.capabilities, extern_mode="none")
+    (kernel,) = schedule_templates(lowered, renderer.capabilities).kernels
+    rendered = renderer.render(kernel)
+    assert rendered.symbol.startswith("k_gemm_mm_erf_")  # gelu decomposed and f"def {rendered.symbol}(" in rendered.source
+    assert len(rendered.symbol.rsplit("_", 1)[1]) == HASH_CHARS
