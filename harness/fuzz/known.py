@@ -80,6 +80,9 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("decompositions", "fail_accuracy", "torch:aten::native_group_norm_backward", "out[1]: NaN positions",
                  "grad_weight (ds - db * mean) * rstd gives NaN at mean -3.4e38, rstd inf (kernel, float64: -inf); "
                  "FINDINGS.md: 'Torch decomposition rules triaged from crucible fuzz-decomps'"),
+    KnownFinding("inductor", "fail_accuracy", "aten.cumprod.default", "NaN positions",
+                 "Inductor's GPU scan reassociates the product: an overflow before a zero gives NaN where "
+                 "eager's ordered product is 0; FINDINGS.md: 'Inductor (GPU): cumprod reassociates the product'"),
     KnownFinding("inductor", "fail_accuracy", "aten.max_pool2d_with_indices.default", "integer",
                  "Inductor's max-pool index: the first of several NaNs in a window (ATen: the last) and a padded "
                  "(negative) position for a window of -inf; FINDINGS.md: 'Inductor: max-pool indices'", output="_1"),
