@@ -227,8 +227,9 @@ class _KernelWriter:
             self.libdevice |= fn.startswith("libdevice.")
             return self.tmp(e, f"{fn}({a[0]})")
         if op in PRECISE_FP32 and op is not Op.SQRT and e.dtype == torch.float64 and not self.r.interpret:
-            # Triton's own float64 log2 was not exact at powers of two on the H200 (log2(2.0**k) != k);
-            # libdevice's float64 functions are CUDA's (exp, log, ...), as ATen's kernels call them
+            # libdevice's float64 functions are CUDA's (exp, log, ...), the ones ATen's kernels call,
+            # rather than whatever Triton lowers its own float64 math to (CUDA's float64 log2 is within
+            # an ulp but not exact at powers of two: both renderings missed log2(2.0**k) == k on the H200)
             self.libdevice = True
             (x,) = typed_operands(e, a, torch.float64)
             return self.tmp(e, f"{PRECISE_FP32[op]}({x})")

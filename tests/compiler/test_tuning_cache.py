@@ -128,12 +128,12 @@ def test_the_runtime_times_once_and_a_later_process_reads_the_pick(cache_file: P
     monkeypatch.setattr(runtime, "_TUNED", {})
     first = _launcher("k_tuning_test_a", "gemm test-shape tiles abc")
     first.tune(())
-    assert first.meta == {"BLOCK": 32} and timed == [16, 32, 64]
+    assert first.meta == {"BLOCK": 32, **runtime.BUILD_OPTIONS} and timed == [16, 32, 64]
     monkeypatch.setattr(runtime, "_TUNED", {})
     tuning_cache.forget_loaded()
     second = _launcher("k_tuning_test_b", "gemm test-shape tiles abc")
     second.tune(())
-    assert second.meta == {"BLOCK": 32} and second.tuned and timed == [16, 32, 64]  # not timed again
+    assert second.meta == {"BLOCK": 32, **runtime.BUILD_OPTIONS} and second.tuned and timed == [16, 32, 64]  # not timed again
     other = _launcher("k_tuning_test_c", "gemm other-shape tiles abc")
     other.tune(())
     assert timed == [16, 32, 64] * 2  # another key is timed
