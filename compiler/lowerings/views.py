@@ -137,6 +137,47 @@ def lower_select(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index:
     return view_map(ctx, x, shape, lambda new: new[:dim] + [ir.const(index, ir.INDEX_DTYPE)] + new[dim:])
 
 
+def _over_library_results(ctx: GraphLowering, x: Lazy) -> bool:
+    """Whether ``x`` reads a library call's result and no reduction's: the bias a GPU GEMM left to its
+    consumer (``compiler.lowerings.library``), which the consumer reads through a view of the GEMM's
+    2-d result. Other lazy values are realized before such a view, as before: a normalization's
+    epilogue fuses into its reduction's kernel only in the reduction's own shape."""
+    from compiler.graph import ComputedNode, ExternNode
+
+    reads = {load.arg for load in ir.loads(x.expr)}
+    library = False
+    for node in ctx.graph.nodes:
+        if isinstance(node, ExternNode):
+            library |= any(b is not None and b.name in reads for b in node.outputs)
+        elif isinstance(node, ComputedNode) and node.is_reduction and node.name in reads:
+            return False
+    return library
+
+
+def _split_groups(old: tuple[int, ...], new: tuple[int, ...]) -> list[list[int]] | None:
+    """For a reshape that only splits dims (each old dim becomes consecutive new dims, in order): the
+    new dims of each old dim; None for any other reshape (merging dims, or empty tensors)."""
+    if 0 in old or 0 in new:
+        return None
+    groups, j = [], 0
+    for n in old:
+        group, product = [], 1
+        while product < n and j < len(new):
+            group.append(j)
+            product *= new[j]
+            j += 1
+        if product != n:
+            return None
+        groups.append(group)
+    if any(new[k] != 1 for k in range(j, len(new))):
+        return None
+    if groups:
+        groups[-1].extend(range(j, len(new)))  # trailing size-1 dims: index 0 whatever their weight
+    elif j < len(new):
+        return None
+    return groups
+
+
 def _only_unit_dims_change(old: tuple[int, ...], new: tuple[int, ...]) -> bool:
     return [n for n in old if n != 1] == [n for n in new if n != 1]
 
@@ -155,6 +196,25 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
             return old
 
         return view_map(ctx, x, shape, fn)
+    groups = _split_groups(x.shape, shape) if isinstance(x, Lazy) and _over_library_results(ctx, x) else None
+    if groups is not None:
+        # each old dim split into consecutive new dims (a GEMM's [B*L, N] result viewed as [B, L, N]):
+        # an affine index map, so the lazy value stays lazy and fuses into its consumer
+        def split(new: list[Expr]) -> list[Expr]:
+            old = []
+            for group in groups:
+                terms: dict[Any, int] = {None: 0}
+                weight = 1
+                for j in reversed(group):
+                    if new[j].op is ir.Op.CONST:
+                        terms[None] += new[j].arg * weight
+                    else:
+                        terms[new[j]] = terms.get(new[j], 0) + weight
+                    weight *= shape[j]
+                old.append(ir.from_affine(terms))
+            return old
+
+        return view_map(ctx, x, shape, split)
     if isinstance(x, Lazy):
         x = ctx.realize_contiguous(x)
     assert isinstance(x, Strided)

@@ -397,3 +397,54 @@ def test_a_float32_gpu_addmm_read_by_a_kernel_leaves_its_bias_to_that_kernel(dty
             assert {"arg2", "arg3"} <= {e.arg for e in kernel.body.walk() if e.op is Op.LOAD}, kernel.body
     cpu = lower(compiler.trace_aten(linear, x, w, b, r), torch.device("cpu"), GPU_RENDERER)
     assert [n for n in cpu.nodes if isinstance(n, ExternNode)][0].op is aten.addmm.default
+
+
+def test_a_split_view_of_the_gemm_result_keeps_the_bias_add_in_its_consumer():
+    """The H200's first table with the bias rule: 12 more kernels per 12-layer float32 transformer
+    (BERT 90 -> 121): nn.Linear views the GEMM's [B*L, N] result as [B, L, N], and that reshape
+    realized the lazy bias add into a kernel of its own. A view that only splits dims keeps a lazy
+    value over a library result lazy, so the add joins the residual add's kernel."""
+    x, w, b, r = torch.randn(8, 16), torch.randn(12, 16), torch.randn(12), torch.randn(2, 4, 12)
+
+    def linear_residual(x, w, b, r):
+        y = aten.addmm.default(b, x, aten.permute.default(w, [1, 0]))
+        return aten.add.Tensor(aten.view.default(y, [2, 4, 12]), r)
+
+    graph = lower(compiler.trace_aten(linear_residual, x, w, b, r), CUDA, GPU_RENDERER)
+    assert [n.op for n in graph.nodes if isinstance(n, ExternNode)] == [aten.mm.default]
+    (kernel,) = [n for n in graph.nodes if isinstance(n, ComputedNode)]
+    assert {"arg2", "arg3"} <= {e.arg for e in kernel.body.walk() if e.op is Op.LOAD}, kernel.body
+    # the same graph on the CPU (where the bias stays in the addmm) runs as eager does
+    got = compiler.compile_graph(compiler.trace_aten(linear_residual, x, w, b, r), [x, w, b, r],
+                                 codegen="triton")(x, w, b, r)
+    torch.testing.assert_close(got[0] if isinstance(got, (list, tuple)) else got, linear_residual(x, w, b, r))
+
+
+@pytest.mark.parametrize("shape", [[2, 4, 12], [2, 1, 4, 3, 4], [8, 12, 1], [1, 8, 2, 6]])
+def test_split_views_of_a_lazy_value_over_a_library_result_match_eager(codegen, shape):
+    """The split view's index map (``views._split_groups``), on the CPU: mm + bias viewed as ``shape``
+    and read by a pointwise op, unit dims in between and at the end included."""
+    from compiler.lowerings.views import _split_groups
+
+    x, w, b = torch.randn(8, 16), torch.randn(16, 12), torch.randn(12)
+    r = torch.randn(shape)
+
+    def fn(x, w, b, r):
+        return aten.mul.Tensor(aten.view.default(aten.add.Tensor(aten.mm.default(x, w), b), shape), r)
+
+    assert _split_groups((8, 12), tuple(shape)) is not None
+    gm = compiler.trace_aten(fn, x, w, b, r)
+    lowered = lower(gm, torch.device("cpu"), GPU_RENDERER)
+    assert len([n for n in lowered.nodes if isinstance(n, ComputedNode)]) == 1  # add, view, mul: one kernel
+    got = compiler.compile_graph(gm, [x, w, b, r], codegen=codegen)(x, w, b, r)
+    torch.testing.assert_close(got[0] if isinstance(got, (list, tuple)) else got, fn(x, w, b, r))
+
+
+def test_split_groups_accept_only_splits():
+    from compiler.lowerings.views import _split_groups
+
+    assert _split_groups((8, 12), (2, 4, 12)) == [[0, 1], [2]]
+    assert _split_groups((8, 12), (8, 12, 1)) == [[0], [1, 2]]
+    assert _split_groups((2, 4, 12), (8, 12)) is None  # a merge
+    assert _split_groups((8, 12), (4, 24)) is None  # neither
+    assert _split_groups((0, 12), (0, 3, 4)) is None
