@@ -3,8 +3,9 @@
     python -m compiler.bench.profile --model gpt2 --dtype bf16 [--backends crucible inductor] [--top 25]
 
 For each backend: latency (``compiler.bench.models.latency_ms``), then ``torch.profiler`` over a few
-calls: the GPU kernels by time per call (what cuBLAS, attention and generated kernels cost) and the
-ATen ops by input shape (which extern call launched them). ``crucible-nopasses`` is Crucible with
+calls: the GPU kernels by time per call (what cuBLAS, attention and generated kernels cost), the
+ATen ops by input shape (which extern call launched them), and the host's CPU self time per op or
+launch (where a host-bound graph's time goes). ``crucible-nopasses`` is Crucible with
 ``fold_weights=False`` (no compile-time weight passes), to read what those passes change.
 """
 
@@ -62,7 +63,20 @@ def profile_tables(call: Any, top: int) -> str:
     lines += ["", "ATen ops (inclusive GPU time) by input shape", f"{'ms/call':>8} {'calls':>6}  op  shapes"]
     lines += [f"{_device_us(e, False) / CALLS / 1e3:>8.3f} {e.count // CALLS:>6}  {e.key} {str(e.input_shapes)[:120]}"
               for e in ops[:top]]
-    return "\n".join(lines)
+    return "\n".join(lines + ["", *host_table(prof.key_averages(), CALLS, top)])
+
+
+def host_table(events: Any, calls: int, top: int) -> list[str]:
+    """The host side of a call: CPU self time per op or launch (``cuLaunchKernel``, an ATen op's own
+    dispatch, a cuBLASLt heuristic query, ...), what a host-bound graph spends its time on."""
+    rows = [e for e in events if getattr(e, "self_cpu_time_total", 0) > 0]
+    rows.sort(key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in rows) / calls
+    lines = [f"host (CPU self time): {total / 1e3:.3f} ms per call in all",
+             f"{'us/call':>8} {'calls':>6}  {'us each':>8}  event"]
+    lines += [f"{e.self_cpu_time_total / calls:>8.1f} {e.count // calls:>6}  {e.self_cpu_time_total / max(e.count, 1):>8.2f}"
+              f"  {e.key[:100]}" for e in rows[:top]]
+    return lines
 
 
 def profile_backend(backend: str, model: torch.nn.Module, inputs: tuple, expected: torch.Tensor, top: int,

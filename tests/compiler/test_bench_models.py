@@ -70,3 +70,21 @@ def test_compile_breakdown_splits_crucible_compile_by_pass() -> None:
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")]))
     assert (float(cells["load"]), float(cells["tuning"]), float(cells["rest"])) == (4.0, 1.5, 3.0)
     assert "gpt2" not in text  # no Crucible compile in that row
+
+
+def test_profile_host_table_ranks_cpu_self_time_per_call():
+    """``compiler.bench.profile``'s host table (for host-bound graphs: where the wrapper's time
+    goes), on a CPU-only profile of a few eager calls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from compiler.bench.profile import host_table
+
+    x = torch.randn(64, 64)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(3):
+            torch.mm(x, x).relu()
+    lines = host_table(prof.key_averages(), 3, 5)
+    assert lines[0].startswith("host (CPU self time): ") and "us each" in lines[1]
+    assert any("aten::mm" in line for line in lines[2:]), lines
+    assert len(lines) <= 7
