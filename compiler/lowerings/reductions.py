@@ -91,9 +91,22 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     out = out_meta(node)[1]
     x = _source(ctx, x, dtype)
     d = _dims(x, dims)
-    total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc_dtype_for(out), acc_dtype_for(out))
+    acc = acc_dtype_for(out)
     count = math.prod(x.shape[i] for i in d)
-    return pointwise(node, lambda s: s / count if count else s * math.nan, total, compute=acc_dtype_for(out))
+    if not count:
+        total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
+        return pointwise(node, lambda s: s * math.nan, total, compute=acc)
+    # (sum of x * 2^-k) / n * 2^k with 2^k >= n, as var's first mean: no partial sum can overflow
+    # (fuzzer, crucible-cpp, seed 13: a row holding inf and two -3.4e38 gave NaN, the two finite
+    # values summed to -inf in one accumulator, where eager's order and float64 give inf). Scaling by
+    # a power of two is exact, so the sum rounds as the plain one does; only a mean below
+    # finfo.tiny * 2^k loses bits to subnormals.
+    scale = 2.0 ** math.ceil(math.log2(count))
+    scaled = Lazy(x.shape, acc, ir.binary(Op.MUL, ir.cast(as_expr(x), acc), ir.const(1 / scale, acc)))
+    total = reduce_to(ctx, node, scaled, d, keepdim, ReduceOp.SUM, acc, acc)
+    if scale == count:  # the scaled sum is the mean
+        return pointwise(node, lambda s: s, total, compute=acc)
+    return pointwise(node, lambda s: s / count * scale, total, compute=acc)
 
 
 def _minmax(op: ReduceOp):

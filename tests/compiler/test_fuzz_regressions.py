@@ -568,3 +568,18 @@ def test_log2_of_powers_of_two_is_exact(codegen: str, device: str) -> None:
             assert torch.equal(got[:39], k), got
         else:  # CUDA's float64 log2 (libdevice's, as Triton's before it) missed 2**k by an ulp on the H200
             assert ((got[:39] - k).abs() <= (eager[:39] - k).abs() + torch.finfo(dtype).eps * k.abs()).all(), got
+
+
+def test_mean_partial_sums_cannot_overflow(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 13: mean over a row holding inf and two -3.4e38 gave NaN where eager
+    and float64 give inf: one of the vectorized accumulators summed the two finite values to -inf.
+    The mean sums x * 2^-k (2^k >= n, exact) so that no partial sum overflows."""
+    big = torch.finfo(torch.float32).max
+    row = [2.9e-39, 1.52, 0.32, -big, 1.14, math.inf, 2.9e-39, -big]
+    x = torch.tensor([row, [-big] * 8, [big, big, -big, 1.0, 2.0, 3.0, 4.0, 5.0]], device=device)
+    for n in (8, 7, 5):  # a power of two (the scaled sum is the mean) and not
+        t = x[:, :n]
+        got = _compiled(lambda a: aten.mean.dim(a, [1], False), t, codegen=codegen)(t)
+        want = t.double().mean(1).float()
+        torch.testing.assert_close(got, want, rtol=2e-7, atol=0, equal_nan=True)
+    assert torch.isfinite(got[1:]).all(), got  # -big everywhere: the mean is -big, not -inf
