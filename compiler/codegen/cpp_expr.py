@@ -57,6 +57,10 @@ class ExprWriter:
         self.inner: Expr | None = None
         self._varies: dict[Expr, bool] = {}
         self.in_index = False  # rendering a load/store address (never overflows: no wrapping helpers)
+        # a kernel of one point has no loop to vectorize: libm's exp, erf and log, as ATen's scalar
+        # path for a 0-d tensor calls them (the prelude's vectorizable exp is within an ulp, libm's
+        # expf correctly rounded: exp(exp(4)) was 1.98e18 off eager's; fuzzer, crucible-cpp, seed 13)
+        self.vector_math = k.is_reduction or k.xnumel > 1
 
     # --- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "t") -> str:
@@ -179,7 +183,7 @@ class ExprWriter:
             return f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS and not self.in_index else f"-{a[0]}"
         if op is Op.ABS:
             return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
-        if op in VECTOR_MATH and dt == torch.float32:
+        if op in VECTOR_MATH and dt == torch.float32 and self.vector_math:
             return f"crucible::{VECTOR_MATH[op]}({a[0]})"
         if op is Op.RSQRT:
             return f"{literal(1, dt)} / std::sqrt({a[0]})"

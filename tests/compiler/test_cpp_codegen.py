@@ -386,3 +386,22 @@ def test_softmax_keeps_exp_in_its_output_row(dtype):
     report = three_way(softmax, x)
     (kernel,) = report.graphs[0].kernels
     assert ("row" in kernel.source) == (dtype != torch.float32), kernel.source
+
+
+def test_one_point_kernels_call_libm_math_as_aten_scalar_path_does():
+    """Fuzzer, crucible-cpp, seed 13: exp(exp(x)) of a 0-d int32 4 was 1.98e18 off eager's: the
+    prelude's vectorizable exp (within an ulp, as ATen's vectorized Sleef exp) gave exp(4) an ulp
+    above glibc's correctly rounded expf, which ATen's scalar path calls for a 0-d tensor, and the
+    outer exp multiplied the error by 54. A kernel of one point has nothing to vectorize: it calls libm."""
+    four = torch.tensor(4, dtype=torch.int32)
+    fn = lambda a: torch.exp(torch.exp(a))  # noqa: E731
+    got = torch.compile(fn, backend="crucible", options={"codegen": "cpp", "strict": True})(four)
+    assert got.item() == fn(four).item()
+    from compiler.lowering import lower
+    from compiler.scheduler import schedule
+
+    aten, renderer = torch.ops.aten, CppRenderer()
+    for x, call in ((torch.tensor(4.0), "std::exp("), (torch.full((37,), 4.0), "crucible::exp_f32(")):
+        gm = compiler.trace_aten(lambda a: aten.log.default(aten.exp.default(a)), x)
+        (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
+        assert call in renderer.render(kernel).source
