@@ -39,6 +39,9 @@ def cpp_parameter_name(position: int, buffer: str) -> str:
     return cpp_build.sanitize_identifier(f"p_{buffer}")
 
 
+SCALAR_MATH_BELOW = 32  # points: ATen's vectorized loop takes 2 x Vectorized<float>::size() (AVX-512) at a time
+
+
 class ExprWriter:
     """Renders the values and stores of kernel ``k`` into the scope the loop emitters point it at."""
 
@@ -57,10 +60,11 @@ class ExprWriter:
         self.inner: Expr | None = None
         self._varies: dict[Expr, bool] = {}
         self.in_index = False  # rendering a load/store address (never overflows: no wrapping helpers)
-        # a kernel of one point has no loop to vectorize: libm's exp, erf and log, as ATen's scalar
-        # path for a 0-d tensor calls them (the prelude's vectorizable exp is within an ulp, libm's
-        # expf correctly rounded: exp(exp(4)) was 1.98e18 off eager's; fuzzer, crucible-cpp, seed 13)
-        self.vector_math = k.is_reduction or k.xnumel > 1
+        # a kernel over fewer points than two AVX-512 vectors calls libm's exp, erf and log, as ATen's
+        # elementwise loop does below 2 x 16 floats (its scalar remainder loop). The prelude's
+        # vectorizable exp is within an ulp, libm's expf correctly rounded: exp(exp(4)) was 1.98e18
+        # off eager's, for a 0-d tensor, for 3 elements and for 7 beside a norm (fuzzer, crucible-cpp, seed 13)
+        self.vector_math = k.xnumel * max(k.rnumel, 1) >= SCALAR_MATH_BELOW
 
     # --- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "t") -> str:

@@ -131,13 +131,15 @@ def log1p(x: V) -> V:
 # few ulps; atan is Cephes's double-precision rational form.
 def _expm1_f64(x: V) -> V:
     u = vexp(x)
-    r = (u - 1) * x / vlog(u)
+    # the quotient first: (u - 1) * x overflowed for x near 709 (u - 1 ~ 8e307), as log(u) * x did
+    # in log1p (fuzzer, crucible-cpp, seed 13: log1p(1.8e308) was inf, eager 709.78)
+    r = (u - 1) * (x / vlog(u))
     return sel(u.eq(1), x, sel((u - 1).eq(-1), -1.0, sel(u.eq(math.inf), math.inf, r)))
 
 
 def _log1p_f64(x: V) -> V:
     u = x + 1
-    r = vlog(u) * x / (u - 1)
+    r = vlog(u) * (x / (u - 1))
     return sel(u.eq(1), x, sel(u.eq(math.inf), math.inf, r))
 
 

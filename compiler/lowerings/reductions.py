@@ -93,14 +93,17 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     d = _dims(x, dims)
     acc = acc_dtype_for(out)
     count = math.prod(x.shape[i] for i in d)
-    if not count:
+    if not count or acc == torch.float64:
         total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
-        return pointwise(node, lambda s: s * math.nan, total, compute=acc)
-    # (sum of x * 2^-k) / n * 2^k with 2^k >= n, as var's first mean: no partial sum can overflow
-    # (fuzzer, crucible-cpp, seed 13: a row holding inf and two -3.4e38 gave NaN, the two finite
-    # values summed to -inf in one accumulator, where eager's order and float64 give inf). Scaling by
-    # a power of two is exact, so the sum rounds as the plain one does; only a mean below
-    # finfo.tiny * 2^k loses bits to subnormals.
+        return pointwise(node, lambda s: s / count if count else s * math.nan, total, compute=acc)
+    # A float32 sum as (sum of x * 2^-k) / n * 2^k with 2^k >= n, as var's first mean: no partial sum
+    # can overflow (fuzzer, crucible-cpp, seed 13: a row holding inf and two -3.4e38 gave NaN, the two
+    # finite values summed to -inf in one accumulator, where eager's order and float64 give inf).
+    # Scaling by a power of two is exact, so the sum rounds as the plain one does; only a mean below
+    # finfo.tiny * 2^k loses bits to subnormals. A float64 sum stays plain: its reference is float64
+    # too, so an overflow is judged against eager's own, and the scaled mean of -1.8e308 twice and
+    # inf twice was inf where eager (and so the reference) gave NaN (same campaign). Whether a plain
+    # float64 sum that overflows agrees with eager depends on the summation order.
     scale = 2.0 ** math.ceil(math.log2(count))
     scaled = Lazy(x.shape, acc, ir.binary(Op.MUL, ir.cast(as_expr(x), acc), ir.const(1 / scale, acc)))
     total = reduce_to(ctx, node, scaled, d, keepdim, ReduceOp.SUM, acc, acc)

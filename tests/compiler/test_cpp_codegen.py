@@ -388,20 +388,28 @@ def test_softmax_keeps_exp_in_its_output_row(dtype):
     assert ("row" in kernel.source) == (dtype != torch.float32), kernel.source
 
 
-def test_one_point_kernels_call_libm_math_as_aten_scalar_path_does():
-    """Fuzzer, crucible-cpp, seed 13: exp(exp(x)) of a 0-d int32 4 was 1.98e18 off eager's: the
-    prelude's vectorizable exp (within an ulp, as ATen's vectorized Sleef exp) gave exp(4) an ulp
-    above glibc's correctly rounded expf, which ATen's scalar path calls for a 0-d tensor, and the
-    outer exp multiplied the error by 54. A kernel of one point has nothing to vectorize: it calls libm."""
-    four = torch.tensor(4, dtype=torch.int32)
-    fn = lambda a: torch.exp(torch.exp(a))  # noqa: E731
-    got = torch.compile(fn, backend="crucible", options={"codegen": "cpp", "strict": True})(four)
-    assert got.item() == fn(four).item()
+def test_short_pointwise_kernels_call_libm_math_as_aten_scalar_loop_does():
+    """Fuzzer, crucible-cpp, seed 13: exp(exp(x)) of a 0-d int32 4, and of 3 elements, was 1.98e18
+    off eager's: the prelude's vectorizable exp (within an ulp, as ATen's vectorized Sleef exp) gave
+    exp(4) an ulp above glibc's correctly rounded expf, which ATen's elementwise loop calls below
+    2 x 16 floats, and the outer exp multiplied the error by 54. Shorter kernels call libm too."""
+    from compiler.codegen.cpp_expr import SCALAR_MATH_BELOW
     from compiler.lowering import lower
     from compiler.scheduler import schedule
 
+    fn = lambda a: torch.exp(torch.exp(a))  # noqa: E731
+    for four in (torch.tensor(4, dtype=torch.int32), torch.full((1, 1, 1, 3), 4, dtype=torch.int32)):
+        torch._dynamo.reset()
+        got = torch.compile(fn, backend="crucible", options={"codegen": "cpp", "strict": True})(four)
+        assert torch.equal(got, fn(four))
+    # 7 points in a kernel that also reduces them (a norm fused beside the exps)
+    with_norm = lambda a: (torch.exp(torch.exp(a)), torch.linalg.vector_norm(a.float()))  # noqa: E731
+    seven = torch.full((1, 1, 1, 7), 4, dtype=torch.int32)
+    torch._dynamo.reset()
+    got = torch.compile(with_norm, backend="crucible", options={"codegen": "cpp", "strict": True})(seven)
+    assert torch.equal(got[0], with_norm(seven)[0])
     aten, renderer = torch.ops.aten, CppRenderer()
-    for x, call in ((torch.tensor(4.0), "std::exp("), (torch.full((37,), 4.0), "crucible::exp_f32(")):
-        gm = compiler.trace_aten(lambda a: aten.log.default(aten.exp.default(a)), x)
+    for n, call in ((SCALAR_MATH_BELOW - 1, "std::exp("), (SCALAR_MATH_BELOW, "crucible::exp_f32(")):
+        gm = compiler.trace_aten(lambda a: aten.log.default(aten.exp.default(a)), torch.full((n,), 4.0))
         (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
         assert call in renderer.render(kernel).source

@@ -583,3 +583,16 @@ def test_mean_partial_sums_cannot_overflow(codegen: str, device: str) -> None:
         want = t.double().mean(1).float()
         torch.testing.assert_close(got, want, rtol=2e-7, atol=0, equal_nan=True)
     assert torch.isfinite(got[1:]).all(), got  # -big everywhere: the mean is -big, not -inf
+
+
+def test_float64_log1p_and_expm1_of_huge_values(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 13: log1p(1.8e308) in float64 was inf where eager gives 709.78:
+    Kahan's log(u) * x / (u - 1) overflowed in its product; so did expm1's (u - 1) * x / log(u) near
+    x = 709. The quotient comes first now."""
+    big = torch.finfo(torch.float64).max
+    x = torch.tensor([big, 1e300, 709.0, 1e-300, -0.5, 0.0, -0.0], dtype=torch.float64, device=device)
+    got = _compiled(lambda a: (aten.log1p.default(a.abs()), aten.expm1.default(a.clamp(max=709.0))), x,
+                    codegen=codegen)(x)
+    torch.testing.assert_close(got[0], torch.log1p(x.abs()), rtol=4e-16, atol=0)
+    torch.testing.assert_close(got[1], torch.expm1(x.clamp(max=709.0)), rtol=4e-16, atol=0)
+    assert torch.isfinite(got[0]).all() and torch.isfinite(got[1]).all()
