@@ -196,8 +196,9 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
             return old
 
         return view_map(ctx, x, shape, fn)
-    groups = _split_groups(x.shape, shape) if isinstance(x, Lazy) and _over_library_results(ctx, x) else None
-    if groups is not None:
+    # (the shape test first: it is cheap, and the other walks the graph's nodes)
+    groups = _split_groups(x.shape, shape) if isinstance(x, Lazy) else None
+    if groups is not None and _over_library_results(ctx, x):
         # each old dim split into consecutive new dims (a GEMM's [B*L, N] result viewed as [B, L, N]):
         # an affine index map, so the lazy value stays lazy and fuses into its consumer
         def split(new: list[Expr]) -> list[Expr]:
