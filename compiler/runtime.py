@@ -284,7 +284,10 @@ class KernelLauncher:
             ms, index = min(timings)
             self.grid, self.meta = _TUNED[self.symbol] = self.configs[index]
             if key:
-                tuning_cache.store(key, index, str(self.meta), ms * 1e3)
+                timed = {i: t for t, i in timings}
+                tuning_cache.store(key, index, str(self.meta), ms * 1e3,
+                                   [(str(m), timed[i] * 1e3 if i in timed else None)
+                                    for i, (_, m) in enumerate(self.configs)])
         self.tuned = True
         TUNING_SECONDS[0] += time.perf_counter() - started
         if config.debug_level() >= 1:

@@ -9,7 +9,9 @@ mean the same config for everyone who reads it; a kernel in the same bucket with
 (or other epilogues) reuses the pick, which is only ever a speed question: every candidate is correct.
 
 One JSON file (``config.tuning_cache_path()``, default ``<cache root>/tuning/configs.json``):
-``{"version": 1, "entries": {key: {"index": i, "config": "...", "us": t}}}``. A store re-reads the
+``{"version": 1, "entries": {key: {"index": i, "config": "...", "us": t, "candidates": [[config, us], ...]}}}``
+(``candidates``: every config's time, None where it did not build; what pruning the candidate lists
+is decided from). A store re-reads the
 file and replaces it atomically (write a temporary file, ``os.replace``), so readers never see half
 a file; two processes storing at once can lose one of the new entries (it is timed again later). A
 file that is not such JSON is ignored with one warning and rewritten by the next store.
@@ -76,12 +78,16 @@ def lookup(key: str, candidates: int) -> int | None:
     return entry["index"]
 
 
-def store(key: str, index: int, description: str, microseconds: float) -> None:
-    """Record ``index`` as the pick for ``key`` (merged into the file as it is now on disk)."""
+def store(key: str, index: int, description: str, microseconds: float,
+          candidates: list[tuple[str, float | None]] | None = None) -> None:
+    """Record ``index`` as the pick for ``key`` (merged into the file as it is now on disk), with every
+    candidate's (config, microseconds or None) when given."""
     path = config.tuning_cache_path()
     if path is None:
         return
-    entry = {"index": index, "config": description, "us": round(microseconds, 2)}
+    entry: dict = {"index": index, "config": description, "us": round(microseconds, 2)}
+    if candidates is not None:
+        entry["candidates"] = [[c, None if us is None else round(us, 2)] for c, us in candidates]
     with _LOCK:
         entries = _read(path)
         entries[key] = entry

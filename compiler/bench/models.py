@@ -20,6 +20,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import statistics
 import tempfile
 import time
@@ -181,7 +182,7 @@ class _environment:
 
 
 def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tuple[str, ...],
-                  turns: Turns | None = None) -> dict[str, Any]:
+                  turns: Turns | None = None, keep_tuning: Path | None = None) -> dict[str, Any]:
     """One model in one dtype under every backend; a backend that fails gets its error, not a row.
 
     Every backend compiles first (one compiling turn), then each is timed (one timing turn): two
@@ -209,6 +210,10 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
                 compiled[backend] = compile_backend(backend, model, inputs, device, Path(tmp))
             except Exception as why:  # noqa: BLE001  (one backend failing is a table entry)
                 result["backends"][backend] = {"error": error_line(why)}
+        tuned = Path(tmp) / "crucible" / "tuning" / "configs.json"  # written by the first call's timing
+        if keep_tuning is not None and tuned.exists():
+            keep_tuning.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(tuned, keep_tuning / f"{name}_{dtype}.json")
         turns.timing()
         for backend, done in compiled.items():
             try:
@@ -222,7 +227,8 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
 def run_isolated(name: str, dtype: str, args: argparse.Namespace, timeout: float,
                  lock: str | None = None) -> dict[str, Any]:
     argv = ["--worker", "--models", name, "--dtypes", dtype, "--device", args.device,
-            "--backends", *args.backends] + (["--tiny"] if args.tiny else [])
+            "--backends", *args.backends] + (["--tiny"] if args.tiny else []) + \
+        (["--keep-tuning", str(args.keep_tuning)] if args.keep_tuning else [])
     status, out, err = run_worker(worker_command(lock, argv), timeout)
     if status is None:
         return {"model": name, "dtype": dtype, "error": f"timeout after {timeout:.0f} s", "backends": {}}
@@ -393,7 +399,8 @@ def run_rows(todo: list[tuple[str, str]], args: argparse.Namespace) -> list[dict
     least = 1.0 if args.tiny else min(60.0, args.timeout)
 
     if args.in_process:
-        run = lambda job, _: measure_model(job[0], job[1], args.device, args.tiny, tuple(args.backends))  # noqa: E731
+        run = lambda job, _: measure_model(job[0], job[1], args.device, args.tiny, tuple(args.backends),  # noqa: E731
+                                           keep_tuning=args.keep_tuning)
         return run_all(todo, run, 1, args.budget, math.inf, done, not_run, least)
     share = compile_share(args.jobs)
     with tempfile.TemporaryDirectory(prefix="crucible-bench-turns-") as tmp, \
@@ -442,6 +449,9 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     parser.add_argument("--no-launch-bench", action="store_true", help="skip the launch micro-benchmark")
     parser.add_argument("--json", type=Path, help="also write every result row to this file (JSON lines)")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    parser.add_argument("--keep-tuning", type=Path, metavar="DIR",
+                        help="copy each row's tuning cache (every launch-config candidate's time, "
+                             "compiler.tuning_cache) to DIR/MODEL_DTYPE.json")
     parser.add_argument("--render-only", action="store_true",
                         help="no GPU needed: lower, schedule and render each model for the GPU (nothing built "
                              "or timed), to check that every model compiles (compiler/bench/render_check.py)")
@@ -456,7 +466,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
         return 2
     if args.worker:
         for name, dtype in pairs(args, parser):
-            row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends), turns)
+            row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends), turns, args.keep_tuning)
             print(_RESULT + json.dumps(row), flush=True)
         return 0
     launch_rows = []

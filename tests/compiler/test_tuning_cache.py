@@ -129,6 +129,10 @@ def test_the_runtime_times_once_and_a_later_process_reads_the_pick(cache_file: P
     first = _launcher("k_tuning_test_a", "gemm test-shape tiles abc")
     first.tune(())
     assert first.meta == {"BLOCK": 32, **runtime.BUILD_OPTIONS} and timed == [16, 32, 64]
+    (entry,) = json.loads(cache_file.read_text())["entries"].values()
+    # every candidate's time is kept beside the pick (what pruning the candidate lists is read from)
+    assert [us for _, us in entry["candidates"]] == [300.0, 100.0, 200.0]
+    assert "'BLOCK': 16" in entry["candidates"][0][0] and entry["index"] == 1
     monkeypatch.setattr(runtime, "_TUNED", {})
     tuning_cache.forget_loaded()
     second = _launcher("k_tuning_test_b", "gemm test-shape tiles abc")
