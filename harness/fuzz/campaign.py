@@ -109,6 +109,10 @@ class CampaignSummary:
     foreign_hits: Counter = field(default_factory=Counter)
     # "op | error" -> graphs eager could not run (or ran twice differently): what costs validity
     invalid: Counter = field(default_factory=Counter)
+    # graphs the oracle passed by an allowance (``harness.fuzz.execute.compare_outputs``): "rounding
+    # spread" (within the rounding-noise references' error), "float64 order-dependent" (outputs
+    # not compared): shown in the summary, so a campaign says how much it could not judge strictly
+    allowances: Counter = field(default_factory=Counter)
 
     @property
     def valid(self) -> int:
@@ -121,6 +125,12 @@ class CampaignSummary:
     @property
     def new_findings(self) -> list[Finding]:
         return [f for f in self.findings.values() if f.known is None]
+
+
+def allowances(record: dict[str, Any]) -> list[str]:
+    """The oracle allowances a passing record used."""
+    out = ["rounding spread"] if record.get("spread_passes") else []
+    return out + (["float64 order-dependent"] if record.get("unjudged") else [])
 
 
 class _Found(Exception):
@@ -188,6 +198,8 @@ def run_campaign(request: CampaignRequest, runner: Any,
             if not shrinking:
                 summary.graphs += 1
                 summary.statuses[record["status"]] += 1
+                if record["status"] == Status.PASS:
+                    summary.allowances.update(allowances(record))
                 if record["status"] in EAGER_STATUSES:
                     error = str(record.get("error") or record["status"]).splitlines()[0]
                     summary.invalid[f"{blamed_op(graph, error)} | {error[:120]}"] += 1

@@ -35,6 +35,19 @@ _counter = itertools.count()
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
 
 
+def _rounding_noise(seed: int) -> Any:
+    def noise(value: Any, dtype_name: str, index: int) -> Any:
+        dtype = _TORCH_DTYPES[DTYPE_NAMES[dtype_name]] if dtype_name in DTYPE_NAMES else None
+        if (not isinstance(value, torch.Tensor) or not value.is_floating_point() or dtype is None
+                or not dtype.is_floating_point or torch.finfo(dtype).eps <= torch.finfo(value.dtype).eps):
+            return value
+        inexact = value.to(dtype).to(value.dtype) != value  # what the working dtype rounds (NaN: a no-op)
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
+        sign = torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1
+        return torch.where(inexact, value * (1 + sign * (torch.finfo(dtype).eps / 2)), value)
+    return noise
+
+
 def namespace(reference: bool = False) -> dict[str, Any]:
     """Globals the rendered source runs in; ``reference`` maps every float dtype to float64."""
     ns: dict[str, Any] = {"torch": torch, "aten": torch.ops.aten, "inf": float("inf"), "nan": float("nan")}
@@ -82,17 +95,46 @@ class FuzzGraph:
         return [f"x{i}" for i in range(len(self.inputs))]
 
     # -- rendering ----------------------------------------------------------------------
-    def source(self, name: str = "graph") -> str:
-        body = [f"    {n.line()}" for n in self.nodes]
+    def source(self, name: str = "graph", rounding_noise: bool = False) -> str:
+        """The graph as Python source; ``rounding_noise``: each node's values pass through
+        ``_noise(value, working dtype, index)`` (see ``function``)."""
+        body = []
+        for i, n in enumerate(self.nodes):
+            body.append(f"    {n.line()}")
+            if rounding_noise:  # a noise stream of its own per value, the same in every rendering
+                body += [f"    {out} = _noise({out}, {dtype!r}, {i * 64 + j})"
+                         for j, (out, (_, dtype)) in enumerate(zip(n.outputs, n.out_meta))]
         outs = ", ".join(self.outputs) + ("," if len(self.outputs) == 1 else "")
         return "\n".join([f"def {name}({', '.join(self.input_names())}):", *body, f"    return ({outs})"]) + "\n"
 
-    def function(self, reference: bool = False) -> Any:
-        """The graph as a Python function with a code object of its own."""
+    def function(self, reference: bool = False, rounding_noise: int | None = None) -> Any:
+        """The graph as a Python function with a code object of its own.
+
+        ``rounding_noise`` (a seed; with ``reference``): every value a node computes is perturbed
+        where its working dtype would have to round it (the float64 value is not representable
+        there) by one unit roundoff of that dtype, with a random sign: a Monte Carlo estimate of how
+        much the graph amplifies the rounding of its intermediates (``ParityOracle.compare``'s
+        ``spread``)."""
         ns = namespace(reference)
-        code = compile(self.source(), f"<fuzz-graph-{next(_counter)}>", "exec")
+        if rounding_noise is not None:
+            ns["_noise"] = _rounding_noise(rounding_noise)
+        code = compile(self.source(rounding_noise=rounding_noise is not None),
+                       f"<fuzz-graph-{next(_counter)}>", "exec")
         exec(code, ns)  # noqa: S102 -- the source is generated from our own op table
-        return ns["graph"]
+        if not reference:
+            return ns["graph"]
+        graph = ns["graph"]
+
+        def in_float64(*args: Any) -> Any:
+            # integer values an op turns into floats (exp of an int32) get torch's default dtype:
+            # float64 here, or the reference would be the float32 computation itself
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(torch.float64)
+            try:
+                return graph(*args)
+            finally:
+                torch.set_default_dtype(previous)
+        return in_float64
 
     def make_inputs(self, device: str = "cpu", reference: bool = False) -> list[torch.Tensor]:
         tensors = [make_input(d, device) for d in self.inputs]

@@ -42,6 +42,7 @@ def merge_summaries(summaries: list[CampaignSummary], elapsed_s: float) -> Campa
     for s in summaries:  # containers copied first (one C call each): a campaign may be mid-update
         statuses, findings, foreign = dict(s.statuses), dict(s.findings), dict(s.foreign_hits)
         merged.invalid.update(dict(s.invalid))
+        merged.allowances.update(dict(s.allowances))
         merged.graphs += s.graphs
         merged.executions += s.executions
         merged.statuses.update(statuses)
