@@ -141,3 +141,21 @@ def test_the_runtime_times_once_and_a_later_process_reads_the_pick(cache_file: P
     other = _launcher("k_tuning_test_c", "gemm other-shape tiles abc")
     other.tune(())
     assert timed == [16, 32, 64] * 2  # another key is timed
+
+
+def test_a_persistent_reduction_offers_the_three_candidates_the_h200_data_kept() -> None:
+    """``PERSISTENT_CANDIDATES`` (compiler.bench.tuning_report over the 18 benchmark rows): 2048
+    elements per program at 512 per warp first (most wins), then 4096 at 512 and 256; candidates
+    that coincide (one row per program) are offered once."""
+    from types import SimpleNamespace
+
+    from compiler.codegen.triton import TritonRenderer
+
+    renderer = TritonRenderer(interpret=False)
+
+    def tiles(xnumel: int, rnumel: int) -> list[tuple[int, int, int]]:
+        return renderer.tiles(SimpleNamespace(is_reduction=True, persistent=True, xnumel=xnumel, rnumel=rnumel))
+
+    assert tiles(4096, 300) == [(4, 512, 4), (8, 512, 8), (8, 512, 16)]
+    assert tiles(4096, 4000) == [(1, 4096, 8), (1, 4096, 16)]
+    assert tiles(1, 16) == [(1, 16, 2)]
