@@ -159,3 +159,21 @@ def test_a_persistent_reduction_offers_the_three_candidates_the_h200_data_kept()
     assert tiles(4096, 300) == [(4, 512, 4), (8, 512, 8), (8, 512, 16)]
     assert tiles(4096, 4000) == [(1, 4096, 8), (1, 4096, 16)]
     assert tiles(1, 16) == [(1, 16, 2)]
+
+
+def test_the_tuning_report_ranks_candidate_subsets_from_kept_caches(tmp_path: Path) -> None:
+    from compiler.bench import tuning_report
+
+    def entry(times: list[float]) -> dict:
+        metas = [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": w} for w in (2, 4)]
+        return {"index": times.index(min(times)), "config": "", "us": min(times),
+                "candidates": [[str(m), t] for m, t in zip(metas, times)]}
+
+    data = {"version": 1, "entries": {"gpu | triton | kernel k_a (2 configs)": entry([10.0, 20.0]),
+                                      "gpu | triton | kernel k_b (2 configs)": entry([30.0, 15.0])}}
+    (tmp_path / "m_fp32.json").write_text(json.dumps(data))
+    text = tuning_report.report(tuning_report.kernels(tmp_path), keep=2)
+    assert "reduction, 2 candidates: 2 kernels" in text
+    assert "keep 1: 1.400  ['1024 elements, 256 per warp']" in text  # (20 + 15) / (10 + 15)
+    assert "keep 2: 1.000" in text
+    assert tuning_report.main([str(tmp_path / "none")]) == 2
