@@ -233,9 +233,37 @@ class KernelLauncher:
         if self.interpret:
             self.fn[self.grid](*args, **self.meta)
             return
+        if self.bound is None and args and self.static_ok(args):
+            # compiled (or found in Triton's cache) without a launch, so Triton's launcher is not built
+            kernel = self.fn.run(*args, grid=self.grid, warmup=True, **self.meta)
+            if kernel is not None:
+                self.bind(kernel, args)
+                if self.bound is not None and self.launch_path == "static":
+                    self.bound(*args)
+                    return
         kernel = self.fn.run(*args, grid=self.grid, warmup=False, **self.meta)
         if self.bound is None and kernel is not None and all(_aligned(a) for a in args):
             self.bind(kernel, args)
+
+    @staticmethod
+    def static_ok(args: tuple) -> bool:
+        """Whether a launch on ``args`` may go through torch's static launcher (tensors, aligned)."""
+        return config.static_launch() and all(isinstance(a, torch.Tensor) and a.is_cuda and _aligned(a)
+                                              for a in args)
+
+    def static_config_launch(self, args: tuple, grid: tuple, meta: dict) -> Callable[[], None] | None:
+        """One config launched on ``args`` through torch's static launcher, for timing it without
+        building Triton's launcher (None where that launcher cannot run it: Triton's path then)."""
+        if not args or not self.static_ok(args):
+            return None
+        try:
+            kernel = self.fn.run(*args, grid=grid, warmup=True, **meta)
+            bound = None if kernel is None else bind_static_launch(
+                kernel, self.fn.arg_names, grid, len(args), (), lambda *a: self.fn[grid](*a, **meta),
+                torch.cuda.current_device())
+        except Exception:  # noqa: BLE001  (Triton's path times it, or reports why it cannot)
+            return None
+        return None if bound is None else (lambda: bound(*args))
 
     def bind(self, kernel: Any, args: tuple) -> None:
         """Bind later launches to torch's static launcher where it can launch this kernel (and
@@ -271,10 +299,15 @@ class KernelLauncher:
         started = time.perf_counter()
         timings = []
         for index, (grid, meta) in enumerate(self.configs):
-            def launch(grid=grid, meta=meta) -> None:
-                self.fn[grid](*args, **meta)
-
             try:
+                static = self.static_config_launch(args, grid, meta)
+
+                def launch(grid=grid, meta=meta, static=static) -> None:
+                    if static is not None:
+                        static()
+                    else:
+                        self.fn[grid](*args, **meta)
+
                 # 1 + 4 ms per config: every kernel of a graph is tuned in its first call (with 3 + 10
                 # ms, tuning was 10 s of deit3_large's compile on the H200)
                 timings.append((do_bench(launch, warmup=1, rep=4, return_mode="median"), index))
@@ -374,6 +407,34 @@ def static_launch_refusal(kernel: Any, arg_names: Sequence[str], nargs: int) -> 
     return None
 
 
+def loaded_function(kernel: Any) -> Any:
+    """The compiled kernel's GPU function, loaded from its binary without Triton's launcher: Triton
+    3.6 builds a C launcher per kernel signature with the host compiler when it first loads a kernel
+    (``CompiledKernel._init_handles``), ~0.3 s each and one at a time in a graph's first call (27
+    builds, 5.8 s of convnext_tiny's cold first call on the H200, in its tuning), and a static
+    launch does not need it. The resource checks ``_init_handles`` makes are made here too
+    (Triton's ``OutOfResources``: the tuner skips such a config). Kept on the kernel object."""
+    function = getattr(kernel, "_crucible_function", None)
+    if function is not None:
+        return function
+    if getattr(kernel, "module", None) is not None or not isinstance(getattr(kernel, "kernel", None), bytes):
+        return kernel.function  # loaded by Triton already (or a stand-in without a binary)
+    from triton.runtime import driver
+    from triton.runtime.errors import OutOfResources
+
+    utils, meta = driver.active.utils, kernel.metadata
+    device = driver.active.get_current_device()
+    max_shared = utils.get_device_properties(device)["max_shared_mem"]
+    if meta.shared > max_shared:
+        raise OutOfResources(meta.shared, max_shared, "shared memory")
+    _, function, _, _, max_threads = utils.load_binary(kernel.name, kernel.kernel, meta.shared, device)
+    threads = meta.num_warps * driver.active.get_current_target().warp_size
+    if threads > max_threads:
+        raise OutOfResources(threads, max_threads, "threads")
+    kernel._crucible_function = function
+    return function
+
+
 def bind_static_launch(kernel: Any, arg_names: Sequence[str], grid: tuple[int, ...], nargs: int,
                        checked: Sequence[int], fallback: Callable[..., None], device_index: int,
                        stream: Callable[[int], int] | None = None,
@@ -414,7 +475,7 @@ def bind_static_launch(kernel: Any, arg_names: Sequence[str], grid: tuple[int, .
               f"    launch_kernel(function, {grid3[0]}, {grid3[1]}, {grid3[2]}, {meta.num_warps}, {meta.shared}, "
               f"{types!r}, ({values}), stream({device_index}))\n")
     namespace = {"knobs": runtime_knobs, "fallback": fallback, "launch_kernel": launch_kernel,
-                 "function": kernel.function, "stream": stream or torch._C._cuda_getCurrentRawStream}
+                 "function": loaded_function(kernel), "stream": stream or torch._C._cuda_getCurrentRawStream}
     exec(compile(source, f"<crucible-static-launch {getattr(kernel, 'name', '')}>", "exec"), namespace)  # noqa: S102
     return namespace["launch"]
 

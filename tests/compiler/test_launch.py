@@ -251,3 +251,36 @@ def test_a_tuned_launch_config_is_kept_on_disk_for_later_processes(monkeypatch, 
     own = f"kernel {first.symbol} ({len(first.configs)} configs)"
     assert tuning_cache.lookup(tuning_cache.full_key(own, "another GPU", triton.__version__), len(first.configs)) is None
     assert tuning_cache.lookup(key, last) is None  # no longer a candidate
+
+
+def test_a_statically_launched_kernel_is_loaded_without_tritons_launcher(monkeypatch) -> None:
+    """``loaded_function`` loads the binary through the driver (no per-signature C launcher build,
+    which Triton 3.6's ``_init_handles`` makes with the host compiler), once per kernel, with the
+    shared-memory and thread checks ``_init_handles`` makes."""
+    from types import SimpleNamespace
+
+    from triton.runtime import driver
+    from triton.runtime.errors import OutOfResources
+
+    from compiler.runtime import loaded_function
+
+    loads = []
+    utils = SimpleNamespace(get_device_properties=lambda device: {"max_shared_mem": 1024},
+                            load_binary=lambda name, binary, shared, device: loads.append(name) or
+                            ("module", f"fn:{name}", 32, 0, 1024))
+    fake = SimpleNamespace(utils=utils, get_current_device=lambda: 0,
+                           get_current_target=lambda: SimpleNamespace(warp_size=32))
+    monkeypatch.setattr(driver, "_active", fake)
+
+    def kernel(name: str, shared: int = 256, warps: int = 4) -> SimpleNamespace:
+        return SimpleNamespace(name=name, kernel=b"cubin", module=None, function=None,
+                               metadata=SimpleNamespace(shared=shared, num_warps=warps))
+
+    k = kernel("k_a")
+    assert loaded_function(k) == "fn:k_a" and loaded_function(k) == "fn:k_a" and loads == ["k_a"]
+    with pytest.raises(OutOfResources, match="shared memory"):
+        loaded_function(kernel("k_big", shared=4096))
+    with pytest.raises(OutOfResources, match="threads"):
+        loaded_function(kernel("k_wide", warps=64))
+    already = SimpleNamespace(module="loaded by triton", function="triton's", kernel=b"cubin")
+    assert loaded_function(already) == "triton's"
