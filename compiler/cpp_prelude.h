@@ -301,6 +301,13 @@ inline float log_f32(float x) {
 // on the vector width the compiler picks).
 // L is a power of two; the fold is a tree (halves combined lane by lane, which vectorizes: a
 // chain of L - 1 dependent steps per output point dominated reductions of short rows).
+// A compiler barrier on a reduction's lane array between its lane loop and its tail loop (emits
+// nothing): g++ 12 at -O3 with 512-bit vectors lost counts of an integer sum of 8- or 16-bit values
+// when the tail loop updated the lanes the vectorized lane loop had just left in registers
+// (compiler/codegen/cpp_reduction.py, harness/FINDINGS.md).
+template <typename T>
+inline void lanes_barrier(T* lanes) { asm volatile("" : : "r"(lanes) : "memory"); }
+
 template <typename T, int L, typename Combine>
 inline T fold_tree(const T* lanes, Combine combine) {
   static_assert((L & (L - 1)) == 0, "lane counts are powers of two");
