@@ -210,11 +210,15 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         mean0 = Lazy(total.shape, acc, ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), ir.const(n, acc)),
                                                  ir.const(scale, acc)))
         dev = ir.binary(Op.SUB, xs, broadcast_read(mean0, x.shape))
-        s1_kd = reduce_to(ctx, node, Lazy(x.shape, acc, dev), d, True, ReduceOp.SUM, acc, acc)
-        mean_kd = Lazy(mean0.shape, acc, ir.binary(Op.ADD, as_expr(mean0),
-                                                   ir.binary(Op.DIV, as_expr(s1_kd), ir.const(n, acc))))
+        # the deviations are summed scaled too: two 3.4e38 in a row of 16 are deviations of 3e38 each,
+        # whose plain sum overflowed (var_mean's mean inf where eager's Welford and float64 give 4.3e37;
+        # fuzzer, crucible-cpp, seed 21)
+        s1_scaled = reduce_to(ctx, node, Lazy(x.shape, acc, ir.binary(Op.MUL, dev, ir.const(1 / scale, acc))),
+                              d, True, ReduceOp.SUM, acc, acc)
+        mean_kd = Lazy(mean0.shape, acc, ir.binary(Op.ADD, as_expr(mean0), ir.binary(
+            Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), ir.const(n, acc)), ir.const(scale, acc))))
         ssq = reduce_to(ctx, node, Lazy(x.shape, acc, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM, acc, acc)
-        s1, squares = as_expr(s1_kd), as_expr(ssq)
+        s1, squares = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale, acc)), as_expr(ssq)
         correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, ir.const(n, acc)), s1)  # <= sum(d^2)
         # an infinite sum of squares stays inf (the correction is inf too: inf - inf would be NaN), and
         # rounding never makes it negative (std would be NaN)
