@@ -95,6 +95,26 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
     return out.to(x.dtype), empty, empty
 
 
+@rule("crucible:group_norm_centred", aten.native_group_norm.default)
+def group_norm_centred(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, inner: int, groups: int,
+                       eps: float) -> Any:
+    # (x - mean) * rstd, then the weight and bias, on every device: torch's rule takes ATen's CPU
+    # form x * (rstd * w) + (-mean * rstd * w) on CPU, whose separate product overflowed to inf for
+    # a weight of 3.4e38 where ATen's fused multiply-add (and float64) stay finite (fuzzer,
+    # crucible-cpp, seed 21); the centred form also loses no bits to -mean * w cancelling x * w.
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    grouped = x.to(acc).reshape(n, groups, c // groups, inner)
+    var, mean = torch.var_mean(grouped, dim=[2, 3], unbiased=False, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = ((grouped - mean) * rstd).reshape(x.shape)
+    shape = [1, c] + [1] * (x.dim() - 2)
+    if weight is not None:
+        out = out * weight.to(acc).reshape(shape)
+    if bias is not None:
+        out = out + bias.to(acc).reshape(shape)
+    return out.to(x.dtype), mean.reshape(n, groups).to(x.dtype), rstd.reshape(n, groups).to(x.dtype)
+
+
 # Core-ATen rules we do not apply: torch's rule for CPU flash attention returns the attention
 # weights where the op returns its logsumexp (wrong shape as a second output).
 KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]
