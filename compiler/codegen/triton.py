@@ -228,6 +228,11 @@ class _KernelWriter:
             picked = f"{a[1]}, False" if op is Op.AND else f"True, {a[1]}"
             return self.tmp(e, f"tl.where({a[0]}, {picked})")
         if op in BINARY_INFIX:
+            if all(s.op is Op.CONST for s in e.src) and e.src[0].dtype == torch.float64:
+                # two literals make a Python float, which Triton types float32: an empty float64
+                # mean's 0.0 * nan then met a float64 operand in libdevice.fmod, which has no mixed
+                # overload (KeyError; fuzzer, crucible-triton on the H200, seed 9)
+                a = typed_operands(e, a, torch.float64)
             return self.tmp(e, f"{a[0]} {BINARY_INFIX[op]} {a[1]}")
         if op in PRECISE_FP32 and e.dtype == torch.float32 and not self.r.interpret:
             fn = PRECISE_FP32[op]
