@@ -596,3 +596,54 @@ def test_float64_log1p_and_expm1_of_huge_values(codegen: str, device: str) -> No
     torch.testing.assert_close(got[0], torch.log1p(x.abs()), rtol=4e-16, atol=0)
     torch.testing.assert_close(got[1], torch.expm1(x.clamp(max=709.0)), rtol=4e-16, atol=0)
     assert torch.isfinite(got[0]).all() and torch.isfinite(got[1]).all()
+
+
+def test_integer_sums_of_narrow_values_keep_every_element(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 21: ``aten.count_nonzero.dim_IntList(x0, [0])`` over 33 bfloat16
+    values gave 32. g++ 12 at -O3 -march=native (512-bit vectors) miscompiled an integer sum of 8- or
+    16-bit values when the tail loop updated the lanes the vectorized lane loop had left (34 -> 32,
+    257 -> 249); the C++ renderer puts a compiler barrier between the two loops."""
+    def count(a):
+        return aten.count_nonzero.dim_IntList(a, [-1])
+
+    def total(a):
+        return aten.sum.dim_IntList(a, [0])
+
+    for n in (33, 34, 66, 257):
+        for dtype in (torch.bfloat16, torch.float16, torch.bool, torch.uint8, torch.int16):
+            x = (torch.arange(2 * n, device=device) % 7 != 3).to(dtype).view(2, n)
+            for fn, arg in ((count, x), (total, x.t().contiguous())):
+                got = _compiled(fn, arg, codegen=codegen)(arg)
+                assert torch.equal(got, fn(arg)), (n, dtype, fn.__name__, got, fn(arg))
+
+
+def test_var_mean_of_a_row_holding_two_float32_maxima_is_finite(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 21: ``aten.var_mean.correction(x0, [0])`` over 16 values, two of
+    them 3.4e38: the mean was inf where eager's Welford and float64 give 4.25e37. The first mean was
+    already a scaled sum; the deviations' sum (two of 3e38) overflowed. It is scaled too now."""
+    x = torch.randn(16, 3, device=device)
+    x[0, 1] = x[12, 1] = torch.finfo(torch.float32).max
+    fn = lambda a: aten.var_mean.correction(a, [0], keepdim=False)  # noqa: E731
+    (var, mean), (want_var, want_mean) = _compiled(fn, x, codegen=codegen)(x), fn(x)
+    torch.testing.assert_close(mean, want_mean, rtol=1e-6, atol=0)
+    assert torch.isinf(var[1]) == torch.isinf(want_var[1])
+    torch.testing.assert_close(var[[0, 2]], want_var[[0, 2]])
+
+
+def test_group_norm_with_a_weight_near_float32_max_stays_finite(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 21: native_group_norm with a weight of 3.4e38 gave inf where eager
+    (a fused multiply-add) and float64 give 3.05e38: torch's rule computes x * (rstd * w) and adds
+    -mean * rstd * w. Crucible's rule normalizes first: (x - mean) * rstd * w + b."""
+    gen = torch.Generator().manual_seed(87)
+    x = torch.randn(1, 4, 5, generator=gen).to(device)
+    w = torch.tensor([-0.28, -1.0, -0.96, torch.finfo(torch.float32).max], device=device)
+    b = torch.randn(4, generator=gen).to(device)
+    fn = lambda a, w, b: aten.native_group_norm.default(a, w, b, 1, 4, 5, 2, 1e-5)  # noqa: E731
+    got, want = _compiled(fn, x, w, b, codegen=codegen)(x, w, b), fn(x, w, b)
+    truth = fn(x.double(), w.double(), b.double())[0]
+    fits = torch.isfinite(truth.float())  # where the float32 result is representable it is finite
+    assert fits.sum() > 15 and not fits.all()
+    torch.testing.assert_close(got[0][fits].double(), truth[fits], rtol=1e-5, atol=1e-5)
+    assert torch.equal(torch.isinf(got[0][~fits]), torch.ones_like(got[0][~fits], dtype=torch.bool))
+    for g, e in zip(got[1:], want[1:]):
+        torch.testing.assert_close(g, e)
