@@ -102,6 +102,8 @@ class ParityResult:
     needs_spread: bool = False
     # floating outputs not compared (``compare(order_dependent=True)``)
     unjudged_outputs: int = 0
+    # failed on NaN/inf positions only eager's overflow did not excuse: what ``rounded_steps`` may
+    needs_rounded_steps: bool = False
 
 
 def flatten_outputs(value: Any, prefix: str = "out") -> list[tuple[str, Any]]:
@@ -145,7 +147,8 @@ def nonfinite_mismatch(eager: torch.Tensor, compiled: torch.Tensor) -> str:
     return ""
 
 
-def _eager_overflow_excused(eager: torch.Tensor, compiled: torch.Tensor, reference: Any) -> torch.Tensor | None:
+def _eager_overflow_excused(eager: torch.Tensor, compiled: torch.Tensor, reference: Any,
+                            rounded_steps: Any = None) -> torch.Tensor | None:
     """Positions where a NaN/inf difference from eager is eager's own float overflow.
 
     With the float64 reference rounded to the working dtype as the truth: where eager's NaN/inf is
@@ -157,7 +160,13 @@ def _eager_overflow_excused(eager: torch.Tensor, compiled: torch.Tensor, referen
 
     Example (a GEMM fuzzed with finfo.max): eager's products -0.77 * -inf and -1.6 * 3.4e38 round to
     inf and -inf and sum to NaN; a kernel that fuses each product into the accumulation (FMA, as
-    GPU GEMMs do) gives inf, which is the float64 result rounded to float32."""
+    GPU GEMMs do) gives inf, which is the float64 result rounded to float32.
+
+    ``rounded_steps``: the float64 computation with every step's result rounded to its working dtype
+    (what a correctly rounded eager would give); a NaN/inf difference where the compiled value is
+    that run's passes too. Example (fuzzer, crucible-cpp, seed 21): float16 pow(x, log_softmax(x))
+    at x = -0.98: the log_softmax rounds to -6.0 (correctly; eager's kernel gives -6.0039), and
+    pow of a negative base is finite at an integer exponent and NaN elsewhere."""
     rt = _as_tensor(reference)
     if rt is None or rt.shape != eager.shape or not rt.is_floating_point() or rt.is_complex():
         return None
@@ -174,7 +183,23 @@ def _eager_overflow_excused(eager: torch.Tensor, compiled: torch.Tensor, referen
     truth_overflows = finite_e & ~torch.isfinite(rounded)
     excused = nonfinite_differs & ((eager_overflowed & (~finite_c | near_truth))
                                    | (truth_overflows & same(compiled, rounded)))
+    if rounded_steps is not None:
+        excused |= nonfinite_differs & _agrees(compiled, rounded_steps)
     return excused if torch.equal(excused, nonfinite_differs) else None
+
+
+def _agrees(compiled: torch.Tensor, rounded_steps: Any) -> torch.Tensor:
+    """Where ``compiled`` is the value of the computation with every step rounded to its working
+    dtype (the same NaN or inf, or finite within 1%): False where that run is unusable."""
+    st = _as_tensor(rounded_steps)
+    if st is None or st.shape != compiled.shape or not st.is_floating_point() or st.is_complex():
+        return torch.zeros(compiled.shape, dtype=torch.bool)
+    st = st.cpu().double()
+    c = compiled.double()
+    both_nan = torch.isnan(c) & torch.isnan(st)
+    same_inf = ~torch.isfinite(st) & (c == st)
+    close = torch.isfinite(c) & torch.isfinite(st) & ((c - st).abs() <= 0.01 * st.abs())
+    return both_nan | same_inf | close
 
 
 def _rmse(a: torch.Tensor, b: torch.Tensor) -> float:
@@ -201,7 +226,7 @@ class ParityOracle:
         self.tol = tolerance_for(dtype, override)
 
     def compare(self, eager: Any, compiled: Any, reference: Any = None, spread: list[Any] | None = None,
-                order_dependent: bool = False) -> ParityResult:
+                order_dependent: bool = False, rounded_steps: Any = None) -> ParityResult:
         """Judge ``compiled`` against ``eager`` and the float64 ``reference``.
 
         ``spread``: float64 runs of the same computation with rounding noise (each value an op rounds
@@ -209,6 +234,9 @@ class ParityOracle:
         how much the computation amplifies rounding). The RMSE-vs-fp64 check then allows the ratio
         times the larger of eager's error and the spread's: an ill-conditioned step (exp of 54.6
         turns one ulp into 55) makes a correct kernel's error many times a lucky eager's.
+        ``rounded_steps``: the computation in float64 with every step rounded to its working dtype;
+        a NaN/inf difference where the compiled value is that run's passes (see
+        ``_eager_overflow_excused``); ``needs_rounded_steps`` says when it would be read.
         ``order_dependent``: floating outputs are checked for shape and dtype only, and counted in
         ``unjudged_outputs`` (the caller knows float64 values near the top of its range reach an
         accumulating op: overflow and cancellation then depend on the evaluation order, and no wider
@@ -216,6 +244,9 @@ class ParityOracle:
         e_leaves, c_leaves = flatten_outputs(eager), flatten_outputs(compiled)
         r_leaves = flatten_outputs(reference) if reference is not None else None
         s_leaves = [flatten_outputs(s) for s in spread or []]
+        q_leaves = flatten_outputs(rounded_steps) if rounded_steps is not None else None
+        if q_leaves is not None and [p for p, _ in q_leaves] != [p for p, _ in e_leaves]:
+            q_leaves = None
         if r_leaves is None or any([p for p, _ in s] != [p for p, _ in r_leaves] for s in s_leaves):
             s_leaves = []
         if [p for p, _ in e_leaves] != [p for p, _ in c_leaves]:
@@ -227,13 +258,14 @@ class ParityOracle:
         for i, (path, e) in enumerate(e_leaves):
             c = c_leaves[i][1]
             r = r_leaves[i][1] if r_leaves is not None else None
-            reason = self._compare_leaf(result, e, c, r, [s[i][1] for s in s_leaves], order_dependent)
+            q = q_leaves[i][1] if q_leaves is not None else None
+            reason = self._compare_leaf(result, e, c, r, [s[i][1] for s in s_leaves], order_dependent, q)
             if reason and result.passed:
                 result.passed, result.reason = False, f"{path}: {reason}"
         return result
 
     def _compare_leaf(self, result: ParityResult, e: Any, c: Any, r: Any, spread: list[Any],
-                      order_dependent: bool) -> str:
+                      order_dependent: bool, rounded_steps: Any = None) -> str:
         et, ct = _as_tensor(e), _as_tensor(c)
         if et is None or ct is None:
             return "" if e == c else f"value differs: eager {e!r}, compiled {c!r}"
@@ -251,8 +283,9 @@ class ParityOracle:
             et, ct = torch.view_as_real(et.resolve_conj()), torch.view_as_real(ct.resolve_conj())
         mismatch = nonfinite_mismatch(et, ct)
         if mismatch:
-            excused = _eager_overflow_excused(et, ct, r)
+            excused = _eager_overflow_excused(et, ct, r, rounded_steps)
             if excused is None:
+                result.needs_rounded_steps = rounded_steps is None
                 return mismatch
             keep = ~excused  # judge the other positions as usual
             et, ct, r = et[keep], ct[keep], _as_tensor(r).cpu()[keep]

@@ -130,6 +130,8 @@ class CampaignSummary:
 def allowances(record: dict[str, Any]) -> list[str]:
     """The oracle allowances a passing record used."""
     out = ["rounding spread"] if record.get("spread_passes") else []
+    out += ["rounded steps"] if record.get("rounded_step_passes") else []
+    out += ["ill-conditioned accumulation"] if record.get("ill_conditioned") else []
     return out + (["float64 order-dependent"] if record.get("unjudged") else [])
 
 

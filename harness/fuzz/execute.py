@@ -23,8 +23,7 @@ import torch
 
 from harness.execute import describe_error, is_compile_error, is_oom
 from harness.fuzz.graph import FuzzGraph
-from harness.fuzz.specs import OP_SPECS
-from harness.fuzz.values import make_input
+from harness.fuzz.conditioning import ill_conditioned, order_dependent
 from harness.oracle import ParityOracle, nonfinite_mismatch, outputs_identical
 from harness.status import Status
 from harness.targets import Target, check_available, compile_model
@@ -52,7 +51,6 @@ def blamed_op(graph: FuzzGraph, text: str) -> str:
 
 
 NOISE_SAMPLES = 2  # rounding-noise references per judged output (the larger spread counts)
-HUGE_FLOAT64 = 2.0 ** 1000  # inputs this large overflow float64 partial sums and products
 
 
 def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: tuple,
@@ -60,7 +58,11 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     """(failing output name or "", reason, metrics) judging each output by its own dtype.
 
     ``rounding_spread``: an output failing only the RMSE-vs-fp64 check is judged again against the
-    spread of rounding-noise references (``FuzzGraph.function(rounding_noise=...)``, run only then).
+    spread of rounding-noise references (``FuzzGraph.function(rounding_noise=...)``, run only then),
+    and one failing on NaN/inf positions against the reference with every step rounded to its
+    working dtype (``round_steps``); one still failing downstream of a sum, mean, cumsum or matrix
+    product that cancels beyond its working precision is not compared
+    (``harness.fuzz.conditioning.ill_conditioned``).
     A float64 output downstream of an accumulating op (a reduction, scan or nn op) that inputs near
     the top of float64's range reach is not compared (``ParityOracle.compare``'s ``order_dependent``;
     ``unjudged`` in the metrics): its overflow and cancellation depend on the evaluation order."""
@@ -71,7 +73,7 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
         dtype = str(e.dtype).removeprefix("torch.") if isinstance(e, torch.Tensor) else "float32"
         oracle = ParityOracle(dtype if dtype in ("float16", "bfloat16", "float64") else "float32")
         ref = None if reference is None else reference[i]
-        unjudged = dtype == "float64" and _order_dependent(graph, name)
+        unjudged = dtype == "float64" and order_dependent(graph, name)
         parity = oracle.compare(e, compiled[i], ref, order_dependent=unjudged)
         if not parity.passed and parity.needs_spread and rounding_spread and ref is not None:
             if not noisy:
@@ -79,15 +81,32 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
             parity = oracle.compare(e, compiled[i], ref, spread=[s[i] for s in noisy], order_dependent=unjudged)
             if parity.passed:
                 metrics["spread_passes"] = metrics.get("spread_passes", 0) + 1
+        if not parity.passed and parity.needs_rounded_steps and rounding_spread and ref is not None:
+            steps = _rounded_steps(graph)
+            if steps is not None:
+                parity = oracle.compare(e, compiled[i], ref, order_dependent=unjudged, rounded_steps=steps[i])
+                if parity.passed:
+                    metrics["rounded_step_passes"] = metrics.get("rounded_step_passes", 0) + 1
+        if not parity.passed and not unjudged and rounding_spread and ill_conditioned(graph, name):
+            parity = oracle.compare(e, compiled[i], ref, order_dependent=True)
+            metrics["ill_conditioned"] = metrics.get("ill_conditioned", 0) + 1
         for key in ("max_abs_err", "rmse_ratio", "rounding_spread"):
             value = getattr(parity, key)
             if value is not None:
                 metrics[key] = max(metrics.get(key, 0.0), value)
-        if parity.unjudged_outputs:
+        if unjudged and parity.unjudged_outputs:
             metrics["unjudged"] = metrics.get("unjudged", 0) + parity.unjudged_outputs
         if not parity.passed:
             return name, parity.reason.replace("out: ", f"{name}: ", 1), metrics
     return "", "", metrics
+
+
+def _rounded_steps(graph: FuzzGraph) -> tuple | None:
+    """The float64 reference with every step rounded to its working dtype (None if it cannot run)."""
+    try:
+        return graph.function(reference=True, round_steps=True)(*graph.make_inputs("cpu", reference=True))
+    except Exception:  # noqa: BLE001 -- as the plain reference
+        return None
 
 
 def _noisy_references(graph: FuzzGraph) -> list[tuple]:
@@ -97,29 +116,6 @@ def _noisy_references(graph: FuzzGraph) -> list[tuple]:
                 for seed in range(NOISE_SAMPLES)]
     except Exception:  # noqa: BLE001 -- as the plain reference: no float64 kernel for some op
         return []
-
-
-def _holds_huge(t: torch.Tensor) -> bool:
-    return bool((torch.isfinite(t) & (t.abs() >= HUGE_FLOAT64)).any())
-
-
-ACCUMULATING = ("reduction", "nn", "scan")  # op families whose result sums many values
-
-
-def _order_dependent(graph: FuzzGraph, name: str) -> bool:
-    """Whether ``name`` is downstream of an accumulating op that a float64 input holding a finite
-    value of magnitude >= HUGE_FLOAT64 reaches."""
-    huge = {x for x, desc in zip(graph.input_names(), graph.inputs)
-            if desc["dtype"] == "float64" and _holds_huge(make_input(desc))}
-    if not huge:
-        return False
-    made = {out: n for n in graph.nodes for out in n.outputs}
-    for value in graph.upstream([name]):
-        node = made.get(value)
-        spec = OP_SPECS.get(node.op) if node is not None else None
-        if spec is not None and spec.family in ACCUMULATING and graph.upstream(node.outputs) & huge:
-            return True
-    return False
 
 
 CAPTURES = ("fx", "dynamo")

@@ -35,11 +35,24 @@ _counter = itertools.count()
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
 
 
+def _narrower(value: Any, dtype_name: str) -> torch.dtype | None:
+    """The working dtype of a float64 reference value when it is a narrower float, else None."""
+    dtype = _TORCH_DTYPES[DTYPE_NAMES[dtype_name]] if dtype_name in DTYPE_NAMES else None
+    if (not isinstance(value, torch.Tensor) or not value.is_floating_point() or dtype is None
+            or not dtype.is_floating_point or torch.finfo(dtype).eps <= torch.finfo(value.dtype).eps):
+        return None
+    return dtype
+
+
+def _round_step(value: Any, dtype_name: str, index: int) -> Any:
+    dtype = _narrower(value, dtype_name)
+    return value if dtype is None else value.to(dtype).to(value.dtype)
+
+
 def _rounding_noise(seed: int) -> Any:
     def noise(value: Any, dtype_name: str, index: int) -> Any:
-        dtype = _TORCH_DTYPES[DTYPE_NAMES[dtype_name]] if dtype_name in DTYPE_NAMES else None
-        if (not isinstance(value, torch.Tensor) or not value.is_floating_point() or dtype is None
-                or not dtype.is_floating_point or torch.finfo(dtype).eps <= torch.finfo(value.dtype).eps):
+        dtype = _narrower(value, dtype_name)
+        if dtype is None:
             return value
         inexact = value.to(dtype).to(value.dtype) != value  # what the working dtype rounds (NaN: a no-op)
         gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
@@ -107,18 +120,22 @@ class FuzzGraph:
         outs = ", ".join(self.outputs) + ("," if len(self.outputs) == 1 else "")
         return "\n".join([f"def {name}({', '.join(self.input_names())}):", *body, f"    return ({outs})"]) + "\n"
 
-    def function(self, reference: bool = False, rounding_noise: int | None = None) -> Any:
+    def function(self, reference: bool = False, rounding_noise: int | None = None,
+                 round_steps: bool = False) -> Any:
         """The graph as a Python function with a code object of its own.
 
         ``rounding_noise`` (a seed; with ``reference``): every value a node computes is perturbed
         where its working dtype would have to round it (the float64 value is not representable
         there) by one unit roundoff of that dtype, with a random sign: a Monte Carlo estimate of how
         much the graph amplifies the rounding of its intermediates (``ParityOracle.compare``'s
-        ``spread``)."""
+        ``spread``). ``round_steps`` (with ``reference``): every such value is rounded to its
+        working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise)
-        code = compile(self.source(rounding_noise=rounding_noise is not None),
+        elif round_steps:
+            ns["_noise"] = _round_step
+        code = compile(self.source(rounding_noise=rounding_noise is not None or round_steps),
                        f"<fuzz-graph-{next(_counter)}>", "exec")
         exec(code, ns)  # noqa: S102 -- the source is generated from our own op table
         if not reference:

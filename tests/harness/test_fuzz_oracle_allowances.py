@@ -114,3 +114,49 @@ def test_the_summary_says_what_passed_by_an_allowance() -> None:
     summary = CampaignSummary(graphs=3)
     summary.allowances.update({"rounding spread": 1, "float64 order-dependent": 2})
     assert "passed by an oracle allowance: float64 order-dependent 2, rounding spread 1" in render_summary(summary)
+
+
+def test_a_nan_difference_passes_where_compiled_is_the_correctly_rounded_computation() -> None:
+    """Fuzzer, crucible-cpp, seed 21: float16 pow(x, log_softmax(x)) at x = -0.98: log_softmax is
+    -6.000345, which rounds to -6.0 (Crucible) and eager's kernel gives -6.0039; pow of a negative
+    base is NaN at a non-integer exponent (eager, float64) and 1.122 at -6 (Crucible). Judged
+    against the reference with every step rounded to float16, Crucible's value is the right one."""
+    d = {"shape": [1, 1, 130], "dtype": "float16", "layout": "contiguous", "profile": "unit", "seed": 4}
+    meta = [([1, 1, 130], "float16")]
+    graph = FuzzGraph([d], [Node("aten._log_softmax.default", "aten._log_softmax.default(x0, -1, False)", ["v1"], meta),
+                            Node("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Tensor(x0, v1)", ["v2"], meta)], ["v2"])
+    record = run_graph(graph, parse_target("crucible-cpp"))
+    assert record["status"] == Status.PASS and record["rounded_step_passes"] == 1
+    oracle = ParityOracle("float16")
+    eager, reference = torch.tensor([math.nan, 1.0]).half(), torch.tensor([math.nan, 1.0], dtype=torch.float64)
+    compiled = torch.tensor([1.122, 1.0]).half()
+    assert not oracle.compare(eager, compiled, reference).passed
+    assert oracle.compare(eager, compiled, reference, rounded_steps=torch.tensor([1.122, 1.0])).passed
+    assert not oracle.compare(eager, compiled, reference, rounded_steps=reference).passed
+
+
+def _sum_digamma(profile: str) -> FuzzGraph:
+    x = {"shape": [33, 1, 1, 17], "dtype": "int32", "layout": "contiguous", "profile": profile, "seed": 0}
+    return FuzzGraph([x], [Node("aten.sum.dim_IntList", "aten.sum.dim_IntList(x0, [0], False, dtype=f32)", ["v0"],
+                                [([1, 1, 17], "float32")]),
+                           Node("aten.digamma.default", "aten.digamma.default(v0)", ["v1"], [([1, 1, 17], "float32")])],
+                     ["v1"])
+
+
+def test_an_accumulation_that_cancels_beyond_its_precision_is_not_compared() -> None:
+    """Fuzzer, crucible-cpp, seed 21: digamma of a float32 sum of 33 int32 values holding +-2^31: the
+    float64 sum is 36, eager's float32 sum 0 (digamma -inf), Crucible's 2 (0.42): no digit of either
+    float32 sum is right, and which wrong value comes out depends on the summation order."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    graph = _sum_digamma("extreme")
+    assert ill_conditioned(graph, "v1")
+    record = run_graph(graph, parse_target("crucible-cpp"))
+    assert record["status"] == Status.PASS and record["ill_conditioned"] == 1
+    assert not ill_conditioned(_sum_digamma("small_int"), "v1")
+    x = {"shape": [5, 3], "dtype": "int32", "profile": "small_int", "seed": 2}
+    exact = FuzzGraph([x], [Node("aten.neg.default", "aten.neg.default(x0)", ["v0"], [([5, 3], "int32")]),
+                            Node("aten.cat.default", "aten.cat.default([x0, v0], 0)", ["v1"], [([10, 3], "int32")]),
+                            Node("aten.sum.dim_IntList", "aten.sum.dim_IntList(v1, [0], False, dtype=f32)", ["v2"],
+                                 [([3], "float32")])], ["v2"])
+    assert not ill_conditioned(exact, "v2")  # x - x sums to an exact 0: well computed, judged

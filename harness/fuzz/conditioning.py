@@ -1,0 +1,81 @@
+"""Outputs the float64 reference cannot judge: their value depends on the evaluation order.
+
+Two rules, both from the inputs and the float64 reference alone, both counted by the campaign as
+oracle allowances (``harness.fuzz.campaign.allowances``):
+
+- ``order_dependent``: a float64 output downstream of an accumulating op (reduction, scan, nn) that
+  float64 inputs of magnitude >= 2^1000 reach. Partial sums and products near the top of float64's
+  range overflow (inf, or inf - inf = NaN) or cancel by the summation order, and no wider type can
+  say which order is right.
+- ``ill_conditioned``: an output downstream of a sum, mean, cumsum or matrix product that cancels
+  beyond its working precision: sum|terms| / |sum| >= 1/u somewhere (u: the unit roundoff of the
+  op's result dtype), measured by running the op on the absolute values of its float64 inputs, at a
+  position where eager's value (on the CPU) is off the float64 one. Every digit of the
+  working-precision result is then rounding noise whose value depends on the order
+  (fuzzer, crucible-cpp, seed 21: digamma of a float32 sum of int32 extremes, 36 in float64, was 0 in
+  eager (digamma -inf) and 2 in Crucible).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.fuzz.graph import FuzzGraph, namespace
+from harness.fuzz.specs import OP_SPECS
+from harness.fuzz.values import DTYPES, make_input
+
+HUGE_FLOAT64 = 2.0 ** 1000  # inputs this large overflow float64 partial sums and products
+ACCUMULATING = ("reduction", "nn", "scan")  # op families whose result sums many values
+# ops whose result on |inputs| is the sum of |terms| (the numerator of the summation condition number)
+LINEAR_ACCUMULATIONS = ("aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim", "aten.mean.default",
+                        "aten.cumsum.default", "aten.mm.default", "aten.bmm.default")
+
+
+def _holds_huge(t: torch.Tensor) -> bool:
+    return bool((torch.isfinite(t) & (t.abs() >= HUGE_FLOAT64)).any())
+
+
+def order_dependent(graph: FuzzGraph, name: str) -> bool:
+    """Whether ``name`` is downstream of an accumulating op that a float64 input holding a finite
+    value of magnitude >= HUGE_FLOAT64 reaches."""
+    huge = {x for x, desc in zip(graph.input_names(), graph.inputs)
+            if desc["dtype"] == "float64" and _holds_huge(make_input(desc))}
+    if not huge:
+        return False
+    made = {out: n for n in graph.nodes for out in n.outputs}
+    for value in graph.upstream([name]):
+        node = made.get(value)
+        spec = OP_SPECS.get(node.op) if node is not None else None
+        if spec is not None and spec.family in ACCUMULATING and graph.upstream(node.outputs) & huge:
+            return True
+    return False
+
+
+def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
+    """Whether a sum, mean, cumsum or matrix product upstream of ``name`` (itself included) cancels
+    beyond the unit roundoff of its float result dtype, in the float64 reference."""
+    upstream = graph.upstream([name])
+    nodes = [n for n in graph.nodes if n.op in LINEAR_ACCUMULATIONS and n.outputs[0] in upstream
+             and DTYPES.get(n.out_meta[0][1], torch.int64).is_floating_point]
+    if not nodes:
+        return False
+    try:
+        full = FuzzGraph(graph.inputs, graph.nodes, [o for n in graph.nodes for o in n.outputs])
+        values = dict(zip(full.outputs, full.function(reference=True)(*full.make_inputs("cpu", reference=True))))
+        values.update(zip(graph.input_names(), graph.make_inputs("cpu", reference=True)))
+        eager = dict(zip(full.outputs, full.function()(*full.make_inputs("cpu"))))
+        for node in nodes:
+            out = values[node.outputs[0]]
+            magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
+                          for k, v in values.items()}
+            bound = eval(node.expr, {**namespace(reference=True), **magnitudes})  # noqa: S307 -- our own op table
+            u = torch.finfo(DTYPES[node.out_meta[0][1]]).eps / 2
+            cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
+            # ... where eager's working-precision value did lose the digits (an exact cancellation of
+            # small integers to 0 is well computed, and judged)
+            lost = (eager[node.outputs[0]].double() - out.double()).abs() > 2 * u * out.double().abs()
+            if bool((cancels & lost).any()):
+                return True
+    except Exception:  # noqa: BLE001 -- no float64 kernel or a call |x| does not fit: judged strictly
+        return False
+    return False
