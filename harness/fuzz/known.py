@@ -127,6 +127,15 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-*", "fail_accuracy", "aten.native_layer_norm.default", "inf positions",
                  "ATen's layer norm kernel fuses xhat * weight + bias (one fma), torch's rule rounds the product "
                  "(inf near finfo.max); FINDINGS.md: 'native_layer_norm rule rounds the affine product'", output="_0"),
+    KnownFinding("decompositions", "fail_accuracy", "crucible:group_norm_centred", "NaN positions",
+                 "a group of one element near finfo.max: ATen's kernel x * a - mean * a overflows (NaN) and cancels "
+                 "in float64 (-2.3e24), the centred rule's exact 0 is right; FINDINGS.md: 'torch's native_group_norm rule'"),
+    KnownFinding("inductor", "fail_accuracy", "aten.remainder.Scalar", "",
+                 "Inductor's a - floor(a / b) * b overflows for float64 values near finfo.max (-inf where eager's "
+                 "exact remainder is 2.0); FINDINGS.md: 'Inductor: float64 remainder of a value near finfo.max'"),
+    KnownFinding("inductor", "fail_accuracy", "aten._native_batch_norm_legit_no_training.default", "inf positions",
+                 "Inductor's (x - mean) * invstd overflows before the weight where ATen's fold is finite; "
+                 "FINDINGS.md: 'Inductor: inference batch norm (x - mean) * invstd overflows'"),
     KnownFinding("crucible-*", "fail_accuracy", "aten.gelu.default", "positions",
                  "ATen's CPU gelu gives NaN for +inf and inf at finfo.max (Crucible: inf and finfo.max, as torch's "
                  "rule and float64); FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
