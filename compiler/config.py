@@ -88,7 +88,7 @@ MAX_DEFAULT_COMPILE_THREADS = 8
 
 def static_launch() -> bool:
     """Bound GPU launches go through torch's static CUDA launcher where it can launch the kernel
-    (``compiler.runtime.bind_static_launch``); ``0``: through Triton's driver launcher."""
+    (``compiler.launch_binding.bind_static_launch``); ``0``: through Triton's driver launcher."""
     return os.environ.get("CRUCIBLE_STATIC_LAUNCH", "1") not in ("", "0")
 
 
