@@ -274,7 +274,18 @@ class ParityOracle:
         if et.dtype != ct.dtype:
             return f"dtype differs: eager {et.dtype}, compiled {ct.dtype}"
         if not (et.is_floating_point() or et.is_complex()):
-            return "" if torch.equal(et.cpu(), ct.cpu()) else "integer/bool values differ from eager"
+            if torch.equal(et.cpu(), ct.cpu()):
+                return ""
+            # where eager's float rounding flipped a comparison (or an argmax) that the float64
+            # reference decides the other way, the compiled value may be the reference's: the
+            # logical_and of a group norm that is exactly 0 (float64, Crucible) and ~1e-8 (eager)
+            rt = _as_tensor(r)
+            if rt is not None and rt.shape == et.shape and not (rt.is_floating_point() or rt.is_complex()):
+                differs = et.cpu() != ct.cpu()
+                if bool((ct.cpu()[differs] == rt.cpu().to(ct.dtype)[differs]).all()):
+                    result.excused_positions += int(differs.sum())
+                    return ""
+            return "integer/bool values differ from eager"
         if order_dependent:
             result.unjudged_outputs += 1
             return ""

@@ -61,9 +61,46 @@ def _rounding_noise(seed: int) -> Any:
     return noise
 
 
+def _group_norm_reference(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, inner: int, groups: int,
+                          eps: float) -> tuple:
+    """native_group_norm for the float64 reference, normalizing before the affine step. ATen's CPU
+    kernel computes x * (rstd * w) + (-mean * rstd * w), which cancels: a group of equal values gave
+    -2.3e24 in float64 where the result is exactly 0, so the reference could not judge it (fuzzer,
+    crucible-cpp, seed 22). Written here, not taken from the compiler's rule, so that a wrong rule
+    still shows against it."""
+    rows = x.reshape(n, groups, -1)
+    mean = rows.mean(dim=2, keepdim=True)
+    rstd = ((rows - mean).square().mean(dim=2, keepdim=True) + eps).rsqrt()
+    out = ((rows - mean) * rstd).reshape(x.shape)
+    per_channel = [1, c] + [1] * (x.dim() - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    return out, mean.reshape(n, groups), rstd.reshape(n, groups)
+
+
+class _ReferenceAten:
+    """``torch.ops.aten`` for the float64 reference, with the few ops whose float64 kernels are not
+    a sound truth replaced (``_REFERENCE_OPS``)."""
+
+    def __getattr__(self, name: str) -> Any:
+        return _REFERENCE_OPS.get(name) or getattr(torch.ops.aten, name)
+
+
+class _Overloads:
+    def __init__(self, **overloads: Any) -> None:
+        self.__dict__.update(overloads)
+
+
+_REFERENCE_OPS = {"native_group_norm": _Overloads(default=_group_norm_reference)}
+
+
 def namespace(reference: bool = False) -> dict[str, Any]:
-    """Globals the rendered source runs in; ``reference`` maps every float dtype to float64."""
-    ns: dict[str, Any] = {"torch": torch, "aten": torch.ops.aten, "inf": float("inf"), "nan": float("nan")}
+    """Globals the rendered source runs in; ``reference`` maps every float dtype to float64 (and
+    ``aten`` to ``_ReferenceAten``)."""
+    ns: dict[str, Any] = {"torch": torch, "aten": _ReferenceAten() if reference else torch.ops.aten,
+                          "inf": float("inf"), "nan": float("nan")}
     for name, dtype in _TORCH_DTYPES.items():
         ns[name] = torch.float64 if reference and dtype.is_floating_point else dtype
     return ns

@@ -160,3 +160,28 @@ def test_an_accumulation_that_cancels_beyond_its_precision_is_not_compared() -> 
                             Node("aten.sum.dim_IntList", "aten.sum.dim_IntList(v1, [0], False, dtype=f32)", ["v2"],
                                  [([3], "float32")])], ["v2"])
     assert not ill_conditioned(exact, "v2")  # x - x sums to an exact 0: well computed, judged
+
+
+def test_group_norm_reference_is_sound_and_a_flipped_comparison_may_follow_it() -> None:
+    """Fuzzer, crucible-cpp, seed 22: a group norm over groups of one element is exactly 0, but ATen's
+    CPU kernel (x * a - mean * a) gives ~1e-8 in float32 and garbage in float64, so log10 of it was
+    NaN in eager and the reference (Crucible: -inf) and logical_and with it True (Crucible: False).
+    The reference group norm normalizes first; a bool output may differ from eager where it is the
+    reference's."""
+    x = {"shape": [1, 1, 1], "dtype": "float32", "profile": "normal", "seed": 0}
+    w = {"shape": [1], "dtype": "float32", "profile": "normal", "seed": 1}
+    norm = Node("aten.native_group_norm.default", "aten.native_group_norm.default(x0, x1, None, 1, 1, 1, 1, 1e-5)[0]",
+                ["v0"], [([1, 1, 1], "float32")])
+    graph = FuzzGraph([x, w], [norm], ["v0"])
+    (ref,) = graph.function(reference=True)(*graph.make_inputs(reference=True))
+    assert ref.item() == 0.0
+    for last, meta in (("aten.log10.default(v0)", "float32"), ("aten.logical_and.default(v0, x0)", "bool")):
+        op = last.split("(")[0]
+        g = FuzzGraph([x, w], [norm, Node(op, last, ["v1"], [([1, 1, 1], meta)])], ["v1"])
+        record = run_graph(g, parse_target("crucible-cpp"))
+        assert record["status"] == Status.PASS, (last, record.get("error"))
+    oracle = ParityOracle("float32")
+    eager, compiled = torch.tensor([True, True]), torch.tensor([False, True])
+    assert oracle.compare(eager, compiled, torch.tensor([False, True])).passed
+    assert not oracle.compare(eager, compiled, torch.tensor([True, True])).passed  # not the reference's
+    assert not oracle.compare(eager, compiled).passed
