@@ -235,7 +235,7 @@ class KernelLauncher:
         if self.interpret:
             self.fn[self.grid](*args, **self.meta)
             return
-        if self.bound is None and args and self.static_ok(args):
+        if self.bound is None and self.static_ok(args):
             # compiled (or found in Triton's cache) without a launch, so Triton's launcher is not built
             kernel = self.fn.run(*args, grid=self.grid, warmup=True, **self.meta)
             if kernel is not None:
@@ -249,14 +249,14 @@ class KernelLauncher:
 
     @staticmethod
     def static_ok(args: tuple) -> bool:
-        """Whether a launch on ``args`` may go through torch's static launcher (tensors, aligned)."""
-        return config.static_launch() and all(isinstance(a, torch.Tensor) and a.is_cuda and _aligned(a)
+        """Whether a launch on ``args`` may go through torch's static launcher (CUDA tensors, aligned)."""
+        return bool(args) and config.static_launch() and all(isinstance(a, torch.Tensor) and a.is_cuda and _aligned(a)
                                               for a in args)
 
     def static_config_launch(self, args: tuple, grid: tuple, meta: dict) -> Callable[[], None] | None:
         """One config launched on ``args`` through torch's static launcher, for timing it without
         building Triton's launcher (None where that launcher cannot run it: Triton's path then)."""
-        if not args or not self.static_ok(args):
+        if not self.static_ok(args):
             return None
         try:
             kernel = self.fn.run(*args, grid=grid, warmup=True, **meta)

@@ -64,10 +64,10 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
         values = dict(zip(full.outputs, full.function(reference=True)(*full.make_inputs("cpu", reference=True))))
         values.update(zip(graph.input_names(), graph.make_inputs("cpu", reference=True)))
         eager = dict(zip(full.outputs, full.function()(*full.make_inputs("cpu"))))
+        magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
+                      for k, v in values.items()}
         for node in nodes:
             out = values[node.outputs[0]]
-            magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
-                          for k, v in values.items()}
             bound = eval(node.expr, {**namespace(reference=True), **magnitudes})  # noqa: S307 -- our own op table
             u = torch.finfo(DTYPES[node.out_meta[0][1]]).eps / 2
             cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
