@@ -10,6 +10,7 @@ can look a rule up with ``RULES[name]`` and check it against the op it replaces.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +46,7 @@ def rule(name: str, op: Any) -> Callable[[Callable], Callable]:
 # Random ops (native_dropout, ...) are deliberately absent: as extern calls they draw from
 # the generator exactly like eager, so a seeded compiled run matches a seeded eager run.
 _TORCH_RULES = [
-    aten._softmax.default, aten._log_softmax.default, aten.native_layer_norm.default,
-    aten.native_group_norm.default,
+    aten._softmax.default, aten._log_softmax.default, aten.native_group_norm.default,
     aten.gelu.default, aten.silu.default, aten.mish.default,
     aten.hardswish.default, aten.hardsigmoid.default, aten.hardtanh.default, aten.leaky_relu.default,
     aten.elu.default, aten.softplus.default, aten.std.correction,
@@ -95,6 +95,70 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
     return out.to(x.dtype), empty, empty
 
 
+# Where a row's variance overflows, its squared deviations are summed again scaled by 2^-SQUARES_SHIFT:
+# no float32 deviation squared and averaged that way overflows, and only a variance far below one
+# loses bits to subnormals there (where the plain sum is finite and is used).
+SQUARES_SHIFT = 66
+
+
+def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Tensor, ...]:
+    """(xa - mean) * rstd, mean and rstd over ``dims`` (kept), in ``xa``'s dtype. Torch's rules give
+    a row whose variance overflows (a value near float32's max) rstd 0 and so every output 0, where
+    float64 gives the normalized row (fuzzer, crucible-cpp, seed 22: 0 where float64 gives 0.26):
+    such a row is normalized from its deviations scaled by a power of two instead."""
+    var, mean = torch.var_mean(xa, dim=dims, correction=0, keepdim=True)
+    dev = xa - mean
+    plain_rstd = torch.rsqrt(var + eps)
+    overflow = torch.isinf(var)
+    shift = 2.0 ** -SQUARES_SHIFT  # scaled before the subtraction, which overflows too near max of both signs
+    # zero in rows that did not overflow: squares of ordinary values scaled so far down would be
+    # subnormal, which costs x86 a microcode assist per operation (layer norm on CPU ran 20x slower)
+    scaled = torch.where(overflow, xa * shift - mean * shift, 0.0)
+    scaled_var = torch.mean(scaled * scaled, dim=dims, keepdim=True)
+    usable = overflow & torch.isfinite(scaled_var)  # not a row holding inf or NaN: those stay as they are
+    out = torch.where(usable, scaled * torch.rsqrt(scaled_var), dev * plain_rstd)
+    rstd = torch.where(usable, torch.rsqrt(scaled_var) * shift, plain_rstd)
+    return out, mean, rstd
+
+
+def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torch.Tensor:
+    """out * weight + bias as one rounding (addcmul is lowered as a fused multiply-add), as ATen's
+    norm kernels fuse it: torch's rules round the product, inf near finfo.max where ATen is finite."""
+    if weight is not None and bias is not None:
+        return torch.addcmul(bias.to(out.dtype).reshape(shape), out, weight.to(out.dtype).reshape(shape))
+    if weight is not None:
+        return out * weight.to(out.dtype).reshape(shape)
+    if bias is not None:
+        return out + bias.to(out.dtype).reshape(shape)
+    return out
+
+
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
+@rule("crucible:split_of_an_empty_dim", aten.split.Tensor)
+def split(x: torch.Tensor, split_size: int, dim: int = 0) -> Any:
+    # torch 2.11's rule indexes the last of zero chunks over a 0-size dim (IndexError; fuzzer,
+    # crucible-triton on torch 2.11, seed 10); newer torch returns the whole (empty) tensor as the
+    # one chunk, as ATen does
+    if x.shape[dim] == 0:
+        return (x.detach(),)
+    return decomposition_table[aten.split.Tensor](x, split_size, dim)
+
+
+@rule("crucible:layer_norm_overflow_safe", aten.native_layer_norm.default)
+def layer_norm(x: torch.Tensor, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> Any:
+    axis = x.dim() - len(normalized_shape)
+    out, mean, rstd = _normalized(x.to(_accumulation_dtype(x.dtype)), list(range(axis, x.dim())), eps)
+    out = _affine(out, weight, bias, list(x.shape[axis:]))
+    if math.prod(x.shape[axis:]) == 0:
+        mean = torch.zeros_like(mean)  # ATen's mean of an empty row is 0 (var_mean's NaN)
+    if x.device.type == "cpu":  # torch's rule and ATen: mean and rstd in the input's dtype on CPU only
+        mean, rstd = mean.to(x.dtype), rstd.to(x.dtype)
+    return out.to(x.dtype), mean, rstd
+
+
 @rule("crucible:group_norm_centred", aten.native_group_norm.default)
 def group_norm_centred(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, inner: int, groups: int,
                        eps: float) -> Any:
@@ -102,16 +166,9 @@ def group_norm_centred(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, 
     # form x * (rstd * w) + (-mean * rstd * w) on CPU, whose separate product overflowed to inf for
     # a weight of 3.4e38 where ATen's fused multiply-add (and float64) stay finite (fuzzer,
     # crucible-cpp, seed 21); the centred form also loses no bits to -mean * w cancelling x * w.
-    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    grouped = x.to(acc).reshape(n, groups, c // groups, inner)
-    var, mean = torch.var_mean(grouped, dim=[2, 3], unbiased=False, keepdim=True)
-    rstd = torch.rsqrt(var + eps)
-    out = ((grouped - mean) * rstd).reshape(x.shape)
-    shape = [1, c] + [1] * (x.dim() - 2)
-    if weight is not None:
-        out = out * weight.to(acc).reshape(shape)
-    if bias is not None:
-        out = out + bias.to(acc).reshape(shape)
+    grouped = x.to(_accumulation_dtype(x.dtype)).reshape(n, groups, c // groups, inner)
+    out, mean, rstd = _normalized(grouped, [2, 3], eps)
+    out = _affine(out.reshape(x.shape), weight, bias, [1, c] + [1] * (x.dim() - 2))
     return out.to(x.dtype), mean.reshape(n, groups).to(x.dtype), rstd.reshape(n, groups).to(x.dtype)
 
 

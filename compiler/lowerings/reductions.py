@@ -212,9 +212,13 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         dev = ir.binary(Op.SUB, xs, broadcast_read(mean0, x.shape))
         # the deviations are summed scaled too: two 3.4e38 in a row of 16 are deviations of 3e38 each,
         # whose plain sum overflowed (var_mean's mean inf where eager's Welford and float64 give 4.3e37;
-        # fuzzer, crucible-cpp, seed 21)
-        s1_scaled = reduce_to(ctx, node, Lazy(x.shape, acc, ir.binary(Op.MUL, dev, ir.const(1 / scale, acc))),
-                              d, True, ReduceOp.SUM, acc, acc)
+        # fuzzer, crucible-cpp, seed 21); a deviation that overflows (3.4e38 - -1.7e36) is scaled before
+        # the subtraction instead (the mean was inf where eager gives -1.7e36; seed 22's layer norm)
+        inv = ir.const(1 / scale, acc)
+        dev_scaled = ir.where(ir.binary(Op.LT, ir.unary(Op.ABS, dev), ir.const(math.inf, acc)), ir.binary(Op.MUL, dev, inv),
+                              ir.binary(Op.SUB, ir.binary(Op.MUL, xs, inv),
+                                        ir.binary(Op.MUL, broadcast_read(mean0, x.shape), inv)))
+        s1_scaled = reduce_to(ctx, node, Lazy(x.shape, acc, dev_scaled), d, True, ReduceOp.SUM, acc, acc)
         mean_kd = Lazy(mean0.shape, acc, ir.binary(Op.ADD, as_expr(mean0), ir.binary(
             Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), ir.const(n, acc)), ir.const(scale, acc))))
         ssq = reduce_to(ctx, node, Lazy(x.shape, acc, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM, acc, acc)

@@ -647,3 +647,50 @@ def test_group_norm_with_a_weight_near_float32_max_stays_finite(codegen: str, de
     assert torch.equal(torch.isinf(got[0][~fits]), torch.ones_like(got[0][~fits], dtype=torch.bool))
     for g, e in zip(got[1:], want[1:]):
         torch.testing.assert_close(g, e)
+
+
+def test_layer_and_group_norm_when_the_variance_overflows(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 22: a ``native_layer_norm`` row holding -3.4e38 has a variance beyond
+    float32's range; torch's rule (rsqrt(inf) = 0) gave every output 0 where float64 gives the
+    normalized row. Such rows are normalized from deviations scaled by a power of two, also where
+    x - mean itself overflows (values near max of both signs)."""
+    x = torch.randn(6, 65, device=device)
+    x[0, 3] = -3.4e38
+    x[1, :5] = torch.tensor([3.4e38, -3.4e38, 3.4e38, 1.0, -3.4e38])
+    ln = lambda a: aten.native_layer_norm.default(a, [65], None, None, 1e-5)  # noqa: E731
+    gn = lambda a: aten.native_group_norm.default(a.reshape(2, 3, 65), None, None, 2, 3, 65, 1, 1e-5)  # noqa: E731
+    for fn in (ln, gn):
+        got = _compiled(fn, x, codegen=codegen)(x)
+        want = fn(x.double())
+        for g, w in zip(got, want):
+            assert torch.isfinite(g).all(), g
+            torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5 * w.abs().max().item() + 1e-44)
+    y = torch.randn(4, 65, device=device)  # rows of ordinary values take the plain path
+    got = _compiled(ln, y, codegen=codegen)(y)
+    torch.testing.assert_close(got[0], ln(y)[0])
+
+
+def test_layer_norm_affine_is_one_rounding(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 11: ``native_layer_norm(x, [16], w, w)`` with w = -3.4e38: ATen's
+    kernel fuses xhat * w + b (finite), torch's rule rounded the product to inf first."""
+    x = torch.linspace(-1, 1, 16, device=device).repeat(3, 1)  # |xhat| in [0.11, 1.6]: no borderline rounding
+    x[1] = x[1] ** 3
+    w = torch.full((16,), -3.4028234663852886e38, device=device)
+    fn = lambda a, b: aten.native_layer_norm.default(a, [16], b, b, 1e-5)[0]  # noqa: E731
+    got = _compiled(fn, x, w, codegen=codegen)(x, w)
+    want = fn(x.double(), w.double())
+    finite = torch.isfinite(want.float())
+    assert torch.equal(torch.isfinite(got), finite), (got, want)
+    torch.testing.assert_close(got[finite].double(), want[finite], rtol=1e-5, atol=0)
+
+
+def test_split_of_an_empty_dim(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-triton on torch 2.11, seed 10: ``split.Tensor(x, 1, 1)`` over a [65, 0] input
+    failed to compile (IndexError in torch 2.11's split rule); ATen returns one empty chunk."""
+    x = torch.randn(65, 0, device=device)
+    fn = lambda a: tuple(aten.split.Tensor(a, 1, 1))  # noqa: E731
+    (got,) = _compiled(fn, x, codegen=codegen)(x)
+    assert got.shape == (65, 0)
+    y = torch.randn(4, 5, device=device)
+    for g, w in zip(_compiled(lambda a: tuple(aten.split.Tensor(a, 2, 1)), y, codegen=codegen)(y), y.split(2, 1)):
+        torch.testing.assert_close(g, w)
