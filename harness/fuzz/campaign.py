@@ -132,6 +132,7 @@ def allowances(record: dict[str, Any]) -> list[str]:
     out = ["rounding spread"] if record.get("spread_passes") else []
     out += ["rounded steps"] if record.get("rounded_step_passes") else []
     out += ["ill-conditioned accumulation"] if record.get("ill_conditioned") else []
+    out += ["near-tied indices"] if record.get("near_ties") else []
     return out + (["float64 order-dependent"] if record.get("unjudged") else [])
 
 

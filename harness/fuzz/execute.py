@@ -24,7 +24,8 @@ import torch
 from harness.execute import describe_error, is_compile_error, is_oom
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
-from harness.oracle import ParityOracle, nonfinite_mismatch, outputs_identical
+from harness.fuzz.ties import near_tied_indices
+from harness.oracle import ParityOracle, ParityResult, nonfinite_mismatch, outputs_identical
 from harness.status import Status
 from harness.targets import Target, check_available, compile_model
 
@@ -62,7 +63,9 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     and one failing on NaN/inf positions against the reference with every step rounded to its
     working dtype (``round_steps``); one still failing downstream of a sum, mean, cumsum or matrix
     product that cancels beyond its working precision is not compared
-    (``harness.fuzz.conditioning.ill_conditioned``).
+    (``harness.fuzz.conditioning.ill_conditioned``), and an index output (argmax, a sort's or a
+    running max's indices) differing only where the values it indexes are tied to within rounding
+    passes (``harness.fuzz.ties.near_tied_indices``).
     A float64 output downstream of an accumulating op (a reduction, scan or nn op) that inputs near
     the top of float64's range reach is not compared (``ParityOracle.compare``'s ``order_dependent``;
     ``unjudged`` in the metrics): its overflow and cancellation depend on the evaluation order."""
@@ -95,6 +98,10 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
         if not parity.passed and not unjudged and rounding_spread and ill_conditioned(graph, name):
             parity = oracle.compare(e, compiled[i], ref, order_dependent=True)
             metrics["ill_conditioned"] = metrics.get("ill_conditioned", 0) + 1
+        if (not parity.passed and rounding_spread and isinstance(e, torch.Tensor)
+                and near_tied_indices(graph, name, e, compiled[i])):
+            parity = ParityResult(True)
+            metrics["near_ties"] = metrics.get("near_ties", 0) + 1
         for key in ("max_abs_err", "rmse_ratio", "rounding_spread"):
             value = getattr(parity, key)
             if value is not None:
