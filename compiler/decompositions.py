@@ -116,8 +116,11 @@ def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Te
     scaled = torch.where(overflow, xa * shift - mean * shift, 0.0)
     scaled_var = torch.mean(scaled * scaled, dim=dims, keepdim=True)
     usable = overflow & torch.isfinite(scaled_var)  # not a row holding inf or NaN: those stay as they are
-    out = torch.where(usable, scaled * torch.rsqrt(scaled_var), dev * plain_rstd)
-    rstd = torch.where(usable, torch.rsqrt(scaled_var) * shift, plain_rstd)
+    # a scaled variance of 0: the row's deviations are negligible at its scale (equal values near max
+    # whose variance overflowed on an ulp's deviation), so it normalizes to 0 with rstd(0 + eps), as eager
+    spread = scaled_var > 0
+    out = torch.where(usable, torch.where(spread, scaled * torch.rsqrt(scaled_var), 0.0), dev * plain_rstd)
+    rstd = torch.where(usable, torch.where(spread, torch.rsqrt(scaled_var) * shift, eps ** -0.5), plain_rstd)
     return out, mean, rstd
 
 

@@ -221,7 +221,13 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         s1_scaled = reduce_to(ctx, node, Lazy(x.shape, acc, dev_scaled), d, True, ReduceOp.SUM, acc, acc)
         mean_kd = Lazy(mean0.shape, acc, ir.binary(Op.ADD, as_expr(mean0), ir.binary(
             Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), ir.const(n, acc)), ir.const(scale, acc))))
-        ssq = reduce_to(ctx, node, Lazy(x.shape, acc, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM, acc, acc)
+        big = None
+        if acc == torch.float32:  # deviations whose squares overflow are summed apart, scaled (see _big_deviations)
+            big = ir.binary(Op.GT, ir.unary(Op.ABS, dev), ir.const(BIG_DEVIATION, acc))
+            dev_sq = ir.where(big, ir.const(0, acc), ir.binary(Op.MUL, dev, dev))
+        else:
+            dev_sq = ir.binary(Op.MUL, dev, dev)
+        ssq = reduce_to(ctx, node, Lazy(x.shape, acc, dev_sq), d, True, ReduceOp.SUM, acc, acc)
         s1, squares = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale, acc)), as_expr(ssq)
         correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, ir.const(n, acc)), s1)  # <= sum(d^2)
         # an infinite sum of squares stays inf (the correction is inf too: inf - inf would be NaN), and
@@ -235,12 +241,50 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
     # float (fuzzer: var_mean over a 0-size dim); multiplying by inf gives the same values.
     scaled = (ir.binary(Op.MUL, centred, ir.const(math.inf, acc)) if denom == 0 else
               ir.binary(Op.DIV, centred, ir.const(denom, acc)))
+    if n and acc == torch.float32:
+        scaled = _big_deviations(ctx, node, x, d, xs, dev, big, broadcast_read(mean0, x.shape), s1_scaled, squares,
+                                 scale, n, denom, scaled)
     var = Lazy(ssq.shape, x.dtype, ir.cast(scaled, x.dtype))
     mean = Lazy(mean_kd.shape, x.dtype, ir.cast(as_expr(mean_kd), x.dtype))
     if not keepdim:
         reduced = tuple(size for i, size in enumerate(x.shape) if i not in d)
         var, mean = reshape(ctx, var, reduced), reshape(ctx, mean, reduced)
     return var, mean
+
+
+BIG_DEVIATION = 2.0 ** 50  # a float32 deviation whose square may pass finfo.max once a few are summed
+DEVIATION_SHIFT = 2.0 ** -66  # big deviations times this square to at most 2^126
+
+
+def _big_deviations(ctx: GraphLowering, node: Any, x: TensorValue, d: list[int], xs: Any, dev: Any, big: Any,
+                    mean0: Any, s1_scaled: TensorValue, squares: Any, scale: float, n: int, denom: int,
+                    plain: Any) -> Any:
+    """The float32 variance where some deviation from the first mean is big (|d| > 2^50): the sum of
+    squares in units of 2^132 * scale (the big deviations' squares scaled by 2^-132, plus the small
+    ones' sum converted), less the correction sum(d)^2 / n in the same units; ``plain`` elsewhere.
+    An ulp's deviation from a mean near finfo.max squares beyond float32's range: var_mean of 17
+    equal -3.4e38 was inf where eager gives 0 (fuzzer, crucible-cpp, seed 24, through layer norm);
+    in these units it cancels to 0 as the corrected two-pass sum does for ordinary values."""
+    acc = torch.float32
+    shift = ir.const(DEVIATION_SHIFT, acc)
+    finite = ir.binary(Op.LT, ir.unary(Op.ABS, dev), ir.const(math.inf, acc))
+    shifted = ir.where(finite, ir.binary(Op.MUL, dev, shift),  # x - mean0 overflowed: scaled first
+                       ir.binary(Op.SUB, ir.binary(Op.MUL, xs, shift), ir.binary(Op.MUL, mean0, shift)))
+    big_sq = ir.where(big, ir.binary(Op.MUL, ir.binary(Op.MUL, shifted, shifted), ir.const(1 / scale, acc)),
+                      ir.const(0, acc))
+    units = as_expr(reduce_to(ctx, node, Lazy(x.shape, acc, big_sq), d, True, ReduceOp.SUM, acc, acc))
+    small = ir.binary(Op.MUL, squares, ir.const(DEVIATION_SHIFT ** 2 / scale, acc))  # negligible or exact
+    t = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale * DEVIATION_SHIFT, acc))  # sum(d) * 2^-66
+    correction = ir.binary(Op.MUL, ir.binary(Op.DIV, t, ir.const(scale, acc)), ir.binary(Op.DIV, t, ir.const(n, acc)))
+    less = ir.binary(Op.SUB, ir.binary(Op.ADD, units, small), correction)
+    less = ir.where(ir.binary(Op.LT, less, ir.const(0, acc)), ir.const(0, acc), less)
+    # inf stays inf, and a NaN among the small deviations (inf - inf: a row holding inf) stays NaN
+    centred = ir.where(ir.binary(Op.LT, units, ir.const(math.inf, acc)), less, ir.binary(Op.ADD, units, small))
+    per = (ir.binary(Op.MUL, centred, ir.const(math.inf, acc)) if denom == 0 else
+           ir.binary(Op.DIV, centred, ir.const(denom, acc)))
+    half = ir.const(2.0 ** 66, acc)  # 2^132 is beyond float32: two steps (inf where the variance is)
+    var = ir.binary(Op.MUL, ir.binary(Op.MUL, ir.binary(Op.MUL, per, ir.const(scale, acc)), half), half)
+    return ir.where(ir.binary(Op.NE, units, ir.const(0, acc)), var, plain)
 
 
 @register(aten.var.correction)

@@ -694,3 +694,24 @@ def test_split_of_an_empty_dim(codegen: str, device: str) -> None:
     y = torch.randn(4, 5, device=device)
     for g, w in zip(_compiled(lambda a: tuple(aten.split.Tensor(a, 2, 1)), y, codegen=codegen)(y), y.split(2, 1)):
         torch.testing.assert_close(g, w)
+
+
+def test_variance_of_equal_values_near_max_is_zero(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 24: ``native_layer_norm`` over rows of 17 equal -3.4e38 gave NaN where
+    eager gives 0: the first mean was an ulp off, and an ulp's deviation at that magnitude (2^104)
+    squares beyond float32's range, so var_mean's variance was inf. Big deviations are now summed
+    scaled by 2^-132 (and corrected by sum(d)^2 / n in the same units), which cancels to 0."""
+    x = torch.tensor([[-3.4028234663852886e38], [3.4e38], [-1e-3], [1e25]], device=device).expand(4, 17).contiguous()
+    var, mean = _compiled(lambda a: tuple(aten.var_mean.correction(a, [1], correction=0)), x, codegen=codegen)(x)
+    assert torch.equal(var, torch.zeros_like(var)), var
+    assert torch.equal(mean, x[:, 0]), mean
+    out, _, rstd = _compiled(lambda a: aten.native_layer_norm.default(a, [17], None, None, 1e-5), x,
+                             codegen=codegen)(x)
+    assert torch.equal(out, torch.zeros_like(out)), out
+    torch.testing.assert_close(rstd.flatten(), torch.full((4,), 1e-5 ** -0.5, device=device))
+    y = torch.tensor([[2e18, -2e18, 6e17, 2.0]], device=device)  # big deviations (> 2^50), a finite variance
+    (got,) = _compiled(lambda a: (aten.var.correction(a, [1], correction=1),), y, codegen=codegen)(y)
+    torch.testing.assert_close(got.double(), torch.var(y.double(), 1), rtol=1e-5, atol=0)
+    z = torch.tensor([[float("inf"), 1.0], [float("nan"), 1.0]], device=device)  # eager's NaN kept
+    (got,) = _compiled(lambda a: (aten.var.correction(a, [1], correction=0),), z, codegen=codegen)(z)
+    assert torch.isnan(got).all(), got
