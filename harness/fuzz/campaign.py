@@ -133,6 +133,7 @@ def allowances(record: dict[str, Any]) -> list[str]:
     out += ["rounded steps"] if record.get("rounded_step_passes") else []
     out += ["ill-conditioned accumulation"] if record.get("ill_conditioned") else []
     out += ["near-tied indices"] if record.get("near_ties") else []
+    out += ["sign of a NaN"] if record.get("nan_signs") else []
     return out + (["float64 order-dependent"] if record.get("unjudged") else [])
 
 

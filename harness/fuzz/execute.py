@@ -24,6 +24,7 @@ import torch
 from harness.execute import describe_error, is_compile_error, is_oom
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
+from harness.fuzz.nan_sign import nan_sign_only
 from harness.fuzz.ties import near_tied_indices
 from harness.oracle import ParityOracle, ParityResult, nonfinite_mismatch, outputs_identical
 from harness.status import Status
@@ -65,7 +66,8 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     product that cancels beyond its working precision is not compared
     (``harness.fuzz.conditioning.ill_conditioned``), and an index output (argmax, a sort's or a
     running max's indices) differing only where the values it indexes are tied to within rounding
-    passes (``harness.fuzz.ties.near_tied_indices``).
+    passes (``harness.fuzz.ties.near_tied_indices``), as does a ``signbit`` of a NaN
+    (``harness.fuzz.nan_sign``: the sign of a NaN is unspecified).
     A float64 output downstream of an accumulating op (a reduction, scan or nn op) that inputs near
     the top of float64's range reach is not compared (``ParityOracle.compare``'s ``order_dependent``;
     ``unjudged`` in the metrics): its overflow and cancellation depend on the evaluation order."""
@@ -102,6 +104,10 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
                 and near_tied_indices(graph, name, e, compiled[i])):
             parity = ParityResult(True)
             metrics["near_ties"] = metrics.get("near_ties", 0) + 1
+        if (not parity.passed and rounding_spread and isinstance(e, torch.Tensor)
+                and nan_sign_only(graph, name, e, compiled[i])):
+            parity = ParityResult(True)
+            metrics["nan_signs"] = metrics.get("nan_signs", 0) + 1
         for key in ("max_abs_err", "rmse_ratio", "rounding_spread"):
             value = getattr(parity, key)
             if value is not None:
@@ -273,6 +279,10 @@ def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -
         name, mismatch = root
         return (full.output_ops()[name],
                 f"{name}: {mismatch} (eager overflowed there, excused; {failing} fails downstream)")
+    zero = _zero_sign_upstream(full, failing, eager, out)
+    if zero:
+        return (full.output_ops()[zero],
+                f"{zero}: signs of zeros differ from eager (equal values, so it passed; {failing} fails downstream)")
     return full.output_ops()[failing], reason
 
 
@@ -293,6 +303,24 @@ def _overflow_upstream(graph: FuzzGraph, failing: str, eager: tuple, compiled: t
             return name, mismatch
     return None
 
+
+
+def _zero_sign_upstream(graph: FuzzGraph, failing: str, eager: tuple, compiled: tuple) -> str | None:
+    """The earliest float value ``failing`` depends on whose zeros differ in sign from eager's: the
+    oracle compares them equal (0 == -0), so a later op that tells them apart (atan2, signbit, 1/x)
+    is where the difference shows, not where it starts (fuzzer, crucible-cpp, seed 24: ATen's
+    softshrink's zeros, seen through atan2)."""
+    index = {name: i for i, name in enumerate(graph.outputs)}
+    upstream = graph.upstream([failing]) - {failing}
+    for name in graph.outputs:  # node order
+        e, c = eager[index[name]], compiled[index[name]]
+        if (name not in upstream or not isinstance(e, torch.Tensor) or not isinstance(c, torch.Tensor)
+                or not e.is_floating_point() or e.shape != c.shape):
+            continue
+        e, c = e.cpu(), c.cpu()
+        if bool(((e == 0) & (c == 0) & (torch.signbit(e) != torch.signbit(c))).any()):
+            return name
+    return None
 
 
 def localize_record(graph: FuzzGraph, target: Target, name: str, capture: str = "fx") -> dict[str, Any]:

@@ -25,9 +25,6 @@ class KnownFinding:
     error: str  # substring of the error message, any case ("" matches any)
     reason: str  # one line, with the FINDINGS.md section it is written up in
     output: str = ""  # suffix the failing output's name must end with ("_1": a tuple's second output)
-    # glob one of the graph's ops must match: a difference an op shows only through a later one
-    # (the sign of softshrink's zeros, seen by signbit) is known only with that op in the graph
-    after: str = ""
 
 
 KNOWN_FINDINGS: list[KnownFinding] = [
@@ -139,13 +136,14 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("inductor", "fail_accuracy", "aten.div.Tensor_mode", "NaN positions",
                  "Inductor's GPU floor division of +-inf by a finite value gives +-inf, ATen's div_floor (through "
                  "fmod) NaN; FINDINGS.md: 'Inductor (GPU): floor division of +-inf'"),
-    KnownFinding("crucible-*", "fail_accuracy", "aten.signbit.*", "integer/bool values",
+    KnownFinding("crucible-*", "fail_accuracy", "aten.softshrink.*", "signs of zeros",
                  "ATen's CPU softshrink gives +0 in its vectorized loop and a zero of its input's sign in its scalar "
-                 "tail (torch's rule: x * 0, the input's sign); FINDINGS.md: 'ATen (CPU): softshrink's zero and float64 exp2'",
-                 after="aten.softshrink.*"),
-    KnownFinding("inductor", "fail_accuracy", "aten.signbit.*", "integer/bool values",
-                 "as for crucible-* (torch's softshrink rule); FINDINGS.md: 'ATen (CPU): softshrink's zero'",
-                 after="aten.softshrink.*"),
+                 "tail (torch's rule: x * 0, the input's sign); FINDINGS.md: 'ATen (CPU): softshrink's zero and float64 exp2'"),
+    KnownFinding("inductor", "fail_accuracy", "aten.softshrink.*", "signs of zeros",
+                 "as for crucible-* (torch's softshrink rule); FINDINGS.md: 'ATen (CPU): softshrink's zero'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.remainder.*", "NaN positions",
+                 "ATen's CPU remainder is NaN where the quotient overflows, in its vectorized loop only (its scalar "
+                 "loop: the exact remainder, as Crucible); FINDINGS.md: 'ATen (CPU): remainder is NaN'"),
     KnownFinding("crucible-*", "fail_accuracy", "aten.gelu.default", "positions",
                  "ATen's CPU gelu gives NaN for +inf and inf at finfo.max (Crucible: inf and finfo.max, as torch's "
                  "rule and float64); FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
@@ -158,7 +156,6 @@ def match_known(target: str, record: dict[str, Any]) -> str | None:
     for known in KNOWN_FINDINGS:
         if (fnmatch.fnmatchcase(target, known.target) and record.get("status") == known.status
                 and fnmatch.fnmatchcase(record.get("op") or "", known.op)
-                and known.error.lower() in error.lower() and error.split(":")[0].endswith(known.output)
-                and (not known.after or any(fnmatch.fnmatchcase(op, known.after) for op in record.get("ops") or ()))):
+                and known.error.lower() in error.lower() and error.split(":")[0].endswith(known.output)):
             return known.reason
     return None

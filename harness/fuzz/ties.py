@@ -119,7 +119,7 @@ def near_tied_indices(graph: FuzzGraph, name: str, eager: torch.Tensor, compiled
         return False
     source, dim, keepdim = args["self"].name, args.get("dim"), bool(args.get("keepdim", False))
     try:
-        values = _values(graph, source, eager.device)
+        values = value_of(graph, source, eager.device)
     except Exception:  # noqa: BLE001 -- no float64 kernel for some op upstream: judged strictly
         return False
     if values is None:
@@ -141,7 +141,7 @@ def near_tied_indices(graph: FuzzGraph, name: str, eager: torch.Tensor, compiled
     return bool((_same(ie, ic) | (near & ~true_tie)).all())
 
 
-def _values(graph: FuzzGraph, source: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+def value_of(graph: FuzzGraph, source: str, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
     """Eager's value of ``source`` (an input or node value; on the device eager ran on) and the
     float64 reference's, both on the CPU."""
     if source in graph.input_names():

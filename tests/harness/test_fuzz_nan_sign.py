@@ -1,0 +1,44 @@
+"""signbit of a NaN (``harness.fuzz.nan_sign``): the sign of a NaN result is unspecified, so a
+compiled signbit may differ from eager's where its input is NaN, and nowhere else."""
+
+from __future__ import annotations
+
+
+from harness.fuzz.campaign import allowances
+from harness.fuzz.execute import run_graph
+from harness.fuzz.graph import FuzzGraph, Node
+from harness.fuzz.nan_sign import nan_sign_only
+from harness.status import Status
+from harness.targets import parse_target
+
+X = {"shape": [8], "dtype": "bfloat16", "layout": "sliced", "profile": "special", "seed": 1}  # NaN at [1]
+META = [([8], "bfloat16")]
+
+
+def _graph(source: str = "v1") -> FuzzGraph:
+    return FuzzGraph([X], [Node("aten.exp.default", "aten.exp.default(x0)", ["v1"], META),
+                           Node("aten.signbit.default", f"aten.signbit.default({source})", ["v3"], [([8], "bool")])],
+                     ["v3"])
+
+
+def test_signbit_of_exp_of_a_nan_passes_on_crucible() -> None:
+    """Fuzzer, crucible-cpp, seed 24: ATen's bfloat16 exp keeps a NaN's sign bit, Crucible's gives
+    the canonical positive NaN; signbit tells them apart."""
+    graph = _graph()
+    record = run_graph(graph, parse_target("crucible-cpp"))
+    assert record["status"] == Status.PASS, record.get("error")
+    eager = graph.function()(*graph.make_inputs())[0]
+    if bool(eager[1]):  # ATen's NaN kept its sign: the allowance was what passed it
+        assert allowances(record) == ["sign of a NaN"]
+
+
+def test_only_nan_positions_are_excused() -> None:
+    graph = _graph()
+    eager = graph.function()(*graph.make_inputs())[0]
+    nan_flip = eager.clone()
+    nan_flip[1] = ~nan_flip[1]
+    assert nan_sign_only(graph, "v3", eager, nan_flip)
+    number_flip = eager.clone()
+    number_flip[0] = ~number_flip[0]  # exp(-0.31): a number, its sign is defined
+    assert not nan_sign_only(graph, "v3", eager, number_flip)
+    assert not nan_sign_only(_graph("x0"), "v1", eager, nan_flip)  # not a signbit output
