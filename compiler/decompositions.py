@@ -75,6 +75,10 @@ def mish(x: torch.Tensor) -> torch.Tensor:
     return x * torch.tanh(torch.nn.functional.softplus(x))
 
 
+def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+
+
 @rule("crucible:batch_norm_inference", aten._native_batch_norm_legit_no_training.default)
 def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: torch.Tensor,
                          running_var: torch.Tensor, momentum: float, eps: float) -> Any:
@@ -83,7 +87,7 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
     # a running mean near float32's max where eager (and the float64 reference) stay finite, and
     # the folded form's overflow (alpha = inf for a weight near max) is eager's too.
     shape = [1, -1] + [1] * (x.dim() - 2)
-    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    acc = _accumulation_dtype(x.dtype)
     alpha = torch.rsqrt(running_var.to(acc) + eps)
     if weight is not None:
         alpha = alpha * weight.to(acc)
@@ -134,10 +138,6 @@ def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torc
     if bias is not None:
         return out + bias.to(out.dtype).reshape(shape)
     return out
-
-
-def _accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
 @rule("crucible:split_of_an_empty_dim", aten.split.Tensor)
