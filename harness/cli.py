@@ -76,6 +76,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--junit", metavar="PATH", help="write the run as JUnit XML instead")
     p.add_argument("--runs", action="store_true", help="list the runs in the database")
     p.add_argument("--repro", metavar="KEY", help="print the repro.py of the fuzz finding KEY of the run")
+    p.add_argument("--traceback", metavar="KEY",
+                   help="print the traceback the fuzz finding KEY of the run raised when it was found")
 
     p = sub.add_parser("diff", help="regressions and improvements from RUN_A to RUN_B (exit 1 on regressions)")
     p.add_argument("run_a")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import traceback
+from pathlib import Path
 
 from harness.targets import TargetUnavailable
 
@@ -28,6 +29,31 @@ def describe_error(exc: BaseException) -> tuple[str, str]:
     line = f"{type(inner).__name__}: {first}"[:500]
     detail = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return line, detail[-4000:]
+
+
+_CHAIN = re.compile(r"^(The above exception was the direct cause of the following exception:|"
+                    r"During handling of the above exception, another exception occurred:)$", re.MULTILINE)
+_PROJECT = f"{Path(__file__).resolve().parents[1]}/"
+_FRAME = re.compile(r'^  File "([^"]+)", line (\d+), in (.+)$', re.MULTILINE)
+
+
+def _short_path(path: str) -> str:
+    # the project's files from the project root, installed packages from site-packages
+    if path.startswith(_PROJECT):
+        return path[len(_PROJECT):]
+    return path.rsplit("/site-packages/", 1)[-1]
+
+
+def raised_at(detail: str | None) -> str | None:
+    """``path:line in function`` of the frame that raised the root error of a formatted traceback
+    (``describe_error``'s detail): the last frame of the first exception printed, the one a chain
+    of ``raise ... from`` starts with; None where the text holds no frame (a worker's log tail)."""
+    for block in _CHAIN.split(detail or "")[::2]:
+        frames = _FRAME.findall(block)
+        if frames:
+            path, line, function = frames[-1]
+            return f"{_short_path(path)}:{line} in {function.strip()}"
+    return None
 
 
 def is_oom(exc: BaseException) -> bool:

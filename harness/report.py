@@ -10,6 +10,7 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.compile_reasons import fallback_reasons, top_extern_ops, top_refused_fusions
+from harness.errors import raised_at
 from harness.status import ALL_STATUSES, Status, eager_ok
 
 
@@ -166,6 +167,8 @@ def render_fuzz_findings(run: dict[str, Any], findings: list[dict[str, Any]]) ->
              f["known"] or "NEW"] for f in findings]
     parts.append("fuzz findings by signature\n" + tabulate(rows, headers=["key", "signature", "hits", "nodes", "known"]))
     for f, row in zip(findings, rows):
-        parts.append(f"[{row[0]}] {f['signature']}\n  {(f['error'] or '')[:300]}\n  repro: crucible report "
+        where = raised_at(f.get("error_detail"))
+        raised = (f"\n  raised at {where} (crucible report {run['id']} --traceback {row[0]})" if where else "")
+        parts.append(f"[{row[0]}] {f['signature']}\n  {(f['error'] or '')[:300]}{raised}\n  repro: crucible report "
                      f"{run['id']} --repro {row[0]} > repro.py")
     return "\n\n".join(parts)

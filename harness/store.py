@@ -57,7 +57,7 @@ CREATE TABLE IF NOT EXISTS results (
 CREATE TABLE IF NOT EXISTS fuzz_findings (
     run_id TEXT NOT NULL, signature TEXT NOT NULL, kind TEXT, target TEXT, status TEXT, op TEXT,
     error TEXT, known TEXT, hits INTEGER, nodes INTEGER, graph TEXT, repro TEXT, recorded REAL,
-    PRIMARY KEY (run_id, signature)
+    error_detail TEXT, PRIMARY KEY (run_id, signature)
 );
 CREATE TABLE IF NOT EXISTS minimized (
     run_id TEXT NOT NULL, name TEXT NOT NULL, status TEXT, signature TEXT, repro TEXT, nodes_before REAL,
@@ -147,6 +147,8 @@ class ResultStore:
                 if column not in have:
                     kind = "TEXT" if column in _TEXT_COLUMNS or column in JSON_COLUMNS else "REAL"
                     self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+            if "error_detail" not in {row[1] for row in self.db.execute("PRAGMA table_info(fuzz_findings)")}:
+                self.db.execute("ALTER TABLE fuzz_findings ADD COLUMN error_detail TEXT")
 
     def close(self) -> None:
         self.db.close()
@@ -261,7 +263,8 @@ class ResultStore:
 
     # -- fuzz findings (harness.fuzz) ----------------------------------------
     def record_finding(self, run_id: str, finding: dict[str, Any]) -> None:
-        columns = ("signature", "kind", "target", "status", "op", "error", "known", "hits", "nodes", "graph", "repro")
+        columns = ("signature", "kind", "target", "status", "op", "error", "error_detail", "known", "hits", "nodes",
+                   "graph", "repro")
         with self.db:
             self.db.execute(f"INSERT OR REPLACE INTO fuzz_findings (run_id, {', '.join(columns)}, recorded) "
                             f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",

@@ -152,7 +152,8 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1) -> int:
     def save(finding: Any) -> None:
         store.record_finding(run_id, {
             "signature": finding.signature, "kind": "graph", "target": request.target, "status": finding.status,
-            "op": finding.op, "error": finding.error, "known": finding.known, "hits": finding.hits,
+            "op": finding.op, "error": finding.error, "error_detail": finding.record.get("error_detail"),
+            "known": finding.known, "hits": finding.hits,
             "nodes": len(finding.graph.nodes), "graph": finding.graph.to_json(),
             "repro": write_repro(finding.graph, request.target, request.device, finding.record, how)})
 

@@ -23,13 +23,23 @@ def _database(ref: str | None, default: str) -> str:
 def print_fuzz_report(run: dict[str, Any], args: argparse.Namespace) -> int:
     with ResultStore(_database(args.run, args.db)) as store:
         findings = store.findings(run["id"])
-    if args.repro:
-        chosen = [f for f in findings if hashlib.sha1(f["signature"].encode()).hexdigest().startswith(args.repro)]
+    key = getattr(args, "traceback", None) or args.repro
+    if key:
+        chosen = [f for f in findings if hashlib.sha1(f["signature"].encode()).hexdigest().startswith(key)]
         if len(chosen) != 1:
             print(f"error: {'no' if not chosen else 'more than one'} finding of run {run['id']} has key "
-                  f"{args.repro!r}; `crucible report {run['id']}` lists the keys", file=sys.stderr)
+                  f"{key!r}; `crucible report {run['id']}` lists the keys", file=sys.stderr)
             return 2
-        print(chosen[0]["repro"])
+        if args.repro:
+            print(chosen[0]["repro"])
+            return 0
+        detail = chosen[0].get("error_detail")
+        if not detail:
+            print(f"error: finding {key} of run {run['id']} has no traceback ({chosen[0]['status']}: "
+                  "accuracy findings raise nothing, and runs recorded before tracebacks were stored have none); "
+                  f"`crucible report {run['id']} --repro {key}` reproduces it", file=sys.stderr)
+            return 2
+        print(detail)
         return 0
     print(render_fuzz_findings(run, findings))
     return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+from harness.errors import raised_at
 from harness.fuzz import values
 from harness.fuzz.graph import FuzzGraph
 from harness.targets import parse_target
@@ -114,6 +115,9 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: dict[
               f"# {str(record.get('error') or '')[:300]}".rstrip()]
     if how_found:
         header.append(f"# found by: {how_found}")
+    where = raised_at(record.get("error_detail"))
+    if where:
+        header.append(f"# raised at: {where}")
     header.append("# Run: python repro.py  (exit 1 while it reproduces; needs torch and the target)")
     body = [
         "import math", "import sys", "", "import torch", "", _values_source().strip(), "",

@@ -69,6 +69,17 @@ def hardsigmoid_rule_off_by_a_bit() -> None:
     RULES[name] = DecompRule(name, aten.hardsigmoid.default, wrong, "torch")
 
 
+def exp_lowering_raises() -> None:
+    """The exp lowering raises (a lowering bug that fails the compile, not the numbers)."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowering import LOWERINGS
+
+    def broken(ctx: Any, node: Any, *args: Any, **kw: Any) -> Any:
+        raise KeyError("planted: exp has no lowering")
+
+    LOWERINGS[aten.exp.default] = broken
+
+
 def gpu_exp_misspelled() -> None:
     """The GPU rendering of float32 exp calls a libdevice function that does not exist: the
     interpreter (numpy's exp) never sees it, only Triton's GPU build does."""

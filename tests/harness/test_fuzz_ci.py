@@ -47,6 +47,24 @@ def test_real_compiler_has_no_findings_on_the_same_campaign(cli, tmp_path) -> No
     assert "graphs run 20" in out.stdout and "validity 100.0%" in out.stdout
 
 
+def test_an_error_finding_keeps_its_traceback(cli, tmp_path) -> None:
+    """A lowering that raises: the finding stores the traceback it was found with; the report says
+    where it was raised, ``--traceback KEY`` prints it and the repro names the frame too."""
+    db = str(tmp_path / "fuzz.sqlite")
+    out = cli("fuzz", "--target", "crucible-cpp", "--ops", "exp.default,add.Tensor", "--examples", "6",
+              "--max-nodes", "2", "--shrink-seconds", "5", "--max-findings", "1", "--db", db,
+              "--import", "tests.harness.fuzz_plants:exp_lowering_raises", timeout=300)
+    assert out.returncode == 1, out.stdout + out.stderr[-3000:]
+    report = cli("report", "--db", db)
+    where = re.search(r"raised at (tests/harness/fuzz_plants\.py:\d+ in broken) \(crucible report \S+ "
+                      r"--traceback ([0-9a-f]{10})\)", report.stdout)
+    assert where, report.stdout
+    trace = cli("report", "--db", db, "--traceback", where.group(2))
+    assert trace.returncode == 0 and "planted: exp has no lowering" in trace.stdout and "Traceback" in trace.stdout
+    repro = cli("report", "--db", db, "--repro", where.group(2))
+    assert f"# raised at: {where.group(1)}" in repro.stdout
+
+
 def test_decomposition_fuzzer_finds_a_planted_rule_and_passes_the_real_one(cli, tmp_path) -> None:
     """fuzz-decomps on one rule by name: the planted slope error fails it, the real rule passes."""
     db = str(tmp_path / "decomps.sqlite")

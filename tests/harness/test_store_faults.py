@@ -85,6 +85,26 @@ def test_bad_store_cli_exit_2(cli, tmp_path: Path) -> None:
         assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
+def test_an_older_fuzz_findings_table_gains_the_traceback_column(tmp_path: Path) -> None:
+    """A store written before findings kept their traceback opens, keeps its findings and stores new
+    ones with theirs."""
+    path = tmp_path / "old.sqlite"
+    old = sqlite3.connect(path)
+    old.executescript("""
+        CREATE TABLE runs (id TEXT PRIMARY KEY, suite TEXT, target TEXT, created REAL, finished INTEGER DEFAULT 0,
+                           metadata TEXT);
+        CREATE TABLE fuzz_findings (run_id TEXT NOT NULL, signature TEXT NOT NULL, kind TEXT, target TEXT,
+            status TEXT, op TEXT, error TEXT, known TEXT, hits INTEGER, nodes INTEGER, graph TEXT, repro TEXT,
+            recorded REAL, PRIMARY KEY (run_id, signature));
+        INSERT INTO fuzz_findings (run_id, signature, status) VALUES ('r', 'old | op | E', 'fail_run');
+    """)
+    old.close()
+    with ResultStore(path) as store:
+        store.record_finding("r", {"signature": "new | op | E", "status": "fail_run", "error_detail": "Traceback ..."})
+        found = {f["signature"]: f["error_detail"] for f in store.findings("r")}
+    assert found == {"old | op | E": None, "new | op | E": "Traceback ..."}
+
+
 def test_locked_store_is_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     path = tmp_path / "locked.sqlite"
     _valid_store(path)
