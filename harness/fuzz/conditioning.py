@@ -7,8 +7,8 @@ oracle allowances (``harness.fuzz.campaign.allowances``):
   float64 inputs of magnitude >= 2^1000 reach. Partial sums and products near the top of float64's
   range overflow (inf, or inf - inf = NaN) or cancel by the summation order, and no wider type can
   say which order is right.
-- ``ill_conditioned``: an output downstream of a sum, mean, cumsum or matrix product that cancels
-  beyond its working precision: sum|terms| / |sum| >= 1/u somewhere (u: the unit roundoff of the
+- ``ill_conditioned``: an output downstream of a sum, mean (var_mean's too), cumsum or matrix
+  product that cancels beyond its working precision: sum|terms| / |sum| >= 1/u somewhere (u: the unit roundoff of the
   op's result dtype), measured by running the op on the absolute values of its float64 inputs, at a
   position where eager's value (on the CPU) is off the float64 one. Every digit of the
   working-precision result is then rounding noise whose value depends on the order
@@ -26,9 +26,12 @@ from harness.fuzz.values import DTYPES, make_input
 
 HUGE_FLOAT64 = 2.0 ** 1000  # inputs this large overflow float64 partial sums and products
 ACCUMULATING = ("reduction", "nn", "scan")  # op families whose result sums many values
-# ops whose result on |inputs| is the sum of |terms| (the numerator of the summation condition number)
-LINEAR_ACCUMULATIONS = ("aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim", "aten.mean.default",
-                        "aten.cumsum.default", "aten.mm.default", "aten.bmm.default")
+# op -> its output whose value on |inputs| is the sum of |terms| (the numerator of the summation
+# condition number): var_mean's mean is a mean like any other
+LINEAR_ACCUMULATIONS = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim",
+                                         "aten.mean.default", "aten.cumsum.default", "aten.mm.default",
+                                         "aten.bmm.default"), 0),
+                        "aten.var_mean.correction": 1}
 
 
 def _holds_huge(t: torch.Tensor) -> bool:
@@ -55,8 +58,9 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     """Whether a sum, mean, cumsum or matrix product upstream of ``name`` (itself included) cancels
     beyond the unit roundoff of its float result dtype, in the float64 reference."""
     upstream = graph.upstream([name])
-    nodes = [n for n in graph.nodes if n.op in LINEAR_ACCUMULATIONS and n.outputs[0] in upstream
-             and DTYPES.get(n.out_meta[0][1], torch.int64).is_floating_point]
+    nodes = [(n, LINEAR_ACCUMULATIONS[n.op]) for n in graph.nodes if n.op in LINEAR_ACCUMULATIONS
+             and n.outputs[LINEAR_ACCUMULATIONS[n.op]] in upstream
+             and DTYPES.get(n.out_meta[LINEAR_ACCUMULATIONS[n.op]][1], torch.int64).is_floating_point]
     if not nodes:
         return False
     try:
@@ -66,14 +70,15 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
         eager = dict(zip(full.outputs, full.function()(*full.make_inputs("cpu"))))
         magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
                       for k, v in values.items()}
-        for node in nodes:
-            out = values[node.outputs[0]]
+        for node, k in nodes:
+            out = values[node.outputs[k]]
             bound = eval(node.expr, {**namespace(reference=True), **magnitudes})  # noqa: S307 -- our own op table
-            u = torch.finfo(DTYPES[node.out_meta[0][1]]).eps / 2
+            bound = bound[k] if isinstance(bound, tuple) else bound
+            u = torch.finfo(DTYPES[node.out_meta[k][1]]).eps / 2
             cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
             # ... where eager's working-precision value did lose the digits (an exact cancellation of
             # small integers to 0 is well computed, and judged)
-            lost = (eager[node.outputs[0]].double() - out.double()).abs() > 2 * u * out.double().abs()
+            lost = (eager[node.outputs[k]].double() - out.double()).abs() > 2 * u * out.double().abs()
             if bool((cancels & lost).any()):
                 return True
     except Exception:  # noqa: BLE001 -- no float64 kernel or a call |x| does not fit: judged strictly
