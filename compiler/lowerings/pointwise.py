@@ -312,6 +312,8 @@ def lower_pow(ctx: GraphLowering, node: Any, a: Any, b: Any) -> Lazy:
             return pointwise(node, lambda x: x, a, compute=common)
         if b == 0.5 and common.is_floating_point:  # ATen's pow(x, 0.5) is sqrt: NaN for -inf, -0.0 kept
             return pointwise(node, vsqrt, a, compute=common)
+        if b == -0.5 and common.is_floating_point:  # ... and pow(x, -0.5) rsqrt: NaN for -inf, -inf for -0.0
+            return pointwise(node, lambda x: x.u(Op.RSQRT), a, compute=common)
         if b == 3:
             return pointwise(node, lambda x: x * x * x, a, compute=common)
         if b == -1 and common.is_floating_point:

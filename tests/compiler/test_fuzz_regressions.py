@@ -715,3 +715,19 @@ def test_variance_of_equal_values_near_max_is_zero(codegen: str, device: str) ->
     z = torch.tensor([[float("inf"), 1.0], [float("nan"), 1.0]], device=device)  # eager's NaN kept
     (got,) = _compiled(lambda a: (aten.var.correction(a, [1], correction=0),), z, codegen=codegen)(z)
     assert torch.isnan(got).all(), got
+
+
+def test_pow_of_minus_a_half_is_rsqrt(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 25: ``aten.pow.Tensor_Scalar(x0, -0.5)`` over -inf gave 0 (C pow)
+    where eager gives NaN: ATen computes pow(x, -0.5) as rsqrt (NaN for -inf, -inf for -0.0), as it
+    computes pow(x, 0.5) as sqrt. (ATen's CPU float16 kernel alone takes C pow; the GPU's and the
+    float64 reference's are rsqrt, which Crucible follows.)"""
+    x = torch.tensor(SPECIALS + [1e-40, 4.0, 3.0], device=device)
+    for dtype in (torch.float32, torch.bfloat16, torch.float64):
+        xs = x.to(dtype)
+        got = _compiled(lambda a: aten.pow.Tensor_Scalar(a, -0.5), xs, codegen=codegen)(xs)
+        want = aten.rsqrt.default(xs)
+        torch.testing.assert_close(got, want, equal_nan=True, rtol=2e-7 if dtype == torch.float32 else None,
+                                   atol=0 if dtype == torch.float32 else None)
+        assert torch.equal(torch.signbit(got), torch.signbit(want)), (dtype, got, want)
+
