@@ -29,6 +29,7 @@ from compiler.codegen.shared import (
     reduction_identity,
 )
 from compiler.codegen.shared import unravel as unravel_codes
+from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
@@ -321,12 +322,8 @@ class _KernelWriter:
     def cast(self, code: str, src: torch.dtype, dst: torch.dtype) -> str:
         if dst == torch.bool:
             return f"{code} != 0"
-        if dst == torch.bfloat16 and self.r.interpret:
-            # Triton's interpreter truncates fp32 -> bf16; round to nearest even on the bits
-            value = f"({code}).to(tl.float32)"
-            bits = f"{value}.to(tl.uint32, bitcast=True)"
-            rounded = f"(({bits} + 0x7FFF + (({bits} >> 16) & 1)) & 0xFFFF0000).to(tl.float32, bitcast=True)"
-            return f"tl.where({value} != {value}, {value}, {rounded})"
+        if dst == torch.bfloat16 and self.r.interpret:  # the interpreter's own conversion is wrong
+            return f32_rounded_to_bf16(code)
         if dst in (torch.float16, torch.bfloat16):
             # round like a 16-bit tensor would; via fp32 (the interpreter's fp64->bf16 is wrong)
             via = ".to(tl.float32)" if src == torch.float64 else ""
@@ -339,9 +336,7 @@ class _KernelWriter:
         mask = self.mask_for(e.src[0])
         masked = f", mask={mask}, other=0" if mask else ""
         code = f"tl.load({buf} + ({index}){masked})"
-        if compute_dtype(e.dtype) != e.dtype:
-            code += ".to(tl.float32)"
-        return self.tmp(e, code)
+        return self.tmp(e, widened(code, e.dtype, self.r.interpret))
 
     def reduce(self, e: Expr) -> str:
         op: ReduceOp = e.arg
@@ -429,7 +424,9 @@ class _KernelWriter:
             elif not any(s.op in (Op.XVAR, Op.RVAR) for s in store.value.walk()):
                 value = f"tl.broadcast_to({value}, {shape})"
             out_dtype = store.value.dtype
-            section.append(f"tl.store({ptr} + ({index}), ({value}).to({TL_DTYPE[out_dtype]}), {mask})")
+            stored = (interpreted_bf16_store(value, out_dtype, self.r.interpret, section)
+                      or f"({value}).to({TL_DTYPE[out_dtype]})")
+            section.append(f"tl.store({ptr} + ({index}), {stored}, {mask})")
         return self.assemble()
 
     def header(self) -> list[str]:
