@@ -278,13 +278,14 @@ def lower_div(ctx: GraphLowering, node: Any, a: Any, b: Any, rounding_mode: str 
 
 def float_floor_div(x: V, y: V) -> V:
     """ATen's floor division for floats: from the exact fmod, so a quotient just below an
-    integer is not rounded up to it by the division (floor(x / y) is off by one there)."""
+    integer is not rounded up to it by the division (floor(x / y) is off by one there); a zero
+    quotient has the sign of x / y (-0.29 // -1.5 is +0.0: (x - mod) / y alone gave -0.0)."""
     mod = V(ir.binary(Op.MOD, x.e, y.e))
     div = (x - mod) / y
     div = sel(mod.ne(0) & (y < 0).ne(mod < 0), div - 1, div)
     floored = div.u(Op.FLOOR)
     floored = sel(div - floored > 0.5, floored + 1, floored)
-    return sel(y.eq(0), x / y, floored)
+    return sel(y.eq(0), x / y, sel(div.eq(0), (x / y) * 0, floored))
 
 
 def python_mod(x: V, y: V) -> V:

@@ -746,3 +746,25 @@ def test_bfloat16_subnormals_load_and_store_exactly(codegen: str, device: str) -
         assert torch.equal(got.isnan(), want.isnan()), (got, want)
         assert torch.equal(got.nan_to_num(), want.nan_to_num()), (got, want)
         assert torch.equal(got.signbit() & ~got.isnan(), want.signbit() & ~want.isnan()), (got, want)
+
+
+def test_floor_division_to_zero_has_the_quotients_sign(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 25: ``copysign(x0, floor_divide(x0, -1.5))`` and
+    ``atan2(floor_divide(x0, x1), x0)``: -0.29 // -1.5 came out -0.0 where ATen gives +0.0 (its
+    div_floor takes a zero quotient's sign from a / b; (a - fmod(a, b)) / b is -0.0 there). Every
+    pair of special values, both codegens, each float dtype: values and signs as eager's."""
+    import itertools
+
+    vals = [0.0, -0.0, 0.29, -0.29, 1.5, -1.5, 3.0, -3.0, 1e-45, -1e-45, 1e38, -1e38, math.inf, -math.inf, math.nan]
+    pairs = list(itertools.product(vals, vals))
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        x = torch.tensor([p[0] for p in pairs], device=device).to(dtype)
+        y = torch.tensor([p[1] for p in pairs], device=device).to(dtype)
+        got = _compiled(lambda a, b: aten.floor_divide.default(a, b), x, y, codegen=codegen)(x, y)
+        want = aten.floor_divide.default(x, y)
+        same = (got == want) | (got.isnan() & want.isnan())
+        assert bool(same.all()), (dtype, x[~same], y[~same], got[~same])
+        assert torch.equal(got.signbit() & ~got.isnan(), want.signbit() & ~want.isnan()), dtype
+    x = torch.tensor([-0.29, 0.29, -2.0], device=device)
+    got = _compiled(lambda a: aten.floor_divide.Scalar(a, -1.5), x, codegen=codegen)(x)
+    assert torch.equal(got.signbit(), aten.floor_divide.Scalar(x, -1.5).signbit()), got
