@@ -107,3 +107,25 @@ def test_graphs_keep_everything_on_their_inputs_device() -> None:
                 assert "device" not in str(why), f"{why}\n{graph.source()}"
 
     check()
+
+
+def test_output_dtypes_of_every_node_are_eagers() -> None:
+    """Fuzzer, crucible-cpp, seed 25 (5 of 8938 graphs invalid): index_put over the rstd of a float16
+    layer norm failed in eager: the meta kernel types mean and rstd float32, the CPU kernel float16.
+    Each node's recorded dtype must be the one eager returns on the CPU."""
+
+    @settings(max_examples=120, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @hypothesis_seed(5)
+    @given(op_graphs(ops="native_layer_norm.default,native_group_norm.default,var_mean.correction,"
+                         "_native_batch_norm_legit_no_training.default,max.dim,sort.stable,topk.default",
+                     max_nodes=2, dtypes=("float16", "bfloat16", "float32")))
+    def check(graph) -> None:
+        from harness.fuzz.graph import FuzzGraph
+
+        full = FuzzGraph(graph.inputs, graph.nodes, [o for n in graph.nodes for o in n.outputs])
+        values = full.function()(*full.make_inputs())
+        metas = [m for n in graph.nodes for m in n.out_meta]
+        for value, (_, dtype) in zip(values, metas):
+            assert str(value.dtype).removeprefix("torch.") == dtype, graph.source()
+
+    check()
