@@ -345,9 +345,10 @@ def _layer_norm(n: NodeDraw) -> str:
 def _group_norm(n: NodeDraw) -> str:
     groups = n.draw(st.sampled_from([1, 2, 3]))
     channels = groups * n.draw(st.sampled_from([1, 2]))
+    # contiguous: ATen's CUDA kernel rejects other layouts (H200 seed 11: 2% of the graphs)
     a = n.tensor(("float32", "float64"), shape=[n.draw(st.sampled_from([1, 2])), channels,
-                                                n.draw(st.sampled_from([1, 5, 16]))], fresh_only=True)
-    w = n.tensor((n.dtype(a),), shape=[channels], fresh_only=True)
+                                                n.draw(st.sampled_from([1, 5, 16]))], fresh_only=True, contiguous=True)
+    w = n.tensor((n.dtype(a),), shape=[channels], fresh_only=True, contiguous=True)
     # output 0 only: the meta kernel's mean/rstd dtypes differ from the CPU kernel's
     return (f"aten.native_group_norm.default({a}, {w}, None, {_shape(n, a)[0]}, {channels}, "
             f"{_shape(n, a)[2]}, {groups}, 1e-5)[0]")
