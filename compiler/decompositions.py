@@ -99,33 +99,16 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
     return out.to(x.dtype), empty, empty
 
 
-# Where a row's variance overflows, its squared deviations are summed again scaled by 2^-SQUARES_SHIFT:
-# no float32 deviation squared and averaged that way overflows, and only a variance far below one
-# loses bits to subnormals there (where the plain sum is finite and is used).
-SQUARES_SHIFT = 66
-
-
 def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Tensor, ...]:
-    """(xa - mean) * rstd, mean and rstd over ``dims`` (kept), in ``xa``'s dtype. Torch's rules give
-    a row whose variance overflows (a value near float32's max) rstd 0 and so every output 0, where
-    float64 gives the normalized row (fuzzer, crucible-cpp, seed 22: 0 where float64 gives 0.26):
-    such a row is normalized from its deviations scaled by a power of two instead."""
-    var, mean = torch.var_mean(xa, dim=dims, correction=0, keepdim=True)
-    dev = xa - mean
-    plain_rstd = torch.rsqrt(var + eps)
-    overflow = torch.isinf(var)
-    shift = 2.0 ** -SQUARES_SHIFT  # scaled before the subtraction, which overflows too near max of both signs
-    # zero in rows that did not overflow: squares of ordinary values scaled so far down would be
-    # subnormal, which costs x86 a microcode assist per operation (layer norm on CPU ran 20x slower)
-    scaled = torch.where(overflow, xa * shift - mean * shift, 0.0)
-    scaled_var = torch.mean(scaled * scaled, dim=dims, keepdim=True)
-    usable = overflow & torch.isfinite(scaled_var)  # not a row holding inf or NaN: those stay as they are
-    # a scaled variance of 0: the row's deviations are negligible at its scale (equal values near max
-    # whose variance overflowed on an ulp's deviation), so it normalizes to 0 with rstd(0 + eps), as eager
-    spread = scaled_var > 0
-    out = torch.where(usable, torch.where(spread, scaled * torch.rsqrt(scaled_var), 0.0), dev * plain_rstd)
-    rstd = torch.where(usable, torch.where(spread, torch.rsqrt(scaled_var) * shift, eps ** -0.5), plain_rstd)
-    return out, mean, rstd
+    """(xa - mean) * rstd, mean and rstd over ``dims`` (kept), in ``xa``'s dtype, computed in float64.
+    Torch's rules give a float32 row whose variance overflows (a value near max) rstd 0 and so every
+    output 0, where float64 gives the normalized row (fuzzer, crucible-cpp, seed 22): no float32 row's
+    variance overflows float64. (A first version summed such rows again scaled by 2^-66 in float32:
+    five reductions a row, which made convnext_tiny's layer norms 4x slower on the H200.)"""
+    wide = xa.to(torch.float64)
+    var, mean = torch.var_mean(wide, dim=dims, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    return ((wide - mean) * rstd).to(xa.dtype), mean.to(xa.dtype), rstd.to(xa.dtype)
 
 
 def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torch.Tensor:

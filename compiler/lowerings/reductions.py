@@ -209,82 +209,47 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         total = reduce_to(ctx, node, scaled_x, d, True, ReduceOp.SUM, acc, acc)
         mean0 = Lazy(total.shape, acc, ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), ir.const(n, acc)),
                                                  ir.const(scale, acc)))
-        dev = ir.binary(Op.SUB, xs, broadcast_read(mean0, x.shape))
-        # the deviations are summed scaled too: two 3.4e38 in a row of 16 are deviations of 3e38 each,
-        # whose plain sum overflowed (var_mean's mean inf where eager's Welford and float64 give 4.3e37;
-        # fuzzer, crucible-cpp, seed 21); a deviation that overflows (3.4e38 - -1.7e36) is scaled before
-        # the subtraction instead (the mean was inf where eager gives -1.7e36; seed 22's layer norm)
-        inv = ir.const(1 / scale, acc)
-        dev_scaled = ir.where(ir.binary(Op.LT, ir.unary(Op.ABS, dev), ir.const(math.inf, acc)), ir.binary(Op.MUL, dev, inv),
-                              ir.binary(Op.SUB, ir.binary(Op.MUL, xs, inv),
-                                        ir.binary(Op.MUL, broadcast_read(mean0, x.shape), inv)))
-        s1_scaled = reduce_to(ctx, node, Lazy(x.shape, acc, dev_scaled), d, True, ReduceOp.SUM, acc, acc)
-        mean_kd = Lazy(mean0.shape, acc, ir.binary(Op.ADD, as_expr(mean0), ir.binary(
-            Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), ir.const(n, acc)), ir.const(scale, acc))))
-        big = None
-        if acc == torch.float32:  # deviations whose squares overflow are summed apart, scaled (see _big_deviations)
-            big = ir.binary(Op.GT, ir.unary(Op.ABS, dev), ir.const(BIG_DEVIATION, acc))
-            dev_sq = ir.where(big, ir.const(0, acc), ir.binary(Op.MUL, dev, dev))
+        # The deviations d = x - mean0 are summed in float64 whatever x's dtype: a float32 d neither
+        # overflows there (3.4e38 - -1.7e36 was inf: the mean inf where eager gives -1.7e36; fuzzer,
+        # crucible-cpp, seed 22) nor does its square (an ulp's deviation from a mean near max squares
+        # past float32: var_mean of 17 equal -3.4e38 was inf where eager gives 0; seed 24), and the
+        # sums of a row of values near max do not (seed 21). Three reductions, the last two siblings
+        # that fuse into one pass. float64 inputs keep the scaled sum of d near float64's max.
+        wide = torch.float64
+        xw, mean0w = ir.cast(xs, wide), ir.cast(broadcast_read(mean0, x.shape), wide)
+        dev = ir.binary(Op.SUB, xw, mean0w)
+        inv = ir.const(1 / scale, wide)
+        if acc == wide:  # x - mean0 overflowed near max: each scaled before the subtraction
+            dev_scaled = ir.where(ir.binary(Op.LT, ir.unary(Op.ABS, dev), ir.const(math.inf, wide)),
+                                  ir.binary(Op.MUL, dev, inv),
+                                  ir.binary(Op.SUB, ir.binary(Op.MUL, xw, inv), ir.binary(Op.MUL, mean0w, inv)))
         else:
-            dev_sq = ir.binary(Op.MUL, dev, dev)
-        ssq = reduce_to(ctx, node, Lazy(x.shape, acc, dev_sq), d, True, ReduceOp.SUM, acc, acc)
-        s1, squares = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale, acc)), as_expr(ssq)
-        correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, ir.const(n, acc)), s1)  # <= sum(d^2)
+            dev_scaled = ir.binary(Op.MUL, dev, inv)
+        s1_scaled = reduce_to(ctx, node, Lazy(x.shape, wide, dev_scaled), d, True, ReduceOp.SUM, wide, wide)
+        mean_kd = Lazy(mean0.shape, wide, ir.binary(Op.ADD, ir.cast(as_expr(mean0), wide), ir.binary(
+            Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), ir.const(n, wide)), ir.const(scale, wide))))
+        ssq = reduce_to(ctx, node, Lazy(x.shape, wide, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM,
+                        wide, wide)
+        s1, squares = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale, wide)), as_expr(ssq)
+        correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, ir.const(n, wide)), s1)  # <= sum(d^2)
         # an infinite sum of squares stays inf (the correction is inf too: inf - inf would be NaN), and
         # rounding never makes it negative (std would be NaN)
         less = ir.binary(Op.SUB, squares, correction_term)
-        less = ir.where(ir.binary(Op.LT, less, ir.const(0, acc)), ir.const(0, acc), less)
-        centred = ir.where(ir.binary(Op.LT, squares, ir.const(math.inf, acc)), less, squares)
+        less = ir.where(ir.binary(Op.LT, less, ir.const(0, wide)), ir.const(0, wide), less)
+        centred = ir.where(ir.binary(Op.LT, squares, ir.const(math.inf, wide)), less, squares)
+        acc = wide
     denom = max(n - corr, 0)
     # No degrees of freedom: ATen divides by zero (0/0 = NaN, ssq/0 = inf). A literal division
     # by 0.0 raised ZeroDivisionError in Triton's interpreter when the sum folded to a Python
     # float (fuzzer: var_mean over a 0-size dim); multiplying by inf gives the same values.
     scaled = (ir.binary(Op.MUL, centred, ir.const(math.inf, acc)) if denom == 0 else
               ir.binary(Op.DIV, centred, ir.const(denom, acc)))
-    if n and acc == torch.float32:
-        scaled = _big_deviations(ctx, node, x, d, xs, dev, big, broadcast_read(mean0, x.shape), s1_scaled, squares,
-                                 scale, n, denom, scaled)
     var = Lazy(ssq.shape, x.dtype, ir.cast(scaled, x.dtype))
     mean = Lazy(mean_kd.shape, x.dtype, ir.cast(as_expr(mean_kd), x.dtype))
     if not keepdim:
         reduced = tuple(size for i, size in enumerate(x.shape) if i not in d)
         var, mean = reshape(ctx, var, reduced), reshape(ctx, mean, reduced)
     return var, mean
-
-
-BIG_DEVIATION = 2.0 ** 50  # a float32 deviation whose square may pass finfo.max once a few are summed
-DEVIATION_SHIFT = 2.0 ** -66  # big deviations times this square to at most 2^126
-
-
-def _big_deviations(ctx: GraphLowering, node: Any, x: TensorValue, d: list[int], xs: Any, dev: Any, big: Any,
-                    mean0: Any, s1_scaled: TensorValue, squares: Any, scale: float, n: int, denom: int,
-                    plain: Any) -> Any:
-    """The float32 variance where some deviation from the first mean is big (|d| > 2^50): the sum of
-    squares in units of 2^132 * scale (the big deviations' squares scaled by 2^-132, plus the small
-    ones' sum converted), less the correction sum(d)^2 / n in the same units; ``plain`` elsewhere.
-    An ulp's deviation from a mean near finfo.max squares beyond float32's range: var_mean of 17
-    equal -3.4e38 was inf where eager gives 0 (fuzzer, crucible-cpp, seed 24, through layer norm);
-    in these units it cancels to 0 as the corrected two-pass sum does for ordinary values."""
-    acc = torch.float32
-    shift = ir.const(DEVIATION_SHIFT, acc)
-    finite = ir.binary(Op.LT, ir.unary(Op.ABS, dev), ir.const(math.inf, acc))
-    shifted = ir.where(finite, ir.binary(Op.MUL, dev, shift),  # x - mean0 overflowed: scaled first
-                       ir.binary(Op.SUB, ir.binary(Op.MUL, xs, shift), ir.binary(Op.MUL, mean0, shift)))
-    big_sq = ir.where(big, ir.binary(Op.MUL, ir.binary(Op.MUL, shifted, shifted), ir.const(1 / scale, acc)),
-                      ir.const(0, acc))
-    units = as_expr(reduce_to(ctx, node, Lazy(x.shape, acc, big_sq), d, True, ReduceOp.SUM, acc, acc))
-    small = ir.binary(Op.MUL, squares, ir.const(DEVIATION_SHIFT ** 2 / scale, acc))  # negligible or exact
-    t = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale * DEVIATION_SHIFT, acc))  # sum(d) * 2^-66
-    correction = ir.binary(Op.MUL, ir.binary(Op.DIV, t, ir.const(scale, acc)), ir.binary(Op.DIV, t, ir.const(n, acc)))
-    less = ir.binary(Op.SUB, ir.binary(Op.ADD, units, small), correction)
-    less = ir.where(ir.binary(Op.LT, less, ir.const(0, acc)), ir.const(0, acc), less)
-    # inf stays inf, and a NaN among the small deviations (inf - inf: a row holding inf) stays NaN
-    centred = ir.where(ir.binary(Op.LT, units, ir.const(math.inf, acc)), less, ir.binary(Op.ADD, units, small))
-    per = (ir.binary(Op.MUL, centred, ir.const(math.inf, acc)) if denom == 0 else
-           ir.binary(Op.DIV, centred, ir.const(denom, acc)))
-    half = ir.const(2.0 ** 66, acc)  # 2^132 is beyond float32: two steps (inf where the variance is)
-    var = ir.binary(Op.MUL, ir.binary(Op.MUL, ir.binary(Op.MUL, per, ir.const(scale, acc)), half), half)
-    return ir.where(ir.binary(Op.NE, units, ir.const(0, acc)), var, plain)
 
 
 @register(aten.var.correction)
