@@ -104,11 +104,20 @@ def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Te
     Torch's rules give a float32 row whose variance overflows (a value near max) rstd 0 and so every
     output 0, where float64 gives the normalized row (fuzzer, crucible-cpp, seed 22): no float32 row's
     variance overflows float64. (A first version summed such rows again scaled by 2^-66 in float32:
-    five reductions a row, which made convnext_tiny's layer norms 4x slower on the H200.)"""
+    five reductions a row, which made convnext_tiny's layer norms 4x slower on the H200 and CPU layer
+    norm 10x slower, its scaled squares subnormal.) float64 costs the CPU 1.4-1.6x eager's layer norm
+    (compiler/bench/RESULTS.md)."""
+    if xa.dtype == torch.float64:  # var_mean's lowering scales its sums near float64's max
+        var, mean = torch.var_mean(xa, dim=dims, correction=0, keepdim=True)
+        rstd = torch.rsqrt(var + eps)
+        return (xa - mean) * rstd, mean, rstd
+    # float32 values: their float64 sums neither overflow nor lose the digits a corrected two-pass
+    # sum would restore (a row of equal values sums exactly: deviations 0, as eager's Welford)
     wide = xa.to(torch.float64)
-    var, mean = torch.var_mean(wide, dim=dims, correction=0, keepdim=True)
-    rstd = torch.rsqrt(var + eps)
-    return ((wide - mean) * rstd).to(xa.dtype), mean.to(xa.dtype), rstd.to(xa.dtype)
+    mean = torch.mean(wide, dim=dims, keepdim=True)
+    dev = wide - mean
+    rstd = torch.rsqrt(torch.mean(dev * dev, dim=dims, keepdim=True) + eps)
+    return (dev * rstd).to(xa.dtype), mean.to(xa.dtype), rstd.to(xa.dtype)
 
 
 def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torch.Tensor:
