@@ -100,24 +100,29 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
 
 
 def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Tensor, ...]:
-    """(xa - mean) * rstd, mean and rstd over ``dims`` (kept), in ``xa``'s dtype, computed in float64.
-    Torch's rules give a float32 row whose variance overflows (a value near max) rstd 0 and so every
-    output 0, where float64 gives the normalized row (fuzzer, crucible-cpp, seed 22): no float32 row's
-    variance overflows float64. (A first version summed such rows again scaled by 2^-66 in float32:
-    five reductions a row, which made convnext_tiny's layer norms 4x slower on the H200 and CPU layer
-    norm 10x slower, its scaled squares subnormal.) float64 costs the CPU 1.4-1.6x eager's layer norm
-    (compiler/bench/RESULTS.md)."""
+    """(xa - mean) * rstd, mean and rstd over ``dims`` (kept), in ``xa``'s dtype. Torch's rules give a
+    float32 row whose variance overflows (a value near max) rstd 0 and so every output 0, where
+    float64 gives the normalized row (fuzzer, crucible-cpp, seed 22). Three passes over a row, as
+    ATen's: a first mean in float32 (mean's lowering scales the sum: the plain one overflows near max),
+    the deviations from it summed, and their squares, in float64 (neither overflows there; the first sum
+    corrects the mean), then the output in float32 (where x - mean overflows, from halves). (The
+    eighth session's fix summed such rows again scaled by 2^-66 in float32: five reductions a row,
+    convnext_tiny's layer norms 4x slower on the H200 and CPU layer norm 10x, its squares subnormal.)"""
     if xa.dtype == torch.float64:  # var_mean's lowering scales its sums near float64's max
         var, mean = torch.var_mean(xa, dim=dims, correction=0, keepdim=True)
         rstd = torch.rsqrt(var + eps)
         return (xa - mean) * rstd, mean, rstd
-    # float32 values: their float64 sums neither overflow nor lose the digits a corrected two-pass
-    # sum would restore (a row of equal values sums exactly: deviations 0, as eager's Welford)
-    wide = xa.to(torch.float64)
-    mean = torch.mean(wide, dim=dims, keepdim=True)
-    dev = wide - mean
-    rstd = torch.rsqrt(torch.mean(dev * dev, dim=dims, keepdim=True) + eps)
-    return (dev * rstd).to(xa.dtype), mean.to(xa.dtype), rstd.to(xa.dtype)
+    n = math.prod(xa.shape[d] for d in dims)
+    mean0 = torch.mean(xa, dim=dims, keepdim=True)  # mean's lowering sums x * 2^-k, 2^k >= n
+    dev = xa.to(torch.float64) - mean0.to(torch.float64)
+    s1 = torch.sum(dev, dim=dims, keepdim=True) / max(n, 1)
+    var = torch.clamp_min(torch.sum(dev * dev, dim=dims, keepdim=True) / max(n, 1) - s1 * s1, 0)
+    mean = (mean0.to(torch.float64) + s1).to(xa.dtype)
+    rstd = torch.rsqrt(var + eps).to(xa.dtype)
+    d = xa - mean
+    # rstd <= eps^-0.5, so 2 * rstd is finite; halving is exact but for subnormals (rounding <= 2^-150)
+    out = torch.where(torch.abs(d) < math.inf, d * rstd, (xa * 0.5 - mean * 0.5) * (rstd * 2))
+    return out, mean, rstd
 
 
 def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torch.Tensor:

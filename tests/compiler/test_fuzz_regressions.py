@@ -770,11 +770,12 @@ def test_floor_division_to_zero_has_the_quotients_sign(codegen: str, device: str
     assert torch.equal(got.signbit(), aten.floor_divide.Scalar(x, -1.5).signbit()), got
 
 
-def test_layer_norm_is_one_kernel_of_two_reductions(codegen: str, device: str) -> None:
+def test_layer_norm_is_one_kernel_of_two_reduction_passes(codegen: str, device: str) -> None:
     """The eighth session's overflow-safe layer norm summed a float32 row five times (its variance's
     big deviations and the rescaled rows apart), which made convnext_tiny 0.67x Inductor on the H200
-    and CPU layer norm 10x eager: the fix of seed 22 must stay two reductions (mean, then squared
-    deviations, in float64) in one kernel. Structure, not time: the benchmarks measure the time."""
+    and CPU layer norm 10x eager: the fix of seed 22 must stay one kernel of two passes that reduce
+    (a first mean; the deviations and their squares, siblings), as before it. Structure, not time:
+    the benchmarks measure the time."""
     x = torch.randn(8, 96, device=device)
     w, b = torch.randn(96, device=device), torch.randn(96, device=device)
     opt = torch.compile(lambda a, c, d: aten.native_layer_norm.default(a, [96], c, d, 1e-5)[0],
@@ -784,5 +785,8 @@ def test_layer_norm_is_one_kernel_of_two_reductions(codegen: str, device: str) -
         got = opt(x, w, b)
     torch.testing.assert_close(got, aten.native_layer_norm.default(x, [96], w, b, 1e-5)[0])
     (kernel,) = [k for g in report.graphs for k in g.kernels]
-    marker = "tl.reduce(" if codegen == "triton" else "// pass over the reduced dims: sum"
-    assert kernel.source.count(marker) == 2, kernel.source
+    if codegen == "triton":
+        assert kernel.source.count("tl.reduce(") == 3, kernel.source
+    else:
+        assert kernel.source.count("// pass over the reduced dims: sum\n") == 1, kernel.source
+        assert kernel.source.count("// pass over the reduced dims: sum, sum\n") == 1, kernel.source
