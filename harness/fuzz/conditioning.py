@@ -8,12 +8,13 @@ oracle allowances (``harness.fuzz.campaign.allowances``):
   range overflow (inf, or inf - inf = NaN) or cancel by the summation order, and no wider type can
   say which order is right.
 - ``ill_conditioned``: an output downstream of a sum, mean (var_mean's too), cumsum or matrix
-  product that cancels beyond its working precision: sum|terms| / |sum| >= 1/u somewhere (u: the unit roundoff of the
-  op's result dtype), measured by running the op on the absolute values of its float64 inputs, at a
-  position where eager's value (on the CPU) is off the float64 one. Every digit of the
-  working-precision result is then rounding noise whose value depends on the order
-  (fuzzer, crucible-cpp, seed 21: digamma of a float32 sum of int32 extremes, 36 in float64, was 0 in
-  eager (digamma -inf) and 2 in Crucible).
+  product that cancels beyond its working precision, sum|terms| / |sum| >= 1/u somewhere (u: the
+  unit roundoff of the op's result dtype), or whose sum|terms| passes the dtype's max (which partial
+  sums overflow, to +-inf or to NaN, depends on the order), measured by running the op on the
+  absolute values of its float64 inputs, at a position where eager's value (on the CPU) is off the
+  float64 one. Every digit of the working-precision result is then rounding noise whose value
+  depends on the order (fuzzer, crucible-cpp, seed 21: digamma of a float32 sum of int32 extremes,
+  36 in float64, was 0 in eager (digamma -inf) and 2 in Crucible).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ ACCUMULATING = ("reduction", "nn", "scan")  # op families whose result sums many
 # condition number): var_mean's mean is a mean like any other
 LINEAR_ACCUMULATIONS = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim",
                                          "aten.mean.default", "aten.cumsum.default", "aten.mm.default",
-                                         "aten.bmm.default"), 0),
+                                         "aten.bmm.default", "aten.matmul.default"), 0),
                         "aten.var_mean.correction": 1}
 
 
@@ -74,12 +75,17 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
             out = values[node.outputs[k]]
             bound = eval(node.expr, {**namespace(reference=True), **magnitudes})  # noqa: S307 -- our own op table
             bound = bound[k] if isinstance(bound, tuple) else bound
-            u = torch.finfo(DTYPES[node.out_meta[k][1]]).eps / 2
+            info = torch.finfo(DTYPES[node.out_meta[k][1]])
+            u = info.eps / 2
             cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
+            # a sum of |terms| past the dtype's max: which partial sums overflow, to +-inf or to NaN
+            # (inf - inf), depends on the order (H200 crucible-triton, seed 12: matmul of rows of
+            # +-3.4e38, NaN in eager where Triton's order gave -inf)
+            overflows = bound.double() > info.max
             # ... where eager's working-precision value did lose the digits (an exact cancellation of
-            # small integers to 0 is well computed, and judged)
-            lost = (eager[node.outputs[k]].double() - out.double()).abs() > 2 * u * out.double().abs()
-            if bool((cancels & lost).any()):
+            # small integers to 0 is well computed, and judged; NaN counts as lost)
+            kept = (eager[node.outputs[k]].double() - out.double()).abs() <= 2 * u * out.double().abs()
+            if bool(((cancels | overflows) & ~kept).any()):
                 return True
     except Exception:  # noqa: BLE001 -- no float64 kernel or a call |x| does not fit: judged strictly
         return False

@@ -181,6 +181,20 @@ def test_var_means_mean_that_cancels_beyond_its_precision_is_not_compared() -> N
     assert record["status"] == Status.PASS, record.get("error")
 
 
+def test_an_accumulation_whose_terms_pass_the_dtypes_max_is_not_compared() -> None:
+    """H200, crucible-triton, seed 12: exp(matmul(x0, x1)) with x1 holding +-3.4e38: the float32
+    partial sums overflow, to +-inf or to NaN (inf - inf) by the summation order: eager NaN where
+    Triton's tl.dot order gave -inf. Ordinary operands are judged."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    x0 = {"shape": [2, 5, 65], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0}
+    x1 = {"shape": [65], "dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 0}
+    nodes = [Node("aten.matmul.default", "aten.matmul.default(x0, x1)", ["v0"], [([2, 5], "float32")]),
+             Node("aten.exp.default", "aten.exp.default(v0)", ["v2"], [([2, 5], "float32")])]
+    assert ill_conditioned(FuzzGraph([x0, x1], nodes, ["v2"]), "v2")
+    assert not ill_conditioned(FuzzGraph([x0, dict(x1, profile="normal")], nodes, ["v2"]), "v2")
+
+
 def test_group_norm_reference_is_sound_and_a_flipped_comparison_may_follow_it() -> None:
     """Fuzzer, crucible-cpp, seed 22: a group norm over groups of one element is exactly 0, but ATen's
     CPU kernel (x * a - mean * a) gives ~1e-8 in float32 and garbage in float64, so log10 of it was
