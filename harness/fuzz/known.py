@@ -141,6 +141,12 @@ KNOWN_FINDINGS: list[KnownFinding] = [
                  "tail (torch's rule: x * 0, the input's sign); FINDINGS.md: 'ATen (CPU): softshrink's zero and float64 exp2'"),
     KnownFinding("inductor", "fail_accuracy", "aten.softshrink.*", "signs of zeros",
                  "as for crucible-* (torch's softshrink rule); FINDINGS.md: 'ATen (CPU): softshrink's zero'"),
+    KnownFinding("inductor", "fail_accuracy", "aten.softshrink.*", "NaN positions",
+                 "torch 2.11's Inductor on the GPU gives softshrink(NaN) = 0 where ATen (and torch's rule, a * 0) "
+                 "keep NaN; FINDINGS.md: 'Inductor (GPU, torch 2.11): softshrink of NaN is 0'"),
+    KnownFinding("inductor", "fail_accuracy", "aten.cumprod.*", "inf positions",
+                 "Inductor's GPU cumprod overflows to inf where ATen's sequential product of the same float32 "
+                 "values stays finite (1.3e38); FINDINGS.md: 'Inductor (GPU): cumprod overflows'"),
     KnownFinding("crucible-*", "fail_accuracy", "aten.remainder.*", "NaN positions",
                  "ATen's CPU remainder is NaN where the quotient overflows, in its vectorized loop only (its scalar "
                  "loop: the exact remainder, as Crucible); FINDINGS.md: 'ATen (CPU): remainder is NaN'"),
