@@ -108,15 +108,16 @@ def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Te
     corrects the mean), then the output in float32 (where x - mean overflows, from halves). (The
     eighth session's fix summed such rows again scaled by 2^-66 in float32: five reductions a row,
     convnext_tiny's layer norms 4x slower on the H200 and CPU layer norm 10x, its squares subnormal.)"""
-    if xa.dtype == torch.float64:  # var_mean's lowering scales its sums near float64's max
+    n = math.prod(xa.shape[d] for d in dims)
+    if xa.dtype == torch.float64 or n == 0:  # var_mean's lowering scales its sums near float64's max,
+        # and an empty row's variance is NaN (rstd NaN, as ATen's; fuzzer, crucible-cpp, seed 26)
         var, mean = torch.var_mean(xa, dim=dims, correction=0, keepdim=True)
         rstd = torch.rsqrt(var + eps)
         return (xa - mean) * rstd, mean, rstd
-    n = math.prod(xa.shape[d] for d in dims)
     mean0 = torch.mean(xa, dim=dims, keepdim=True)  # mean's lowering sums x * 2^-k, 2^k >= n
     dev = xa.to(torch.float64) - mean0.to(torch.float64)
-    s1 = torch.sum(dev, dim=dims, keepdim=True) / max(n, 1)
-    var = torch.clamp_min(torch.sum(dev * dev, dim=dims, keepdim=True) / max(n, 1) - s1 * s1, 0)
+    s1 = torch.sum(dev, dim=dims, keepdim=True) / n
+    var = torch.clamp_min(torch.sum(dev * dev, dim=dims, keepdim=True) / n - s1 * s1, 0)
     mean = (mean0.to(torch.float64) + s1).to(xa.dtype)
     rstd = torch.rsqrt(var + eps).to(xa.dtype)
     d = xa - mean
@@ -156,7 +157,9 @@ def layer_norm(x: torch.Tensor, normalized_shape: Any, weight: Any, bias: Any, e
         mean = torch.zeros_like(mean)  # ATen's mean of an empty row is 0 (var_mean's NaN)
     if x.device.type == "cpu":  # torch's rule and ATen: mean and rstd in the input's dtype on CPU only
         mean, rstd = mean.to(x.dtype), rstd.to(x.dtype)
-    return out.to(x.dtype), mean, rstd
+    # contiguous, as ATen's: the elementwise form kept a transposed input's strides, and a later view
+    # of the output failed to trace (fuzzer, crucible-cpp, seed 26)
+    return out.to(x.dtype).contiguous(), mean, rstd
 
 
 @rule("crucible:group_norm_centred", aten.native_group_norm.default)
@@ -169,7 +172,8 @@ def group_norm_centred(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, 
     grouped = x.to(_accumulation_dtype(x.dtype)).reshape(n, groups, c // groups, inner)
     out, mean, rstd = _normalized(grouped, [2, 3], eps)
     out = _affine(out.reshape(x.shape), weight, bias, [1, c] + [1] * (x.dim() - 2))
-    return out.to(x.dtype), mean.reshape(n, groups).to(x.dtype), rstd.reshape(n, groups).to(x.dtype)
+    return (out.to(x.dtype).contiguous(), mean.reshape(n, groups).to(x.dtype),  # contiguous, as ATen's
+            rstd.reshape(n, groups).to(x.dtype))
 
 
 # Core-ATen rules we do not apply: torch's rule for CPU flash attention returns the attention

@@ -790,3 +790,20 @@ def test_layer_norm_is_one_kernel_of_two_reduction_passes(codegen: str, device: 
     else:
         assert kernel.source.count("// pass over the reduced dims: sum\n") == 1, kernel.source
         assert kernel.source.count("// pass over the reduced dims: sum, sum\n") == 1, kernel.source
+
+
+def test_layer_norm_of_empty_rows_and_of_a_transposed_input(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 26: ``native_layer_norm(x0, [0])``'s rstd was rsqrt(eps) where ATen's
+    is NaN (an empty row's variance is 0/0), and ``view(native_layer_norm(x0.t(), [2])[0], [4])``
+    failed to trace: the rule's output kept the transposed input's strides, ATen's is contiguous."""
+    for shape in ([0], [3, 0]):
+        x = torch.empty(*shape, device=device)
+        fn = lambda a: aten.native_layer_norm.default(a, [0], None, None, 1e-5)  # noqa: E731
+        for got, want in zip(_compiled(fn, x, codegen=codegen)(x), fn(x)):
+            torch.testing.assert_close(got, want, equal_nan=True)
+    x = torch.randn(3, 2, device=device).t()
+    fn = lambda a: aten.view.default(aten.native_layer_norm.default(a, [3], None, None, 1e-5)[0], [6])  # noqa: E731
+    torch.testing.assert_close(_compiled(fn, x, codegen=codegen)(x), fn(x))
+    g = torch.randn(3, 4, 2, device=device).transpose(0, 2)  # group norm's output is contiguous too
+    gn = lambda a: aten.view.default(aten.native_group_norm.default(a, None, None, 2, 4, 3, 2, 1e-5)[0], [24])  # noqa: E731
+    torch.testing.assert_close(_compiled(gn, g, codegen=codegen)(g), gn(g), rtol=1e-5, atol=1e-5)
