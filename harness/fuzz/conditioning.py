@@ -9,10 +9,11 @@ oracle allowances (``harness.fuzz.campaign.allowances``):
   say which order is right.
 - ``ill_conditioned``: an output downstream of a sum, mean (var_mean's too), cumsum or matrix
   product that cancels beyond its working precision, sum|terms| / |sum| >= 1/u somewhere (u: the
-  unit roundoff of the op's result dtype), or whose sum|terms| passes the dtype's max (which partial
-  sums overflow, to +-inf or to NaN, depends on the order), measured by running the op on the
-  absolute values of its float64 inputs, at a position where eager's value (on the CPU) is off the
-  float64 one. Every digit of the working-precision result is then rounding noise whose value
+  unit roundoff of the op's result dtype) at a position where eager's value (on the CPU) is off
+  the float64 one, measured by running the op on the absolute values of its float64 inputs; or an
+  output downstream of one of those, or of a prod or cumprod, whose sum|terms| (product of
+  max(|term|, 1)) passes the dtype's max: which partial sums or products overflow, to +-inf or to
+  NaN, depends on the order, whether or not eager's did. Every digit of the working-precision result is then rounding noise whose value
   depends on the order (fuzzer, crucible-cpp, seed 21: digamma of a float32 sum of int32 extremes,
   36 in float64, was 0 in eager (digamma -inf) and 2 in Crucible).
 """
@@ -33,6 +34,9 @@ LINEAR_ACCUMULATIONS = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.defau
                                          "aten.mean.default", "aten.cumsum.default", "aten.mm.default",
                                          "aten.bmm.default", "aten.matmul.default"), 0),
                         "aten.var_mean.correction": 1}
+# products whose partial products may pass the dtype's max in one order and not in another: the
+# product of max(|term|, 1) bounds every partial product
+PRODUCTS = {"aten.prod.dim_int": 0, "aten.prod.default": 0, "aten.cumprod.default": 0}
 
 
 def _holds_huge(t: torch.Tensor) -> bool:
@@ -57,11 +61,12 @@ def order_dependent(graph: FuzzGraph, name: str) -> bool:
 
 def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     """Whether a sum, mean, cumsum or matrix product upstream of ``name`` (itself included) cancels
-    beyond the unit roundoff of its float result dtype, in the float64 reference."""
+    beyond the unit roundoff of its float result dtype, in the float64 reference, or it or a
+    product may overflow by its order (see the module's docstring)."""
     upstream = graph.upstream([name])
-    nodes = [(n, LINEAR_ACCUMULATIONS[n.op]) for n in graph.nodes if n.op in LINEAR_ACCUMULATIONS
-             and n.outputs[LINEAR_ACCUMULATIONS[n.op]] in upstream
-             and DTYPES.get(n.out_meta[LINEAR_ACCUMULATIONS[n.op]][1], torch.int64).is_floating_point]
+    kinds = {**LINEAR_ACCUMULATIONS, **PRODUCTS}
+    nodes = [(n, kinds[n.op]) for n in graph.nodes if n.op in kinds and n.outputs[kinds[n.op]] in upstream
+             and DTYPES.get(n.out_meta[kinds[n.op]][1], torch.int64).is_floating_point]
     if not nodes:
         return False
     try:
@@ -71,21 +76,29 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
         eager = dict(zip(full.outputs, full.function()(*full.make_inputs("cpu"))))
         magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
                       for k, v in values.items()}
+        at_least_one = {k: v.clamp_min(1) if isinstance(v, torch.Tensor) else v for k, v in magnitudes.items()}
         for node, k in nodes:
             out = values[node.outputs[k]]
-            bound = eval(node.expr, {**namespace(reference=True), **magnitudes})  # noqa: S307 -- our own op table
+            operands = at_least_one if node.op in PRODUCTS else magnitudes
+            bound = eval(node.expr, {**namespace(reference=True), **operands})  # noqa: S307 -- our own op table
             bound = bound[k] if isinstance(bound, tuple) else bound
             info = torch.finfo(DTYPES[node.out_meta[k][1]])
             u = info.eps / 2
-            cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
-            # a sum of |terms| past the dtype's max: which partial sums overflow, to +-inf or to NaN
-            # (inf - inf), depends on the order (H200 crucible-triton, seed 12: matmul of rows of
-            # +-3.4e38, NaN in eager where Triton's order gave -inf)
+            # a sum of |terms| (a product of max(|term|, 1)) past the dtype's max: which partial sums
+            # or products overflow, to +-inf or to NaN (inf - inf), depends on the order, whether or
+            # not eager's did (H200 crucible-triton, seed 12: matmul of rows of +-3.4e38, NaN in eager,
+            # -inf in tl.dot's order; crucible-cpp, seed 26: prod of (-3.4e38, -0.37, -1.06, 1), finite
+            # in eager's order, -inf in Crucible's lanes)
             overflows = bound.double() > info.max
+            if bool(overflows.any()):
+                return True
+            if node.op in PRODUCTS:
+                continue
+            cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
             # ... where eager's working-precision value did lose the digits (an exact cancellation of
             # small integers to 0 is well computed, and judged; NaN counts as lost)
             kept = (eager[node.outputs[k]].double() - out.double()).abs() <= 2 * u * out.double().abs()
-            if bool(((cancels | overflows) & ~kept).any()):
+            if bool((cancels & ~kept).any()):
                 return True
     except Exception:  # noqa: BLE001 -- no float64 kernel or a call |x| does not fit: judged strictly
         return False

@@ -195,6 +195,20 @@ def test_an_accumulation_whose_terms_pass_the_dtypes_max_is_not_compared() -> No
     assert not ill_conditioned(FuzzGraph([x0, dict(x1, profile="normal")], nodes, ["v2"]), "v2")
 
 
+def test_a_product_whose_partial_products_may_overflow_is_not_compared() -> None:
+    """Fuzzer, crucible-cpp, seed 26: prod over rows like (-3.4e38, -0.37, -1.06, 1.0) is -1.35e38 in
+    eager's sequential order and -inf in Crucible's lanes ((a0 * a2) * (a1 * a3) passes max): both
+    are orders of the same product. Rows of ordinary values are judged."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    x = {"shape": [1, 17, 4], "dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 0}
+    node = Node("aten.prod.dim_int", "aten.prod.dim_int(x0, -1, False)", ["v0"], [([1, 17], "float32")])
+    graph = FuzzGraph([x], [node], ["v0"])
+    assert ill_conditioned(graph, "v0")
+    assert not ill_conditioned(FuzzGraph([dict(x, profile="normal")], [node], ["v0"]), "v0")
+    assert run_graph(graph, parse_target("crucible-cpp"))["status"] == Status.PASS
+
+
 def test_group_norm_reference_is_sound_and_a_flipped_comparison_may_follow_it() -> None:
     """Fuzzer, crucible-cpp, seed 22: a group norm over groups of one element is exactly 0, but ATen's
     CPU kernel (x * a - mean * a) gives ~1e-8 in float32 and garbage in float64, so log10 of it was
