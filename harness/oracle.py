@@ -179,7 +179,13 @@ def _eager_overflow_excused(eager: torch.Tensor, compiled: torch.Tensor, referen
     finite_e, finite_c = torch.isfinite(eager), torch.isfinite(compiled)
     nonfinite_differs = ~same(eager, compiled) & ~(finite_e & finite_c)
     eager_overflowed = ~finite_e & ~same(eager, rounded)
-    near_truth = finite_c & torch.isfinite(rt) & ((compiled.double() - rt.double()).abs() <= 0.01 * rt.double().abs())
+    # within 1% of the truth, or noise at the output's scale: a layer-norm row (1.1, -3.4e38, -1.2, 3.4e38)
+    # is NaN in eager (its Welford overflows) and (4.7e-39, -1.41, -4.9e-39, 1.41) in Crucible, where
+    # float64 gives 4.6e-39 and -5.0e-39 (fuzzer, crucible-cpp, seed 27)
+    finite_r = torch.isfinite(rt)
+    scale = rt.double()[finite_r].abs().max().item() if bool(finite_r.any()) else 0.0
+    slack = 0.01 * rt.double().abs() + 4 * torch.finfo(eager.dtype).eps * scale
+    near_truth = finite_c & finite_r & ((compiled.double() - rt.double()).abs() <= slack)
     truth_overflows = finite_e & ~torch.isfinite(rounded)
     excused = nonfinite_differs & ((eager_overflowed & (~finite_c | near_truth))
                                    | (truth_overflows & same(compiled, rounded)))
