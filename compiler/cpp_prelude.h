@@ -37,6 +37,15 @@ inline uint16_t float_to_bf16(float value) {
   return uint16_t((bits + rounding_bias) >> 16);
 }
 
+// Float to int32/int64 as x86's truncating conversions give it, and so ATen on x86: NaN and values
+// out of range become the lowest value. A plain static_cast is undefined there, and GCC folded a NaN
+// it could see (float_to_bf16's canonical NaN) to 0 (fuzzer, crucible-cpp, seed 27: int32 of a bf16 log).
+template <typename I, typename F>
+inline I float_to_int(F value) {
+  constexpr F lowest = static_cast<F>(std::numeric_limits<I>::min());  // -2^31 or -2^63, exact
+  return (value >= lowest && value < -lowest) ? static_cast<I>(value) : std::numeric_limits<I>::min();
+}
+
 // IEEE half <-> float, the branch-free algorithms c10::Half uses (from the FP16 library),
 // so results agree with tensor.half() / tensor.float() bit for bit, subnormals included.
 inline float half_to_float(uint16_t h) {

@@ -209,6 +209,8 @@ class ExprWriter:
             return f"{TO_FLOAT[dst]}({FROM_FLOAT[dst]}({inner}))"
         if compute_dtype(src) == compute_dtype(dst):
             return code
+        if src.is_floating_point and dst in (torch.int32, torch.int64):
+            return f"crucible::float_to_int<{cvalue_type(dst)}>({code})"
         return f"static_cast<{cvalue_type(dst)}>({code})"
 
     def store(self, s: Store) -> None:

@@ -807,3 +807,21 @@ def test_layer_norm_of_empty_rows_and_of_a_transposed_input(codegen: str, device
     g = torch.randn(3, 4, 2, device=device).transpose(0, 2)  # group norm's output is contiguous too
     gn = lambda a: aten.view.default(aten.native_group_norm.default(a, None, None, 2, 4, 3, 2, 1e-5)[0], [24])  # noqa: E731
     torch.testing.assert_close(_compiled(gn, g, codegen=codegen)(g), gn(g), rtol=1e-5, atol=1e-5)
+
+
+def test_float_to_int_of_nan_and_out_of_range(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 27: ``_to_copy(log(x0), dtype=i32)`` over a bfloat16 x0 < 0 gave 0 where
+    eager gives INT_MIN: the float -> int cast of NaN is undefined in C++, and GCC folded the canonical
+    NaN of the bf16 rounding to 0. The C++ kernels convert as x86 (and ATen on it) does."""
+    if device == "cuda":  # CUDA's conversion gives 0 for NaN, in eager and in Triton alike
+        return
+    for dtype in (torch.bfloat16, torch.float32, torch.float64):
+        x = torch.tensor([1.54, -0.29, -1.0, 2.0], dtype=dtype, device=device)
+        fn = lambda a: aten._to_copy.default(aten.log.default(a), dtype=torch.int32)  # noqa: E731
+        assert torch.equal(_compiled(fn, x, codegen=codegen)(x), fn(x)), dtype
+    y = torch.tensor([1.5, -1.5, math.nan, math.inf, -math.inf, 3e9, -3e9, -2147483648.0, 1e19], device=device)
+    for dst in (torch.int32, torch.int64):
+        def cast(a: torch.Tensor, dst: torch.dtype = dst) -> torch.Tensor:
+            return aten._to_copy.default(a, dtype=dst)
+
+        assert torch.equal(_compiled(lambda a: cast(a), y, codegen=codegen)(y), cast(y)), dst
