@@ -834,7 +834,7 @@ def test_float_sum_of_mid_length_rows_is_as_accurate_as_eagers(codegen: str, dev
     the error within 2x eager's."""
     torch.manual_seed(0)
     worse = 0
-    for trial in range(8):
+    for _ in range(8):
         x = (torch.rand(7, 1, 64, device=device) * 6.2 - 3.1).expand(7, 7, 64)
         fn = lambda a: aten.sum.default(aten.sin.default(a))  # noqa: E731
         ref = torch.sin(x.double()).sum().item()
