@@ -42,3 +42,24 @@ def test_only_nan_positions_are_excused() -> None:
     number_flip[0] = ~number_flip[0]  # exp(-0.31): a number, its sign is defined
     assert not nan_sign_only(graph, "v3", eager, number_flip)
     assert not nan_sign_only(_graph("x0"), "v1", eager, nan_flip)  # not a signbit output
+
+
+def test_copysign_from_a_nan_may_differ_in_sign_only() -> None:
+    """Fuzzer, crucible-cpp, seed 28: ``copysign(x0, layer_norm(x0))`` over rows holding inf: every
+    normalized value is NaN, eager's negative and Crucible's positive, so copysign gave +inf for -inf.
+    Excused where the sign operand is NaN and the magnitudes agree; nowhere else."""
+    import torch
+
+    y = {"shape": [8], "dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 1}
+    nodes = [Node("aten.exp.default", "aten.exp.default(x0)", ["v1"], META),
+             Node("aten.copysign.Tensor", "aten.copysign.Tensor(x1, v1)", ["v2"], [([8], "float32")])]
+    graph = FuzzGraph([X, y], nodes, ["v2"])
+    sign = graph.pruned(["v1"]).function()(*graph.pruned(["v1"]).make_inputs())[0]
+    eager = graph.function()(*graph.make_inputs())[0]
+    nan = torch.isnan(sign)
+    assert nan.any() and not nan.all()
+    flipped = torch.where(nan, -eager, eager)
+    assert nan_sign_only(graph, "v2", eager, flipped)
+    number_flip = torch.where(~nan, -eager, eager)
+    assert not nan_sign_only(graph, "v2", eager, number_flip)
+    assert not nan_sign_only(graph, "v2", eager, torch.where(nan, eager * 2, eager))  # a magnitude changed
