@@ -158,9 +158,17 @@ class ExprWriter:
         if op is Op.DIV:
             if is_float and self.invariant_divisor(e):
                 # one division per row, a multiplication per element (as ATen's softmax does;
-                # within an ulp of the quotient); vector division costs ~20x a multiplication
-                inverse = self.value(ir.binary(Op.DIV, ir.const(1, e.src[1].dtype), e.src[1]))
-                return f"{a[0]} * {inverse}"
+                # within an ulp of the quotient); vector division costs ~20x a multiplication.
+                # Only where 1 / d is a normal number: 1 / 2.9e-39 overflows, and -0.0 * inf was NaN
+                # where -0.0 / 2.9e-39 is -0.0 (fuzzer, crucible-cpp, seed 28: addcdiv); the
+                # row-invariant test lets the compiler unswitch the loop
+                den = e.src[1]
+                inv = ir.binary(Op.DIV, ir.const(1, den.dtype), den)
+                info = torch.finfo(dt)
+                mag = ir.unary(Op.ABS, inv)
+                normal = ir.binary(Op.AND, ir.binary(Op.GE, mag, ir.const(info.tiny, den.dtype)),
+                                   ir.binary(Op.LE, mag, ir.const(info.max, den.dtype)))
+                return f"({self.value(normal)} ? {a[0]} * {self.value(inv)} : {a[0]} / {a[1]})"
             if is_float or _safe_divisor(e.src[1]):
                 return f"{a[0]} / {a[1]}"
             return f"crucible::div_trunc<{t}>({a[0]}, {a[1]})"

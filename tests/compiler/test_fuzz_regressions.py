@@ -842,3 +842,17 @@ def test_float_sum_of_mid_length_rows_is_as_accurate_as_eagers(codegen: str, dev
         eager = abs(fn(x).item() - ref)
         worse += ours > 2 * eager + 2e-6
     assert worse <= 2, worse
+
+
+def test_division_by_a_row_invariant_subnormal_or_huge_value(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 28: ``addcdiv(x0, x0, x1)`` with x1 = 2.9e-39 broadcast along a row:
+    the C++ kernel multiplied by a hoisted 1 / x1, which overflows to inf, so -0.0 came out NaN where
+    eager gives -0.0. The reciprocal is used only where it is a normal number."""
+    x = torch.tensor([[-0.0, 1e-30, 3.0, -2.0e-38], [0.0, 1.0, -5e37, 7.0]], device=device).repeat(1, 8)
+    d = torch.tensor([[2.9387e-39], [3.0e38]], device=device)
+    fn = lambda a, b: aten.addcdiv.default(a, a, b)  # noqa: E731
+    got, want = _compiled(fn, x, d, codegen=codegen)(x, d), fn(x, d)
+    assert torch.equal(got.isnan(), want.isnan()), (got, want)
+    torch.testing.assert_close(got, want, rtol=2e-7, atol=0, equal_nan=True)
+    q = _compiled(lambda a, b: a / b, x, d, codegen=codegen)(x, d)
+    torch.testing.assert_close(q, x / d, rtol=2e-7, atol=0, equal_nan=True)
