@@ -14,6 +14,10 @@ from compiler.ir import Expr, Op
 # several reductions and their consumers share one kernel. Both renderers take the same fusion
 # decisions, so both publish this limit.
 MAX_PERSISTENT_RNUMEL = 32768
+# Buffers one kernel may read or write: its argument list stays within ctypes' 1024 arguments and
+# CUDA's kernel parameter space (a split into 1025 outputs was one kernel of 1026 arguments; fuzzer,
+# crucible-cpp, seed 28). Past it a node starts a new kernel.
+MAX_KERNEL_BUFFERS = 256
 
 
 @dataclass(frozen=True)

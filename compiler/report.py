@@ -78,6 +78,7 @@ class FusionReason(str, enum.Enum):
     CROSS_PROGRAM_READ = "cross_program_read"  # reads a kernel-local value at another element
     TOO_DEEP = "too_deep"  # the fused expression would pass the scheduler's depth limit
     TEMPLATE_EPILOGUE = "template_epilogue"  # not a pointwise consumer of a template's output
+    TOO_MANY_BUFFERS = "too_many_buffers"  # the kernel would read or write more than MAX_KERNEL_BUFFERS
 
 
 @dataclass(frozen=True)

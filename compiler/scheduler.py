@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from compiler import ir
-from compiler.capabilities import ANY_RENDERER, MAX_PERSISTENT_RNUMEL, Capabilities
+from compiler.capabilities import ANY_RENDERER, MAX_KERNEL_BUFFERS, MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, numel
 from compiler.ir import Expr, Op
 from compiler.report import FusionReason, FusionRefusal
@@ -148,8 +148,7 @@ Refusal = tuple[FusionReason, str]
 
 @dataclass
 class Schedule:
-    """The scheduled graph: everything the wrapper needs, so nothing after scheduling reads the
-    lowered graph (kernels and extern calls in order, plus the graph's interface)."""
+    """Everything the wrapper needs (kernels and extern calls in order, the graph's interface)."""
 
     steps: list[Step]
     refusals: list[FusionRefusal]
@@ -183,6 +182,7 @@ class _KernelBuilder:
     # produced buffer -> (store index, value, level), for register reuse inside the kernel
     produced: dict[str, tuple[Expr, Expr, Level]] = field(default_factory=dict)
     kept: set[str] = field(default_factory=set)
+    buffers: set[str] = field(default_factory=set)  # read or written (parameters, at most)
     max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL
 
     is_reduction = Kernel.is_reduction
@@ -287,6 +287,9 @@ class Scheduler:
     def try_fuse(self, k: _KernelBuilder, node: ComputedNode, outer: tuple[int, ...], red: tuple[int, ...],
                  xmap: dict[Expr, Expr], rmap: dict[Expr, Expr]) -> Refusal | None:
         """Add ``node`` to kernel ``k`` and return None, or return why it cannot join."""
+        touched = k.buffers | {e.arg for e in ir.loads(node.body)} | {node.name}
+        if len(touched) > MAX_KERNEL_BUFFERS:
+            return FusionReason.TOO_MANY_BUFFERS, f"{len(touched)} buffers, past {MAX_KERNEL_BUFFERS}"
         upgrade = False
         if red:  # a reduction
             if k.is_reduction:
@@ -332,6 +335,7 @@ class Scheduler:
         elif not k.stores:
             k.ranges = outer
         k.stores.append(Store(node.name, index, value, level))
+        k.buffers = touched
         k.produced[node.name] = (index, value, level)
         k.node_names.append(node.name)
         k.origins.extend(o for o in node.origins if o)

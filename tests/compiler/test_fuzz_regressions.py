@@ -856,3 +856,23 @@ def test_division_by_a_row_invariant_subnormal_or_huge_value(codegen: str, devic
     torch.testing.assert_close(got, want, rtol=2e-7, atol=0, equal_nan=True)
     q = _compiled(lambda a, b: a / b, x, d, codegen=codegen)(x, d)
     torch.testing.assert_close(q, x / d, rtol=2e-7, atol=0, equal_nan=True)
+
+
+def test_a_node_with_a_thousand_outputs_is_cut_into_kernels(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 28: ``split(exp(x0), 1)`` of 1025 elements was one kernel of 1026
+    arguments, which ctypes refuses (1024 at most; CUDA's parameter space is smaller still). A kernel
+    takes at most MAX_KERNEL_BUFFERS buffers; the rest start new kernels, a refusal says why."""
+    from compiler.capabilities import MAX_KERNEL_BUFFERS
+    from compiler.report import FusionReason
+
+    x = torch.randn(1025, device=device)
+    fn = lambda a: aten.split.Tensor(aten.exp.default(a), 1, 0)  # noqa: E731
+    torch._dynamo.reset()
+    opt = torch.compile(fn, backend="crucible", options={"codegen": codegen, "strict": True})
+    with compiler.collect_reports() as report:
+        got = opt(x)
+    torch.testing.assert_close(torch.cat(got), torch.cat(fn(x)))
+    kernels = [k for g in report.graphs for k in g.kernels]
+    assert len(kernels) >= 1025 // MAX_KERNEL_BUFFERS
+    refusals = [r for g in report.graphs for r in g.refused_fusions]
+    assert any(r.reason == FusionReason.TOO_MANY_BUFFERS for r in refusals)
