@@ -104,8 +104,8 @@ def test_lanes_follow_the_widest_accumulator_and_the_row(cols: int, dtype: torch
 
 def test_long_float_sums_cascade_and_integer_max_or_short_ones_do_not() -> None:
     long_sum = plan_reduction(row_reduction((64,), (70000,)))
-    assert long_sum.layout is Layout.ROWS and long_sum.passes[0].cascade  # 70000 > 256 blocks x 64 lanes
-    assert not plan_reduction(row_reduction((64,), (4000,))).passes[0].cascade
+    assert long_sum.layout is Layout.ROWS and long_sum.passes[0].cascade  # 70000 > 16 blocks x 64 lanes
+    assert not plan_reduction(row_reduction((64,), (1000,))).passes[0].cascade  # <= 16 blocks x 64 lanes
     assert not plan_reduction(row_reduction((64,), (70000,), ReduceOp.MAX)).passes[0].cascade
     assert not plan_reduction(row_reduction((64,), (70000,), ReduceOp.SUM, torch.int64)).passes[0].cascade
 
@@ -115,7 +115,7 @@ def test_few_outer_points_and_long_rows_split_into_chunks() -> None:
     assert plan.layout is Layout.SPLIT
     assert plan.split == 8  # 2**17 elements / (SPLIT_MIN_RNUMEL / 4) per chunk
     assert plan.chunk == (1 << 17) // 8 and plan.chunk % plan.passes[0].lanes == 0
-    assert not plan.passes[0].cascade  # 16384 elements a chunk over 64 lanes: one CASCADE_BLOCK each
+    assert plan.passes[0].cascade  # 16384 elements a chunk over 64 lanes: 16 CASCADE_BLOCKs each
     longer = plan_reduction(row_reduction((2,), (1 << 21,)))
     assert longer.split == cpp_plan.SPLIT_MAX_CHUNKS and longer.passes[0].cascade
     assert plan_reduction(row_reduction((8,), (1 << 17,))).layout is Layout.ROWS  # enough outer points

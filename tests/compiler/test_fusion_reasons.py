@@ -38,6 +38,8 @@ CASES = {
     FusionReason.TOO_DEEP: (_deep_chain, [(4, 4)]),
     # a reduction of a GEMM template's output (extern="none") cannot join its epilogue
     FusionReason.TEMPLATE_EPILOGUE: (lambda a, b: (a @ b).sum(-1), [(6, 9), (9, 4)], "none"),
+    # 300 outputs of one pointwise value: a kernel takes MAX_KERNEL_BUFFERS buffers at most
+    FusionReason.TOO_MANY_BUFFERS: (lambda a: (a.exp() * 2).split(1), [(300,)]),
 }
 
 
