@@ -296,17 +296,20 @@ def decomp_repro(rule: Rule, failure: _RuleFailed, captured: list) -> str:
     case = failure.case
     if case[0] == "graph":
         graph = case[1]
-        setup = (f"from harness.fuzz.values import make_input  # or paste harness/fuzz/values.py\n"
-                 f"INPUTS = {graph.inputs!r}\nEXPR = {graph.nodes[0].expr!r}\nNAMES = {graph.input_names()!r}\n"
+        # the float64 reference as the campaign runs it (harness.fuzz.graph's namespace maps every
+        # float dtype to float64); a repro judged against the op alone disagreed with the campaign
+        setup = (f"from harness.fuzz.decomps import to64_rounded\n"
+                 f"from harness.fuzz.graph import FuzzGraph, namespace\n"
+                 f"GRAPH = FuzzGraph.from_json({graph.to_json()!r})\n"
+                 f"EXPR = {graph.nodes[0].expr!r}\nNAMES = GRAPH.input_names()\n"
+                 "def _run(ns, inputs):\n"
+                 "    return eval(EXPR, {**ns, **dict(zip(NAMES, inputs))})\n"
                  "def call(aten_ns):\n"
-                 "    ns = {'torch': torch, 'aten': aten_ns, 'inf': math.inf, 'nan': math.nan, 'f32': torch.float32,\n"
-                 "          'f16': torch.float16, 'bf16': torch.bfloat16, 'f64': torch.float64, 'i32': torch.int32,\n"
-                 "          'i64': torch.int64, 'b8': torch.bool}\n"
-                 "    ns.update(zip(NAMES, [make_input(d) for d in INPUTS]))\n"
-                 "    return eval(EXPR, ns)\n"
+                 "    return _run({**namespace(), 'aten': aten_ns}, GRAPH.make_inputs())\n"
                  "def reference():\n"
-                 "    return None  # judged against the op only\n"
-                 "rounded = reference\n")
+                 "    return _run(namespace(reference=True), GRAPH.make_inputs(reference=True))\n"
+                 "def rounded():\n"
+                 "    return _run(namespace(reference=True), to64_rounded(GRAPH.make_inputs()))\n")
     else:
         buf = io.BytesIO()
         torch.save(_perturb(captured[case[1]], case[2], case[3]), buf)

@@ -234,3 +234,30 @@ def test_summary_lists_what_made_graphs_invalid() -> None:
     assert "validity 94.0%" in text and "invalid graphs (eager failed)" in text
     assert "     2  aten.addmm.default | RuntimeError" in text
     assert fuzz_summary(summary)["invalid"]["aten.sort.default | RuntimeError: boom"] == 1
+
+
+def test_a_graph_case_decomposition_repro_judges_as_the_campaign_does(capsys) -> None:
+    """A decomposition repro of a generated-graph case judged against the op only (no float64
+    reference) while the campaign used the reference: layer norm of rows cancelling at 3.4e38, where
+    the rule gives float64's answer and the op NaN, reproduced as out[0] instead of the campaign's
+    out[1]. The repro now runs the campaign's reference and verdict."""
+    import math
+
+    import pytest
+
+    from harness.fuzz.decomp_campaign import _graph_thunks, _RuleFailed, decomp_repro
+    from harness.fuzz.decomps import judge, select_rules
+    from harness.fuzz.graph import FuzzGraph, Node
+
+    (rule,) = select_rules(["crucible:layer_norm_overflow_safe"])
+    x = {"shape": [3, 5], "dtype": "float32", "layout": "transposed", "profile": "special", "seed": 0}
+    node = Node("aten.native_layer_norm.default", "aten.native_layer_norm.default(x0, [5], None, None, 1e-5)",
+                ["v0_0", "v0_1", "v0_2"], [([3, 5], "float32"), ([3, 1], "float32"), ([3, 1], "float32")])
+    graph = FuzzGraph([x], [node], ["v0_0", "v0_1", "v0_2"])
+    verdict = judge(*_graph_thunks(rule, graph))
+    assert verdict is not None and not verdict[1].startswith("out[0]"), verdict
+    script = decomp_repro(rule, _RuleFailed(verdict[0], verdict[1], ("graph", graph)), [])
+    with pytest.raises(SystemExit) as stop:
+        exec(compile(script, "repro.py", "exec"), {"__name__": "__main__", "math": math})  # noqa: S102
+    assert stop.value.code == 1
+    assert verdict[1] in capsys.readouterr().out
