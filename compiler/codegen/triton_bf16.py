@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from compiler.codegen.shared import compute_dtype
+
 
 def bf16_bits_to_f32(loaded: str) -> str:
     """The float32 value of a loaded bfloat16 block (exact, subnormals included)."""
@@ -40,7 +42,7 @@ def widened(loaded: str, dtype: torch.dtype, interpret: bool) -> str:
     """A loaded block of ``dtype`` in its compute dtype (16-bit floats in float32)."""
     if dtype == torch.bfloat16 and interpret:
         return bf16_bits_to_f32(loaded)
-    return f"{loaded}.to(tl.float32)" if dtype in (torch.float16, torch.bfloat16) else loaded
+    return f"{loaded}.to(tl.float32)" if compute_dtype(dtype) != dtype else loaded
 
 
 def interpreted_bf16_store(value: str, dtype: torch.dtype, interpret: bool, section: list[str]) -> str | None:

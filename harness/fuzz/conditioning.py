@@ -13,9 +13,10 @@ oracle allowances (``harness.fuzz.campaign.allowances``):
   the float64 one, measured by running the op on the absolute values of its float64 inputs; or an
   output downstream of one of those, or of a prod or cumprod, whose sum|terms| (product of
   max(|term|, 1)) passes the dtype's max: which partial sums or products overflow, to +-inf or to
-  NaN, depends on the order, whether or not eager's did. Every digit of the working-precision result is then rounding noise whose value
-  depends on the order (fuzzer, crucible-cpp, seed 21: digamma of a float32 sum of int32 extremes,
-  36 in float64, was 0 in eager (digamma -inf) and 2 in Crucible).
+  NaN, depends on the order, whether or not eager's did. Every digit of the working-precision
+  result is then rounding noise whose value depends on the order (fuzzer, crucible-cpp, seed 21:
+  digamma of a float32 sum of int32 extremes, 36 in float64, was 0 in eager (digamma -inf) and 2
+  in Crucible).
 """
 
 from __future__ import annotations
