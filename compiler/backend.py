@@ -25,6 +25,7 @@ from compiler import config
 from compiler.codegen.registry import default_codegen
 from compiler.config import Options
 from compiler.decompositions import decomposition_table_for_compiler
+from compiler.attention_masks import PASS_NAME as ATTENTION_MASKS, simplify_attention_masks
 from compiler.fused_attention import keep_fused_attention
 from compiler.lowering import SymbolicShapes
 from compiler.pipeline import CompilerError, GraphCompilation, graph_device
@@ -32,9 +33,10 @@ from compiler.report import FallbackReason, GraphReport, publish
 
 
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options: Options, kind: str,
-                       dynamo_inputs: int | None = None) -> Callable:
+                       dynamo_inputs: int | None = None, passes: tuple[str, ...] = ()) -> Callable:
     """Compile one ATen graph (boxed calling convention: ``fn(list_of_args)``). ``dynamo_inputs``:
-    how many inputs the Dynamo graph had (the ones before them are parameters AOTAutograd lifted)."""
+    how many inputs the Dynamo graph had (the ones before them are parameters AOTAutograd lifted);
+    ``passes``: the Dynamo-graph rewrites that changed it, for its report."""
     from torch._functorch.aot_autograd import make_boxed_func
 
     from compiler.cudagraphs import static_input_indices
@@ -42,6 +44,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     codegen = options.codegen or default_codegen(graph_device(gm).type)
     static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
     comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout)
+    comp.report.passes.extend(passes)
     try:
         wrapper = comp.compile()
     except CompilerError as err:
@@ -91,11 +94,14 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
     from torch._functorch.aot_autograd import aot_module_simplified
 
     opts = Options.parse(options)
+    # constant causal / all-true SDPA masks: is_causal or no mask (before the trace picks kernels)
+    passes = (ATTENTION_MASKS,) if simplify_attention_masks(gm) else ()
     keep_fused_attention(gm)  # CUDA SDPA calls: the kernel chosen at run time, not by the fake trace
     n = len(example_inputs)
-    fw = functools.partial(compile_aten_graph, options=opts, kind="forward", dynamo_inputs=n)
+    fw = functools.partial(compile_aten_graph, options=opts, kind="forward", dynamo_inputs=n, passes=passes)
     bw = functools.partial(compile_aten_graph, options=opts, kind="backward")
-    inference = functools.partial(compile_aten_graph, options=opts, kind="inference", dynamo_inputs=n)
+    inference = functools.partial(compile_aten_graph, options=opts, kind="inference", dynamo_inputs=n,
+                                  passes=passes)
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
                                  inference_compiler=inference,
                                  decompositions=decomposition_table_for_compiler())

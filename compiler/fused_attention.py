@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from compiler import config
 
-_SDPA_TARGETS = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
+SDPA_TARGETS = (F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention)
 _PARAMS = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
 _DEFAULTS = {"attn_mask": None, "dropout_p": 0.0, "is_causal": False, "scale": None, "enable_gqa": False}
 
@@ -62,7 +62,8 @@ def _example(arg: object) -> object:
     return arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else arg
 
 
-def _bound(node: torch.fx.Node) -> dict | None:
+def bound_sdpa_args(node: torch.fx.Node) -> dict | None:
+    """An SDPA call's arguments by name, defaults filled in; None for a call written otherwise."""
     if len(node.args) > len(_PARAMS) or set(node.kwargs) - set(_PARAMS):
         return None
     found = dict(_DEFAULTS)
@@ -79,9 +80,9 @@ def keep_fused_attention(gm: torch.fx.GraphModule, devices: tuple[str, ...] = ("
     count = 0
     grad = torch.is_grad_enabled()
     for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in _SDPA_TARGETS:
+        if node.op != "call_function" or node.target not in SDPA_TARGETS:
             continue
-        args = _bound(node)
+        args = bound_sdpa_args(node)
         if args is None:
             continue
         q, k, v = (_example(args[n]) for n in ("query", "key", "value"))
