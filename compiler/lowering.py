@@ -111,10 +111,9 @@ class GraphLowering:
         return contiguous_strides(shape)
 
     def loop_order(self, buf: Buffer) -> tuple[int, ...]:
-        """The dims of a new buffer from the largest stride to the smallest (channels-last graphs only:
-        elsewhere loops keep the buffer's dim order, as generated code always did); () for in order."""
-        if not self.channels_last:
-            return ()
+        """The dims of a new buffer from the largest stride to the smallest, so a kernel stores along
+        memory (and a node written through a permute matches the loops of the nodes it fuses with, as
+        a layer norm's affine output over a permuted input does its reduction's); () for in order."""
         order = tuple(sorted(range(len(buf.shape)), key=lambda d: -buf.stride[d]))
         return () if order == tuple(range(len(order))) else order
 
