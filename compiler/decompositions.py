@@ -102,26 +102,39 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
 def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Tensor, ...]:
     """(xa - mean) * rstd, mean and rstd over ``dims`` (kept), in ``xa``'s dtype. Torch's rules give a
     float32 row whose variance overflows (a value near max) rstd 0 and so every output 0, where
-    float64 gives the normalized row (fuzzer, crucible-cpp, seed 22). Three passes over a row, as
-    ATen's: a first mean in float32 (mean's lowering scales the sum: the plain one overflows near max),
-    the deviations from it summed, and their squares, in float64 (neither overflows there; the first sum
-    corrects the mean), then the output in float32 (where x - mean overflows, from halves). (The
-    eighth session's fix summed such rows again scaled by 2^-66 in float32: five reductions a row,
-    convnext_tiny's layer norms 4x slower on the H200 and CPU layer norm 10x, its squares subnormal.)"""
+    float64 gives the normalized row (fuzzer, crucible-cpp, seed 22). Three passes over a row, all in
+    ``xa``'s dtype: a first mean (mean's lowering scales the sum: the plain one overflows near max) and
+    the mean magnitude; the deviations from the mean scaled by a power of two s ~ 1 / magnitude,
+    summed, and their squares (neither overflows nor loses bits to subnormals; the first sum corrects
+    the mean); then the output (where x - mean overflows, from halves). Scaling by a power of two is
+    exact, so rows of equal values still normalize to exactly 0. (The ninth session summed unscaled
+    deviations in float64: right, but float64 conversions made the H200's layer norms 1.4-2.5x
+    Inductor's time; the eighth's summed big rows again scaled by 2^-66: five reductions a row.)"""
     n = math.prod(xa.shape[d] for d in dims)
     if xa.dtype == torch.float64 or n == 0:  # var_mean's lowering scales its sums near float64's max,
         # and an empty row's variance is NaN (rstd NaN, as ATen's; fuzzer, crucible-cpp, seed 26)
         var, mean = torch.var_mean(xa, dim=dims, correction=0, keepdim=True)
         rstd = torch.rsqrt(var + eps)
         return (xa - mean) * rstd, mean, rstd
-    mean0 = torch.mean(xa, dim=dims, keepdim=True)  # mean's lowering sums x * 2^-k, 2^k >= n
-    dev = xa.to(torch.float64) - mean0.to(torch.float64)
-    s1 = torch.sum(dev, dim=dims, keepdim=True) / n
-    var = torch.clamp_min(torch.sum(dev * dev, dim=dims, keepdim=True) / n - s1 * s1, 0)
-    mean = (mean0.to(torch.float64) + s1).to(xa.dtype)
-    rstd = torch.rsqrt(var + eps).to(xa.dtype)
+    # mean's lowering sums x * 2^-k, 2^k >= n; the two means are sibling sums of one pass
+    mean0 = torch.mean(xa, dim=dims, keepdim=True)
+    magnitude = torch.mean(torch.abs(xa), dim=dims, keepdim=True)  # not amax: NaN-propagating max
+    # reductions take a second reduction; any NaN makes the row NaN through mean0 anyway
+    # s = 2^-e, e = floor(log2(magnitude)) kept where s and 1 / s are normal (0 and inf give the
+    # bounds): |x * s| < 2n, |d * s| < 4n, and the squares' sum (< 16n^3) is finite
+    s = torch.exp2(-torch.clamp(torch.floor(torch.log2(magnitude)), -126, 126))
+    d = xa - mean0
+    # halving is exact but for subnormals (rounding <= 2^-150)
+    ds = torch.where(torch.abs(d) < math.inf, d * s, (xa * 0.5 - mean0 * 0.5) * (s * 2))
+    s1 = torch.sum(ds, dim=dims, keepdim=True) / n
+    var_s = torch.clamp_min(torch.sum(ds * ds, dim=dims, keepdim=True) / n - s1 * s1, 0)
+    mean = mean0 + s1 / s
+    var = var_s / s / s
+    # where var leaves float32's range, rstd = s * rsqrt(var_s) (eps is below var's rounding there;
+    # with eps = 0 also where var underflows); rstd <= eps^-0.5, so 2 * rstd is finite
+    exact = var < math.inf if eps > 0 else (var < math.inf) & ((var >= torch.finfo(xa.dtype).tiny) | (var_s == 0))
+    rstd = torch.where(exact, torch.rsqrt(var + eps), s * torch.rsqrt(var_s))
     d = xa - mean
-    # rstd <= eps^-0.5, so 2 * rstd is finite; halving is exact but for subnormals (rounding <= 2^-150)
     out = torch.where(torch.abs(d) < math.inf, d * rstd, (xa * 0.5 - mean * 0.5) * (rstd * 2))
     return out, mean, rstd
 
