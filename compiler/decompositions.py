@@ -123,20 +123,24 @@ def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Te
     # s = 2^-e, e = floor(log2(magnitude)) kept where s and 1 / s are normal (0 and inf give the
     # bounds): |x * s| < 2n, |d * s| < 4n, and the squares' sum (< 16n^3) is finite
     s = torch.exp2(-torch.clamp(torch.floor(torch.log2(magnitude)), -126, 126))
-    d = xa - mean0
-    # halving is exact but for subnormals (rounding <= 2^-150)
-    ds = torch.where(torch.abs(d) < math.inf, d * s, (xa * 0.5 - mean0 * 0.5) * (s * 2))
+    ds = _scaled_deviation(xa, mean0, s)
     s1 = torch.sum(ds, dim=dims, keepdim=True) / n
     var_s = torch.clamp_min(torch.sum(ds * ds, dim=dims, keepdim=True) / n - s1 * s1, 0)
     mean = mean0 + s1 / s
     var = var_s / s / s
     # where var leaves float32's range, rstd = s * rsqrt(var_s) (eps is below var's rounding there;
-    # with eps = 0 also where var underflows); rstd <= eps^-0.5, so 2 * rstd is finite
+    # with eps = 0 also where var underflows)
     exact = var < math.inf if eps > 0 else (var < math.inf) & ((var >= torch.finfo(xa.dtype).tiny) | (var_s == 0))
     rstd = torch.where(exact, torch.rsqrt(var + eps), s * torch.rsqrt(var_s))
-    d = xa - mean
-    out = torch.where(torch.abs(d) < math.inf, d * rstd, (xa * 0.5 - mean * 0.5) * (rstd * 2))
-    return out, mean, rstd
+    return _scaled_deviation(xa, mean, rstd), mean, rstd
+
+
+def _scaled_deviation(x: torch.Tensor, m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """(x - m) * k, also where x - m overflows (values near max of both signs): from halves, exact but
+    for subnormals (rounding <= 2^-150), times 2k (finite for the norms' k: s <= 2^126, and rstd <=
+    eps^-0.5 where eps > 0)."""
+    d = x - m
+    return torch.where(torch.abs(d) < math.inf, d * k, (x * 0.5 - m * 0.5) * (k * 2))
 
 
 def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torch.Tensor:
