@@ -8,6 +8,7 @@ primitives in ``compiler.lowerings.formulas``.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -54,16 +55,33 @@ prims = torch.ops.prims
 
 # --- type promotion and building Lazy values --------------------------------
 
-def _meta(v: Any) -> Any:
+def _promotion_key(v: Any) -> Any:
+    """What torch's elementwise promotion reads of an operand: a tensor's dtype and whether it is
+    zero-dimensional, a number's type."""
     if isinstance(v, (Lazy, Strided)):
-        return torch.empty([1] * len(v.shape), dtype=v.dtype, device="meta")
-    return v
+        return v.dtype, not v.shape
+    if type(v) in (bool, int, float, complex):
+        return type(v)
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _promoted(keys: tuple, kind: ELEMENTWISE_TYPE_PROMOTION_KIND) -> torch.dtype:
+    metas = [k() if isinstance(k, type) else torch.empty([] if k[1] else [1], dtype=k[0], device="meta")
+             for k in keys]
+    return elementwise_dtypes(*metas, type_promotion_kind=kind)[1]
 
 
 def promote(*args: Any, kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE_PROMOTION_KIND.DEFAULT
             ) -> torch.dtype:
-    metas = [_meta(a) for a in args if a is not None]
-    return elementwise_dtypes(*metas, type_promotion_kind=kind)[1]
+    """torch's elementwise result dtype of ``args`` (None skipped), memoized on what promotion reads:
+    building meta tensors for it was a tenth of a transformer's lowering."""
+    keys = tuple(_promotion_key(a) for a in args if a is not None)
+    if None in keys:  # an operand promotion reads more of, left to torch as it is
+        metas = [torch.empty([1] * len(a.shape), dtype=a.dtype, device="meta") if isinstance(a, (Lazy, Strided))
+                 else a for a in args if a is not None]
+        return elementwise_dtypes(*metas, type_promotion_kind=kind)[1]
+    return _promoted(keys, kind)
 
 
 def out_meta(node: Any) -> tuple[tuple[int, ...], torch.dtype]:

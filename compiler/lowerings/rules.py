@@ -74,7 +74,8 @@ def read(value: TensorValue, index: list[Expr]) -> Expr:
     if isinstance(value, Lazy):
         if not value.shape:
             return value.expr
-        return ir.substitute(value.expr, {ir.xvar(d): idx for d, idx in enumerate(index)})
+        mapping = {var: idx for var, idx in ((ir.xvar(d), idx) for d, idx in enumerate(index)) if idx != var}
+        return ir.substitute(value.expr, mapping) if mapping else value.expr
     flat = ir.linear_index(index, value.stride, value.offset)
     return ir.load(value.buffer, flat, value.dtype)
 
