@@ -278,7 +278,10 @@ def isinstance_check(x):
     return x
 
 
-@zoo("python_random", 1, 0, family="python")
+@zoo("python_random", 1, 0, family="python",
+     expected_failures=(ExpectedFailure("crucible-*", "fail_accuracy", "Dynamo's first compiled call draws "
+                                        "random.random() from the state before the frame's random.seed(0) "
+                                        "(harness/FINDINGS.md)"),))
 def python_random(x):
     """random.random() from Python's RNG (Dynamo replays it; seeded identically every run)."""
     y = x.sin()

@@ -167,21 +167,57 @@ def _dynamo_counters() -> Counter:
     return counters["graph_break"]
 
 
+class _GraphLog:
+    """The graphs Dynamo hands a backend and the breaks between them, from Dynamo's counters."""
+
+    def __init__(self) -> None:
+        self.result = CaptureResult()
+        self._reasons: list[tuple[str, str]] = []  # (message, frame) of graphs ended by a break
+        self._before = Counter(_dynamo_counters())
+
+    def saw(self, gm: torch.fx.GraphModule) -> None:
+        self.result.graphs += 1
+        why = getattr(gm, "compile_subgraph_reason", None)
+        if why is not None and getattr(why, "graph_break", False):
+            self._reasons.append((why.reason, _user_frame(list(getattr(why, "user_stack", None) or []))))
+
+    def breaks(self) -> list[GraphBreak]:
+        after = Counter(_dynamo_counters())
+        after.subtract(self._before)
+        messages = Counter({m: n for m, n in after.items() if n > 0})
+        # Breaks that ended a graph carry a frame; the counter also sees breaks after
+        # which nothing was captured (e.g. a print right before return).
+        breaks: list[GraphBreak] = []
+        for message, frame in self._reasons:
+            key = next((m for m in messages if messages[m] > 0 and
+                        m.splitlines()[0] == message.strip().splitlines()[0]), None)
+            if key is not None:
+                messages[key] -= 1
+            reason, category = describe_reason(message)
+            breaks.append(GraphBreak(reason, category, frame))
+        for message, n in messages.items():
+            reason, category = describe_reason(message)
+            breaks += [GraphBreak(reason, category, "")] * max(n, 0)
+        return breaks
+
+    def finish(self, captured_ops: int) -> CaptureResult:
+        self.result.breaks = self.breaks()
+        self.result.graph_breaks = len(self.result.breaks)
+        self.result.captured_ops = captured_ops
+        return self.result
+
+
 def analyze_capture(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[CaptureResult, Any]:
     """Run ``fn`` once through Dynamo with a counting backend; returns (result, output).
 
     The caller resets Dynamo before and after; the eager op count is filled in
     separately (see ``count_eager_ops``).
     """
-    result = CaptureResult()
+    log = _GraphLog()
     counter = OpCounter()
-    graph_reasons: list[tuple[str, str]] = []  # (message, frame) of graphs ended by a break
 
     def counting_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable[..., Any]:
-        result.graphs += 1
-        why = getattr(gm, "compile_subgraph_reason", None)
-        if why is not None and getattr(why, "graph_break", False):
-            graph_reasons.append((why.reason, _user_frame(list(getattr(why, "user_stack", None) or []))))
+        log.saw(gm)
 
         def run_graph(*args: Any) -> Any:
             try:
@@ -192,33 +228,92 @@ def analyze_capture(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[
                 # dispatch mode: run the graph uncounted and report coverage as unknown.
                 if "HigherOrderOperator" not in str(exc):
                     raise
-                result.uncounted_graphs += 1
+                log.result.uncounted_graphs += 1
                 return gm.forward(*args)
 
         return run_graph
 
-    before = Counter(_dynamo_counters())
     out = torch.compile(fn, backend=counting_backend)(*args, **kwargs)
-    after = Counter(_dynamo_counters())
-    after.subtract(before)
-    messages = Counter({m: n for m, n in after.items() if n > 0})
-    # Breaks that ended a graph carry a frame; the counter also sees breaks after
-    # which nothing was captured (e.g. a print right before return).
-    breaks: list[GraphBreak] = []
-    for message, frame in graph_reasons:
-        key = next((m for m in messages if messages[m] > 0 and
-                    m.splitlines()[0] == message.strip().splitlines()[0]), None)
-        if key is not None:
-            messages[key] -= 1
-        reason, category = describe_reason(message)
-        breaks.append(GraphBreak(reason, category, frame))
-    for message, n in messages.items():
-        reason, category = describe_reason(message)
-        breaks += [GraphBreak(reason, category, "")] * max(n, 0)
-    result.breaks = breaks
-    result.graph_breaks = len(breaks)
-    result.captured_ops = counter.count
-    return result, out
+    return log.finish(counter.count), out
+
+
+class CaptureProbe:
+    """Capture analysis riding along a compile, so that Dynamo traces the model once, not twice.
+
+    ``wrap(backend)`` is a Dynamo backend that logs each graph as ``analyze_capture`` does and
+    compiles it with ``backend``. A graph's ATen ops are counted once, by running it on fake copies
+    of its example inputs (no side effects, no random draws, nothing computed), and added each time
+    its compiled form runs; ``finish`` stops the counting (later recompiles and calls do not count,
+    as the capture run is one call). A graph that cannot run on fake tensors leaves coverage unknown.
+    """
+
+    def __init__(self) -> None:
+        self._log = _GraphLog()
+        self._ops = 0
+        self._done: CaptureResult | None = None
+
+    def wrap(self, backend: Callable[..., Any]) -> Callable[..., Any]:
+        def probing_backend(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any) -> Callable[..., Any]:
+            if self._done is not None:
+                return backend(gm, example_inputs, **kwargs)
+            self._log.saw(gm)
+            ops = _fake_op_count(gm, example_inputs)
+            if ops is None:
+                self._log.result.uncounted_graphs += 1
+            return self._counting(backend(gm, example_inputs, **kwargs), ops or 0)
+
+        return probing_backend
+
+    def _counting(self, compiled: Callable[..., Any], ops: int) -> Callable[..., Any]:
+        def count() -> None:
+            if self._done is None:
+                self._ops += ops
+
+        def run(*args: Any) -> Any:
+            count()
+            return compiled(*args)
+
+        if hasattr(compiled, "_boxed_call"):  # whoever reads the convention reads it unchanged
+            run._boxed_call = compiled._boxed_call  # type: ignore[attr-defined]
+        return run
+
+    @property
+    def finished(self) -> bool:
+        return self._done is not None
+
+    def finish(self) -> CaptureResult:
+        if self._done is None:
+            self._done = self._log.finish(self._ops)
+        return self._done
+
+
+class _FakeRunCounter(OpCounter):
+    """OpCounter for a run on fake tensors: fake tensors answer metadata queries (``prim::device``)
+    through the dispatcher, which real tensors never do; those are not ops of the model."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if getattr(func, "namespace", None) == "prim":
+            return func(*args, **(kwargs or {}))
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def _fake_op_count(gm: torch.fx.GraphModule, example_inputs: list) -> int | None:
+    """The ATen ops one run of ``gm`` dispatches, counted on fake tensors; None where it cannot run so."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    fake_inputs = [t for t in example_inputs if isinstance(t, FakeTensor)]
+    # Dynamo hands a backend the real inputs (some versions their fakes): either way the graph runs
+    # in one fake mode that also takes the module's real parameters
+    mode = fake_inputs[0].fake_mode if fake_inputs else FakeTensorMode(allow_non_fake_inputs=True)
+    counter = _FakeRunCounter()
+    try:
+        fakes = [t if isinstance(t, FakeTensor) else mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
+                 for t in example_inputs]
+        with torch.no_grad(), mode, counter:
+            gm.forward(*fakes)
+    except Exception:  # noqa: BLE001 -- unknown rather than wrong (see CaptureResult.coverage)
+        return None
+    return counter.count
 
 
 def count_eager_ops(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[int, Any]:

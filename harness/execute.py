@@ -1,7 +1,10 @@
 """Run one corpus entry on one target, in the current process, and grade it.
 
 The order is fixed: build -> eager twice -> float64 reference -> capture analysis
--> compile (first call) -> run (second call) -> parity oracle. In train mode the
+-> compile (first call) -> run (second call) -> parity oracle. A crucible target's capture
+analysis rides along its compile (``harness.capture.CaptureProbe``: Dynamo traces the model
+once); where that compile does not finish its first call (or the entry stops before it),
+the capture analysis runs on its own, as for every other target. In train mode the
 first call's phases are ``forward`` and ``backward`` (AOTAutograd compiles the
 backward graph at the first backward). ``on_phase`` is told each phase as it
 starts, so the parent process knows where a worker was when it crashed, hung or
@@ -21,7 +24,7 @@ from typing import Any
 import torch
 
 from corpus.entry import Entry, EntryUnavailable
-from harness.capture import analyze_capture, count_eager_ops
+from harness.capture import CaptureProbe, CaptureResult, analyze_capture, count_eager_ops
 from harness.compile_reasons import entry_fields
 # errors and model runs live in their own modules; their names stay importable from here
 from harness.errors import describe_error, is_compile_error, is_oom
@@ -166,27 +169,44 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
     references = _reference(models, [(b, a, k) for b, a, k in sizes], entry.seed, device, reference_where,
                             result, mode)
 
-    if capture:
+    def capture_apart(late: bool = False) -> None:
+        # ``late``: after a compile that failed, whose record keeps the phase it failed in
+        where = result["phase"]
         phase("capture")
         try:
             torch._dynamo.reset()
             cap, _ = analyze_capture(models.fresh(device, dtype), *_fresh(args, kwargs))
-            cap.eager_ops = eager_ops
-            result.update(graphs=cap.graphs, graph_breaks=cap.graph_breaks,
-                          capture_coverage=cap.coverage, captured_ops=cap.captured_ops, eager_ops=eager_ops,
-                          break_reasons=[{"reason": b.reason, "category": b.category, "frame": b.frame}
-                                         for b in cap.breaks])
+            _record_capture(result, cap, eager_ops)
         except Exception as exc:  # noqa: BLE001 -- capture analysis is information, not the verdict
             result["capture_error"] = describe_error(exc)[0]
         finally:
             torch._dynamo.reset()
+            result["capture_s"] = time.perf_counter() - clock["start"]
+            if late:
+                result["phase"] = where
 
+    probe = CaptureProbe() if capture and target.is_crucible else None
+    if capture and probe is None:
+        capture_apart()
     if not deterministic:
         result.update(status=Status.EAGER_NONDETERMINISTIC, error="two eager runs gave different outputs")
+        if probe is not None:
+            capture_apart()
         return None
     del model
-    _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic, mode)
+    _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic, mode,
+                         probe, lambda cap: _record_capture(result, cap, eager_ops))
+    if probe is not None and not probe.finished:
+        capture_apart(late=True)  # the compile stopped before its first call returned
     return None
+
+
+def _record_capture(result: dict, cap: CaptureResult, eager_ops: int) -> None:
+    cap.eager_ops = eager_ops
+    result.update(graphs=cap.graphs, graph_breaks=cap.graph_breaks, capture_coverage=cap.coverage,
+                  captured_ops=cap.captured_ops, eager_ops=eager_ops,
+                  break_reasons=[{"reason": b.reason, "category": b.category, "frame": b.frame}
+                                 for b in cap.breaks])
 
 
 def _eager_sizes(entry: Entry, models: ModelCopies, mode: str, device: str, dtype: torch.dtype | None,
@@ -226,7 +246,9 @@ def _grade(entry: Entry, eager: StepOutput, compiled: StepOutput, reference: Ste
 
 def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, variants: list[_Variant],
                          eager: list[StepOutput], references: list[StepOutput | None], result: dict,
-                         phase: Callable[[str], None], dynamic: bool, mode: str) -> None:
+                         phase: Callable[[str], None], dynamic: bool, mode: str,
+                         probe: CaptureProbe | None = None,
+                         on_captured: Callable[[CaptureResult], None] = lambda cap: None) -> None:
     device = target.device
     dtype = DTYPES.get(entry.dtype)
     args, kwargs = variants[0].args, variants[0].kwargs
@@ -236,12 +258,15 @@ def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, vari
         check_available(target)
         with reports as rep:
             try:
-                compiled = compile_model(target, models.fresh(device, dtype), dynamic=dynamic)
+                compiled = compile_model(target, models.fresh(device, dtype), dynamic=dynamic,
+                                         wrap=probe.wrap if probe is not None else None)
                 graphs_before, failures_before = dynamo_counters()
                 start = time.perf_counter()
                 out = _step(mode, compiled, *_fresh(args, kwargs), entry.seed, lambda: phase("backward"))
                 _synchronize(device)
                 result["compile_s"] = time.perf_counter() - start
+                if probe is not None:
+                    on_captured(probe.finish())
                 if mode != "inference":
                     result["backward_graphs"] = out.backward_graphs
             finally:  # graphs compiled before a failure still count

@@ -157,15 +157,20 @@ def resolve_backend(target: Target) -> Callable[..., Any] | str:
     return target.backend
 
 
-def compile_model(target: Target, model: Any, dynamic: bool = False) -> Any:
+def compile_model(target: Target, model: Any, dynamic: bool = False,
+                  wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> Any:
     """The callable a target runs: the model itself for eager, else torch.compile's wrapper.
 
-    ``dynamic=True`` compiles with dynamic shapes (``torch.compile(dynamic=True)``) for every target."""
+    ``dynamic=True`` compiles with dynamic shapes (``torch.compile(dynamic=True)``) for every target.
+    ``wrap`` replaces a crucible target's backend by ``wrap(backend)`` (``harness.capture.CaptureProbe``);
+    a backend named by string keeps torch's own handling of its options, so it is never wrapped."""
     import torch
 
     if target.backend is None:
         return model
     backend = resolve_backend(target)
+    if wrap is not None and target.is_crucible:
+        backend = wrap(backend)
     # The crucible compiler specializes on static shapes: dynamic=False makes Dynamo recompile for
     # a new shape instead of handing it symbolic sizes after the first recompile (detection models
     # call their heads with data-dependent box counts).
