@@ -285,3 +285,34 @@ def test_layout_benchmark_runs_its_help_and_formats_rows_anywhere(capsys):
            "contiguous_err": 0.0, "channels_last_err": 1e-3, "rule": "channels_last (...)"}
     assert "channels-last speedup 1.25x" in bench.model_line(row)
     assert "FAILED channels_last_error: boom" in bench.model_line(row | {"channels_last_error": "boom"})
+
+
+class ConvNeXtBlock(torch.nn.Module):
+    """convnext's block: a depthwise conv, then a layer norm over channels of the (N, H, W, C) view."""
+
+    def __init__(self, c: int = 12) -> None:
+        super().__init__()
+        self.dw = torch.nn.Conv2d(c, c, 7, padding=3, groups=c)
+        self.norm = torch.nn.LayerNorm(c)
+        self.fc = torch.nn.Linear(c, c)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.norm(self.dw(x).permute(0, 2, 3, 1))
+        return x + self.fc(y).permute(0, 3, 1, 2)
+
+
+def test_a_layer_norm_over_a_permuted_nhwc_conv_output_is_one_kernel(codegen):
+    """Regression (convnext_tiny bf16 on an H200, 1.0 ms of 3.2 ms in its layer norms): the row
+    statistics of the (N, H, W, C) view got NHWC strides for their (N, H, W, 1) shape, so H and W
+    were transposed in memory, the normalizing kernel could not fuse with its reduction
+    (cross_program_read) and every norm was two kernels through four float32 buffers."""
+    torch.manual_seed(0)
+    m, x = ConvNeXtBlock().eval(), torch.randn(2, 12, 9, 11)
+    _, out, report = compiled_run(m, x, layout="channels_last", codegen=codegen)
+    (graph,) = report.graphs
+    assert graph.layout == "channels_last"
+    assert not [r for r in graph.refused_fusions if r.reason.value == "cross_program_read"], graph.refused_fusions
+    norms = [k for k in graph.kernels if "native_layer_norm.default" in k.ops or "mean.dim" in k.ops]
+    assert len(norms) == 1 and norms[0].kind == "reduction", [k.ops for k in graph.kernels]
+    with torch.no_grad():
+        assert_close(out, m(x))
