@@ -27,6 +27,7 @@ from typing import Any
 import torch
 import torch.fx
 
+from compiler import ir
 from compiler.folding import FoldedGraph, _real_tensors
 from compiler.graph import contiguous_strides, same_layout
 
@@ -39,27 +40,29 @@ def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return (h * w * c, 1, w * c, c)
 
 
-def strides_like_read(shape: Sequence[int], index: Any) -> tuple[int, ...]:
-    """Strides of a new 4-d value laid out as the NHWC buffer it reads at ``index`` (its dims sorted
-    by their coefficients there, largest first), as eager's TensorIterator lays out a result like its
-    input. A value in (N, C, H, W) order gets NHWC strides; one over a permuted view of the buffer
-    (a layer norm's row statistics over (N, H, W, C)) is row-major in its own order: NHWC strides on
-    that shape transposed H and W, and the statistics' consumer could not fuse with their reduction
-    (convnext_tiny on an H200). An index that is not affine, or leaves a dim of size > 1 out (a
-    broadcast read), says nothing: NHWC strides."""
-    from compiler import ir
-
-    aff = ir.to_affine(index)
-    coef = [0 if aff is None else aff.get(ir.xvar(d), 0) for d in range(len(shape))]
-    if aff is None or any(c <= 0 for c, n in zip(coef, shape) if n > 1):
-        return channels_last_strides(shape)
-    order = sorted(range(len(shape)), key=lambda d: -coef[d] if shape[d] > 1 else 0)
-    strides = [0] * len(shape)
-    step = 1
-    for d in reversed(order):
-        strides[d] = step
-        step *= max(int(shape[d]), 1)
-    return tuple(strides)
+def strides_like_reads(shape: Sequence[int], indices: Sequence[Any]) -> tuple[int, ...]:
+    """Strides of a new 4-d value laid out as the NHWC buffer it reads: its dims sorted by their
+    coefficients in the first of ``indices`` that covers every dim of size > 1, largest first, as
+    eager's TensorIterator lays out a result like its input. A value in (N, C, H, W) order gets NHWC
+    strides; one over a permuted view of the buffer (a layer norm's row statistics over (N, H, W, C))
+    is row-major in its own order: NHWC strides on that shape transposed H and W, and the statistics'
+    consumer could not fuse with their reduction (convnext_tiny on an H200). Where no index is affine
+    and covers every dim (broadcast reads only): NHWC strides."""
+    for index in indices:
+        aff = ir.to_affine(index)
+        if aff is None:
+            continue
+        coef = [aff.get(ir.xvar(d), 0) for d in range(len(shape))]
+        if any(c <= 0 for c, n in zip(coef, shape) if n > 1):
+            continue
+        order = sorted(range(len(shape)), key=lambda d: -coef[d] if shape[d] > 1 else 0)
+        strides = [0] * len(shape)
+        step = 1
+        for d in reversed(order):
+            strides[d] = step
+            step *= max(int(shape[d]), 1)
+        return tuple(strides)
+    return channels_last_strides(shape)
 
 
 def is_channels_last(shape: Sequence[int], stride: Sequence[int]) -> bool:

@@ -20,7 +20,7 @@ from compiler import ir
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
-from compiler.layout import channels_last_strides, is_channels_last, strides_like_read
+from compiler.layout import channels_last_strides, is_channels_last, strides_like_reads
 from compiler.lowerings.rules import (
     LOWERINGS,
     Lazy,
@@ -106,10 +106,8 @@ class GraphLowering:
     def natural_strides(self, shape: tuple[int, ...], body: Expr) -> tuple[int, ...]:
         """Row-major, except in a channels-last graph for a 4-d value read from an NHWC buffer (eager's
         TensorIterator too lays a result out like its inputs)."""
-        reads = [e for e in ir.loads(body) if e.arg in self.nhwc_buffers] if self.channels_last and len(shape) == 4 else []
-        if reads:  # laid out like the read that covers the most dims
-            return strides_like_read(shape, max(reads, key=lambda e: len(ir.to_affine(e.src[0]) or {})).src[0])
-        return contiguous_strides(shape)
+        reads = [e.src[0] for e in ir.loads(body) if e.arg in self.nhwc_buffers] if self.channels_last and len(shape) == 4 else []
+        return strides_like_reads(shape, reads) if reads else contiguous_strides(shape)
 
     def loop_order(self, buf: Buffer) -> tuple[int, ...]:
         """The dims of a new buffer from the largest stride to the smallest, so a kernel stores along

@@ -194,9 +194,10 @@ def _execute(entry: Entry, target: Target, result: dict, on_phase: Callable[[str
             capture_apart()
         return None
     del model
-    _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic, mode,
-                         probe, lambda cap: _record_capture(result, cap, eager_ops))
-    if probe is not None and not probe.finished:
+    _compile_and_compare(entry, target, models, variants, eager, references, result, phase, dynamic, mode, probe)
+    if probe is not None and probe.finished:
+        _record_capture(result, probe.finish(), eager_ops)
+    elif probe is not None:
         capture_apart(late=True)  # the compile stopped before its first call returned
     return None
 
@@ -247,8 +248,7 @@ def _grade(entry: Entry, eager: StepOutput, compiled: StepOutput, reference: Ste
 def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, variants: list[_Variant],
                          eager: list[StepOutput], references: list[StepOutput | None], result: dict,
                          phase: Callable[[str], None], dynamic: bool, mode: str,
-                         probe: CaptureProbe | None = None,
-                         on_captured: Callable[[CaptureResult], None] = lambda cap: None) -> None:
+                         probe: CaptureProbe | None = None) -> None:
     device = target.device
     dtype = DTYPES.get(entry.dtype)
     args, kwargs = variants[0].args, variants[0].kwargs
@@ -265,8 +265,8 @@ def _compile_and_compare(entry: Entry, target: Target, models: ModelCopies, vari
                 out = _step(mode, compiled, *_fresh(args, kwargs), entry.seed, lambda: phase("backward"))
                 _synchronize(device)
                 result["compile_s"] = time.perf_counter() - start
-                if probe is not None:
-                    on_captured(probe.finish())
+                if probe is not None:  # the capture is the first call's: later calls do not count
+                    probe.finish()
                 if mode != "inference":
                     result["backward_graphs"] = out.backward_graphs
             finally:  # graphs compiled before a failure still count

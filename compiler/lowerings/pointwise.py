@@ -65,10 +65,13 @@ def _promotion_key(v: Any) -> Any:
     return None
 
 
+def _meta(dtype: torch.dtype, zero_dim: bool) -> torch.Tensor:
+    return torch.empty([] if zero_dim else [1], dtype=dtype, device="meta")
+
+
 @functools.lru_cache(maxsize=4096)
 def _promoted(keys: tuple, kind: ELEMENTWISE_TYPE_PROMOTION_KIND) -> torch.dtype:
-    metas = [k() if isinstance(k, type) else torch.empty([] if k[1] else [1], dtype=k[0], device="meta")
-             for k in keys]
+    metas = [k() if isinstance(k, type) else _meta(*k) for k in keys]
     return elementwise_dtypes(*metas, type_promotion_kind=kind)[1]
 
 
@@ -78,8 +81,7 @@ def promote(*args: Any, kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE
     building meta tensors for it was a tenth of a transformer's lowering."""
     keys = tuple(_promotion_key(a) for a in args if a is not None)
     if None in keys:  # an operand promotion reads more of, left to torch as it is
-        metas = [torch.empty([1] * len(a.shape), dtype=a.dtype, device="meta") if isinstance(a, (Lazy, Strided))
-                 else a for a in args if a is not None]
+        metas = [_meta(a.dtype, not a.shape) if isinstance(a, (Lazy, Strided)) else a for a in args if a is not None]
         return elementwise_dtypes(*metas, type_promotion_kind=kind)[1]
     return _promoted(keys, kind)
 
