@@ -10,9 +10,9 @@ from compiler.bench import compile_time
 def test_first_call_is_split_into_aot_capture_passes_and_the_rest() -> None:
     seconds = compile_time.first_call("zoo/conv_bn_relu", "crucible-interpret")
     assert {"first call", "lower", "schedule", "render", "rest"} <= set(seconds)
-    assert all(s >= 0 for k, s in seconds.items() if k != "rest")
-    parts = sum(s for k, s in seconds.items() if k != "first call")
-    assert parts == pytest.approx(seconds["first call"])  # the rest is what the named parts leave
+    assert seconds["lower"] > 0 and seconds["schedule"] > 0  # the compile's passes were reached and timed
+    # the passes ran inside the timed first call: what they leave for Dynamo and the first run is >= 0
+    assert 0 <= seconds["rest"] < seconds["first call"]
 
 
 def test_unknown_entries_and_targets_are_usage_errors() -> None:
