@@ -55,6 +55,24 @@ def test_layer_norm_over_channels_of_an_image_is_one_kernel(channels_last: bool,
     assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction", report
 
 
+@pytest.mark.parametrize("pad", [(0, 0, 0, 0, 0, 0), (0, 0, 0, 1, 0, 0)], ids=["unpadded", "padded"])
+def test_a_zero_pad_after_a_layer_norm_fuses_into_it(pad: tuple, codegen: str, device: str) -> None:
+    """Regression (swin_tiny on an H200): timm pads every block's normed (N, H, W, C) input to a
+    multiple of the window, by zero rows when it divides. The pad read its input at clamped
+    indices, ``min(max(x, 0), n - 1)``, which the scheduler cannot tell from another row's, so the
+    normalizing kernel did not fuse with its statistics (cross_program_read), seven kernels more
+    per model. Unpadded dims now read the input as is; a real pad still clamps and masks."""
+    w, b = torch.randn(16, device=device), torch.randn(16, device=device)
+
+    def fn(a):
+        return F.pad(F.layer_norm(a, (16,), w, b), pad) * 2
+
+    report = check_parity(fn, (torch.randn(2, 6, 6, 16, device=device),), codegen=codegen)
+    if not any(pad):  # a padded copy is a kernel of its own (another iteration space), but right
+        assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction", report
+        assert not [r for g in report.graphs for r in g.refused_fusions]
+
+
 def test_report_lists_every_fused_op(codegen: str, device: str) -> None:
     """Regression: a kernel whose reduction re-indexes its inlined producers (pooling) listed only
     the last view op; it lists every ATen op computed in it."""
