@@ -5,10 +5,12 @@ the benchmark's convnets at batch 32, 224 px, NCHW against NHWC (input and weigh
 bfloat16; prints each time, the channels-last / NCHW ratio and the median per family and dtype (the
 ``CL_RATIO`` table). ``--models``: each model compiled by Crucible with ``layout="contiguous"`` and
 ``layout="channels_last"``, side by side with eager: latency, max error vs eager, the layout the
-``auto`` rule picks and why. Each model runs in its own process with a timeout.
+``auto`` rule picks and why; with ``--cudagraphs`` also each layout under CUDA graphs, whose latency
+is the graph's GPU time without the host's launch cost (the steadier comparison of the kernels the
+layouts make). Each model runs in its own process with a timeout.
 
     python -m compiler.bench.layout --convs
-    python -m compiler.bench.layout --models resnet50:bf16 mobilenetv3_large_100:fp32
+    python -m compiler.bench.layout --models resnet50:bf16 mobilenetv3_large_100:fp32 --cudagraphs
     python -m compiler.bench.layout --models test_convnet:fp32 --device cpu   # a smoke check
 """
 
@@ -97,8 +99,9 @@ def _model(name: str, dtype: torch.dtype, device: str) -> tuple[torch.nn.Module,
     return MODELS[name].build(dtype, device, tiny=False)
 
 
-def measure(name: str, dname: str, device: str) -> dict[str, Any]:
-    """Eager, then Crucible contiguous and channels-last, on one model and dtype."""
+def measure(name: str, dname: str, device: str, cudagraphs: bool = False) -> dict[str, Any]:
+    """Eager, then Crucible contiguous and channels-last (``cudagraphs``: each also under CUDA
+    graphs, as ``LAYOUT_cg``), on one model and dtype."""
     import torch._dynamo
 
     import compiler
@@ -110,9 +113,13 @@ def measure(name: str, dname: str, device: str) -> dict[str, Any]:
     with torch.no_grad():
         expected = _first_tensor(model(*inputs)).detach().clone()
         row["eager_ms"] = latency_ms(lambda: model(*inputs), device)
-        for layout in ("contiguous", "channels_last"):
+        variants = [(layout, cg) for layout in ("contiguous", "channels_last") for cg in (False, True)
+                    if cudagraphs or not cg]
+        for base, cg in variants:
+            layout = base + ("_cg" if cg else "")
             torch._dynamo.reset()
-            fn = torch.compile(model, backend="crucible", dynamic=False, options={"strict": True, "layout": layout})
+            fn = torch.compile(model, backend="crucible", dynamic=False,
+                               options={"strict": True, "layout": base, "cudagraphs": cg})
             try:
                 with compiler.collect_reports() as report:
                     start = time.perf_counter()
@@ -128,8 +135,9 @@ def measure(name: str, dname: str, device: str) -> dict[str, Any]:
     return row
 
 
-def run_isolated(name: str, dname: str, device: str, timeout: float) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "compiler.bench.layout", "--worker", "--device", device, "--models", f"{name}:{dname}"]
+def run_isolated(name: str, dname: str, device: str, timeout: float, cudagraphs: bool = False) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "compiler.bench.layout", "--worker", "--device", device, "--models", f"{name}:{dname}",
+           *(["--cudagraphs"] if cudagraphs else [])]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -158,7 +166,16 @@ def model_line(row: dict) -> str:
             f"{row.get('contiguous_strides_ok')} / {row.get('channels_last_strides_ok')}; compile s "
             f"{_fmt(row, 'contiguous_compile_s', '.1f')} / {_fmt(row, 'channels_last_compile_s', '.1f')}; "
             f"kernels {row.get('contiguous_kernels')} / {row.get('channels_last_kernels')}; rule: {row.get('rule', '-')}"
-            + (f"; FAILED {errors}" if errors else ""))
+            + _cudagraph_part(row) + (f"; FAILED {errors}" if errors else ""))
+
+
+def _cudagraph_part(row: dict) -> str:
+    c, cl = row.get("contiguous_cg_ms"), row.get("channels_last_cg_ms")
+    if c is None and cl is None:
+        return ""
+    speed = f"{c / cl:.2f}x" if c and cl else "-"
+    return (f"; CUDA graphs: contiguous {_fmt(row, 'contiguous_cg_ms')} ms, channels_last "
+            f"{_fmt(row, 'channels_last_cg_ms')} ms (channels-last speedup {speed})")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -169,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="*", default=[], metavar="MODEL:DTYPE",
                         help="models of compiler.bench.models (or test_convnet) with fp32 or bf16")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    parser.add_argument("--cudagraphs", action="store_true",
+                        help="--models: also time each layout under CUDA graphs (GPU)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per model (default 300)")
     parser.add_argument("--deadline", type=float, default=None,
                         help="stop starting models this many seconds after the start")
@@ -185,7 +204,7 @@ def main(argv: list[str] | None = None) -> int:
         pairs.append((name, dname))
     if args.worker:
         for name, dname in pairs:
-            print(_RESULT + json.dumps(measure(name, dname, args.device)), flush=True)
+            print(_RESULT + json.dumps(measure(name, dname, args.device, args.cudagraphs)), flush=True)
         return 0
     started = time.perf_counter()
     if args.convs:
@@ -196,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         if left < 10:
             print(f"{name} {dname}: skipped (deadline)", flush=True)
             continue
-        print(model_line(run_isolated(name, dname, args.device, left)), flush=True)
+        print(model_line(run_isolated(name, dname, args.device, left, args.cudagraphs)), flush=True)
     return 0
 
 

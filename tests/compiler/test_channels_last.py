@@ -285,6 +285,9 @@ def test_layout_benchmark_runs_its_help_and_formats_rows_anywhere(capsys):
            "contiguous_err": 0.0, "channels_last_err": 1e-3, "rule": "channels_last (...)"}
     assert "channels-last speedup 1.25x" in bench.model_line(row)
     assert "FAILED channels_last_error: boom" in bench.model_line(row | {"channels_last_error": "boom"})
+    assert "CUDA graphs" not in bench.model_line(row)
+    graphed = bench.model_line(row | {"contiguous_cg_ms": 1.5, "channels_last_cg_ms": 1.0})
+    assert "CUDA graphs: contiguous 1.500 ms, channels_last 1.000 ms (channels-last speedup 1.50x)" in graphed
 
 
 class ConvNeXtBlock(torch.nn.Module):
