@@ -17,6 +17,7 @@ A buffer is stored only if something outside its kernel reads it.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -24,10 +25,11 @@ from typing import Any
 
 import torch
 
-from compiler import ir
+from compiler import ir, reshapes
 from compiler.capabilities import ANY_RENDERER, MAX_KERNEL_BUFFERS, MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, numel
 from compiler.ir import Expr, Op
+from compiler.loop_merging import _resite, merge_loops
 from compiler.report import FusionReason, FusionRefusal
 
 # Fusion forwards a producer's value into its consumer's expression; past this depth the
@@ -297,8 +299,10 @@ class Scheduler:
                     return (FusionReason.REDUCTION_MISMATCH,
                             f"reduction space {outer}|{red} differs from kernel {k.ranges}|{k.rranges}")
             elif k.stores and k.ranges not in (outer, outer + red):
-                return (FusionReason.PROLOGUE_SHAPE,
-                        f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}")
+                why = (FusionReason.PROLOGUE_SHAPE,
+                       f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}")
+                reshaped = self.try_fuse_reshaped_kernel(k, node, outer, red, xmap, rmap)
+                return why if reshaped is False else reshaped
             elif k.stores and k.ranges == outer + red and numel(red) > self.max_persistent_rnumel:
                 return (FusionReason.ROW_TOO_LARGE, f"rows of {numel(red)} elements (persistent up to "
                         f"{self.max_persistent_rnumel}) do not fit one block; producers are not fused")
@@ -308,6 +312,10 @@ class Scheduler:
         elif not k.stores or outer == k.ranges:
             level = Level.X
             mapping = {v: _var(ir.xvar, i) for v, i in xmap.items()}
+        elif (reshaped := reshapes.node_mapping(k.ranges, k.rranges, outer, xmap)) is not None:
+            level, mapping = Level.XR if reshaped[0] else Level.X, reshaped[1]
+            if level is Level.XR and not k.persistent:
+                return FusionReason.NEEDS_PERSISTENT, f"consumer over {outer} needs whole rows in one block"
         elif k.is_reduction and outer == k.ranges + k.rranges:
             if not k.persistent:
                 return (FusionReason.NEEDS_PERSISTENT,
@@ -323,10 +331,12 @@ class Scheduler:
             return (FusionReason.LOOPED_REDUCTION_CHAIN,
                     "a looped reduction cannot consume another reduction of the same kernel")
         value = ir.substitute(node.body, mapping)
+        index = ir.substitute(node.store_index(), mapping)
+        if any(e.op is Op.FLOORDIV for e in mapping.values()):  # a reshaped node (split dims)
+            index, value = reshapes.remap(index, value, {})
         value, why = self.forward_locals(k, value)
         if why:
             return why
-        index = ir.substitute(node.store_index(), mapping)
         index = ir.from_affine(ir.to_affine(index)) if ir.to_affine(index) is not None else index
         if upgrade and k.stores:
             self.upgrade(k, outer, red)
@@ -340,6 +350,25 @@ class Scheduler:
         k.node_names.append(node.name)
         k.origins.extend(o for o in node.origins if o)
         return None
+
+    def try_fuse_reshaped_kernel(self, k: _KernelBuilder, node: ComputedNode, outer: tuple[int, ...],
+                                 red: tuple[int, ...], xmap: dict[Expr, Expr],
+                                 rmap: dict[Expr, Expr]) -> Refusal | None | bool:
+        """A reduction over a reshape of pointwise kernel ``k``'s space (swin's layer norm over
+        (3136,)|(96,) after a residual add over (56, 56, 96)): ``k`` re-expressed over the reduction's
+        outer and reduced dims takes the reduction as usual. ``k`` is left as it was unless the
+        reduction joins it (None); False: the spaces are not reshapes of each other."""
+        exprs = reshapes.reshape_vars(k.ranges, outer + red, [ir.xvar(i) for i in range(len(outer + red))])
+        if exprs is None:
+            return False
+        mapping = {ir.xvar(i): e for i, e in enumerate(exprs)}
+        trial = dataclasses.replace(k, ranges=outer + red, stores=[
+            Store(s.buffer, *reshapes.remap(s.index, s.value, mapping), s.level) for s in k.stores])
+        self.upgrade(trial, outer, red)  # before the reduction's reads of k's values are matched
+        why = self.try_fuse(trial, node, outer, red, xmap, rmap)
+        if why is None:
+            k.__dict__.update(trial.__dict__)
+        return why
 
     @staticmethod
     def upgrade(k: _KernelBuilder, outer: tuple[int, ...], red: tuple[int, ...]) -> None:
@@ -409,90 +438,6 @@ def _views_in(obj: object) -> set[str]:
     if isinstance(obj, dict):
         return _views_in(list(obj.values()))
     return set()
-
-
-# --- loop merging ---------------------------------------------------------------
-
-def _var_sites(k: _KernelBuilder) -> tuple[list[Expr], set[Expr]]:
-    """Affine index sites, and the vars used anywhere else (which block merging)."""
-    sites: list[Expr] = []
-    values = [s.value for s in k.stores]
-    for s in k.stores:
-        sites.append(s.index)
-    for v in values:
-        for e in v.walk():
-            if e.op is Op.LOAD:
-                sites.append(e.src[0])
-    blocked: set[Expr] = set()
-    for site in sites:
-        if ir.to_affine(site) is None:
-            blocked.update(e for e in site.walk() if e.op in (Op.XVAR, Op.RVAR))
-    for v in values:
-        blocked.update(_vars_outside_indices(v))
-    return sites, blocked
-
-
-def _vars_outside_indices(value: Expr) -> set[Expr]:
-    """Index vars that ``value`` uses as values (an iota, a mask bound), not inside a load's
-    address: merging dims would change those values."""
-    found: set[Expr] = set()
-    seen: set[Expr] = set()
-    stack = [value]
-    while stack:
-        e = stack.pop()
-        if e in seen:
-            continue
-        seen.add(e)
-        if e.op in (Op.XVAR, Op.RVAR):
-            found.add(e)
-        stack.extend(() if e.op is Op.LOAD else e.src)  # a load's only operand is its address
-    return found
-
-
-def _try_merge(k: _KernelBuilder, kind: Op) -> bool:
-    sizes = list(k.ranges if kind is Op.XVAR else k.rranges)
-    make = ir.xvar if kind is Op.XVAR else ir.rvar
-    sites, blocked = _var_sites(k)
-    affs = [ir.to_affine(s) for s in sites]
-    for i in range(len(sizes) - 1):
-        outer_v, inner_v = make(i), make(i + 1)
-        if outer_v in blocked or inner_v in blocked:
-            continue
-        if all(a is None or a.get(outer_v, 0) == a.get(inner_v, 0) * sizes[i + 1] for a in affs):
-            mapping: dict[Expr, Expr] = {}
-            for d in range(len(sizes)):
-                if d == i:
-                    # outer*inner_size + inner == merged var; the outer coefficient is absorbed
-                    mapping[make(d)] = ir.const(0, ir.INDEX_DTYPE)
-                elif d > i:
-                    mapping[make(d)] = make(d - 1)
-            mapping[inner_v] = make(i)
-            # outer var's coefficient equals inner's * size: dropping it and renaming inner keeps
-            # sum(coef*var) identical as a function of the merged var.
-            k.stores = [Store(s.buffer, _resite(s.index, mapping), ir.substitute(s.value, mapping), s.level)
-                        for s in k.stores]
-            sizes[i:i + 2] = [sizes[i] * sizes[i + 1]]
-            if kind is Op.XVAR:
-                k.ranges = tuple(sizes)
-            else:
-                k.rranges = tuple(sizes)
-            return True
-    return False
-
-
-def _resite(index: Expr, mapping: dict[Expr, Expr]) -> Expr:
-    out = ir.substitute(index, mapping)
-    aff = ir.to_affine(out)
-    return ir.from_affine(aff) if aff is not None else out
-
-
-def merge_loops(k: _KernelBuilder) -> None:
-    """Merge adjacent dims that every access walks contiguously (fewer div/mods)."""
-    k.produced = {}
-    while _try_merge(k, Op.XVAR):
-        pass
-    while _try_merge(k, Op.RVAR):
-        pass
 
 
 def schedule(graph: LoweredGraph, capabilities: Capabilities = ANY_RENDERER) -> Schedule:

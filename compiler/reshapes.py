@@ -1,0 +1,154 @@
+"""Iteration spaces that are reshapes of each other, for the scheduler.
+
+A node over (56, 56, 96) and a kernel over (3136,)|(96,) walk the same points in the same row-major
+order: point ``(h, w, c)`` of the one is ``(h * 56 + w, c)`` of the other. ``reshape_vars`` gives
+the one's index vars as expressions of the other's, where the two differ only by merged or split
+dims (a group of adjacent dims of one side whose product is a single dim of the other). A node
+re-expressed that way computes the same values at the same program, so fusing it is a question of
+the usual index check only. Other re-factorizations (a transpose, (8, 8, 7, 7) against (56, 56))
+return None.
+
+Split dims appear as ``mod(floordiv(v, n), m)``; ``fold_divmod`` folds the index sums they leave
+back, ``c * n * (v // n) + c * (v % n) == c * v`` for non-negative ``v``, so a consumer's read of
+a value the kernel produces compares equal to the producer's store index.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from compiler import ir
+from compiler.ir import Expr, Op
+
+
+def _groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
+    """Split both dim lists where their prefix products meet: (src dims, dst dims) per group."""
+    groups, i, j = [], 0, 0
+    while i < len(src) or j < len(dst):
+        gs, gd = [i], [j]
+        if i >= len(src) or j >= len(dst):
+            return None
+        ps, pd = src[i], dst[j]
+        i, j = i + 1, j + 1
+        while ps != pd:
+            if ps < pd and i < len(src):
+                ps *= src[i]
+                gs.append(i)
+                i += 1
+            elif pd < ps and j < len(dst):
+                pd *= dst[j]
+                gd.append(j)
+                j += 1
+            else:
+                return None
+        groups.append((gs, gd))
+    return groups
+
+
+def reshape_vars(src: Sequence[int], dst: Sequence[int], dst_vars: Sequence[Expr]) -> list[Expr] | None:
+    """One expression per dim of ``src`` over ``dst_vars`` (one var per dim of ``dst``; both without
+    size-1 dims, of equal product) that walks ``src`` in ``dst``'s row-major order; None where some
+    group of dims is neither a merge nor a split."""
+    if math.prod(src) != math.prod(dst) or list(src) == list(dst):
+        return None
+    groups = _groups(src, dst)
+    if groups is None:
+        return None
+    out: list[Expr] = [ir.const(0, ir.INDEX_DTYPE)] * len(src)
+    for gs, gd in groups:
+        if len(gs) == 1:  # one src dim over merged dst dims: the row-major sum
+            terms: ir.Affine = {None: 0}
+            stride = 1
+            for j in reversed(gd):
+                terms[dst_vars[j]] = stride
+                stride *= dst[j]
+            out[gs[0]] = ir.from_affine(terms)
+        elif len(gd) == 1:  # src dims splitting one dst dim: nested floor divisions, innermost last
+            q = dst_vars[gd[0]]
+            for pos, i in enumerate(reversed(gs)):
+                last = pos == len(gs) - 1
+                out[i] = q if last else ir.binary(Op.MOD, q, _int(src[i]))
+                q = q if last else ir.binary(Op.FLOORDIV, q, _int(src[i]))
+        else:
+            return None
+    return out
+
+
+def _int(value: int) -> Expr:
+    return ir.const(value, ir.INDEX_DTYPE)
+
+
+def _terms(expr: Expr, scale: int, into: dict) -> None:
+    """``expr * scale`` added to ``into`` ({atom: coefficient, None: constant}); atoms are the
+    sub-expressions that are not sums or products by constants."""
+    if expr.op is Op.CONST and not isinstance(expr.arg, float):
+        into[None] = into.get(None, 0) + int(expr.arg) * scale
+    elif expr.op in (Op.ADD, Op.SUB):
+        _terms(expr.src[0], scale, into)
+        _terms(expr.src[1], scale if expr.op is Op.ADD else -scale, into)
+    elif expr.op is Op.MUL and expr.src[1].op is Op.CONST and not isinstance(expr.src[1].arg, float):
+        _terms(expr.src[0], scale * int(expr.src[1].arg), into)
+    elif expr.op is Op.MUL and expr.src[0].op is Op.CONST and not isinstance(expr.src[0].arg, float):
+        _terms(expr.src[1], scale * int(expr.src[0].arg), into)
+    else:
+        into[expr] = into.get(expr, 0) + scale
+
+
+def _divisor(e: Expr, op: Op) -> int | None:
+    if e is None or e.op is not op or e.src[1].op is not Op.CONST or isinstance(e.src[1].arg, float):
+        return None
+    return int(e.src[1].arg)
+
+
+def fold_divmod(index: Expr) -> Expr:
+    """``index`` with every ``c * n * (v // n) + c * (v % n)`` pair folded into ``c * v`` (index
+    expressions of the scheduler: ``v`` is a non-negative index); canonical when what remains
+    is affine. An index without such a pair comes back unchanged."""
+    if not any(e.op is Op.FLOORDIV for e in index.walk()):
+        return index
+    terms: dict = {}
+    _terms(index, 1, terms)
+    folded = True
+    while folded:
+        folded = False
+        for atom, coef in list(terms.items()):
+            n = _divisor(atom, Op.MOD)
+            if n is None or coef == 0:
+                continue
+            quotient = ir.binary(Op.FLOORDIV, atom.src[0], atom.src[1])
+            if terms.get(quotient, 0) == coef * n:
+                del terms[atom], terms[quotient]
+                _terms(atom.src[0], coef, terms)
+                folded = True
+                break
+    return ir.from_affine(terms)
+
+
+def fold_load_indices(value: Expr) -> Expr:
+    """``value`` with ``fold_divmod`` applied to every load's index."""
+    mapping = {e: ir.load(e.arg, folded, e.dtype) for e in ir.loads(value)
+               if (folded := fold_divmod(e.src[0])) is not e.src[0]}
+    return ir.substitute(value, mapping) if mapping else value
+
+
+def remap(index: Expr, value: Expr, mapping: dict[Expr, Expr]) -> tuple[Expr, Expr]:
+    """A store's index and value with ``mapping`` (vars to ``reshape_vars`` expressions) applied and
+    the divisions folded."""
+    index = fold_divmod(ir.substitute(index, mapping))
+    terms = ir.to_affine(index)
+    return (index if terms is None else ir.from_affine(terms)), fold_load_indices(ir.substitute(value, mapping))
+
+
+def node_mapping(ranges: tuple[int, ...], rranges: tuple[int, ...], outer: tuple[int, ...],
+                 xmap: dict[Expr, int | None]) -> tuple[bool, dict[Expr, Expr]] | None:
+    """(at the xr level, var mapping) for a pointwise node over ``outer`` (its canonical dims;
+    ``xmap``: its vars' positions in them) whose space is a reshape of a kernel's outer dims
+    ``ranges`` (the x level) or of its outer and reduced dims (xr), else None."""
+    nx = len(ranges)
+    targets = [(False, ranges)] + ([(True, ranges + rranges)] if rranges else [])
+    for xr, dims in targets:
+        exprs = reshape_vars(outer, dims, [ir.xvar(i) if i < nx else ir.rvar(i - nx) for i in range(len(dims))])
+        if exprs is not None:
+            return xr, {v: _int(0) if i is None else exprs[i] for v, i in xmap.items()}
+    return None

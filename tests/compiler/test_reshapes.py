@@ -1,0 +1,88 @@
+"""Iteration spaces that are reshapes of each other (``compiler.reshapes``), and the fusions they
+allow: a swin block's residual add over (N, H, W, C) with the layer norm over its (N, H * W, C)
+view, and consumers over a split view of a reduction's rows."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from compiler import ir
+from compiler.reshapes import fold_divmod, reshape_vars
+from tests.compiler.parity import check_parity
+
+
+def _points(dims):
+    return list(itertools.product(*[range(n) for n in dims]))
+
+
+def _eval(e: ir.Expr, env: dict) -> int:
+    if e.op is ir.Op.CONST:
+        return int(e.arg)
+    if e.op in (ir.Op.XVAR, ir.Op.RVAR):
+        return env[e]
+    a, b = (_eval(s, env) for s in e.src)
+    ops = {ir.Op.ADD: int.__add__, ir.Op.SUB: int.__sub__, ir.Op.MUL: int.__mul__, ir.Op.FLOORDIV: int.__floordiv__,
+           ir.Op.MOD: int.__mod__}
+    return ops[e.op](a, b)
+
+
+@pytest.mark.parametrize("src, dst", [((56, 56, 96), (3136, 96)), ((3136, 96), (56, 56, 96)),
+                                      ((2, 3, 4, 5), (24, 5)), ((6, 20), (2, 3, 4, 5)), ((4, 6, 5), (24, 5))])
+def test_reshape_vars_walk_the_source_in_the_destinations_row_major_order(src, dst) -> None:
+    dst_vars = [ir.xvar(i) for i in range(len(dst))]
+    exprs = reshape_vars(src, dst, dst_vars)
+    assert exprs is not None
+    seen = [tuple(_eval(e, dict(zip(dst_vars, p))) for e in exprs) for p in _points(dst)]
+    assert seen == _points(src)  # every source point once, in row-major order
+    flat = ir.linear_index(exprs, tuple(int(torch.tensor(src[i + 1:]).prod()) for i in range(len(src))))
+    folded = fold_divmod(flat)  # the source's linear index is the destination's, affine again
+    assert ir.to_affine(folded) is not None
+    assert [_eval(folded, dict(zip(dst_vars, p))) for p in _points(dst)] == list(range(len(_points(dst))))
+
+
+@pytest.mark.parametrize("src, dst", [((8, 8, 7, 7), (56, 56)), ((6, 4), (4, 6)), ((3, 49, 32), (96, 49)),
+                                      ((5, 7), (36,)), ((4, 5), (4, 5))])
+def test_permutations_and_refactorizations_are_not_reshapes(src, dst) -> None:
+    assert reshape_vars(src, dst, [ir.xvar(i) for i in range(len(dst))]) is None
+
+
+def test_fold_divmod_leaves_unpaired_divisions() -> None:
+    x = ir.xvar(0)
+    i64 = ir.INDEX_DTYPE
+    half = ir.binary(ir.Op.FLOORDIV, x, ir.const(4, i64))
+    index = ir.binary(ir.Op.ADD, ir.binary(ir.Op.MUL, half, ir.const(3, i64)), ir.binary(ir.Op.MOD, x, ir.const(4, i64)))
+    assert fold_divmod(index) == fold_divmod(fold_divmod(index))
+    assert any(e.op is ir.Op.FLOORDIV for e in fold_divmod(index).walk())  # 3 * (x // 4) + x % 4 stays
+    assert fold_divmod(x) is x
+
+
+def test_a_residual_add_over_nhwc_fuses_into_the_layer_norm_over_its_token_view(codegen: str, device: str) -> None:
+    """swin's block tail: ``x = shortcut + attn.view(N, H, W, C)`` then ``norm2(x.reshape(N, H * W, C))``.
+    The add's kernel over (N, H, W, C) and the norm's rows over (N * H * W,)|(C,) are one kernel."""
+    w, b = torch.randn(16, device=device), torch.randn(16, device=device)
+
+    def fn(shortcut, attn):
+        x = (shortcut + attn.view(2, 6, 5, 16)).reshape(2, 30, 16)
+        return x, x + F.layer_norm(x, (16,), w, b)
+
+    inputs = (torch.randn(2, 6, 5, 16, device=device), torch.randn(60, 16, device=device))
+    report = check_parity(fn, inputs, codegen=codegen)
+    assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction", [k.ops for k in report.kernels]
+
+
+def test_a_consumer_over_a_split_view_of_normed_rows_fuses_into_the_norm(codegen: str, device: str) -> None:
+    """The other direction: the norm's rows over (N * L,)|(C,), a consumer over its (N, H, W, C)
+    view (split dims: the consumer's vars are divisions of the kernel's)."""
+    w = torch.randn(12, device=device)
+
+    def fn(a, s):
+        y = F.layer_norm(a, (12,), w)
+        return torch.sigmoid(y.view(3, 4, 5, 12) + s)
+
+    inputs = (torch.randn(60, 12, device=device), torch.randn(5, 12, device=device))
+    report = check_parity(fn, inputs, codegen=codegen)
+    assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction", [k.ops for k in report.kernels]
