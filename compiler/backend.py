@@ -43,7 +43,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
 
     codegen = options.codegen or default_codegen(graph_device(gm).type)
     static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
-    comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout)
+    comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout,
+                             options.cudagraphs)
     comp.report.passes.extend(passes)
     try:
         wrapper = comp.compile()

@@ -90,13 +90,15 @@ class GraphCompilation:
     """One graph through every pass; fills a GraphReport as it goes."""
 
     def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
-                 static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto") -> None:
+                 static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto",
+                 cudagraphs: bool = False) -> None:
         self.gm = gm
         self.kind = kind
         # the inputs that are parameters and buffers; folded from only where nothing needs gradients
         self.static = list(static_inputs) if kind == "inference" else []
         self.foldable = self.static if fold_weights else []
         self.layout_option = layout  # the ``layout`` option (compiler.layout)
+        self.cudagraphs = cudagraphs  # the ``cudagraphs`` option: the layout rule weighs GPU time only
         self.folded = FoldedGraph(gm)
         self.codegen = codegen
         self.extern = extern  # the ``extern`` option (compiler.templates.policy)
@@ -167,7 +169,7 @@ class GraphCompilation:
 
     def choose_layout(self) -> None:
         decision: LayoutDecision = self.run_pass("choose_layout", choose_layout, self.gm, self.device,
-                                                 self.layout_option, self.kind)
+                                                 self.layout_option, self.kind, self.cudagraphs)
         self.report.layout = decision.layout
         if decision.convs or decision.forced:
             self.report.layout_reason = decision.reason
