@@ -152,3 +152,63 @@ def node_mapping(ranges: tuple[int, ...], rranges: tuple[int, ...], outer: tuple
         if exprs is not None:
             return xr, {v: _int(0) if i is None else exprs[i] for v, i in xmap.items()}
     return None
+
+
+# --- permuted views: a consumer that reads a kernel-local value through a permutation ----------
+
+def _dense(terms: dict[Expr, int], sizes: dict[Expr, int]) -> list[tuple[Expr, int, int]] | None:
+    """(var, coefficient, size) from the largest coefficient down when ``terms`` (an affine index
+    without its constant) addresses every element of a dense block exactly once: each coefficient
+    is the next one's times that one's size, the last is 1; else None."""
+    items = sorted(((v, c, sizes[v]) for v, c in terms.items() if sizes.get(v, 1) > 1), key=lambda t: -t[1])
+    if any(c <= 0 for _, c, _ in items) or (items and items[-1][1] != 1):
+        return None
+    if any(items[i][1] != items[i + 1][1] * items[i + 1][2] for i in range(len(items) - 1)):
+        return None
+    return items
+
+
+def _digit(radix: list[tuple[Expr, int, int]], a: int, n: int) -> Expr | None:
+    """``(L // a) % n`` of the mixed-radix number ``L = sum(coef * var)`` (``_dense``'s form) as an
+    expression of its vars, where ``a`` and ``a * n`` fall on its digits' boundaries or split one
+    digit evenly; else None."""
+    total: ir.Affine = {None: 0}
+    for var, coef, size in radix:
+        lo, hi = coef, coef * size  # this digit's place values: [lo, hi)
+        if hi <= a or lo >= a * n:
+            continue  # below the extracted range, or above it (removed by % n)
+        if lo % a == 0 and (a * n) % hi == 0:
+            total[var] = lo // a  # the whole digit lies inside
+            continue
+        # a digit split by the range: its part in [a, a * n)
+        low, high = max(lo, a), min(hi, a * n)
+        if low % lo or low % a or hi % high or (high // lo) * lo != high:
+            return None
+        part = var if low == lo else ir.binary(Op.FLOORDIV, var, _int(low // lo))
+        if high != hi:
+            part = ir.binary(Op.MOD, part, _int(high // low))
+        total[part] = low // a
+    return ir.from_affine(total)
+
+
+def view_mapping(read: Expr, produced_at: Expr, node_sizes: dict[Expr, int],
+                 kernel_sizes: dict[Expr, int]) -> dict[Expr, Expr] | None:
+    """A node's vars as expressions of a kernel's, for a node that reads a kernel-local value at
+    ``read`` (affine in the node's vars) where the kernel produced it at ``produced_at`` (affine in
+    its vars), both dense over the same elements: the node then computes, at the kernel's point that
+    produced an element, the node point that reads it. swin's window partition (a permuted copy of
+    each block's normed rows) so joins its layer norm. None where the two are not such views."""
+    r, p = ir.to_affine(read), ir.to_affine(produced_at)
+    if r is None or p is None or r.get(None, 0) != p.get(None, 0):
+        return None
+    rr = _dense({k: v for k, v in r.items() if k is not None}, node_sizes)
+    pr = _dense({k: v for k, v in p.items() if k is not None}, kernel_sizes)
+    if rr is None or pr is None or math.prod(n for *_, n in rr) != math.prod(n for *_, n in pr):
+        return None
+    mapping: dict[Expr, Expr] = {}
+    for var, coef, size in rr:
+        digit = _digit(pr, coef, size)
+        if digit is None:
+            return None
+        mapping[var] = digit
+    return mapping

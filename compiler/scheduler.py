@@ -324,6 +324,10 @@ class Scheduler:
             level = Level.XR
             nx = len(k.ranges)
             mapping = {v: (_var(ir.xvar, i) if i is None or i < nx else ir.rvar(i - nx)) for v, i in xmap.items()}
+        elif (viewed := self.viewed_node(k, node)) is not None:
+            level, mapping = viewed
+            if level is Level.XR and not k.persistent:
+                return FusionReason.NEEDS_PERSISTENT, f"consumer over {outer} needs whole rows in one block"
         else:
             return (FusionReason.ITERATION_SPACE,
                     f"iteration space {outer} does not match kernel {k.ranges}|{k.rranges}")
@@ -349,6 +353,25 @@ class Scheduler:
         k.produced[node.name] = (index, value, level)
         k.node_names.append(node.name)
         k.origins.extend(o for o in node.origins if o)
+        return None
+
+    @staticmethod
+    def viewed_node(k: _KernelBuilder, node: ComputedNode) -> tuple[Level, dict[Expr, Expr]] | None:
+        """(level, var mapping) for a pointwise node whose first read of a value produced in ``k``
+        is a permuted view of it (``compiler.reshapes.view_mapping``), else None."""
+        for e in ir.loads(node.body):
+            hit = k.produced.get(e.arg)
+            if hit is None:
+                continue
+            index, _, level = hit
+            sizes = dict(zip(map(ir.xvar, range(len(k.ranges))), k.ranges))
+            if level is Level.XR:
+                sizes |= dict(zip(map(ir.rvar, range(len(k.rranges))), k.rranges))
+            node_sizes = {ir.xvar(d): n for d, n in enumerate(node.ranges)}
+            mapping = reshapes.view_mapping(e.src[0], index, node_sizes, sizes)
+            if mapping is None or any(n > 1 and v not in mapping for v, n in node_sizes.items()):
+                return None
+            return level, {v: mapping.get(v, ir.const(0, ir.INDEX_DTYPE)) for v in node_sizes}
         return None
 
     def try_fuse_reshaped_kernel(self, k: _KernelBuilder, node: ComputedNode, outer: tuple[int, ...],

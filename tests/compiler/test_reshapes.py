@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from compiler import ir
-from compiler.reshapes import fold_divmod, reshape_vars
+from compiler.reshapes import fold_divmod, reshape_vars, view_mapping
 from tests.compiler.parity import check_parity
 
 
@@ -86,3 +86,34 @@ def test_a_consumer_over_a_split_view_of_normed_rows_fuses_into_the_norm(codegen
     inputs = (torch.randn(60, 12, device=device), torch.randn(5, 12, device=device))
     report = check_parity(fn, inputs, codegen=codegen)
     assert len(report.kernels) == 1 and report.kernels[0].kind == "reduction", [k.ops for k in report.kernels]
+
+
+def test_view_mapping_inverts_a_window_partition() -> None:
+    x = [ir.xvar(i) for i in range(5)]
+    kernel = [ir.xvar(0), ir.xvar(1), ir.rvar(0)]
+    read = ir.linear_index(x, (37632, 672, 5376, 96, 1))  # windows (8, 8, 7, 7, 96) of a (56, 56, 96) map
+    produced = ir.linear_index(kernel, (5376, 96, 1))
+    mapping = view_mapping(read, produced, dict(zip(x, (8, 8, 7, 7, 96))), dict(zip(kernel, (56, 56, 96))))
+    assert mapping is not None
+    assert fold_divmod(ir.substitute(read, mapping)) == produced  # each point reads what it produced
+    points = [tuple(_eval(mapping[v], dict(zip(kernel, p))) for v in x) for p in _points((56, 56, 96))]
+    assert sorted(points) == _points((8, 8, 7, 7, 96))  # a bijection onto the windows
+    assert view_mapping(ir.linear_index(x[:2], (2, 1)), ir.linear_index(kernel[:2], (3, 1)),
+                        dict(zip(x, (3, 2))), dict(zip(kernel, (2, 3)))) is None  # not dense
+
+
+@pytest.mark.parametrize("shift", [0, 2], ids=["windows", "shifted_windows"])
+def test_a_window_partition_of_normed_rows_fuses_into_the_norm(shift: int, codegen: str, device: str) -> None:
+    """swin's block head: ``norm1`` over (N, H, W, C), then the window partition, a permuted copy
+    of the normed map. The partition is computed where each normed element is produced and stored
+    at its window's place (one kernel, Inductor's fusion too). Shifted windows read rolled rows,
+    whose statistics another program computes: that stays two kernels, and right."""
+    w, proj = torch.randn(8, device=device), torch.randn(8, 5, device=device)
+
+    def fn(a):
+        y = torch.roll(F.layer_norm(a, (8,), w), (-shift, -shift), (1, 2)) if shift else F.layer_norm(a, (8,), w)
+        windows = y.view(2, 3, 4, 3, 4, 8).permute(0, 1, 3, 2, 4, 5).contiguous().view(-1, 16, 8)
+        return windows.view(-1, 8) @ proj  # the qkv projection reads the windows: they are stored
+
+    report = check_parity(fn, (torch.randn(2, 12, 12, 8, device=device),), codegen=codegen, max_externs=1)
+    assert len(report.kernels) == (2 if shift else 1), [k.ops for k in report.kernels]
