@@ -20,7 +20,7 @@ from compiler import ir
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
-from compiler.layout import channels_last_strides, feeds_nhwc_permutes, is_channels_last, strides_like_reads
+from compiler.layout import HALF_FLOATS, channels_last_strides, feeds_nhwc_permutes, is_channels_last, strides_like_reads
 from compiler.lowerings.rules import (
     LOWERINGS,
     Lazy,
@@ -321,7 +321,8 @@ class GraphLowering:
         target = node.target if target is None else target
         fx_args = tuple(node.args) if fx_args is None else fx_args
         nhwc = target is aten.convolution.default and _conv2d(val, args) and (
-            self.channels_last or (self.graph.device.type == "cuda" and feeds_nhwc_permutes(node)))
+            self.channels_last or (self.graph.device.type == "cuda" and val.dtype in HALF_FLOATS
+                                   and feeds_nhwc_permutes(node)))
         if nhwc:
             # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them
             args = (*(self.realize_strided(a, channels_last_strides(a.shape)) for a in args[:2]), *args[2:])

@@ -351,25 +351,33 @@ class PatchEmbed(torch.nn.Module):
         return self.norm(self.proj(x).permute(0, 2, 3, 1))
 
 
-def test_a_gpu_conv_whose_users_permute_it_to_nhwc_produces_nhwc():
+def _patch_embed_conv(gm, device: str):
+    """The lowered conv's result buffer and the layer norm kernel's reads of it."""
+    renderer = renderer_for("triton", torch.device("cuda"))
+    lowered = lower(gm, torch.device(device), renderer.capabilities)  # contiguous, as swin's graph is
+    (conv,) = [n for n in lowered.nodes if isinstance(n, ExternNode) and n.op is torch.ops.aten.convolution.default]
+    out = conv.outputs[0]
+    norm = [k for k in schedule(lowered, renderer.capabilities).kernels if k.is_reduction]
+    return out, [e.src[0] for k in norm for st in k.stores for e in ir.loads(st.value) if e.arg == out.name]
+
+
+def test_a_gpu_conv_whose_users_permute_it_to_nhwc_produces_nhwc(monkeypatch):
     """Regression (swin_tiny bf16 on the H200, 0.2 ms of its 3.4 ms in one kernel): in a contiguous
     graph the patch embedding's NCHW result made the layer norm's rows reads 3136 elements apart.
-    On a GPU that conv now produces NHWC, so the norm reads its rows contiguously; on the CPU and
-    for a conv with other users nothing changes."""
+    On a GPU a 16-bit conv like it now produces NHWC, so the norm reads its rows contiguously; on the
+    CPU, and in float32 (TF32 NHWC kernels round unlike eager's NCHW one), nothing changes."""
     torch.manual_seed(0)
     m, x = PatchEmbed().eval(), torch.randn(2, 3, 16, 20)
-    gm = trace(m, x)  # lowered as a contiguous graph (lower's default), as swin's is
-    renderer = renderer_for("triton", torch.device("cuda"))
-    for device, nhwc in (("cuda", True), ("cpu", False)):
-        lowered = lower(gm, torch.device(device), renderer.capabilities)
-        (conv,) = [n for n in lowered.nodes if isinstance(n, ExternNode) and n.op is torch.ops.aten.convolution.default]
-        out = conv.outputs[0]
-        assert is_channels_last(out.shape, out.stride) == nhwc, (device, out.stride)
-        kernels = schedule(lowered, renderer.capabilities).kernels
-        norm = [k for k in kernels if k.is_reduction]
-        assert len(norm) == 1
-        reads = [e.src[0] for st in norm[0].stores for e in ir.loads(st.value) if e.arg == out.name]
-        assert reads and all(ir.to_affine(r).get(ir.rvar(0)) == (1 if nhwc else 20) for r in reads), reads
+    for device, dtype, nhwc in (("cuda", torch.bfloat16, True), ("cpu", torch.bfloat16, False),
+                                ("cuda", torch.float32, False)):
+        out, _ = _patch_embed_conv(trace(m.to(dtype), x.to(dtype)), device)
+        assert is_channels_last(out.shape, out.stride) == nhwc, (device, dtype, out.stride)
+    m = m.float()
+    # the norm's reads, in float32 (a bfloat16 graph traced on this CPU casts through the CPU)
+    monkeypatch.setattr("compiler.lowering.HALF_FLOATS", (torch.float32,))
+    for device, stride in (("cuda", 1), ("cpu", 20)):
+        out, reads = _patch_embed_conv(trace(m, x), device)
+        assert reads and all(ir.to_affine(r).get(ir.rvar(0)) == stride for r in reads), reads
     _, got, _ = compiled_run(m, x, codegen="triton")
     with torch.no_grad():
         assert_close(got, m(x))
