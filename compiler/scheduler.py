@@ -8,6 +8,11 @@ kernel in program order when their iteration space fits:
 * pointwise at "x" level: shape == ranges (a reduction's output side / epilogue),
 * a reduction with the same ranges and rranges.
 
+Spaces that differ only by merged or split dims (a node over (56, 56, 96), a kernel over
+(3136,)|(96,)) match after re-expressing one side's vars in the other's, and so does a consumer
+that reads a kernel-local value through a dense permutation (a window partition): it is computed
+where each element is produced (``compiler.reshapes``).
+
 A node reading a buffer produced inside the kernel gets the producer's value
 directly when it reads the element the producer stores at the same iteration
 point (structural equality of index expressions); any other read of a
