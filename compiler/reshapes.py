@@ -101,14 +101,35 @@ def _divisor(e: Expr, op: Op) -> int | None:
     return int(e.src[1].arg)
 
 
+def _flat_div(e: Expr) -> tuple[Expr, int]:
+    """``e`` as ``(v, d)`` with ``e == v // d`` (nested floor divisions by constants merged: for a
+    non-negative ``v``, ``v // p // q == v // (p * q)``); ``d`` is 1 for anything else."""
+    d = _divisor(e, Op.FLOORDIV)
+    if d is None:
+        return e, 1
+    inner, p = _flat_div(e.src[0])
+    return inner, p * d
+
+
+def _quotient(v: Expr, d: int) -> Expr:
+    return v if d == 1 else ir.binary(Op.FLOORDIV, v, _int(d))
+
+
 def fold_divmod(index: Expr) -> Expr:
-    """``index`` with every ``c * n * (v // n) + c * (v % n)`` pair folded into ``c * v`` (index
-    expressions of the scheduler: ``v`` is a non-negative index); canonical when what remains
-    is affine. An index without such a pair comes back unchanged."""
+    """``index`` with every ``c * n * (v // (p * n)) + c * ((v // p) % n)`` pair folded into
+    ``c * (v // p)`` (``p`` = 1: ``c * v``), repeatedly, for index expressions of the scheduler (``v``
+    a non-negative index); canonical when what remains is affine. An index without floor
+    divisions comes back unchanged."""
     if not any(e.op is Op.FLOORDIV for e in index.walk()):
         return index
+    raw: dict = {}
+    _terms(index, 1, raw)
     terms: dict = {}
-    _terms(index, 1, terms)
+    for atom, coef in raw.items():  # quotients in one canonical form, v // (p * q)
+        key = atom if atom is None or _divisor(atom, Op.FLOORDIV) is None else _quotient(*_flat_div(atom))
+        if key is not None and _divisor(key, Op.MOD) is not None:
+            key = ir.binary(Op.MOD, _quotient(*_flat_div(key.src[0])), key.src[1])
+        terms[key] = terms.get(key, 0) + coef
     folded = True
     while folded:
         folded = False
@@ -116,10 +137,11 @@ def fold_divmod(index: Expr) -> Expr:
             n = _divisor(atom, Op.MOD)
             if n is None or coef == 0:
                 continue
-            quotient = ir.binary(Op.FLOORDIV, atom.src[0], atom.src[1])
-            if terms.get(quotient, 0) == coef * n:
-                del terms[atom], terms[quotient]
-                _terms(atom.src[0], coef, terms)
+            v, p = _flat_div(atom.src[0])
+            outer = _quotient(v, p * n)
+            if terms.get(outer, 0) == coef * n:
+                del terms[atom], terms[outer]
+                _terms(_quotient(v, p), coef, terms)
                 folded = True
                 break
     return ir.from_affine(terms)

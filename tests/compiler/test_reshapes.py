@@ -5,10 +5,13 @@ view, and consumers over a split view of a reduction's rows."""
 from __future__ import annotations
 
 import itertools
+import math
 
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from compiler import ir
 from compiler.reshapes import fold_divmod, reshape_vars, view_mapping
@@ -117,3 +120,30 @@ def test_a_window_partition_of_normed_rows_fuses_into_the_norm(shift: int, codeg
 
     report = check_parity(fn, (torch.randn(2, 12, 12, 8, device=device),), codegen=codegen, max_externs=1)
     assert len(report.kernels) == (2 if shift else 1), [k.ops for k in report.kernels]
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(st.lists(st.integers(2, 5), min_size=2, max_size=5), st.data())
+def test_view_mapping_inverts_every_permuted_split_of_a_dense_space(factors, data) -> None:
+    """Any dense block viewed through a permutation of a split of its dims (a window partition is
+    one): every kernel point maps to the node point that reads what it produced, inside the node's
+    space, and the node's read folds back to the producer's index."""
+    cuts = sorted(data.draw(st.sets(st.integers(1, len(factors) - 1))))
+    groups = [factors[a:b] for a, b in zip([0, *cuts], [*cuts, len(factors)])]
+    kdims = [math.prod(g) for g in groups]
+    order = data.draw(st.permutations(range(len(factors))))
+    ndims = [factors[i] for i in order]
+    nstrides = [math.prod(factors[i + 1:]) for i in order]
+    outer = data.draw(st.integers(0, len(kdims)))  # kernel dims that are outer (x); the rest reduced (r)
+    kvars = [ir.xvar(i) if i < outer else ir.rvar(i - outer) for i in range(len(kdims))]
+    nvars = [ir.xvar(i) for i in range(len(ndims))]
+    read = ir.linear_index(nvars, tuple(nstrides))
+    produced = ir.linear_index(kvars, tuple(math.prod(kdims[i + 1:]) for i in range(len(kdims))))
+    mapping = view_mapping(read, produced, dict(zip(nvars, ndims)), dict(zip(kvars, kdims)))
+    assert mapping is not None
+    for point in _points(kdims)[:300]:
+        env = dict(zip(kvars, point))
+        at = [_eval(mapping[v], env) for v in nvars]
+        assert all(0 <= a < n for a, n in zip(at, ndims))
+        assert sum(a * s for a, s in zip(at, nstrides)) == _eval(produced, env)
+    assert ir.to_affine(fold_divmod(ir.substitute(read, mapping))) == ir.to_affine(produced)
