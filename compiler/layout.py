@@ -214,16 +214,13 @@ def cost_rule(gm: torch.fx.GraphModule, device: torch.device, kind: str,
     return LayoutDecision("channels_last" if ratio <= limit else "contiguous", estimate, len(convs))
 
 
-HALF_FLOATS = (torch.bfloat16, torch.float16)
-
-
 def feeds_nhwc_permutes(node: torch.fx.Node) -> bool:
     """Whether every user of convolution ``node`` permutes it to (N, H, W, C): swin's patch embedding,
     whose layer norm then normalizes the channels of each pixel. In a contiguous GPU graph such a
     convolution still produces NHWC (input and weight copied NHWC for it), so the permuted view is
     contiguous and the norm's rows are contiguous reads; an NCHW result made its reads 3136 elements
     apart (swin_tiny bf16 on the H200: that one kernel took 0.2 ms, Inductor's 0.04 ms). The
-    lowering applies it to 16-bit convolutions (``HALF_FLOATS``) only: float32 ones run under TF32
+    lowering applies it to 16-bit convolutions only: float32 ones run under TF32
     (cuDNN's default), whose NHWC kernels round unlike eager's NCHW one (swin_tiny fp32's logits
     moved from 5.8e-7 to 1.2e-4 of eager's on the H200)."""
     users = list(node.users)

@@ -20,7 +20,7 @@ from compiler import ir
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
-from compiler.layout import HALF_FLOATS, channels_last_strides, feeds_nhwc_permutes, is_channels_last, strides_like_reads
+from compiler.layout import channels_last_strides, feeds_nhwc_permutes, is_channels_last, strides_like_reads
 from compiler.lowerings.rules import (
     LOWERINGS,
     Lazy,
@@ -36,6 +36,7 @@ from compiler.lowerings.rules import (
     register,
 )
 from compiler.lowerings.library import bias_apart, extern_without_bias
+from compiler.lowerings.pointwise import REDUCED_FLOATS
 from compiler.report import ExternReason
 
 aten = torch.ops.aten
@@ -321,7 +322,7 @@ class GraphLowering:
         target = node.target if target is None else target
         fx_args = tuple(node.args) if fx_args is None else fx_args
         nhwc = target is aten.convolution.default and _conv2d(val, args) and (
-            self.channels_last or (self.graph.device.type == "cuda" and val.dtype in HALF_FLOATS
+            self.channels_last or (self.graph.device.type == "cuda" and val.dtype in REDUCED_FLOATS
                                    and feeds_nhwc_permutes(node)))
         if nhwc:
             # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them

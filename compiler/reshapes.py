@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 from compiler import ir
 from compiler.ir import Expr, Op
+from compiler.loop_merging import _resite
 
 
 def _groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], list[int]]] | None:
@@ -157,9 +158,7 @@ def fold_load_indices(value: Expr) -> Expr:
 def remap(index: Expr, value: Expr, mapping: dict[Expr, Expr]) -> tuple[Expr, Expr]:
     """A store's index and value with ``mapping`` (vars to ``reshape_vars`` expressions) applied and
     the divisions folded."""
-    index = fold_divmod(ir.substitute(index, mapping))
-    terms = ir.to_affine(index)
-    return (index if terms is None else ir.from_affine(terms)), fold_load_indices(ir.substitute(value, mapping))
+    return fold_divmod(_resite(index, mapping)), fold_load_indices(ir.substitute(value, mapping))
 
 
 def node_mapping(ranges: tuple[int, ...], rranges: tuple[int, ...], outer: tuple[int, ...],

@@ -304,10 +304,9 @@ class Scheduler:
                     return (FusionReason.REDUCTION_MISMATCH,
                             f"reduction space {outer}|{red} differs from kernel {k.ranges}|{k.rranges}")
             elif k.stores and k.ranges not in (outer, outer + red):
-                why = (FusionReason.PROLOGUE_SHAPE,
-                       f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}")
-                reshaped = self.try_fuse_reshaped_kernel(k, node, outer, red, xmap, rmap)
-                return why if reshaped is False else reshaped
+                return self.try_fuse_reshaped_kernel(k, node, outer, red, xmap, rmap, (
+                    FusionReason.PROLOGUE_SHAPE,
+                    f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}"))
             elif k.stores and k.ranges == outer + red and numel(red) > self.max_persistent_rnumel:
                 return (FusionReason.ROW_TOO_LARGE, f"rows of {numel(red)} elements (persistent up to "
                         f"{self.max_persistent_rnumel}) do not fit one block; producers are not fused")
@@ -317,10 +316,6 @@ class Scheduler:
         elif not k.stores or outer == k.ranges:
             level = Level.X
             mapping = {v: _var(ir.xvar, i) for v, i in xmap.items()}
-        elif (reshaped := reshapes.node_mapping(k.ranges, k.rranges, outer, xmap)) is not None:
-            level, mapping = Level.XR if reshaped[0] else Level.X, reshaped[1]
-            if level is Level.XR and not k.persistent:
-                return FusionReason.NEEDS_PERSISTENT, f"consumer over {outer} needs whole rows in one block"
         elif k.is_reduction and outer == k.ranges + k.rranges:
             if not k.persistent:
                 return (FusionReason.NEEDS_PERSISTENT,
@@ -329,9 +324,11 @@ class Scheduler:
             level = Level.XR
             nx = len(k.ranges)
             mapping = {v: (_var(ir.xvar, i) if i is None or i < nx else ir.rvar(i - nx)) for v, i in xmap.items()}
-        elif (viewed := self.viewed_node(k, node)) is not None:
-            level, mapping = viewed
-            if level is Level.XR and not k.persistent:
+        elif (matched := reshapes.node_mapping(k.ranges, k.rranges, outer, xmap)
+              or self.viewed_node(k, node)) is not None:
+            xr, mapping = matched  # a reshape of the kernel's space, or a permuted view of its values
+            level = Level.XR if xr else Level.X
+            if xr and not k.persistent:
                 return FusionReason.NEEDS_PERSISTENT, f"consumer over {outer} needs whole rows in one block"
         else:
             return (FusionReason.ITERATION_SPACE,
@@ -342,7 +339,7 @@ class Scheduler:
         value = ir.substitute(node.body, mapping)
         index = ir.substitute(node.store_index(), mapping)
         if any(e.op is Op.FLOORDIV for e in mapping.values()):  # a reshaped node (split dims)
-            index, value = reshapes.remap(index, value, {})
+            index, value = reshapes.fold_divmod(index), reshapes.fold_load_indices(value)
         value, why = self.forward_locals(k, value)
         if why:
             return why
@@ -361,9 +358,9 @@ class Scheduler:
         return None
 
     @staticmethod
-    def viewed_node(k: _KernelBuilder, node: ComputedNode) -> tuple[Level, dict[Expr, Expr]] | None:
-        """(level, var mapping) for a pointwise node whose first read of a value produced in ``k``
-        is a permuted view of it (``compiler.reshapes.view_mapping``), else None."""
+    def viewed_node(k: _KernelBuilder, node: ComputedNode) -> tuple[bool, dict[Expr, Expr]] | None:
+        """(at the xr level, var mapping) for a pointwise node whose first read of a value produced
+        in ``k`` is a permuted view of it (``compiler.reshapes.view_mapping``), else None."""
         for e in ir.loads(node.body):
             hit = k.produced.get(e.arg)
             if hit is None:
@@ -376,19 +373,19 @@ class Scheduler:
             mapping = reshapes.view_mapping(e.src[0], index, node_sizes, sizes)
             if mapping is None or any(n > 1 and v not in mapping for v, n in node_sizes.items()):
                 return None
-            return level, {v: mapping.get(v, ir.const(0, ir.INDEX_DTYPE)) for v in node_sizes}
+            return level is Level.XR, {v: mapping.get(v, ir.const(0, ir.INDEX_DTYPE)) for v in node_sizes}
         return None
 
     def try_fuse_reshaped_kernel(self, k: _KernelBuilder, node: ComputedNode, outer: tuple[int, ...],
-                                 red: tuple[int, ...], xmap: dict[Expr, Expr],
-                                 rmap: dict[Expr, Expr]) -> Refusal | None | bool:
+                                 red: tuple[int, ...], xmap: dict[Expr, Expr], rmap: dict[Expr, Expr],
+                                 refused: Refusal) -> Refusal | None:
         """A reduction over a reshape of pointwise kernel ``k``'s space (swin's layer norm over
         (3136,)|(96,) after a residual add over (56, 56, 96)): ``k`` re-expressed over the reduction's
         outer and reduced dims takes the reduction as usual. ``k`` is left as it was unless the
-        reduction joins it (None); False: the spaces are not reshapes of each other."""
+        reduction joins it (None); ``refused`` where the spaces are not reshapes of each other."""
         exprs = reshapes.reshape_vars(k.ranges, outer + red, [ir.xvar(i) for i in range(len(outer + red))])
         if exprs is None:
-            return False
+            return refused
         mapping = {ir.xvar(i): e for i, e in enumerate(exprs)}
         trial = dataclasses.replace(k, ranges=outer + red, stores=[
             Store(s.buffer, *reshapes.remap(s.index, s.value, mapping), s.level) for s in k.stores])

@@ -154,11 +154,16 @@ def _fmt(row: dict, key: str, spec: str = ".3f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _speedup(row: dict, suffix: str = "") -> str:
+    """Channels-last's speed over contiguous of the row's ``{layout}{suffix}_ms`` times."""
+    c, cl = row.get(f"contiguous{suffix}_ms"), row.get(f"channels_last{suffix}_ms")
+    return f"{c / cl:.2f}x" if c and cl else "-"
+
+
 def model_line(row: dict) -> str:
     if "error" in row:
         return f"{row['model']} {row['dtype']}: {row['error']}"
-    c, cl = row.get("contiguous_ms"), row.get("channels_last_ms")
-    speed = f"{c / cl:.2f}x" if c and cl else "-"
+    speed = _speedup(row)
     errors = "; ".join(f"{k}: {v}" for k, v in row.items() if k.endswith("_error"))
     return (f"{row['model']} {row['dtype']}: eager {_fmt(row, 'eager_ms')} ms, contiguous {_fmt(row, 'contiguous_ms')} "
             f"ms, channels_last {_fmt(row, 'channels_last_ms')} ms (channels-last speedup {speed}); max err "
@@ -170,12 +175,10 @@ def model_line(row: dict) -> str:
 
 
 def _cudagraph_part(row: dict) -> str:
-    c, cl = row.get("contiguous_cg_ms"), row.get("channels_last_cg_ms")
-    if c is None and cl is None:
+    if row.get("contiguous_cg_ms") is None and row.get("channels_last_cg_ms") is None:
         return ""
-    speed = f"{c / cl:.2f}x" if c and cl else "-"
     return (f"; CUDA graphs: contiguous {_fmt(row, 'contiguous_cg_ms')} ms, channels_last "
-            f"{_fmt(row, 'channels_last_cg_ms')} ms (channels-last speedup {speed})")
+            f"{_fmt(row, 'channels_last_cg_ms')} ms (channels-last speedup {_speedup(row, '_cg')})")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -374,7 +374,7 @@ def test_a_gpu_conv_whose_users_permute_it_to_nhwc_produces_nhwc(monkeypatch):
         assert is_channels_last(out.shape, out.stride) == nhwc, (device, dtype, out.stride)
     m = m.float()
     # the norm's reads, in float32 (a bfloat16 graph traced on this CPU casts through the CPU)
-    monkeypatch.setattr("compiler.lowering.HALF_FLOATS", (torch.float32,))
+    monkeypatch.setattr("compiler.lowering.REDUCED_FLOATS", (torch.float32,))
     for device, stride in (("cuda", 1), ("cpu", 20)):
         out, reads = _patch_embed_conv(trace(m, x), device)
         assert reads and all(ir.to_affine(r).get(ir.rvar(0)) == stride for r in reads), reads
