@@ -18,6 +18,7 @@ import torch
 
 from compiler.backend import crucible_backend, register
 from compiler.report import CompileReport, GraphReport, collect_reports
+from compiler.tuning import finish_tuning
 
 register()
 
@@ -72,4 +73,5 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str =
     return run
 
 
-__all__ = ["CompileReport", "GraphReport", "collect_reports", "compile_graph", "crucible_backend", "inspect"]
+__all__ = ["CompileReport", "GraphReport", "collect_reports", "compile_graph", "crucible_backend", "finish_tuning",
+           "inspect"]

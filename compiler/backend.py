@@ -14,6 +14,7 @@ graph runs in eager; with ``strict=True`` it raises instead.
 from __future__ import annotations
 
 import functools
+import time
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -30,6 +31,7 @@ from compiler.fused_attention import keep_fused_attention
 from compiler.lowering import SymbolicShapes
 from compiler.pipeline import CompilerError, GraphCompilation, graph_device
 from compiler.report import FallbackReason, GraphReport, publish
+from compiler.tuning import tuned_call
 
 
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options: Options, kind: str,
@@ -44,7 +46,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     codegen = options.codegen or default_codegen(graph_device(gm).type)
     static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
     comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout,
-                             options.cudagraphs)
+                             options.cudagraphs, options.tuning)
     comp.report.passes.extend(passes)
     try:
         wrapper = comp.compile()
@@ -63,19 +65,35 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
         from compiler.kernel_times import instrument
 
         call = instrument(call, wrapper.launchers, wrapper.consts, comp.report, comp.device)
+    tuning = comp.deferred[0] if comp.deferred else None
+    call = tuned_call(call, tuning)
     if options.cudagraphs:
         from compiler.cudagraphs import with_cudagraphs
 
-        call = with_cudagraphs(call, comp.schedule, comp.report, static)
+        call = with_cudagraphs(call, comp.schedule, comp.report, static, tuning)
     # outermost: folded weights are refilled (in place) before a CUDA graph replays reading them
     call = comp.folded.guard(call, comp.report)
     publish(comp.report)
-    return _boxed(call)
+    return _boxed(call, comp.report)
 
 
-def _boxed(call: Callable[[list], Any]) -> Callable:
+def _boxed(call: Callable[[list], Any], report: GraphReport | None = None) -> Callable:
+    """``call`` in AOTAutograd's boxed convention; the first call's host time goes on ``report``."""
+    current = [call]
+
+    def first(args: list) -> Any:
+        current[0] = call
+        start = time.perf_counter()
+        try:
+            return call(args)
+        finally:
+            report.first_call_seconds = time.perf_counter() - start
+
+    if report is not None:
+        current[0] = first
+
     def run(args: list) -> Any:
-        return call(args)
+        return current[0](args)
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run

@@ -38,6 +38,8 @@ CODEGENS = ("triton", "cpp")
 EXTERN_MODES = ("default", "none", "all")
 # "auto": ``compiler.layout.COST_RULE`` per graph; the others force that layout on every graph.
 LAYOUTS = ("auto", "channels_last", "contiguous")
+# when GPU launch configs are built and timed (compiler/tuning.py)
+TUNING_MODES = ("deferred", "first_call", "off")
 
 
 # What each CRUCIBLE_DEBUG level adds, printed to stderr (levels are cumulative).
@@ -208,6 +210,7 @@ class Options:
     extern: str = "default"  # one of EXTERN_MODES
     fold_weights: bool = True  # inference graphs: folding.py and extern_passes.py weight rewrites
     layout: str = "auto"  # one of LAYOUTS (compiler/layout.py)
+    tuning: str = "deferred"  # one of TUNING_MODES (compiler/tuning.py)
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -230,6 +233,11 @@ class Options:
         if layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r} (\"auto\": channels-last where "
                              f"the measured rule says it pays)")
+        tuning = options.get("tuning") or "deferred"
+        if tuning not in TUNING_MODES:
+            raise ValueError(f"tuning must be one of {TUNING_MODES}, got {tuning!r} (\"deferred\": the first call "
+                             f"runs each kernel's first launch config, the others are built meanwhile and timed "
+                             f"in a later call)")
         return Options(codegen=codegen, strict=bool(options.get("strict", False)),
                        cudagraphs=bool(options.get("cudagraphs", False)), extern=extern,
-                       fold_weights=options.get("fold_weights") is not False, layout=layout)
+                       fold_weights=options.get("fold_weights") is not False, layout=layout, tuning=tuning)

@@ -1,7 +1,8 @@
 """CUDA graphs for static shapes (``options={"cudagraphs": True}``).
 
-A compiled graph's wrapper runs plainly on its first call (kernels are tuned and bound then), is
-captured into a ``torch.cuda.CUDAGraph`` on the second, and replayed from then on: one host call
+A compiled graph's wrapper runs plainly on its first call (kernels are bound then), is captured
+into a ``torch.cuda.CUDAGraph`` on the second (after its deferred launch configs are built and timed,
+``compiler.tuning``: a graph replays the configs it captured), and replayed from then on: one host call
 for the whole graph instead of one per kernel and extern call (the wrapper is host-bound on small
 batches: ~40 us of host time per launched step on the H200).
 
@@ -25,6 +26,7 @@ import torch
 
 from compiler.report import CudaGraphStatus, GraphReport
 from compiler.scheduler import Schedule
+from compiler.tuning import DeferredTuning
 
 # ATen ops whose output shape depends on data (nonzero, unique, masked_select, ...) read results back
 # to the host, which a capture cannot do.
@@ -66,15 +68,15 @@ def static_input_indices(num_graph_inputs: int, num_dynamo_inputs: int | None, k
 
 
 def with_cudagraphs(call: Callable[[list], Any], schedule: Schedule, report: GraphReport,
-                    static_inputs: Sequence[int]) -> Callable[[list], Any]:
+                    static_inputs: Sequence[int], tuning: DeferredTuning | None = None) -> Callable[[list], Any]:
     """``call`` (a wrapper's call function), replayed from a CUDA graph where it can be; the reason
-    otherwise, on ``report``."""
+    otherwise, on ``report``. ``tuning``: the graph's deferred launch configs, tuned before capture."""
     blocker = capture_blocker(schedule)
     if blocker is not None:
         report.cudagraph, report.cudagraph_message = blocker
         return call
     report.cudagraph = CudaGraphStatus.WARMING_UP
-    return CudaGraphRunner(call, report, static_inputs)
+    return CudaGraphRunner(call, report, static_inputs, tuning)
 
 
 class CudaGraphRunner:
@@ -82,8 +84,10 @@ class CudaGraphRunner:
 
     WARMUP_CALLS = 1
 
-    def __init__(self, call: Callable[[list], Any], report: GraphReport, static_inputs: Sequence[int]) -> None:
+    def __init__(self, call: Callable[[list], Any], report: GraphReport, static_inputs: Sequence[int],
+                 tuning: DeferredTuning | None = None) -> None:
         self.call = call
+        self.tuning = tuning
         self.report = report
         self.static = frozenset(static_inputs)
         self.calls = 0
@@ -109,6 +113,11 @@ class CudaGraphRunner:
         self.static_positions = [i for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
         self.static_ptrs = [a.data_ptr() if i in self.static_positions else None for i, a in enumerate(args)]
         self.constants = [(i, a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+        if self.tuning is not None and self.tuning.pending:
+            # a graph replays the launch configs it captured: its deferred candidates are built and
+            # timed first (``call`` tunes once they are built), on the captured inputs' copies
+            self.tuning.wait()
+            self.call(list(self.inputs))
         try:
             # one run on a side stream first, as CUDA's capture rules ask (libraries set up lazily per stream)
             side = torch.cuda.Stream()

@@ -36,6 +36,7 @@ from compiler.report import ExternReport, GraphReport, KernelReport, WeightFold
 from compiler.runtime import KernelLauncher, build_processes, launcher_for, parallel_map
 from compiler.scheduler import Kernel, Schedule
 from compiler.templates.scheduling import schedule, template_kind
+from compiler.tuning import DeferredTuning
 from compiler.wrapper import Wrapper, generate_wrapper
 
 _graph_ids = itertools.count()
@@ -68,11 +69,14 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
 
 
 def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
-                 kernels: dict[str, Kernel], buffers: dict[str, Buffer] | None = None) -> dict[str, Any]:
+                 kernels: dict[str, Kernel], buffers: dict[str, Buffer] | None = None,
+                 tuning: str = "first_call", deferred: list[DeferredTuning] | None = None) -> dict[str, Any]:
     """Every kernel built and loaded, several at once (``config.compile_threads()``): C++
-    libraries, and on the GPU each Triton launch config, which Triton would otherwise build one
-    by one during the graph's first call. A Triton launcher checks the alignment of the graph's
-    inputs and extern results only: the wrapper's own allocations are aligned."""
+    libraries, and on the GPU the Triton launch configs the first call needs (``tuning``: one of
+    ``compiler.tuning.MODES``), which Triton would otherwise build one by one during that call;
+    with ``"deferred"`` the other candidates start building in the background and their
+    ``DeferredTuning`` is appended to ``deferred``. A Triton launcher checks the alignment of the
+    graph's inputs and extern results only: the wrapper's own allocations are aligned."""
     names = list(rendered)
     loaded = parallel_map(lambda n: launcher_for(rendered[n], device), names)
     launchers = dict(zip(names, loaded))
@@ -80,9 +84,23 @@ def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
         if isinstance(launchers[n], KernelLauncher) and buffers is not None:
             launchers[n].check_alignment([i for i, a in enumerate(rendered[n].args)
                                           if a not in buffers or buffers[a].kind != "computed"])
-    jobs = [job for n in names if isinstance(launchers[n], KernelLauncher)
-            for job in launchers[n].precompile_jobs([kernels[n].param(a).dtype for a in rendered[n].args])]
-    parallel_map(lambda job: job(), jobs)
+    now: dict[tuple, Callable[[], None]] = {}  # identical kernels (a model's layers) build once
+    later: dict[tuple, Callable[[], None]] = {}
+    retuned = []
+    for n in names:
+        launcher = launchers[n]
+        if not isinstance(launcher, KernelLauncher):
+            continue
+        dtypes = [kernels[n].param(a).dtype for a in rendered[n].args]
+        rest = launcher.defer_tuning(tuning)
+        for jobs, configs in ((now, launcher.configs_to_build()), (later, rest)):
+            for config_, job in zip(configs, launcher.build_jobs(dtypes, configs)):
+                jobs.setdefault((launcher.symbol, repr(config_), tuple(dtypes)), job)
+        if rest:
+            retuned.append(launcher)
+    parallel_map(lambda job: job(), list(now.values()))
+    if retuned and deferred is not None:
+        deferred.append(DeferredTuning(retuned, [job for key, job in later.items() if key not in now]))
     return launchers
 
 
@@ -91,7 +109,7 @@ class GraphCompilation:
 
     def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
                  static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto",
-                 cudagraphs: bool = False) -> None:
+                 cudagraphs: bool = False, tuning: str = "first_call") -> None:
         self.gm = gm
         self.kind = kind
         # the inputs that are parameters and buffers; folded from only where nothing needs gradients
@@ -99,6 +117,8 @@ class GraphCompilation:
         self.foldable = self.static if fold_weights else []
         self.layout_option = layout  # the ``layout`` option (compiler.layout)
         self.cudagraphs = cudagraphs  # the ``cudagraphs`` option: the layout rule weighs GPU time only
+        self.tuning = tuning  # the ``tuning`` option (compiler.tuning)
+        self.deferred: list[DeferredTuning] = []  # the load pass's deferred candidates, if any
         self.folded = FoldedGraph(gm)
         self.codegen = codegen
         self.extern = extern  # the ``extern`` option (compiler.templates.policy)
@@ -143,7 +163,7 @@ class GraphCompilation:
 
             self.run_pass("gpu_build", check_kernels, kernels)
         launchers = self.run_pass("load", load_kernels, rendered, self.device,
-                                  {k.name: k for k in kernels}, sched.buffers)
+                                  {k.name: k for k in kernels}, sched.buffers, self.tuning, self.deferred)
         # timing every launch (CRUCIBLE_KERNEL_TIMES) reaches extern calls through their OpOverloads
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, sched, rendered, launchers,
                                          not config.kernel_times())

@@ -120,6 +120,9 @@ class GraphReport:
     fallback_message: str = ""
     failed_pass: str | None = None
     pass_seconds: dict[str, float] = field(default_factory=dict)
+    # host seconds of the compiled graph's first call (kernels bound to their launchers, externs'
+    # first use; the GPU work runs on after it): part of a cold compile that no pass measures
+    first_call_seconds: float | None = None
     passes: list[str] = field(default_factory=list)  # compile-time rewrites that changed the graph, by name
     weight_folds: list[WeightFold] = field(default_factory=list)
     # how often the folded weights were computed from their sources: once, plus once per call after

@@ -4,8 +4,8 @@ Triton kernel sources are written to the cache directory and imported as
 modules (Triton reads a kernel's source through ``inspect``, so it must live in
 a real file). Every launch goes through ``KernelLauncher``, which knows each
 argument's buffer: the one entry point future simulator checks hook into. On
-the GPU its first launch goes through Triton's JIT dispatch and binds the
-compiled kernel; later launches call torch's static CUDA launcher on it
+the GPU (launch configs tuned when ``compiler.tuning`` says) its first launch
+goes through Triton's JIT dispatch and binds the compiled kernel; later launches call torch's static CUDA launcher on it
 (``bind_static_launch``) or, where that cannot launch it, Triton's driver
 launcher (``bind_launch``).
 """
@@ -204,9 +204,16 @@ class KernelLauncher:
         16-byte aligned arguments, as the wrapper allocates them (a launch with other alignments
         builds its own variant). A config that fails to build is left to the first launch,
         which reports the error (or to tuning, which skips it)."""
+        return self.build_jobs(arg_dtypes, self.configs_to_build())
+
+    def configs_to_build(self) -> list[tuple[tuple, dict]]:
+        """What a launch needs built: the config in use once it is decided, else every candidate."""
+        return [(self.grid, self.meta)] if self.tuned else self.configs
+
+    def build_jobs(self, arg_dtypes: Sequence[torch.dtype], configs: Sequence[tuple[tuple, dict]]) -> list[Callable[[], None]]:
+        """One job per config of ``configs`` that builds it (see ``precompile_jobs``)."""
         if self.interpret:
             return []
-        configs = [_TUNED[self.symbol]] if self.symbol in _TUNED else self.configs
         pool = build_processes()
 
         def build(grid: tuple, meta: dict) -> None:
@@ -219,6 +226,28 @@ class KernelLauncher:
                 pass
 
         return [lambda grid=grid, meta=meta: build(grid, meta) for grid, meta in configs]
+
+    def defer_tuning(self, mode: str) -> list[tuple[tuple, dict]]:
+        """Before the load pass: the candidates to build later (``compiler.tuning``; ``mode`` is the
+        ``tuning`` option). A config known from this process or the tuning cache is taken now, in
+        every mode; with ``"deferred"`` and ``"off"`` launches run the first candidate untimed
+        (``"deferred"``: until ``retune``). Returns the configs ``"deferred"`` builds later."""
+        if self.tuned or self.interpret:
+            return []
+        if self.symbol in _TUNED or self.cached_config():
+            self.grid, self.meta = _TUNED.setdefault(self.symbol, (self.grid, self.meta))
+            self.tuned = True
+            return []
+        if mode == "first_call":
+            return []
+        self.tuned = True  # the first candidate, timed by nothing (until ``retune``)
+        return self.configs[1:] if mode == "deferred" else []
+
+    def retune(self) -> None:
+        """The deferred candidates are built: the next launch times them (or takes the config an
+        identical kernel was tuned to meanwhile) and rebinds."""
+        self.tuned = False
+        self.bound = None
 
     def __call__(self, *args: Any) -> None:
         if self.bound is not None:
@@ -287,15 +316,9 @@ class KernelLauncher:
             self.grid, self.meta = _TUNED[self.symbol]
             self.tuned = True
             return
-        key = self.tuning_key()
-        cached = tuning_cache.lookup(key, len(self.configs)) if key else None
-        if cached is not None:  # picked by an earlier process on this GPU and Triton version
-            self.grid, self.meta = _TUNED[self.symbol] = self.configs[cached]
-            self.tuned = True
-            if config.debug_level() >= 1:
-                print(f"[crucible] {self.rendered.name} launch config from the tuning cache: {self.meta}",
-                      file=sys.stderr)
+        if self.cached_config():
             return
+        key = self.tuning_key()
         from triton.testing import do_bench
 
         started = time.perf_counter()
@@ -328,6 +351,19 @@ class KernelLauncher:
         if config.debug_level() >= 1:
             table = ", ".join(f"{self.configs[i][1]} {t * 1e3:.1f}us" for t, i in timings)
             print(f"[crucible] {self.rendered.name} launch configs: {table}; picked {self.meta}", file=sys.stderr)
+
+    def cached_config(self) -> bool:
+        """Take the config an earlier process picked on this GPU and Triton version (the tuning
+        cache), if there is one."""
+        key = self.tuning_key()
+        cached = tuning_cache.lookup(key, len(self.configs)) if key else None
+        if cached is None:
+            return False
+        self.grid, self.meta = _TUNED[self.symbol] = self.configs[cached]
+        self.tuned = True
+        if config.debug_level() >= 1:
+            print(f"[crucible] {self.rendered.name} launch config from the tuning cache: {self.meta}", file=sys.stderr)
+        return True
 
     def tuning_key(self) -> str:
         """The tuning-cache key, qualified by the GPU and the Triton version: the renderer's (a

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CRUCIBLE_TARGETS: dict[str, dict[str, Any]] = {
-    "crucible-triton": {"codegen": "triton", "strict": True},
+    # launch configs tuned in the first call, so a parity check runs the config later calls keep
+    "crucible-triton": {"codegen": "triton", "strict": True, "tuning": "first_call"},
     "crucible-interpret": {"codegen": "triton", "strict": True},
     "crucible-sim": {"codegen": "triton", "strict": True},  # the interpreter's kernels, checked by simulator/
     "crucible-cpp": {"codegen": "cpp", "strict": True},

@@ -63,13 +63,33 @@ def test_render_only_compiles_a_model_for_the_gpu_without_one(capsys) -> None:
 def test_compile_breakdown_splits_crucible_compile_by_pass() -> None:
     """Each pass's seconds, tuning, and the rest (Dynamo, AOTAutograd, the run) adding up to the compile."""
     row = _row("resnet50", "fp32", crucible=1.0)
-    row["backends"]["crucible"].update(compile_s=10.0, tuning_s=1.5,
-                                       passes_s={"lower": 1.0, "schedule": 0.5, "load": 4.0})
+    row["backends"]["crucible"].update(compile_s=10.0, tuning_s=1.5, tuned_s=14.0,
+                                       passes_s={"lower": 1.0, "schedule": 0.5, "load": 4.0, "first_call": 2.0})
     text = models.compile_breakdown([row, _row("gpt2", "bf16", eager=1.0)])
     header, _, line = text.splitlines()[1:4]
     cells = dict(zip([c.strip() for c in header.split("|")], [c.strip() for c in line.split("|")]))
-    assert (float(cells["load"]), float(cells["tuning"]), float(cells["rest"])) == (4.0, 1.5, 3.0)
+    # the first call's 2 s held the 1.5 s of tuning
+    assert [float(cells[c]) for c in ("load", "first_call", "tuning", "rest", "deferred")] == [4.0, 0.5, 1.5, 2.5, 4.0]
     assert "gpt2" not in text  # no Crucible compile in that row
+
+
+def test_a_graphs_first_call_is_timed_on_its_report() -> None:
+    """The host time of each graph's first call (kernels bound, externs' first use) goes on its
+    report once; the breakdown's ``first_call`` column sums it."""
+    import torch
+
+    import compiler
+
+    torch._dynamo.reset()
+    fn = torch.compile(lambda x: torch.relu(x) + 1, backend="crucible", options={"strict": True})
+    with compiler.collect_reports() as report:
+        fn(torch.randn(8))
+    (graph,) = report.graphs
+    first = graph.first_call_seconds
+    assert first is not None and first > 0
+    fn(torch.randn(8))
+    assert graph.first_call_seconds == first  # later calls are not timed
+    assert models.compile_passes(report)["first_call"] == first
 
 
 def test_profile_host_table_ranks_cpu_self_time_per_call():
