@@ -100,12 +100,15 @@ def typed_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[str]:
 SYMBOL_PLACEHOLDER = "__crucible_kernel__"
 
 
-# A persistent reduction's candidates: (elements per program, elements per warp), most wins first.
-# Chosen from the H200 tuning of the 18 benchmark rows (``compiler.bench.tuning_report`` over
-# ``compiler.bench.models --keep-tuning``; compiler/bench/RESULTS.md): of the six candidates offered
-# before (2048, 4096 and 8192 elements x 256 and 512 per warp, 170 kernels), these three lose 3.6% of
-# the summed best kernel time and halve the builds and timings; two would lose 6.8%, one 20%.
-PERSISTENT_CANDIDATES = ((2048, 512), (4096, 512), (4096, 256))
+# A persistent reduction's candidates: (elements per program, elements per warp, fewest warps), most
+# wins first. The first three were chosen from the H200 tuning of the 18 benchmark rows
+# (``compiler.bench.tuning_report`` over ``compiler.bench.models --keep-tuning``; compiler/bench/RESULTS.md):
+# of the six candidates offered before (2048, 4096 and 8192 elements x 256 and 512 per warp, 170
+# kernels), these three lose 3.6% of the summed best kernel time; two would lose 6.8%, one 20%. None
+# was below 2048 elements: swin's window softmaxes (rows of 49, RBLOCK 64) took 104 us at the best of
+# them (32 rows, 4 warps) and 56 us at 8 rows on one warp (H200, bf16, 301056 rows), so small
+# programs on one warp are the fourth (built and timed after the first call: ``compiler.tuning``).
+PERSISTENT_CANDIDATES = ((2048, 512, 2), (4096, 512, 2), (4096, 256, 2), (512, 512, 1))
 
 
 class TritonRenderer(Renderer):
@@ -139,9 +142,9 @@ class TritonRenderer(Renderer):
             return [(1, 2048, 8), (1, 4096, 16), (2, 1024, 8)]
         rblock = next_pow2(k.rnumel)
         out = []
-        for budget, per_warp in PERSISTENT_CANDIDATES:
+        for budget, per_warp, fewest in PERSISTENT_CANDIDATES:
             xblock = max(1, min(next_pow2(k.xnumel), budget // rblock))
-            cfg = (xblock, rblock, max(2, min(32, xblock * rblock // per_warp)))
+            cfg = (xblock, rblock, max(fewest, min(32, xblock * rblock // per_warp)))
             if cfg not in out:
                 out.append(cfg)
         return out

@@ -143,10 +143,11 @@ def test_the_runtime_times_once_and_a_later_process_reads_the_pick(cache_file: P
     assert timed == [16, 32, 64] * 2  # another key is timed
 
 
-def test_a_persistent_reduction_offers_the_three_candidates_the_h200_data_kept() -> None:
+def test_a_persistent_reduction_offers_the_candidates_the_h200_data_kept() -> None:
     """``PERSISTENT_CANDIDATES`` (compiler.bench.tuning_report over the 18 benchmark rows): 2048
-    elements per program at 512 per warp first (most wins), then 4096 at 512 and 256; candidates
-    that coincide (one row per program) are offered once."""
+    elements per program at 512 per warp first (most wins), then 4096 at 512 and 256, then small
+    programs on one warp (swin's rows of 49: 56 us against 104 us); candidates that coincide (one
+    row per program) are offered once."""
     from types import SimpleNamespace
 
     from compiler.codegen.triton import TritonRenderer
@@ -156,9 +157,10 @@ def test_a_persistent_reduction_offers_the_three_candidates_the_h200_data_kept()
     def tiles(xnumel: int, rnumel: int) -> list[tuple[int, int, int]]:
         return renderer.tiles(SimpleNamespace(is_reduction=True, persistent=True, xnumel=xnumel, rnumel=rnumel))
 
-    assert tiles(4096, 300) == [(4, 512, 4), (8, 512, 8), (8, 512, 16)]
+    assert tiles(4096, 300) == [(4, 512, 4), (8, 512, 8), (8, 512, 16), (1, 512, 1)]
     assert tiles(4096, 4000) == [(1, 4096, 8), (1, 4096, 16)]
-    assert tiles(1, 16) == [(1, 16, 2)]
+    assert tiles(301056, 49) == [(32, 64, 4), (64, 64, 8), (64, 64, 16), (8, 64, 1)]
+    assert tiles(1, 16) == [(1, 16, 2), (1, 16, 1)]
 
 
 def test_the_tuning_report_ranks_candidate_subsets_from_kept_caches(tmp_path: Path) -> None:
