@@ -128,6 +128,29 @@ def test_the_graph_retunes_in_its_first_call_after_the_background_builds(fresh, 
     assert len(built) == len(symbols) + len(alternatives)  # each alternative built once
 
 
+def test_builds_left_at_exit_are_dropped_and_the_running_one_finishes(monkeypatch) -> None:
+    """What the interpreter's exit does (``stop``): pending builds are dropped, so a process that
+    ends before its graphs tune does not wait for them."""
+    monkeypatch.setenv("CRUCIBLE_COMPILE_THREADS", "1")  # one build thread: the others wait behind it
+    builder = tuning._Builder()
+    started, release, ran = threading.Event(), threading.Event(), []
+
+    def blocking() -> None:
+        started.set()
+        release.wait(10)
+        ran.append("first")
+
+    builder.submit([blocking] + [lambda i=i: ran.append(i) for i in range(50)])
+    assert started.wait(10)
+    builder.stop()
+    release.set()
+    for thread in builder.threads:
+        thread.join(10)
+    assert ran == ["first"] and not builder.pending
+    builder.submit([lambda: ran.append("late")])  # refused once stopped
+    assert "late" not in ran and builder.wait(1)
+
+
 def test_nothing_to_defer_gives_the_call_unchanged() -> None:
     call = lambda args: args  # noqa: E731
     assert tuning.tuned_call(call, None) is call
