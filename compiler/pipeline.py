@@ -70,13 +70,14 @@ def graph_device(gm: torch.fx.GraphModule) -> torch.device:
 
 def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
                  kernels: dict[str, Kernel], buffers: dict[str, Buffer] | None = None,
-                 tuning: str = "first_call", deferred: list[DeferredTuning] | None = None) -> dict[str, Any]:
+                 tuning: str = "first_call", deferred: list[DeferredTuning] | None = None,
+                 report: GraphReport | None = None) -> dict[str, Any]:
     """Every kernel built and loaded, several at once (``config.compile_threads()``): C++
     libraries, and on the GPU the Triton launch configs the first call needs (``tuning``: one of
     ``compiler.tuning.MODES``), which Triton would otherwise build one by one during that call;
-    with ``"deferred"`` the other candidates start building in the background and their
-    ``DeferredTuning`` is appended to ``deferred``. A Triton launcher checks the alignment of the
-    graph's inputs and extern results only: the wrapper's own allocations are aligned."""
+    with ``"deferred"`` the other candidates are left to a ``DeferredTuning``, appended to
+    ``deferred`` (and noted on ``report``). A Triton launcher checks the alignment of the graph's
+    inputs and extern results only: the wrapper's own allocations are aligned."""
     names = list(rendered)
     loaded = parallel_map(lambda n: launcher_for(rendered[n], device), names)
     launchers = dict(zip(names, loaded))
@@ -100,7 +101,7 @@ def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
             retuned.append(launcher)
     parallel_map(lambda job: job(), list(now.values()))
     if retuned and deferred is not None:
-        deferred.append(DeferredTuning(retuned, [job for key, job in later.items() if key not in now]))
+        deferred.append(DeferredTuning(retuned, [job for key, job in later.items() if key not in now], report))
     return launchers
 
 
@@ -163,7 +164,8 @@ class GraphCompilation:
 
             self.run_pass("gpu_build", check_kernels, kernels)
         launchers = self.run_pass("load", load_kernels, rendered, self.device,
-                                  {k.name: k for k in kernels}, sched.buffers, self.tuning, self.deferred)
+                                  {k.name: k for k in kernels}, sched.buffers, self.tuning, self.deferred,
+                                  self.report)
         # timing every launch (CRUCIBLE_KERNEL_TIMES) reaches extern calls through their OpOverloads
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, sched, rendered, launchers,
                                          not config.kernel_times())

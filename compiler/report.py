@@ -136,6 +136,9 @@ class GraphReport:
     # replays, and calls that ran without the graph because a static input (a parameter) had moved
     cudagraph_replays: int = 0
     cudagraph_uncaptured_calls: int = 0
+    # ``tuning="deferred"`` (compiler.tuning): what was left for after the first call, and whether
+    # it has been timed
+    deferred_tuning: str = ""
 
     def __str__(self) -> str:
         head = (f"graph {self.graph_id} ({self.kind}, codegen={self.codegen}): {self.fx_nodes} FX nodes, "
@@ -149,6 +152,8 @@ class GraphReport:
         if self.cudagraph is not None:
             head += f"\n  cuda graph: {self.cudagraph.value}" + (f": {self.cudagraph_message}"
                                                                 if self.cudagraph_message else "")
+        if self.deferred_tuning:
+            head += f"\n  tuning: {self.deferred_tuning}"
         if self.fallback is not None:
             head += f"\n  FELL BACK TO EAGER in pass {self.failed_pass!r}: {self.fallback.value}: {self.fallback_message}"
         rows = [(k.name, k.kind, k.codegen, ", ".join(k.ops)) for k in self.kernels]

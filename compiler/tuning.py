@@ -111,9 +111,12 @@ class DeferredTuning:
     graph's first call (so they do not compete with it for the host); once all are built, the
     graph's next call (``before_call``) hands its ``launchers`` back to tuning."""
 
-    def __init__(self, launchers: Sequence[Any], jobs: Sequence[Job]) -> None:
+    def __init__(self, launchers: Sequence[Any], jobs: Sequence[Job], report: Any = None) -> None:
         self.launchers = list(launchers)  # each with ``retune()``: time its candidates at its next launch
         self.jobs = list(jobs)
+        self.report = report  # a GraphReport: its ``deferred_tuning`` line says what is left, then that it ran
+        self.note(f"{len(self.launchers)} kernels run their first launch config until {len(self.jobs)} other "
+                  f"candidates are built (after the first call); then a call times them")
         self.left = len(self.jobs)
         self.lock = threading.Lock()
         self.built = threading.Event()
@@ -148,6 +151,12 @@ class DeferredTuning:
             self.pending = False
             for launcher in self.launchers:
                 launcher.retune()
+            self.note(f"{len(self.launchers)} kernels' candidates built and timed (this graph's call "
+                      f"after the builds)")
+
+    def note(self, text: str) -> None:
+        if self.report is not None:
+            self.report.deferred_tuning = text
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait for this graph's builds (a CUDA graph is captured after its kernels are tuned)."""

@@ -15,6 +15,7 @@ import torch
 from compiler import runtime, tuning
 from compiler.codegen.triton import TritonRenderer
 from compiler.config import Options
+from compiler.report import GraphReport
 
 
 def _rendered(fn, *inputs):
@@ -104,7 +105,8 @@ def test_the_graph_retunes_in_its_first_call_after_the_background_builds(fresh, 
     monkeypatch.setattr(runtime.KernelLauncher, "build_jobs", build_jobs)
     monkeypatch.setitem(runtime.LOADERS, "triton", lambda r, device: runtime.KernelLauncher(r, interpret=False))
     plans: list[tuning.DeferredTuning] = []
-    launchers = load_kernels(rendered, torch.device("cpu"), kernels, None, "deferred", plans)
+    report = GraphReport(0, "inference", 3, "triton")
+    launchers = load_kernels(rendered, torch.device("cpu"), kernels, None, "deferred", plans, report)
     symbols = {r.symbol for r in rendered.values()}
     assert sorted(built) == sorted({(launchers[n].symbol, repr(launchers[n].configs[0])) for n in rendered})
     assert len(built) == len(symbols)
@@ -116,13 +118,14 @@ def test_the_graph_retunes_in_its_first_call_after_the_background_builds(fresh, 
     call = tuning.tuned_call(lambda args: calls.append(args), plan)
     call([1])
     assert retuned == [] and plan.pending  # still building
+    assert "2 kernels run their first launch config until" in str(report)  # compiler.inspect shows it
     gate.set()
     assert tuning.finish_tuning(10)
     call([2])
     call([3])
     several = [launcher for launcher in launchers.values() if len(launcher.configs) > 1]
     assert len(several) == 2 and sorted(map(id, retuned)) == sorted(map(id, several))  # once each
-    assert not plan.pending
+    assert not plan.pending and "2 kernels' candidates built and timed" in report.deferred_tuning
     assert calls == [[1], [2], [3]]
     alternatives = {(launchers[n].symbol, repr(c)) for n in rendered for c in launchers[n].configs[1:]}
     assert len(built) == len(symbols) + len(alternatives)  # each alternative built once
