@@ -187,6 +187,7 @@ class KernelLauncher:
         self.grid, self.meta = _TUNED.get(symbol, self.configs[0])
         self.tuned = len(self.configs) == 1 or symbol in _TUNED
         self.bound: Callable[..., None] | None = None
+        self.untimed = False  # running the first candidate without timing the others (``defer_tuning``)
         self.launch_path = "dispatch"  # then "static" or "triton": what ``bind`` bound (benchmarks print it)
         # argument positions whose alignment a launch checks: every one, unless the loader says which
         # buffers are the wrapper's own allocations (always 16-byte aligned), see ``check_alignment``
@@ -240,13 +241,13 @@ class KernelLauncher:
             return []
         if mode == "first_call":
             return []
-        self.tuned = True  # the first candidate, timed by nothing (until ``retune``)
+        self.tuned = self.untimed = True  # the first candidate, timed by nothing (until ``retune``)
         return self.configs[1:] if mode == "deferred" else []
 
     def retune(self) -> None:
         """The deferred candidates are built: the next launch times them (or takes the config an
         identical kernel was tuned to meanwhile) and rebinds."""
-        self.tuned = False
+        self.tuned = self.untimed = False
         self.bound = None
 
     def __call__(self, *args: Any) -> None:
@@ -258,7 +259,18 @@ class KernelLauncher:
     def dispatch(self, *args: Any) -> None:
         """A launch through Triton's JIT dispatch (it binds the arguments, computes their
         specialization key and looks the compiled kernel up); the first one on the GPU binds the
-        compiled kernel, so later launches skip all that (``BoundLaunch``)."""
+        compiled kernel, so later launches skip all that (``BoundLaunch``). A first candidate run
+        untimed (``defer_tuning``) that fails to build or launch (out of resources on this GPU) has
+        every candidate timed at once instead, which skips the ones that fail."""
+        if self.untimed:
+            try:
+                self._dispatch(*args)
+                return
+            except Exception:  # noqa: BLE001  (tuning below raises it again if no candidate runs)
+                self.untimed, self.tuned, self.bound = False, False, None
+        self._dispatch(*args)
+
+    def _dispatch(self, *args: Any) -> None:
         if not self.tuned:
             self.tune(args)
         if self.interpret:

@@ -70,6 +70,41 @@ def test_a_known_config_is_the_only_one_built_in_every_mode(fresh) -> None:
         assert launcher.defer_tuning(mode) == [] and launcher.configs_to_build() == [picked]
 
 
+def test_a_first_candidate_that_fails_on_this_gpu_has_every_candidate_timed(fresh, monkeypatch) -> None:
+    """Deferred tuning runs the first candidate untimed; where it cannot build or launch (out of
+    shared memory on a smaller GPU), the launch times every candidate at once, skipping failures."""
+    import triton.testing
+
+    rendered = _reduction()
+    launcher = runtime.KernelLauncher(rendered, False)
+    launcher.defer_tuning("deferred")
+    ran = []
+
+    class Fn:  # Triton's JITFunction, as far as the launcher uses it here
+        arg_names = launcher.fn.arg_names
+
+        def run(self, *args, grid, warmup, **meta):
+            if meta["XBLOCK"] == launcher.configs[0][1]["XBLOCK"] and meta["RBLOCK"] == launcher.configs[0][1]["RBLOCK"]:
+                raise RuntimeError("out of resources: shared memory")
+            ran.append(dict(meta))
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: self.run(*args, grid=grid, warmup=False, **meta)
+
+    launcher.fn = Fn()
+    timed = []
+
+    def fake_bench(fn, **kwargs) -> float:
+        fn()  # the first candidate raises: tuning skips it
+        timed.append(1)
+        return float(len(timed))
+
+    monkeypatch.setattr(triton.testing, "do_bench", fake_bench)
+    launcher()
+    assert (launcher.grid, launcher.meta) == launcher.configs[1] and launcher.tuned and not launcher.untimed
+    assert ran[-1] == launcher.configs[1][1]
+
+
 def test_the_tuning_cache_decides_before_the_load_pass(fresh) -> None:
     from compiler import tuning_cache
 
