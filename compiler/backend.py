@@ -4,7 +4,8 @@
 through the ``torch_dynamo_backends`` entry point (and ``import compiler``
 registers it too). AOTAutograd decomposes with our table and hands us the
 inference graph, or the forward and the backward graphs when gradients are
-needed; each goes through ``GraphCompilation``.
+needed; each goes through ``GraphCompilation``, whose first pass applies the rules left out of
+capture (``compiler.late_decompositions``).
 
 Failure policy: an internal compiler error (or a graph we do not support, such
 as one with symbolic shapes) is reported on the graph's ``GraphReport`` and that
@@ -25,7 +26,7 @@ import torch.fx
 from compiler import config
 from compiler.codegen.registry import default_codegen
 from compiler.config import Options
-from compiler.decompositions import decomposition_table_for_compiler
+from compiler.decompositions import capture_decomposition_table, decomposition_table_for_compiler
 from compiler.attention_masks import PASS_NAME as ATTENTION_MASKS, simplify_attention_masks
 from compiler.fused_attention import keep_fused_attention
 from compiler.lowering import SymbolicShapes
@@ -123,7 +124,19 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
                                   passes=passes)
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
                                  inference_compiler=inference,
-                                 decompositions=decomposition_table_for_compiler())
+                                 decompositions=_capture_table(gm, example_inputs))
+
+
+def _capture_table(gm: torch.fx.GraphModule, example_inputs: list) -> dict:
+    """The decompositions AOTAutograd applies while capturing. An inference graph leaves the rules
+    of ``compiler.late_decompositions`` to the pipeline's first pass (the same graph, captured
+    faster); a graph that needs gradients (AOTAutograd's test: grad mode on and an input or
+    parameter requiring grad) takes every rule in capture, so its backward is still the derivative
+    of the decomposed forward rather than torch's rule for, e.g., ``native_layer_norm_backward``."""
+    tensors = [*(t for t in example_inputs if isinstance(t, torch.Tensor)), *gm.parameters()]
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return decomposition_table_for_compiler()
+    return capture_decomposition_table()
 
 
 def register() -> None:

@@ -217,3 +217,18 @@ def decomposition_table_for_compiler() -> dict[Any, Callable]:
     for r in sorted(RULES.values(), key=lambda r: r.origin != "torch"):
         table[r.op] = r.fn
     return table
+
+
+# Ops whose rules run after capture, once per distinct call (``compiler.late_decompositions``): pure
+# rules of many ops each, whose outputs a graph reads through ``getitem``; the norms' overflow-safe rules
+# emit about 30 ops a call, which AOTAutograd traced call by call.
+LATE_OPS = frozenset({aten.native_layer_norm.default, aten.native_group_norm.default})
+
+
+def capture_decomposition_table() -> dict[Any, Callable]:
+    """The table AOTAutograd decomposes with while it captures: ``decomposition_table_for_compiler``
+    less the ops whose rules run after capture, once per distinct call (``compiler.late_decompositions``)."""
+    table = decomposition_table_for_compiler()
+    for op in LATE_OPS:
+        table.pop(op, None)
+    return table

@@ -1,9 +1,10 @@
 """The compiler pipeline for one ATen graph, as named passes called in order.
 
-    [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls] -> choose_layout -> [convert_weight_layout]
-    -> lower -> schedule -> render -> load -> wrap
+    late_decompositions -> [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls]
+    -> choose_layout -> [convert_weight_layout] -> lower -> schedule -> render -> load -> wrap
 
-The bracketed weight passes run on inference graphs whose static inputs (parameters, buffers) are
+``late_decompositions`` applies the decomposition rules left out of capture, once per
+distinct call (``compiler.late_decompositions``). The bracketed weight passes run on inference graphs whose static inputs (parameters, buffers) are
 known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
 ``choose_layout`` decides the graph's layout (``options={"layout": ...}``, ``compiler.layout``); a
 channels-last inference graph's static convolution weights are converted once by
@@ -31,6 +32,7 @@ from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
 from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph
 from compiler.layout import LayoutDecision, choose_layout, convert_weight_layout
+from compiler.late_decompositions import expand_late_decompositions
 from compiler.lowering import lower
 from compiler.report import ExternReport, GraphReport, KernelReport, WeightFold
 from compiler.runtime import KernelLauncher, build_processes, launcher_for, parallel_map
@@ -145,6 +147,9 @@ class GraphCompilation:
         renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
         if self.device.type == "cuda":
             build_processes()  # Triton's build processes, if any, start while the graph lowers
+        if self.run_pass("late_decompositions", expand_late_decompositions, self.gm).calls:
+            self.report.passes.append("late_decompositions")
+            self.report.fx_nodes = sum(1 for n in self.gm.graph.nodes if n.op == "call_function")
         if self.foldable:
             self.folded = self.run_pass("fold_batch_norm", fold_batch_norm, self.gm, self.foldable)
             self.gm = self.folded.gm

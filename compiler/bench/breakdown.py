@@ -21,7 +21,7 @@ def compile_passes(report: Any) -> dict[str, float]:
     return total
 
 
-PASSES = ("fold_batch_norm", "lower", "schedule", "render", "load", "wrap", "first_call", "tuning")
+PASSES = ("late_decompositions", "fold_batch_norm", "lower", "schedule", "render", "load", "wrap", "first_call", "tuning")
 
 
 def compile_breakdown(results: list[dict]) -> str:
