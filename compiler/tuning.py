@@ -4,18 +4,19 @@ A Triton kernel with several candidate launch configs (``RenderedKernel.alternat
 its real arguments and keeps the fastest (``KernelLauncher.tune``). Building every candidate before
 the first call, and timing them in it, was most of the cold compile: the Triton builds of the load
 pass are 60-80% of a benchmark model's first call. So by default the first call waits only for
-each kernel's first candidate (the renderer's best guess):
+one candidate per kernel:
 
-* ``"deferred"`` (the default): the load pass builds one config per kernel; the other candidates
+* ``"deferred"`` (the default): the load pass builds one config per kernel, the one quickest to
+  build (``runtime.quickest_to_build``: the smallest program); the other candidates
   are built on background threads (``config.compile_threads()``) from the end of the graph's first
   call, and the graph's first call after they are all built times them on its real arguments (as
-  the first call did before) and binds the fastest. Until then the graph runs its first
-  candidates. A CUDA graph is captured only after that tuning (its capture waits for the builds).
+  the first call did before) and binds the fastest. Until then the graph runs the ones built
+  first. A CUDA graph is captured only after that tuning (its capture waits for the builds).
   ``finish_tuning()`` waits for the background builds: a benchmark calls it before timing
   steady-state latency, so the builds do not compete with the timed calls for the host.
 * ``"first_call"``: every candidate is built in the load pass and timed in the first call.
-* ``"off"``: the first candidate only, never timed (fastest compile; for one-shot runs such as a
-  fuzz campaign on the GPU).
+* ``"off"``: the first candidate (the renderer's best guess) only, never timed (fastest compile;
+  for one-shot runs such as a fuzz campaign on the GPU).
 
 A first candidate that fails to build or launch on this GPU (out of resources) has every candidate
 timed in that launch instead, skipping the ones that fail, as ``"first_call"`` would.
