@@ -12,6 +12,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import math
+import weakref
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -102,10 +103,24 @@ class Expr:
     arg: Any = None
     _hash: int = field(default=0, repr=False, compare=False)
     depth: int = field(default=1, repr=False, compare=False)  # longest path to a leaf
+    # ``var_bit`` of every loop variable inside, and ``REWRITES`` where ``substitute`` would rewrite
+    # something even if no variable changed (a load's index not in canonical form, a cast of a constant)
+    variables: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # operands are the canonical copies of their structure: comparing two expressions then stops
+        # at their operands' identity instead of recursing through equal but distinct sub-DAGs (on
+        # convnext_tiny's channels-last graph, 250k recursive ``__eq__`` calls were a third of lowering)
+        object.__setattr__(self, "src", tuple(_canonical(s) for s in self.src))
         object.__setattr__(self, "_hash", hash((self.op, self.dtype, self.src, self.arg)))
         object.__setattr__(self, "depth", 1 + max((s.depth for s in self.src), default=0))
+        bits = var_bit(self) if self.op in (Op.XVAR, Op.RVAR) else 0
+        if (self.op is Op.LOAD and not _canonical_index(self.src[0])) or \
+                (self.op is Op.CAST and self.src[0].op is Op.CONST):
+            bits |= REWRITES
+        for s in self.src:
+            bits |= s.variables
+        object.__setattr__(self, "variables", bits)
 
     def __hash__(self) -> int:
         return self._hash
@@ -135,6 +150,27 @@ class Expr:
             seen.add(node)
             stack.append((node, True))
             stack.extend((s, False) for s in reversed(node.src) if s not in seen)
+
+
+# One live expression per structure hash (weak: an expression no longer used anywhere is dropped). An
+# equal expression built later shares it as an operand; a hash collision between unequal ones keeps both.
+_CANONICAL: weakref.WeakValueDictionary[int, Expr] = weakref.WeakValueDictionary()
+
+
+def _canonical(e: Expr) -> Expr:
+    known = _CANONICAL.get(e._hash)
+    if known is None:
+        _CANONICAL[e._hash] = e
+        return e
+    return known if known is e or known == e else e
+
+
+REWRITES = 1
+
+
+def var_bit(var: Expr) -> int:
+    """A loop variable's bit in ``Expr.variables``."""
+    return 2 << (2 * var.arg + (var.op is Op.RVAR))
 
 
 INDEX_DTYPE = torch.int64
@@ -242,6 +278,14 @@ def from_affine(terms: Affine) -> Expr:
     return binary(Op.ADD, out, const(c, INDEX_DTYPE)) if c else out
 
 
+def _canonical_index(index: Expr) -> bool:
+    """Whether ``substitute`` leaves this load index as it is: not affine, or in ``from_affine``'s form."""
+    if index.op is Op.CONST or index.op in (Op.XVAR, Op.RVAR):
+        return True
+    terms = to_affine(index)
+    return terms is None or from_affine(terms) == index
+
+
 def linear_index(indices: list[Expr], strides: tuple[int, ...], offset: int = 0) -> Expr:
     """offset + sum(index_i * stride_i), canonical when every index is affine."""
     total: Affine = {None: offset}
@@ -262,10 +306,18 @@ def linear_index(indices: list[Expr], strides: tuple[int, ...], offset: int = 0)
 
 
 def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
-    """Replace sub-expressions; loads' indices are re-canonicalized."""
+    """Replace sub-expressions; loads' indices are re-canonicalized. Where every key is a loop
+    variable, a sub-expression with none of them and nothing to rewrite (``REWRITES``) is kept as
+    it is, unvisited."""
     memo: dict[Expr, Expr] = {}
+    only_vars = all(k.op in (Op.XVAR, Op.RVAR) for k in mapping)
+    visit = REWRITES
+    for k in mapping:
+        visit |= var_bit(k) if only_vars else 0
 
     def go(e: Expr) -> Expr:
+        if only_vars and not e.variables & visit:
+            return e
         hit = mapping.get(e)
         if hit is not None:
             return hit

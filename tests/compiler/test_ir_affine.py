@@ -121,3 +121,18 @@ def test_substitution_is_composition(e: ir.Expr, for_x0: ir.Expr, for_x1: ir.Exp
     want = coeffs.get(None, 0) + coeffs.get(x0, 0) * f + coeffs.get(x1, 0) * g \
         + coeffs.get(r0, 0) * at_every_point(r0)
     assert torch.equal(at_every_point(subst), want)
+
+
+def test_substitute_skips_what_no_key_reaches_and_still_folds_the_rest() -> None:
+    """A sub-expression with none of the substituted variables and nothing to re-canonicalize is
+    kept as it is; a load whose index is not canonical, or a cast of a constant, is still rewritten."""
+    untouched = ir.load("a", add(mul(x1, c(3)), c(1)), torch.float32)
+    assert untouched.variables & ir.REWRITES == 0
+    messy = ir.Expr(Op.LOAD, torch.float32, (add(c(1), x1),), "b")  # index not in from_affine's form
+    folded = ir.Expr(Op.CAST, torch.float32, (c(2),), torch.float32)
+    assert messy.variables & ir.REWRITES and folded.variables & ir.REWRITES
+    total = add(add(untouched, messy), folded)
+    out = ir.substitute(total, {x0: c(0)})
+    assert out.src[0].src[0] is untouched
+    assert out.src[0].src[1] == ir.load("b", add(x1, c(1)), torch.float32)
+    assert out.src[1] == ir.const(2.0, torch.float32)
