@@ -264,10 +264,14 @@ def to_affine(expr: Expr) -> Affine | None:
 
 
 def from_affine(terms: Affine) -> Expr:
-    """Canonical expression for an affine map (terms sorted, zero terms dropped)."""
+    """Canonical expression for an affine map (terms sorted, zero terms dropped). Terms that are not
+    loop variables (floor divisions of them, say) sort by ``fingerprint``, the same in every process:
+    sorting by ``hash`` put swin's window-partition index terms in an order that changed with the
+    interpreter's string-hash seed, so its kernels had other sources and names in each process (no
+    Triton disk-cache or tuning-cache hit across processes)."""
     items = [(k, v) for k, v in terms.items() if k is not None and v != 0]
     items.sort(key=lambda kv: (kv[0].op.value, kv[0].arg if kv[0].op in (Op.XVAR, Op.RVAR) else 0,
-                               kv[0]._hash))
+                               "" if kv[0].op in (Op.XVAR, Op.RVAR) else fingerprint(kv[0])))
     out: Expr | None = None
     for var, coef in items:
         term = var if coef == 1 else binary(Op.MUL, var, const(coef, INDEX_DTYPE))

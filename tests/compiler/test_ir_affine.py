@@ -123,6 +123,33 @@ def test_substitution_is_composition(e: ir.Expr, for_x0: ir.Expr, for_x1: ir.Exp
     assert torch.equal(at_every_point(subst), want)
 
 
+ORDER_IN_A_NEW_PROCESS = """
+from compiler import ir
+from compiler.ir import Op
+import torch
+x0, x1 = ir.xvar(0), ir.xvar(1)
+seven = ir.const(7, torch.int64)
+terms = {ir.binary(Op.FLOORDIV, x1, seven): 4704, ir.binary(Op.FLOORDIV, x0, seven): 37632,
+         ir.binary(Op.MOD, x0, seven): 672, ir.load("buf3", x1, torch.int64): 5, x0: 96, None: 3}
+print(ir.render_expr(ir.from_affine(terms)))
+"""
+
+
+def test_affine_terms_sort_the_same_in_every_process() -> None:
+    """Regression: terms other than loop variables sorted by ``hash``, which follows the interpreter's
+    string-hash seed; swin's window-partition kernels then had a new source (and name) per process."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    out = [subprocess.run([sys.executable, "-c", ORDER_IN_A_NEW_PROCESS], cwd=root, capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONHASHSEED=seed), timeout=120, check=True).stdout
+           for seed in ("1", "2", "3")]
+    assert out[0] == out[1] == out[2] and "buf3" in out[0]
+
+
 def test_substitute_skips_what_no_key_reaches_and_still_folds_the_rest() -> None:
     """A sub-expression with none of the substituted variables and nothing to re-canonicalize is
     kept as it is; a load whose index is not canonical, or a cast of a constant, is still rewritten."""
