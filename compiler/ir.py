@@ -10,6 +10,7 @@ pattern-match on ``Expr.op``. Index expressions are ordinary int64 expressions.
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import math
 import weakref
@@ -108,19 +109,26 @@ class Expr:
     variables: int = field(default=0, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        setattr_ = object.__setattr__
+        if not self.src:  # a leaf: a constant, a loop variable
+            setattr_(self, "_hash", hash((self.op, self.dtype, (), self.arg)))
+            if self.op in (Op.XVAR, Op.RVAR):
+                setattr_(self, "variables", var_bit(self))
+            return
         # operands are the canonical copies of their structure: comparing two expressions then stops
         # at their operands' identity instead of recursing through equal but distinct sub-DAGs (on
         # convnext_tiny's channels-last graph, 250k recursive ``__eq__`` calls were a third of lowering)
-        object.__setattr__(self, "src", tuple(_canonical(s) for s in self.src))
-        object.__setattr__(self, "_hash", hash((self.op, self.dtype, self.src, self.arg)))
-        object.__setattr__(self, "depth", 1 + max((s.depth for s in self.src), default=0))
-        bits = var_bit(self) if self.op in (Op.XVAR, Op.RVAR) else 0
-        if (self.op is Op.LOAD and not _canonical_index(self.src[0])) or \
-                (self.op is Op.CAST and self.src[0].op is Op.CONST):
-            bits |= REWRITES
-        for s in self.src:
+        src = tuple(_canonical(s) for s in self.src)
+        setattr_(self, "src", src)
+        setattr_(self, "_hash", hash((self.op, self.dtype, src, self.arg)))
+        depth, bits = 0, 0
+        for s in src:
+            depth = max(depth, s.depth)
             bits |= s.variables
-        object.__setattr__(self, "variables", bits)
+        if (self.op is Op.LOAD and not _canonical_index(src[0])) or (self.op is Op.CAST and src[0].op is Op.CONST):
+            bits |= REWRITES
+        setattr_(self, "depth", depth + 1)
+        setattr_(self, "variables", bits)
 
     def __hash__(self) -> int:
         return self._hash
@@ -186,10 +194,12 @@ def const(value: Any, dtype: torch.dtype) -> Expr:
     return Expr(Op.CONST, dtype, (), value)
 
 
+@functools.cache
 def xvar(dim: int) -> Expr:
     return Expr(Op.XVAR, INDEX_DTYPE, (), dim)
 
 
+@functools.cache
 def rvar(dim: int) -> Expr:
     return Expr(Op.RVAR, INDEX_DTYPE, (), dim)
 
@@ -346,8 +356,16 @@ def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
     return go(expr)
 
 
+# each expression's loads, kept while it lives: the scheduler asks for the same expressions' loads
+# at every fusion it tries
+_LOADS: weakref.WeakKeyDictionary[Expr, tuple[Expr, ...]] = weakref.WeakKeyDictionary()
+
+
 def loads(expr: Expr) -> list[Expr]:
-    return [e for e in expr.walk() if e.op is Op.LOAD]
+    found = _LOADS.get(expr)
+    if found is None:
+        found = _LOADS[expr] = tuple(e for e in expr.walk() if e.op is Op.LOAD)
+    return list(found)
 
 
 def fingerprint(expr: Expr, memo: dict[Expr, str] | None = None) -> str:
