@@ -48,7 +48,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from compiler.folding import FoldedGraph, _real_tensors
+from compiler.folding import FoldedGraph, _real_tensors, graph_module
 from compiler.report import WeightFold
 from compiler.templates.policy import DECODE_ROWS
 
@@ -171,7 +171,7 @@ def merge_matmuls(folded: FoldedGraph, static_inputs: Any, device: torch.device,
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, env))
-    out = torch.fx.GraphModule(gm, graph)
+    out = graph_module(gm, graph)
     folds, reports = list(folded.folds), []
     for k, group in enumerate(chosen):
         stacks, name = _rewrite_group(out, k, [_Member(env[m.node], env[m.x], m.weight, m.bias, m.n, m.linear)
@@ -321,7 +321,7 @@ def fuse_extern_epilogues(folded: FoldedGraph, device: torch.device) -> Rewritte
         return RewrittenGraph(folded, [])  # lowering refuses the graph with its own reason
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(folded.gm.graph, {}))
-    gm = torch.fx.GraphModule(folded.gm, graph)
+    gm = graph_module(folded.gm, graph)
     done: list[WeightFold] = []
     for node in list(graph.nodes):
         rewritten = _bias_into_addmm(graph, node) if _read_by_library_only(node, device) else None

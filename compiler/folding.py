@@ -292,7 +292,7 @@ def fold_batch_norm(gm: torch.fx.GraphModule, static_inputs: Sequence[int]) -> F
     graph = torch.fx.Graph()
     env: dict[torch.fx.Node, torch.fx.Node] = {}
     graph.output(graph.graph_copy(gm.graph, env))
-    folded = torch.fx.GraphModule(gm, graph)
+    folded = graph_module(gm, graph)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     folds = [_rewrite(folded, k, env[node], env, placeholders, weights, bn)
              for k, (node, weights, bn) in enumerate(found)]
@@ -330,3 +330,17 @@ def _rewrite(gm: torch.fx.GraphModule, k: int, node: torch.fx.Node, env: dict, p
     env[bn["last"]].replace_all_uses_with(new)
     return BatchNormFold(str(node.target.overloadpacket.__name__), new.name, w, b, bn["mean"], bn["var"],
                          bn["gamma"], bn["beta"], bn["eps"], channel_dim, folded_w, folded_b)
+
+
+def graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.GraphModule:
+    """A module over ``graph`` (``root``'s attributes that it reads copied in, as ``GraphModule``
+    does) whose Python code is generated when first read or run, not at construction and at every
+    ``recompile``: the graphs of the weight and layout passes are lowered, never run, and each code
+    generation cost ~90 ms on GPT-2's inference graph (two per pass). Torch's lazy graph module where
+    this torch has it."""
+    try:
+        from torch.fx._lazy_graph_module import _LazyGraphModule
+    except ImportError:  # pragma: no cover  (a torch without it: code generated at once)
+        return torch.fx.GraphModule(root, graph)
+    return _LazyGraphModule(root, graph)
+

@@ -28,6 +28,7 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from compiler.decompositions import LATE_OPS, decomposition_table_for_compiler
+from compiler.folding import graph_module
 
 # (op, rule, argument structure, each leaf's layout or value) -> the rule's traced graph
 _TRACED: dict[tuple, torch.fx.GraphModule] = {}
@@ -36,7 +37,7 @@ _TRACE_MODE: list[Any] = []  # the fake mode the rules are traced in, made once 
 
 @dataclass
 class Expanded:
-    """What ``expand_late_decompositions`` did to a graph (rewritten in place)."""
+    """What ``expand_late_decompositions`` made of a graph: a rewritten copy, or the graph itself."""
 
     gm: torch.fx.GraphModule
     calls: int  # calls of ``LATE_OPS`` ops replaced by their rules' ops
@@ -46,19 +47,25 @@ class Expanded:
 
 
 def expand_late_decompositions(gm: torch.fx.GraphModule) -> Expanded:
-    """Replace every call of a ``LATE_OPS`` op in ``gm`` by its rule's ops, in place. A call whose outputs are used other than through ``getitem``, or whose
-    arguments have no fake values (nothing to trace them on), is left as it is (it becomes an extern call)."""
+    """A copy of ``gm`` with every call of a ``LATE_OPS`` op replaced by its rule's ops (``gm`` itself
+    when there is none: a graph that falls back to eager runs the one it was given, as after the
+    weight passes). A call whose outputs are used other than through ``getitem``, or whose
+    arguments have no fake values (nothing to trace them on), is left as it is (it becomes an
+    extern call)."""
     from torch._guards import detect_fake_mode
     from torch._subclasses.fake_tensor import FakeTensor
 
-    table: dict | None = None
+    if not any(n.op == "call_function" and n.target in LATE_OPS for n in gm.graph.nodes):
+        return Expanded(gm, 0)
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(gm.graph, {}))
+    table = decomposition_table_for_compiler()
     expanded = 0
-    for node in list(gm.graph.nodes):
+    for node in list(graph.nodes):
         if node.op != "call_function" or node.target not in LATE_OPS:
             continue
         if any(u.op != "call_function" or u.target is not operator.getitem for u in node.users):
             continue
-        table = decomposition_table_for_compiler() if table is None else table
         rule = table.get(node.target)
         if rule is None:
             continue
@@ -68,11 +75,9 @@ def expand_late_decompositions(gm: torch.fx.GraphModule) -> Expanded:
             continue
         traced = _traced(node.target, rule, table, spec, values)
         mode = detect_fake_mode([v for v in values if isinstance(v, FakeTensor)])
-        _splice(gm.graph, node, traced, [leaf for leaf in leaves if isinstance(leaf, torch.fx.Node)], mode)
+        _splice(graph, node, traced, [leaf for leaf in leaves if isinstance(leaf, torch.fx.Node)], mode)
         expanded += 1
-    if expanded:
-        gm.recompile()
-    return Expanded(gm, expanded)
+    return Expanded(graph_module(gm, graph), expanded) if expanded else Expanded(gm, 0)
 
 
 def _layout_key(value: Any) -> Any:

@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from compiler import ir
-from compiler.folding import FoldedGraph, _real_tensors
+from compiler.folding import FoldedGraph, _real_tensors, graph_module
 from compiler.graph import contiguous_strides, same_layout
 
 aten = torch.ops.aten
@@ -259,7 +259,7 @@ def convert_weight_layout(folded: FoldedGraph, static_inputs: Sequence[int]) -> 
     channels-last (a copy of its graph; a graph that falls back to eager runs the one it was given)."""
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(folded.gm.graph, {}))
-    gm = torch.fx.GraphModule(folded.gm, graph)
+    gm = graph_module(folded.gm, graph)
     static = set(static_inputs)
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     index = {n: i for i, n in enumerate(placeholders)}

@@ -136,7 +136,8 @@ class GraphCompilation:
             out = fn(*args)
         except Exception as why:
             self.report.failed_pass = name
-            raise CompilerError(name, self.graph_id, why, self.gm.code) from why
+            # the graph's code, not the module's: passes rewrite graphs without regenerating code
+            raise CompilerError(name, self.graph_id, why, self.gm.graph.python_code('self').src) from why
         self.report.pass_seconds[name] = time.perf_counter() - start
         debug.after_pass(self, name, out)
         return out
@@ -147,7 +148,10 @@ class GraphCompilation:
         renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
         if self.device.type == "cuda":
             build_processes()  # Triton's build processes, if any, start while the graph lowers
-        if self.run_pass("late_decompositions", expand_late_decompositions, self.gm).calls:
+        expanded = self.run_pass("late_decompositions", expand_late_decompositions, self.gm)
+        if expanded.calls:
+            self.gm = expanded.gm
+            self.folded = FoldedGraph(self.gm)
             self.report.passes.append("late_decompositions")
             self.report.fx_nodes = sum(1 for n in self.gm.graph.nodes if n.op == "call_function")
         if self.foldable:

@@ -181,3 +181,23 @@ def test_dump_dir_shows_the_folded_graph_before_lowering(tmp_path, monkeypatch: 
     assert "1 batch norms folded" in folded.read_text()
     names = sorted(p.name for p in folded.parent.iterdir())
     assert names.index("00_fold_batch_norm.txt") < names.index("01_lower.txt")
+
+
+def test_pass_modules_generate_their_code_when_read_and_run_like_graph_modules() -> None:
+    """``folding.graph_module``: the rewritten graphs' modules skip code generation until it is read
+    or they are run, and then behave as ``torch.fx.GraphModule`` does."""
+    from compiler.folding import graph_module
+
+    traced = torch.fx.symbolic_trace(torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.ReLU()))
+    graph = torch.fx.Graph()
+    graph.output(graph.graph_copy(traced.graph, {}))
+    lazy = graph_module(traced, graph)
+    for node in graph.nodes:  # rewritten after construction, as the passes do
+        if node.op == "call_module" and node.target == "1":
+            with graph.inserting_after(node):
+                doubled = graph.call_function(torch.mul, (node, 2.0))
+            node.replace_all_uses_with(doubled, delete_user_cb=lambda user: user is not doubled)
+    lazy.recompile()
+    x = torch.randn(5, 3)
+    torch.testing.assert_close(lazy(x), traced(x) * 2)
+    assert "torch.mul" in lazy.code and lazy.code == torch.fx.GraphModule(traced, graph).code
