@@ -353,7 +353,8 @@ def render_only(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
         failed += not row["ok"]
         detail = (", ".join(f"{k} kernels + {e} externs" for k, e in row["graphs"]) if row["ok"]
                   else f"FAILED: {row['error']}")
-        print(f"{name} {dtype}: {detail} ({row['s']:.0f} s)", flush=True)
+        stages = ", ".join(f"{stage} {t:.2f}" for stage, t in row.get("stages", {}).items())
+        print(f"{name} {dtype}: {detail} ({row['s']:.0f} s{'; s by stage: ' + stages if stages else ''})", flush=True)
     return 1 if failed else 0
 
 

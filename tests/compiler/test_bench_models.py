@@ -58,6 +58,9 @@ def test_render_only_compiles_a_model_for_the_gpu_without_one(capsys) -> None:
     assert models.main(["--render-only", "--tiny", "--pairs", "gpt2:bf16"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("gpt2 bf16: ") and "kernels +" in out and "externs" in out
+    stages = dict(part.rsplit(" ", 1) for part in out.split("s by stage: ")[1].rstrip(")\n").split(", "))
+    assert {"capture", "late_decompositions", "weight_passes", "lower", "schedule", "render"} <= set(stages)
+    assert all(float(t) >= 0 for t in stages.values()) and float(stages["capture"]) > 0
 
 
 def test_compile_breakdown_splits_crucible_compile_by_pass() -> None:

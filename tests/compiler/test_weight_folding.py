@@ -196,7 +196,7 @@ def test_pass_modules_generate_their_code_when_read_and_run_like_graph_modules()
         if node.op == "call_module" and node.target == "1":
             with graph.inserting_after(node):
                 doubled = graph.call_function(torch.mul, (node, 2.0))
-            node.replace_all_uses_with(doubled, delete_user_cb=lambda user: user is not doubled)
+            node.replace_all_uses_with(doubled, delete_user_cb=lambda user, new=doubled: user is not new)
     lazy.recompile()
     x = torch.randn(5, 3)
     torch.testing.assert_close(lazy(x), traced(x) * 2)
