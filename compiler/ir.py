@@ -322,7 +322,8 @@ def linear_index(indices: list[Expr], strides: tuple[int, ...], offset: int = 0)
 def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
     """Replace sub-expressions; loads' indices are re-canonicalized. Where every key is a loop
     variable, a sub-expression with none of them and nothing to rewrite (``REWRITES``) is kept as
-    it is, unvisited."""
+    it is, unvisited: a rewrite added here must also set ``REWRITES`` in ``Expr.__post_init__`` on
+    what it rewrites, or it is skipped where no key reaches."""
     memo: dict[Expr, Expr] = {}
     only_vars = all(k.op in (Op.XVAR, Op.RVAR) for k in mapping)
     visit = REWRITES
