@@ -343,4 +343,3 @@ def graph_module(root: torch.nn.Module, graph: torch.fx.Graph) -> torch.fx.Graph
     except ImportError:  # pragma: no cover  (a torch without it: code generated at once)
         return torch.fx.GraphModule(root, graph)
     return _LazyGraphModule(root, graph)
-

@@ -327,8 +327,9 @@ def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
     memo: dict[Expr, Expr] = {}
     only_vars = all(k.op in (Op.XVAR, Op.RVAR) for k in mapping)
     visit = REWRITES
-    for k in mapping:
-        visit |= var_bit(k) if only_vars else 0
+    if only_vars:
+        for k in mapping:
+            visit |= var_bit(k)
 
     def go(e: Expr) -> Expr:
         if only_vars and not e.variables & visit:

@@ -18,6 +18,7 @@ rule traced here is not functionalized.
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,11 +29,18 @@ import torch.fx
 from torch.utils import _pytree as pytree
 
 from compiler.decompositions import LATE_OPS, decomposition_table_for_compiler
-from compiler.folding import graph_module
+from compiler.folding import _real_tensors, graph_module
 
 # (op, rule, argument structure, each leaf's layout or value) -> the rule's traced graph
 _TRACED: dict[tuple, torch.fx.GraphModule] = {}
-_TRACE_MODE: list[Any] = []  # the fake mode the rules are traced in, made once (~10 ms each)
+
+
+@functools.cache
+def _trace_mode() -> Any:
+    """The fake mode the rules are traced in, made once (~10 ms each)."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return FakeTensorMode()
 
 
 @dataclass
@@ -94,7 +102,6 @@ def _traced(op: Any, rule: Callable, table: dict, spec: Any, values: list[Any]) 
     hit = _TRACED.get(key)
     if hit is not None:
         return hit
-    from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
 
     positions = [i for i, v in enumerate(values) if isinstance(v, torch.Tensor)]
@@ -106,9 +113,7 @@ def _traced(op: Any, rule: Callable, table: dict, spec: Any, values: list[Any]) 
         args, kwargs = pytree.tree_unflatten(leaves, spec)
         return rule(*args, **kwargs)
 
-    if not _TRACE_MODE:
-        _TRACE_MODE.append(FakeTensorMode())
-    with _TRACE_MODE[0]:
+    with _trace_mode():
         fakes = [torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device=v.device)
                  for v in (values[i] for i in positions)]
         traced = make_fx(call, decomposition_table=table, tracing_mode="real")(*fakes)
@@ -148,8 +153,8 @@ def _splice(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphMo
 def _fake_like(value: Any, mode: Any) -> Any:
     if not isinstance(value, torch.Tensor):
         return value
-    from torch._subclasses.fake_tensor import FakeTensor, unset_fake_temporarily
+    from torch._subclasses.fake_tensor import FakeTensor
 
-    with unset_fake_temporarily():  # a plain meta tensor (the compile may run under a fake mode)
+    with _real_tensors():  # a plain meta tensor (the compile may run under a fake mode)
         meta = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
     return FakeTensor(mode, meta, value.device)

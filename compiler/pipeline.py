@@ -3,9 +3,9 @@
     late_decompositions -> [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls]
     -> choose_layout -> [convert_weight_layout] -> lower -> schedule -> render -> load -> wrap
 
-``late_decompositions`` applies the decomposition rules left out of capture, once per
-distinct call (``compiler.late_decompositions``). The bracketed weight passes run on inference graphs whose static inputs (parameters, buffers) are
-known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
+``late_decompositions`` applies the decomposition rules left out of capture, once per distinct
+call (``compiler.late_decompositions``). The bracketed weight passes run on inference graphs whose
+static inputs (parameters, buffers) are known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
 ``choose_layout`` decides the graph's layout (``options={"layout": ...}``, ``compiler.layout``); a
 channels-last inference graph's static convolution weights are converted once by
 ``convert_weight_layout``.
@@ -107,6 +107,10 @@ def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
     return launchers
 
 
+def _calls(gm: torch.fx.GraphModule) -> int:
+    return sum(1 for n in gm.graph.nodes if n.op == "call_function")
+
+
 class GraphCompilation:
     """One graph through every pass; fills a GraphReport as it goes."""
 
@@ -127,8 +131,7 @@ class GraphCompilation:
         self.extern = extern  # the ``extern`` option (compiler.templates.policy)
         self.graph_id = next(_graph_ids)
         self.device = graph_device(gm)
-        self.report = GraphReport(self.graph_id, kind, sum(1 for n in gm.graph.nodes
-                                                           if n.op == "call_function"), codegen)
+        self.report = GraphReport(self.graph_id, kind, _calls(gm), codegen)
 
     def run_pass(self, name: str, fn: Callable[..., Any], *args: Any) -> Any:
         start = time.perf_counter()
@@ -136,8 +139,7 @@ class GraphCompilation:
             out = fn(*args)
         except Exception as why:
             self.report.failed_pass = name
-            # the graph's code, not the module's: passes rewrite graphs without regenerating code
-            raise CompilerError(name, self.graph_id, why, self.gm.graph.python_code('self').src) from why
+            raise CompilerError(name, self.graph_id, why, self.gm.code) from why
         self.report.pass_seconds[name] = time.perf_counter() - start
         debug.after_pass(self, name, out)
         return out
@@ -153,7 +155,7 @@ class GraphCompilation:
             self.gm = expanded.gm
             self.folded = FoldedGraph(self.gm)
             self.report.passes.append("late_decompositions")
-            self.report.fx_nodes = sum(1 for n in self.gm.graph.nodes if n.op == "call_function")
+            self.report.fx_nodes = _calls(self.gm)
         if self.foldable:
             self.folded = self.run_pass("fold_batch_norm", fold_batch_norm, self.gm, self.foldable)
             self.gm = self.folded.gm

@@ -47,6 +47,7 @@ def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, col
     counts: list[tuple[int, int]] = []
     seconds = {} if seconds is None else seconds
     cuda = torch.device("cuda")
+    captured = [0.0]  # when the current graph's capture started
 
     def timed(stage: str, fn: Any, *args: Any) -> Any:
         start = time.perf_counter()
@@ -77,8 +78,6 @@ def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, col
         counts.append((len(sched.kernels), len(sched.externs)))
         captured[0] = time.perf_counter()  # a later graph's capture starts after this one
         return make_boxed_func(gm.forward)
-
-    captured = [0.0]
 
     def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
         compile_fn = functools.partial(render, dynamo_inputs=len(example_inputs))
