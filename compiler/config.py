@@ -94,6 +94,12 @@ def static_launch() -> bool:
     return os.environ.get("CRUCIBLE_STATIC_LAUNCH", "1") not in ("", "0")
 
 
+def pause_gc() -> bool:
+    """Python's cyclic garbage collector is paused while a graph compiles (``compiler.backend``);
+    ``CRUCIBLE_COMPILE_GC=1`` keeps it collecting."""
+    return os.environ.get("CRUCIBLE_COMPILE_GC", "0") in ("", "0")
+
+
 def fused_sdpa() -> bool:
     """CUDA inference SDPA calls stay one op through tracing, their kernel chosen at run time or the
     attention template (``compiler/fused_attention.py``); ``0``: the trace's choice, as before."""
