@@ -6,7 +6,7 @@ one-kernel graph (Crucible's and Inductor's, Dynamo's guards included).
 
 The kernel is ``x + 1`` over 1024 floats (one program), so the GPU keeps up with the host and the
 figure is the host's cost of one launch: the mean of ``calls`` back-to-back launches, no sync in
-between, best of ``rounds``.
+between, best of ``rounds``; the launchers' rounds take turns (``host_us_each``).
 """
 
 from __future__ import annotations
@@ -18,17 +18,27 @@ import torch
 
 
 def host_us(launch: Callable[[], object], calls: int = 2000, rounds: int = 5) -> float:
-    for _ in range(100):
-        launch()
-    torch.cuda.synchronize()
-    best = float("inf")
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
+    return host_us_each([launch], calls, rounds)[0]
+
+
+def host_us_each(launches: list[Callable[[], object]], calls: int = 1000, rounds: int = 15) -> list[float]:
+    """Host us per launch of each of ``launches``: the mean of ``calls`` back-to-back launches (no
+    sync in between), best of ``rounds``. The rounds take turns (one of each launch path, then the
+    next round), so a noisy stretch of the host's time falls on every path alike and the best round
+    of each is measured under the same conditions."""
+    for launch in launches:
+        for _ in range(100):
             launch()
-        best = min(best, (time.perf_counter() - start) / calls)
-        torch.cuda.synchronize()
-    return best * 1e6
+    torch.cuda.synchronize()
+    best = [float("inf")] * len(launches)
+    for _ in range(rounds):
+        for i, launch in enumerate(launches):
+            start = time.perf_counter()
+            for _ in range(calls):
+                launch()
+            best[i] = min(best[i], (time.perf_counter() - start) / calls)
+            torch.cuda.synchronize()
+    return [b * 1e6 for b in best]
 
 
 def crucible_launcher(fn: Callable, *inputs: torch.Tensor) -> tuple[object, tuple[torch.Tensor, ...]]:
@@ -80,17 +90,18 @@ def launch_table(compiled: tuple[str, ...] = ("crucible", "inductor")) -> list[t
 
     launcher, args = crucible_launcher(add_one, x)
     launcher(*args)  # tunes, builds and binds
-    bound = _checked(lambda: launcher(*args), args, x)
-    rows = [(f"crucible launcher (bound at load, {launcher.launch_path})", host_us(bound))]
+    paths = [(f"crucible launcher (bound at load, {launcher.launch_path})",
+              _checked(lambda: launcher(*args), args, x))]
     jit = launcher.fn
     grid, meta = launcher.grid, launcher.meta
     kernel = jit.run(*args, grid=grid, warmup=False, **meta)
     via_triton = bind_launch(kernel, jit.arg_names, grid, meta, len(args), launcher.checked, launcher.dispatch,
                              torch.cuda.current_device())
     if via_triton is not None and launcher.launch_path != "triton":
-        launch = _checked(lambda: via_triton(*args), args, x)
-        rows.append(("crucible launcher (bound at load, triton's driver launcher)", host_us(launch)))
-    rows.append(("triton JIT dispatch fn[grid](...)", host_us(_checked(lambda: jit[grid](*args, **meta), args, x))))
+        paths.append(("crucible launcher (bound at load, triton's driver launcher)",
+                      _checked(lambda: via_triton(*args), args, x)))
+    paths.append(("triton JIT dispatch fn[grid](...)", _checked(lambda: jit[grid](*args, **meta), args, x)))
+    rows = list(zip([what for what, _ in paths], host_us_each([launch for _, launch in paths])))
     for backend in compiled:
         torch._dynamo.reset()
         compiled = torch.compile(add_one, backend=backend, dynamic=False)
