@@ -38,17 +38,43 @@ from compiler.report import FallbackReason, GraphReport, publish
 from compiler.tuning import tuned_call
 
 
+_GC_LOCK = threading.Lock()
+_GC_PAUSE = {"depth": 0, "was_enabled": False}  # compiles under way (any thread); what to restore
+
+
+@contextlib.contextmanager
+def gc_paused() -> Iterator[None]:
+    """Python's cyclic garbage collector off for the block or the decorated call (``config.pause_gc``;
+    nested and concurrent compiles: on again when the last one ends, and only if it was on before).
+    A compile allocates millions of short-lived objects (fake tensors, FX nodes, IR expressions),
+    and every full collection meanwhile walks the whole heap: the model, its weights' Python
+    objects, Dynamo's and any earlier compile's state. Measured on the 2-core CPU (batch-4 traces,
+    AOTAutograd's capture to rendering): 0.3-0.4 s of a 2.8-3.8 s compile of convnext_tiny, vit_base
+    or GPT-2 was the collector's. What a compile leaves in reference cycles is collected once it
+    ends (the objects it made are the youngest: the next collection looks at them first)."""
+    if not config.pause_gc():
+        yield
+        return
+    with _GC_LOCK:
+        if _GC_PAUSE["depth"] == 0:
+            _GC_PAUSE["was_enabled"] = gc.isenabled()
+            gc.disable()
+        _GC_PAUSE["depth"] += 1
+    try:
+        yield
+    finally:
+        with _GC_LOCK:
+            _GC_PAUSE["depth"] -= 1
+            if _GC_PAUSE["depth"] == 0 and _GC_PAUSE["was_enabled"]:
+                gc.enable()
+
+
+@gc_paused()
 def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options: Options, kind: str,
                        dynamo_inputs: int | None = None, passes: tuple[str, ...] = ()) -> Callable:
     """Compile one ATen graph (boxed calling convention: ``fn(list_of_args)``). ``dynamo_inputs``:
     how many inputs the Dynamo graph had (the ones before them are parameters AOTAutograd lifted);
     ``passes``: the Dynamo-graph rewrites that changed it, for its report."""
-    with gc_paused():
-        return _compile_aten_graph(gm, example_inputs, options, kind, dynamo_inputs, passes)
-
-
-def _compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, options: Options, kind: str,
-                        dynamo_inputs: int | None, passes: tuple[str, ...]) -> Callable:
     from torch._functorch.aot_autograd import make_boxed_func
 
     from compiler.cudagraphs import static_input_indices
@@ -109,37 +135,6 @@ def _boxed(call: Callable[[list], Any], report: GraphReport | None = None) -> Ca
     return run
 
 
-_GC_LOCK = threading.Lock()
-_GC_PAUSE = {"depth": 0, "was_enabled": False}  # compiles under way (any thread); what to restore
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """Python's cyclic garbage collector off for the block (``config.pause_gc``; nested and
-    concurrent compiles: on again when the last one ends, and only if it was on before the first).
-    A compile allocates millions of short-lived objects (fake tensors, FX nodes, IR expressions),
-    and every full collection meanwhile walks the whole heap: the model, its weights' Python
-    objects, Dynamo's and any earlier compile's state. Measured on the 2-core CPU (batch-4 traces,
-    AOTAutograd's capture to rendering): 0.3-0.4 s of a 2.8-3.8 s compile of convnext_tiny, vit_base
-    or GPT-2 was the collector's. What a compile leaves in reference cycles is collected once it
-    ends (the objects it made are the youngest: the next collection looks at them first)."""
-    if not config.pause_gc():
-        yield
-        return
-    with _GC_LOCK:
-        if _GC_PAUSE["depth"] == 0:
-            _GC_PAUSE["was_enabled"] = gc.isenabled()
-            gc.disable()
-        _GC_PAUSE["depth"] += 1
-    try:
-        yield
-    finally:
-        with _GC_LOCK:
-            _GC_PAUSE["depth"] -= 1
-            if _GC_PAUSE["depth"] == 0 and _GC_PAUSE["was_enabled"]:
-                gc.enable()
-
-
 def _fallback(report: GraphReport, reason: FallbackReason, err: CompilerError) -> None:
     report.fallback = reason
     cause = err.__cause__ or err
@@ -148,17 +143,13 @@ def _fallback(report: GraphReport, reason: FallbackReason, err: CompilerError) -
     publish(report)
 
 
+@gc_paused()
 def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: dict | None = None,
                      **unused: Any) -> Callable:
     """The Dynamo backend entry point."""
-    opts = Options.parse(options)
-    with gc_paused():
-        return _crucible_backend(gm, example_inputs, opts)
-
-
-def _crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, opts: Options) -> Callable:
     from torch._functorch.aot_autograd import aot_module_simplified
 
+    opts = Options.parse(options)
     # constant causal / all-true SDPA masks: is_causal or no mask (before the trace picks kernels)
     passes = (ATTENTION_MASKS,) if simplify_attention_masks(gm) else ()
     keep_fused_attention(gm)  # CUDA SDPA calls: the kernel chosen at run time, not by the fake trace
