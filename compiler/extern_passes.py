@@ -13,7 +13,7 @@ views of one tensor to the same shape: each ``nn.Linear`` views a 3-d input itse
 weights of one dtype (``nn.Linear``'s ``permute(W, [1, 0])`` or GPT-2's ``Conv1D`` ``[K, N]``
 weight, all alike, all with a bias or none), become one GEMM over ``cat(W_i)`` whose result is
 sliced per member. Rule: every such group of two or more. Measured on an H200 in bf16
-(``python -m compiler.bench.extern_gemms``, separate calls over the merged one): at 8 x 512 tokens
+(``python -m harness.bench.extern_gemms``, separate calls over the merged one): at 8 x 512 tokens
 BERT's Q/K/V 1.28x, Llama-1B's Q/K/V 1.11x, its gate/up 1.00x; at 8 rows (decode) 2.09x, 3.56x,
 1.24x. No shape measured slower, so no threshold. The cost is memory: the concatenated copy of
 the weights (the module keeps its own; about 0.9 GB for the ~1B Llama's Q/K/V and gate/up).

@@ -3,7 +3,7 @@
 ``F.scaled_dot_product_attention`` is a composite op: tracing picks its kernel once, through
 ``torch._fused_sdp_choice`` on the graph's fake tensors, and inlines it. Under the fake mode
 torch 2.11 answers MATH for inputs whose real choice on the H200 is cuDNN attention (every fused
-backend accepts them: ``python -m compiler.bench.sdpa_choice``), so a traced BERT held SDPA's math
+backend accepts them: ``python -m harness.bench.sdpa_choice``), so a traced BERT held SDPA's math
 decomposition (float32 ``bmm``, softmax, ``bmm``: 2.85 ms of a 5.07 ms bf16 call) and ran slower
 than eager. ``keep_fused_attention`` rewrites each inference call of a CUDA graph, before AOTAutograd
 sees it, into ``crucible::sdpa``: an opaque op whose kernel calls SDPA on the real tensors at run

@@ -6,7 +6,7 @@ use, never does: it executes the kernel's Python with numpy. Errors only the GPU
 found on the H200 alone (fuzz campaign, seed 7): ``(0).to(tl.float32)`` (a Python int has no
 ``.to``), libdevice called with a float64 tensor and a float32 literal (KeyError), a tuple reduction
 over operands of two shapes. ``build_for`` brings them to the CPU: ``tests/compiler/test_gpu_build.py``
-builds the kernels of such graphs in CI, ``python -m compiler.bench.models --render-only`` those
+builds the kernels of such graphs in CI, ``python -m harness.bench.models --render-only`` those
 of every benchmark model, and ``CRUCIBLE_GPU_BUILD_CHECK=1`` those of every interpreted graph (a
 fuzz campaign on ``crucible-interpret`` then finds GPU build errors on a CPU-only machine).
 """

@@ -85,15 +85,15 @@ def is_channels_last(shape: Sequence[int], stride: Sequence[int]) -> bool:
 # interpreted codegens (a 2-core shared machine gave 1.31x and 0.17x on two runs of the same net).
 #
 # CL_RATIO: median channels-last / NCHW time of ATen's convolution per family, measured on the H200
-# (``python -m compiler.bench.layout --convs``, batch 32, 29 shapes from resnet50, mobilenetv3,
+# (``python -m harness.bench.layout --convs``, batch 32, 29 shapes from resnet50, mobilenetv3,
 # efficientnet_b0 and convnext_tiny; cuDNN heuristics, TF32 allowed as torch's default for float32;
-# compiler/bench/RESULTS.md). Depthwise: 0.27-0.83 (ATen's NCHW depthwise kernel); grouped 0.61-0.68
+# harness/bench/RESULTS.md). Depthwise: 0.27-0.83 (ATen's NCHW depthwise kernel); grouped 0.61-0.68
 # (unlike Inductor's A100 numbers, where grouped convs were slower channels-last); 1x1 0.61-1.08;
 # the 3-channel stems 0.67-1.14.
 #
 # MAX_ESTIMATE: a whole graph pays for more than its convolutions, and how much depends on what is
-# around them. Whole-model measurements on the H200 (``python -m compiler.bench.layout --models``,
-# Crucible, batch 32, compiler/bench/RESULTS.md), channels-last speed over contiguous at the rule's
+# around them. Whole-model measurements on the H200 (``python -m harness.bench.layout --models``,
+# Crucible, batch 32, harness/bench/RESULTS.md), channels-last speed over contiguous at the rule's
 # estimate: resnet50 fp32 1.20x (0.86), bf16 1.59x (0.87); convnext_tiny fp32 1.13x (0.65), bf16
 # 1.06x (0.49); mobilenetv3_large_100 fp32 0.74x (0.78: slower). The graphs with depthwise or grouped
 # convolutions (their squeeze-excite and pointwise kernels around small convolutions) go
@@ -104,7 +104,7 @@ def is_channels_last(shape: Sequence[int], stride: Sequence[int]) -> bool:
 #
 # MAX_ESTIMATE_CUDAGRAPHS: under CUDA graphs a graph pays GPU time only. cuDNN's NHWC depthwise
 # convolutions cost the host about 6 us each more than ATen's NCHW kernel, which decides host-bound
-# graphs, but not graphs replayed from a CUDA graph. H200, ``python -m compiler.bench.layout
+# graphs, but not graphs replayed from a CUDA graph. H200, ``python -m harness.bench.layout
 # --cudagraphs`` (thirteenth session, estimate 0.78 for both): efficientnet_b0 fp32 channels-last
 # 1.28x under CUDA graphs (2.642 -> 2.062 ms) and 0.88x without (3.976 -> 4.496 ms);
 # mobilenetv3_large_100 fp32 1.28x (1.599 -> 1.247 ms) and 0.95x (3.085 -> 3.233 ms).

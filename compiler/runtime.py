@@ -96,8 +96,8 @@ _BUILD_POOL_LOCK = threading.Lock()
 def build_processes() -> Any:
     """The pool of processes Triton kernels are built in (``CRUCIBLE_COMPILE_PROCESSES``), started on
     first use and kept for the process's life; None: build on threads of this process (the default:
-    ``compiler.bench.build_time`` measured 2 threads at 1.6-1.9x serial with Triton 3.6 and 3.8, and 2
-    processes no faster, see compiler/bench/RESULTS.md). Spawned, not forked: the parent has CUDA. The
+    ``harness.bench.build_time`` measured 2 threads at 1.6-1.9x serial with Triton 3.6 and 3.8, and 2
+    processes no faster, see harness/bench/RESULTS.md). Spawned, not forked: the parent has CUDA. The
     workers start (torch, Triton's driver) at once, in the background: the pipeline asks for the pool
     before it lowers a GPU graph. They do not import the parent's ``__main__`` (a spawned process
     normally does: a script that compiles at import, without a main guard, would run again in each)."""

@@ -1,5 +1,7 @@
-"""``python -m simulator repro FILE``: replay a checked launch saved when it had findings;
-``python -m simulator bench ...``: see ``simulator.bench``."""
+"""``python -m simulator repro FILE``: replay a checked launch saved when it had findings.
+
+The simulator's benchmarks (checked vs plain interpreter, roofline estimate vs measured GPU time)
+are ``python -m harness.bench.simulator``."""
 
 from __future__ import annotations
 
@@ -45,15 +47,10 @@ def repro(path: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv and argv[0] == "bench":
-        from simulator import bench
-
-        return bench.main(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m simulator", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     rp = sub.add_parser("repro", help="replay a saved launch with every check on")
     rp.add_argument("file", type=Path)
-    sub.add_parser("bench", help="overhead and GPU estimate benchmarks (python -m simulator bench --help)")
     args = parser.parse_args(argv)
     return repro(args.file)
 

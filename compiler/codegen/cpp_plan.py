@@ -33,7 +33,7 @@ LONG_ROW_LANE_BYTES = 256
 # Lane iterations between flushes of a float sum into its cascade: 16, as ATen's cascade sum steps,
 # so no lane adds more than 16 values in a row (256 let a sum of 3136 sin values, 49 a lane, err
 # 3.6e-5 where eager's is 7.7e-6: fuzzer, crucible-cpp, seed 27; now 9.6e-6). Costs the CPU's
-# softmax/layer_norm 8192-wide rows 5-10% (noisy machine; compiler/bench/RESULTS.md).
+# softmax/layer_norm 8192-wide rows 5-10% (noisy machine; harness/bench/RESULTS.md).
 CASCADE_BLOCK = 16
 INNER_TILE = 1 << 14  # a long innermost dim is split into tiles when the outer dims are too few to share
 # A reduction at least this long with fewer outer points than SPLIT_MAX_XNUMEL is cut into

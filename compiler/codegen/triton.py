@@ -102,7 +102,7 @@ SYMBOL_PLACEHOLDER = "__crucible_kernel__"
 
 # A persistent reduction's candidates: (elements per program, elements per warp, fewest warps), most
 # wins first. The first three were chosen from the H200 tuning of the 18 benchmark rows
-# (``compiler.bench.tuning_report`` over ``compiler.bench.models --keep-tuning``; compiler/bench/RESULTS.md):
+# (``harness.bench.tuning_report`` over ``harness.bench.models --keep-tuning``; harness/bench/RESULTS.md):
 # of the six candidates offered before (2048, 4096 and 8192 elements x 256 and 512 per warp, 170
 # kernels), these three lose 3.6% of the summed best kernel time; two would lose 6.8%, one 20%. None
 # was below 2048 elements: swin's window softmaxes (rows of 49, RBLOCK 64) took 104 us at the best of

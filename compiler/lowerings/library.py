@@ -5,7 +5,7 @@
   norm was folded into biases). Inductor's lowering splits it off the same way. The sum is rounded
   to the result's dtype, as ATen's in-place add rounds it.
 - A float32 ``addmm`` a pointwise op reads: cuBLASLt's bias epilogue picked a slower kernel than the
-  plain GEMM for BERT's and ViT's MLP down-projection (``python -m compiler.bench.extern_gemms
+  plain GEMM for BERT's and ViT's MLP down-projection (``python -m harness.bench.extern_gemms
   --dtype fp32 --only bias`` on an H200: 1.17-1.20x for [M, 3072] x [3072, 768], 0.98-1.02x for
   the other linears). 16-bit ones keep the epilogue: one rounding, as eager, and the same bench
   measured ``mm`` alone no faster there (0.93-1.10x).

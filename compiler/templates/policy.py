@@ -1,5 +1,5 @@
 """Which matmuls and attentions become template kernels: the ``extern`` option and, in the
-default mode, a rule measured on an H200 (``compiler/bench/RESULTS_llm.md``).
+default mode, a rule measured on an H200 (``harness/bench/RESULTS_llm.md``).
 
 ``"all"``: none (every one is an ATen call, the compiler before templates). ``"none"``: every
 one a template covers. ``"default"``: the ATen kernel unless the measurements below say the
@@ -44,7 +44,7 @@ def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str 
     return _measured_rule(family, shape, dtype, epilogue, masked)
 
 
-# Measured on an H200 (compiler/bench/RESULTS_llm.md), bf16: the GEMM template is 0.78-0.98x cuBLAS
+# Measured on an H200 (harness/bench/RESULTS_llm.md), bf16: the GEMM template is 0.78-0.98x cuBLAS
 # on decode shapes (M <= 32) and 0.7-0.96x on prefill shapes, per op; but a decode GEMM takes 2-10 us,
 # about what the launch of the separate pointwise kernel after it costs, so a decode GEMM whose result
 # a pointwise op consumes is a template (that op joins its epilogue). Decode attention (one query
@@ -53,7 +53,7 @@ def choose(family: str, mode: str, capabilities: Capabilities, unsupported: str 
 # Llama-shaped decoder decodes at 1095 (1B) / 1302 (8B) tok/s against 737 / 917 with ATen everywhere.
 # Attention with a mask is a template too: BERT-base bf16 (batch 8 x 512, a boolean padding mask)
 # ran 9.83 ms per call with SDPA choosing its masked kernel at run time (cuDNN) and 5.03 ms with the
-# math decomposition (compiler/bench/RESULTS.md), where flash attention takes no mask at all.
+# math decomposition (harness/bench/RESULTS.md), where flash attention takes no mask at all.
 DECODE_ROWS = 32
 
 

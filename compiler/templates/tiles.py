@@ -2,8 +2,8 @@
 call (``KernelLauncher.tune``, the fastest config is kept per kernel), plus one config of few, large
 programs for the interpreter (it pays per program).
 
-The GPU candidates were measured on an H200 (``compiler/bench/tune_gemm.py``, results in
-``compiler/bench/RESULTS_llm.md``); each list is short because the runtime times every candidate of
+The GPU candidates were measured on an H200 (``harness/bench/tune_gemm.py``, results in
+``harness/bench/RESULTS_llm.md``); each list is short because the runtime times every candidate of
 every template kernel once (1 + 4 ms each).
 """
 
@@ -90,7 +90,7 @@ def _gemm_table(m: int, n: int, k: int, dtype: torch.dtype) -> list[GemmTile]:
 # (a batched GEMM writing float32 partials (S, M, N)); a reduction over S then sums them and carries
 # the epilogue. Only K divisible by S splits, so both operands stay plain strided loads; each chunk
 # keeps at least SPLIT_K_CHUNK of K (a shorter loop no longer hides the reduction's extra launch).
-# H200, bf16 (compiler/bench/RESULTS_llm.md): 1x2048x8192 into 4 went 0.86x -> 1.15x cuBLAS (8 and 16
+# H200, bf16 (harness/bench/RESULTS_llm.md): 1x2048x8192 into 4 went 0.86x -> 1.15x cuBLAS (8 and 16
 # chunks: 0.52x, 0.47x), 1x4096x14336 into 7 0.91x -> 0.99x, 2x4096x14336 into 7 0.97x -> 1.02x.
 SPLIT_K_ROWS = 32
 SPLIT_K_MIN_DEPTH = 4096
@@ -113,7 +113,7 @@ def gemm_split_k(m: int, n: int, k: int, interpret: bool) -> int:
 @contextlib.contextmanager
 def forced_split_k(splits: int) -> Iterator[None]:
     """Split every template GEMM compiled in the block into ``splits`` K chunks (when ``splits``
-    divides its K; 1: never split): what tests and ``compiler.bench.tune_gemm --split-k`` compare."""
+    divides its K; 1: never split): what tests and ``harness.bench.tune_gemm --split-k`` compare."""
     _forced_split.append(splits)
     try:
         yield
@@ -122,7 +122,7 @@ def forced_split_k(splits: int) -> Iterator[None]:
 
 
 # Tensor-descriptor (TMA on Hopper) operand loads: off unless a block asks for them; on the H200
-# (``compiler.bench.tune_gemm --tma``) they ran at 0.88-0.96x of the same tiles with pointer loads on
+# (``harness.bench.tune_gemm --tma``) they ran at 0.88-0.96x of the same tiles with pointer loads on
 # 4096^3 and 8192^3 bf16 (descriptors created per tile in the kernel). Device-side
 # descriptors need Triton's scratch allocator (``triton.set_allocator``) on the GPU.
 _tma: list[bool] = []

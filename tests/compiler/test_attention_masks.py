@@ -151,7 +151,7 @@ def test_bottom_right_causal_is_not_sdpas_causal():
 
 @pytest.mark.parametrize("family", ["gpt2", "llama_1b"])
 def test_a_decoders_mask_becomes_is_causal_and_the_report_names_the_pass(family):
-    from compiler.bench.zoo import MODELS
+    from harness.bench.zoo import MODELS
 
     model, inputs = MODELS[family].build(torch.float32, "cpu", True)
     with torch.no_grad(), collect_reports() as reports:

@@ -294,7 +294,7 @@ def test_gpu_channels_last_matches_eager_and_auto_decides(dtype):
 
 
 def test_layout_benchmark_runs_its_help_and_formats_rows_anywhere(capsys):
-    from compiler.bench import layout as bench
+    from harness.bench import layout as bench
 
     with pytest.raises(SystemExit) as done:
         bench.main(["--help"])

@@ -200,11 +200,11 @@ def test_interpreted_graphs_build_for_the_gpu_under_the_check(monkeypatch):
 
 
 def test_the_build_time_benchmark_builds_every_config_three_ways():
-    """compiler.bench.build_time: the same launch configs built one by one, on threads and in a
+    """harness.bench.build_time: the same launch configs built one by one, on threads and in a
     spawned process, each into an empty cache; a config that cannot build is counted, not raised."""
     import dataclasses
 
-    from compiler.bench.build_time import timed
+    from harness.bench.build_time import timed
 
     (kernel, dtypes), = rendered(lambda a: (a.exp() + 1,), torch.randn(300))
     broken = dataclasses.replace(kernel, source=kernel.source.replace("tl.store(", "tl.stor("))

@@ -294,7 +294,7 @@ def test_default_rule_on_the_gpu() -> None:
 
 
 def test_llm_benchmark_help_runs_anywhere(capsys: pytest.CaptureFixture) -> None:
-    from compiler.bench import llm
+    from harness.bench import llm
 
     with pytest.raises(SystemExit) as done:
         llm.main(["--help"])
@@ -393,7 +393,7 @@ def test_split_k_rule() -> None:
 
 
 def test_llm_benchmark_compares_cuda_free_decode_with_the_faster_library_row() -> None:
-    from compiler.bench.llm import decode_ratios
+    from harness.bench.llm import decode_ratios
 
     rows = [["1b", 1, "bf16", 1, "eager", "9", "500", "2.0", "1.0", ""],
             ["1b", 1, "bf16", 1, "crucible", "9", "800", "1.2", "1.0", ""],

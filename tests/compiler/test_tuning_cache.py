@@ -144,7 +144,7 @@ def test_the_runtime_times_once_and_a_later_process_reads_the_pick(cache_file: P
 
 
 def test_a_persistent_reduction_offers_the_candidates_the_h200_data_kept() -> None:
-    """``PERSISTENT_CANDIDATES`` (compiler.bench.tuning_report over the 18 benchmark rows): 2048
+    """``PERSISTENT_CANDIDATES`` (harness.bench.tuning_report over the 18 benchmark rows): 2048
     elements per program at 512 per warp first (most wins), then 4096 at 512 and 256, then small
     programs on one warp (swin's rows of 49: 56 us against 104 us); candidates that coincide (one
     row per program) are offered once."""
@@ -164,7 +164,7 @@ def test_a_persistent_reduction_offers_the_candidates_the_h200_data_kept() -> No
 
 
 def test_the_tuning_report_ranks_candidate_subsets_from_kept_caches(tmp_path: Path) -> None:
-    from compiler.bench import tuning_report
+    from harness.bench import tuning_report
 
     def entry(times: list[float]) -> dict:
         metas = [{"XBLOCK": 1, "RBLOCK": 1024, "num_warps": w} for w in (2, 4)]

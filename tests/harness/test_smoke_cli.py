@@ -8,7 +8,7 @@ from corpus import zoo
 
 # Our Triton kernels in Triton's interpreter, every launch checked by the simulator (bounds, poison,
 # races, ...): the CPU stand-in for crucible-triton. It checks strictly more than crucible-interpret
-# at a measured 1.17x of its kernel time (python -m simulator bench overhead, 10 smoke entries).
+# at a measured 1.17x of its kernel time (python -m harness.bench.simulator overhead, 10 smoke entries).
 TARGET = "crucible-sim"
 # Statuses that do not count against the compiler (eager trouble, known failures).
 NOT_COMPILER_FAILURES = {"pass", "xfail", "skipped", "eager_fail", "eager_nondeterministic"}

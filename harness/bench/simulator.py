@@ -1,13 +1,13 @@
 """Simulator benchmarks: checking overhead on the CPU, and the roofline estimate against a GPU.
 
-    python -m simulator bench overhead [--suite smoke] [--entry NAME ...] [--limit N]
-    python -m simulator bench gpu [--quick] [--gpu H200]
+    python -m harness.bench.simulator overhead [--suite smoke] [--entry NAME ...] [--limit N]
+    python -m harness.bench.simulator gpu [--quick] [--gpu H200]
 
 ``overhead`` compiles each corpus entry with the compiler's Triton kernels on the CPU and
 times its steady-state call (the harness's ``run`` phase) in Triton's plain interpreter and
 checked by the simulator; it prints the ratio per entry and over the whole selection (the
 issue's budget: at most 3x). ``gpu`` needs a CUDA GPU: for each case of
-``compiler.bench.gpu`` it counts the kernels' bytes and FLOPs in the simulator on the CPU at
+``harness.bench.gpu`` it counts the kernels' bytes and FLOPs in the simulator on the CPU at
 two small row counts (every case is row-wise, so bytes and FLOPs are affine in the rows),
 extrapolates them to the GPU shape, estimates the time on ``--gpu`` from the datasheet and from the
 measured copy bandwidth, and prints both next to the measured time with the error. It prints
@@ -56,7 +56,7 @@ def _entry_call(entry: Any, checked: bool) -> Callable[[], Any]:
 
 
 def overhead(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulator bench overhead",
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.simulator overhead",
                                      description="checked vs plain interpreter time of the run phase")
     parser.add_argument("--suite", default="smoke", help="corpus suite (default smoke)")
     parser.add_argument("--entry", nargs="+", default=None, help="only these entries")
@@ -104,7 +104,7 @@ def overhead(argv: list[str]) -> int:
 
 
 def _gpu_cases(quick: bool) -> list[tuple[str, Callable[[str, int], Callable], tuple[int, int]]]:
-    from compiler.bench import gpu as cases
+    from harness.bench import gpu as cases
 
     scale = 64 if quick else 1
     shapes = [(32768 // scale, 4096), (4096 // scale, 32768), (262144 // scale, 512)]
@@ -165,7 +165,7 @@ def _scaled_estimate(kernels: list[tuple[float, float, float]], spec: Any) -> tu
 
 
 def gpu(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m simulator bench gpu",
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.simulator gpu",
                                      description="the simulator's roofline estimate vs measured time on a GPU")
     parser.add_argument("--quick", action="store_true", help="shapes 64x smaller (smoke-test the script)")
     parser.add_argument("--gpu", default="H200", help="spec-table GPU for the estimate (default H200)")
@@ -180,10 +180,10 @@ def gpu(argv: list[str]) -> int:
     import torch
 
     if not torch.cuda.is_available():
-        print("error: python -m simulator bench gpu needs a CUDA GPU (none is available)", file=sys.stderr)
+        print("error: python -m harness.bench.simulator gpu needs a CUDA GPU (none is available)", file=sys.stderr)
         return 2
     import compiler  # noqa: F401  (registers the backend)
-    from compiler.bench.gpu import bench, copy_bandwidth
+    from harness.bench.gpu import bench, copy_bandwidth
 
     rows, errors = [], []
     for name, make, shape in _gpu_cases(args.quick):
@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = {"overhead": overhead, "gpu": gpu}
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in commands:
         print(__doc__.strip().split("\n\n")[1] if argv and argv[0] in ("-h", "--help") else
-              "usage: python -m simulator bench {overhead,gpu} [options] (--help for each)",
+              "usage: python -m harness.bench.simulator {overhead,gpu} [options] (--help for each)",
               file=sys.stdout if argv and argv[0] in ("-h", "--help") else sys.stderr)
         return 0 if argv and argv[0] in ("-h", "--help") else 2
     return commands[argv[0]](argv[1:])

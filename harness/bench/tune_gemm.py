@@ -1,6 +1,6 @@
 """Time every tile config of the GEMM and attention templates on the GPU, against cuBLAS / SDPA.
 
-    python -m compiler.bench.tune_gemm [--shapes square|decode|prefill|all] [--dtype bf16] [--split-k]
+    python -m harness.bench.tune_gemm [--shapes square|decode|prefill|all] [--dtype bf16] [--split-k]
 
 For each shape it lowers ``a @ b`` (or SDPA) with ``extern="none"``, renders the template kernel and
 times each launch config the tile table offers (``compiler.templates.tiles``), printing TFLOP/s
@@ -98,7 +98,7 @@ def gemm_rows(shapes: list[tuple[int, int, int]], dtype: torch.dtype, top: int =
 ATTENTION = [  # (B, H, Hkv, L, S, D, causal)
     (1, 32, 8, 512, 512, 64, True), (2, 32, 8, 512, 512, 128, True), (1, 32, 8, 1, 768, 64, False),
     (2, 32, 8, 1, 768, 128, False), (1, 16, 16, 4096, 4096, 128, True),
-    # compiler.bench.models' calls: GPT-2 and BERT-base (8 x 512 tokens), the ~1B Llama-style decoder
+    # harness.bench.models' calls: GPT-2 and BERT-base (8 x 512 tokens), the ~1B Llama-style decoder
     (8, 12, 12, 512, 512, 64, True), (8, 12, 12, 512, 512, 64, False), (8, 32, 8, 512, 512, 64, True),
 ]
 

@@ -1,10 +1,10 @@
 """The GEMM rewrites of ``compiler.extern_passes``, measured side by side on the GPU.
 
-    python -m compiler.bench.extern_gemms [--dtype bf16]
+    python -m harness.bench.extern_gemms [--dtype bf16]
 
 Per case: the library calls as the graph would make them, the rewritten call, and the ratio
 (old / new; above 1 means the rewrite pays). Cases are the transformer shapes of
-``compiler.bench.models`` (8 x 512 tokens, and 8 rows for decode):
+``harness.bench.models`` (8 x 512 tokens, and 8 rows for decode):
 
 - ``pad``: GPT-2's LM head, N = 50257 (no 16-byte aligned leading dimension for cuBLAS), against
   the weight padded to a multiple of 8 columns plus the copy of the sliced result into a dense one;
@@ -104,7 +104,7 @@ def cases(dtype: torch.dtype) -> list[tuple[str, Callable[[], tuple[float, float
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compiler.bench.extern_gemms",
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.extern_gemms",
                                      description=__doc__.split("\n\n")[0])
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
     parser.add_argument("--only", default="", help="cases whose label starts with this (pad, concat, epilogue, bias)")

@@ -1,7 +1,7 @@
 """A benchmark row's worker process: ``turns_worker.py LOCK ARGS...`` (``turns.worker_command``).
 
 It takes its shared hold on the lock before anything imports torch, so that even a worker's
-start-up never overlaps another row's timing, then runs ``compiler.bench.models`` with the hold.
+start-up never overlaps another row's timing, then runs ``harness.bench.models`` with the hold.
 Run as a script, this file's folder leads ``sys.path``: ``turns`` is imported from there (it
 imports nothing heavy), and only then is the project root put first for the benchmark itself.
 """
@@ -19,7 +19,7 @@ def main() -> int:
     hold = turns.Turns(lock)
     hold.compiling()
     sys.path[0] = str(Path(__file__).resolve().parents[2])  # its modules would shadow top-level ones
-    from compiler.bench import models
+    from harness.bench import models
 
     return models.main(argv, turns=hold)
 

@@ -1,4 +1,4 @@
-"""How a suite's wall time scales with the GPUs of one host: ``python -m harness.gpu_scaling``.
+"""How a suite's wall time scales with the GPUs of one host: ``python -m harness.bench.gpu_scaling``.
 
 Runs the same entries twice with ``crucible run``: on one GPU (``CUDA_VISIBLE_DEVICES`` = the first
 device, ``-j`` = workers per GPU) and on every GPU (``-j`` = GPUs x workers per GPU, the workers
@@ -39,7 +39,7 @@ def _run(args: argparse.Namespace, gpus: list[str], jobs: int, db: Path) -> tupl
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.gpu_scaling", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.gpu_scaling", description=__doc__.splitlines()[0])
     parser.add_argument("--suite", default="nightly-gpu", help="suite to run (default nightly-gpu)")
     parser.add_argument("--target", default="crucible-triton", help="target (default crucible-triton)")
     parser.add_argument("--limit", type=int, default=64, help="entries (default 64; 0 = the whole suite)")

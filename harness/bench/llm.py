@@ -1,8 +1,8 @@
 """LLM benchmark: a Llama-style decoder (random weights from a config), prefill and decode tokens/s
 for eager, Inductor, Inductor max-autotune, Crucible default and Crucible CUDA-free
-(``extern="none"``), plus the per-op template microbenchmarks of ``compiler.bench.tune_gemm``.
+(``extern="none"``), plus the per-op template microbenchmarks of ``harness.bench.tune_gemm``.
 
-    python -m compiler.bench.llm [--quick] [--models 1b,8b] [--layers N] [--dtypes bf16,fp16]
+    python -m harness.bench.llm [--quick] [--models 1b,8b] [--layers N] [--dtypes bf16,fp16]
                                  [--batches 1,2] [--backends ...] [--max-autotune] [--ops] [--deadline S]
 
 Prefill runs ``--prompt`` tokens (512) with causal attention. Decode runs one token per sequence
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> None:
     from tabulate import tabulate
 
     if not torch.cuda.is_available():
-        raise SystemExit("compiler.bench.llm needs a CUDA GPU (see --help)")
+        raise SystemExit("harness.bench.llm needs a CUDA GPU (see --help)")
     models, dtypes, batches = args.models.split(","), args.dtypes.split(","), [int(b) for b in args.batches.split(",")]
     if args.quick:
         models, dtypes, batches = ["1b"], ["bf16"], [1]
@@ -253,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
     for line in decode_ratios(rows):
         print(line)
     if args.ops:
-        from compiler.bench import tune_gemm
+        from harness.bench import tune_gemm
 
         tune_gemm.main(["--shapes", "all", "--attention"])
 

@@ -1,6 +1,6 @@
 """GPU benchmark: eager vs Inductor vs Crucible, side by side, with the fraction of copy bandwidth.
 
-    python -m compiler.bench.gpu [--quick]
+    python -m harness.bench.gpu [--quick]
 
 Each case is compiled for its own static shape. Times are medians of
 ``triton.testing.do_bench``; "of copy BW" is the bytes the op must move (inputs
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="CASE", help="run the cases whose name starts with one of these")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("compiler.bench.gpu needs a CUDA GPU")
+        print("harness.bench.gpu needs a CUDA GPU")
         return 2
     import compiler  # noqa: F401  (registers the backend)
 

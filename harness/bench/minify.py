@@ -1,6 +1,6 @@
 """Benchmark: minimize a 1,000+-node transformer graph with a planted bug, print sizes and time.
 
-    python -m harness.minify.bench [--layers 20] [--target crucible-interpret] [--out DIR]
+    python -m harness.bench.minify [--layers 20] [--target crucible-interpret] [--out DIR]
 
 Builds a BERT encoder (random weights, ``--layers`` layers), captures its ATen graph as the target
 receives it (Dynamo -> AOTAutograd -> the target's decompositions) and minimizes it with the
@@ -37,7 +37,7 @@ def _bert_entry(layers: int) -> Any:  # a corpus.entry.Entry (imported lazily, w
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m harness.minify.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.minify", description=__doc__.split("\n\n")[0])
     parser.add_argument("--layers", type=int, default=20, help="BERT layers (20: about 1,100 ATen nodes)")
     parser.add_argument("--target", default="crucible-interpret", help="a crucible target (the plant is a "
                                                                         "Crucible lowering bug)")

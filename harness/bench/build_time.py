@@ -6,8 +6,8 @@ part on any machine (``compiler.gpu_build``: for an H200, nothing launched), thr
 on the same kernels, each into an empty Triton cache: one by one, on N threads (the pipeline's
 default, ``CRUCIBLE_COMPILE_THREADS``) and in N spawned processes (``CRUCIBLE_COMPILE_PROCESSES``).
 
-    python -m compiler.bench.build_time --pairs resnet50:fp32 bert_base:bf16 --workers 2
-    python -m compiler.bench.build_time --pairs resnet50:fp32 --tiny   # a smoke check: a small stand-in
+    python -m harness.bench.build_time --pairs resnet50:fp32 bert_base:bf16 --workers 2
+    python -m harness.bench.build_time --pairs resnet50:fp32 --tiny   # a smoke check: a small stand-in
 
 Models are traced at batch 1 on the CPU (as ``models --render-only``): shapes differ from the GPU
 run's, so block sizes and candidate counts are close to, not the same as, the H200's.
@@ -29,7 +29,7 @@ import torch
 def candidate_builds(name: str, dtype: torch.dtype, tiny: bool) -> list[tuple[Any, list[torch.dtype]]]:
     """(rendered kernel with one launch config, its buffers' dtypes) for every candidate config."""
     import compiler  # noqa: F401  (registers the backend)
-    from compiler.bench.render_check import cpu_model, render_graphs
+    from harness.bench.render_check import cpu_model, render_graphs
 
     model, inputs = cpu_model(name, dtype, tiny)
     kernels: list = []
@@ -90,10 +90,10 @@ def _warm(_: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None, out: Callable[[str], None] = print) -> int:
-    from compiler.bench.models import DTYPES, pairs
-    from compiler.bench.zoo import MODELS
+    from harness.bench.models import DTYPES, pairs
+    from harness.bench.zoo import MODELS
 
-    parser = argparse.ArgumentParser(prog="python -m compiler.bench.build_time", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.build_time", description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", nargs="+", default=["resnet50:fp32"], metavar="MODEL:DTYPE",
                         help=f"models ({', '.join(MODELS)}) and dtypes ({', '.join(DTYPES)})")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1, help="threads / processes (default: cores)")

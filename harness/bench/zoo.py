@@ -1,4 +1,4 @@
-"""The models of ``compiler.bench.models``: timm vision nets and transformers language models,
+"""The models of ``harness.bench.models``: timm vision nets and transformers language models,
 built from their configs with random weights (nothing is downloaded), each with its inputs.
 
 Full size is what the GPU issue measures (batch 32 at 224 px, or 8 sequences of 512 tokens);

@@ -1,17 +1,17 @@
 """Model benchmark: eager, Inductor (default and reduce-overhead), Crucible and Crucible with CUDA
 graphs on timm and transformers models (random weights), in float32 and bfloat16, at inference.
 
-    python -m compiler.bench.models [--models resnet50 gpt2] [--dtypes fp32 bf16] [--tiny]
+    python -m harness.bench.models [--models resnet50 gpt2] [--dtypes fp32 bf16] [--tiny]
                                     [--device cuda|cpu] [--jobs 4] [--timeout 300] [--budget 540]
                                     [--markdown FILE]
 
 Per model and dtype: latency (ms per call, back-to-back calls), speed ratios, cold compile time
 (first call with empty kernel caches), max abs error against eager, Crucible's kernel and extern
 counts and its host time per launched step, where Crucible's compile time goes; then geomeans and
-the launch micro-benchmark (``compiler.bench.launch``). Each model runs in its own process (a true
+the launch micro-benchmark (``harness.bench.launch``). Each model runs in its own process (a true
 cold compile, and one that crashes, hangs or runs out of memory is a row of its own) unless
 ``--in-process``. With ``--jobs N``, N rows run at once: their compiles overlap, every timing runs
-alone (``compiler.bench.turns``). Performance goals are read from this table; nothing here asserts.
+alone (``harness.bench.turns``). Performance goals are read from this table; nothing here asserts.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any
 
 import torch
 
-from compiler.bench.errors import error_line
-from compiler.bench.turns import Turns, run_all, run_worker, worker_command
-from compiler.bench.breakdown import _fmt, compile_breakdown, compile_passes  # noqa: F401  (compile_breakdown: re-exported)
-from compiler.bench.zoo import MODELS
+from harness.bench.errors import error_line
+from harness.bench.turns import Turns, run_all, run_worker, worker_command
+from harness.bench.breakdown import _fmt, compile_breakdown, compile_passes  # noqa: F401  (compile_breakdown: re-exported)
+from harness.bench.zoo import MODELS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = ("eager", "inductor", "inductor-ro", "crucible", "crucible-cg")
@@ -345,7 +345,7 @@ def pairs(args: argparse.Namespace, parser: argparse.ArgumentParser) -> list[tup
 def render_only(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     """Exit status 1 when any model fails to compile (render) for the GPU."""
     import compiler  # noqa: F401  (registers the backend)
-    from compiler.bench.render_check import render_check
+    from harness.bench.render_check import render_check
 
     failed = 0
     for name, dtype in pairs(args, parser):
@@ -360,7 +360,7 @@ def render_only(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
 
 def run_rows(todo: list[tuple[str, str]], args: argparse.Namespace) -> list[dict]:
     """Every (model, dtype) row: in this process, or each in a worker process, ``args.jobs`` at once
-    (compiles overlapping, timings alone, see ``compiler.bench.turns``), within ``args.budget``."""
+    (compiles overlapping, timings alone, see ``harness.bench.turns``), within ``args.budget``."""
     from compiler.config import environment_override
 
     def done(job: tuple[str, str], row: dict, seconds: float) -> None:
@@ -406,7 +406,7 @@ def how_measured(args: argparse.Namespace) -> str:
 
 
 def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compiler.bench.models", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.models", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS), metavar="MODEL",
@@ -436,7 +436,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
                              "compiler.tuning_cache) to DIR/MODEL_DTYPE.json")
     parser.add_argument("--render-only", action="store_true",
                         help="no GPU needed: lower, schedule and render each model for the GPU (nothing built "
-                             "or timed), to check that every model compiles (compiler/bench/render_check.py)")
+                             "or timed), to check that every model compiles (harness/bench/render_check.py)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jobs < 1:
@@ -444,7 +444,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     if args.render_only:
         return render_only(args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("compiler.bench.models: no CUDA GPU here; use --device cpu (with --tiny for a smoke check)")
+        print("harness.bench.models: no CUDA GPU here; use --device cpu (with --tiny for a smoke check)")
         return 2
     if args.worker:
         for name, dtype in pairs(args, parser):
@@ -453,7 +453,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
         return 0
     launch_rows = []
     if args.device == "cuda" and not args.no_launch_bench:
-        from compiler.bench.launch import launch_table
+        from harness.bench.launch import launch_table
 
         launch_rows = launch_table()
         for what, us in launch_rows:

@@ -1,11 +1,11 @@
 """Which attention kernel SDPA picks on this GPU, for real tensors and for the fake tensors that
 AOTAutograd traces with, and why the fused ones are refused.
 
-    python -m compiler.bench.sdpa_choice
+    python -m harness.bench.sdpa_choice
 
 On the H200, BERT-base bf16 compiled by Crucible held SDPA's math decomposition (float32 ``bmm``
 and softmax, 2.85 ms of a 5.07 ms call) while GPT-2's graph kept one cuDNN attention call per
-layer (``compiler/bench/RESULTS.md``). This prints, per case (BERT's and GPT-2's query/key/value
+layer (``harness/bench/RESULTS.md``). This prints, per case (BERT's and GPT-2's query/key/value
 layouts at 8 x 512 tokens, and a dense one): ``torch._fused_sdp_choice`` for real and fake tensors,
 the refusal reasons of each fused backend (``can_use_*(debug=True)`` warnings), and which attention
 op a small BERT and GPT-2 traced with Crucible's decompositions hold.
@@ -83,7 +83,7 @@ def _dynamo_sdpa_args() -> list[str]:
     strides, flags), and each fused backend's verdict on them for real and for fake tensors."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from compiler.bench.zoo import MODELS
+    from harness.bench.zoo import MODELS
 
     model, inputs = MODELS["bert_base"].build(torch.bfloat16, "cuda", False)
     calls: list = []

@@ -1,4 +1,4 @@
-"""``python -m compiler.bench.models --render-only``: every benchmark model through the GPU pipeline's
+"""``python -m harness.bench.models --render-only``: every benchmark model through the GPU pipeline's
 passes up to rendering (the late decompositions, the weight passes with the GPU's rules, the layout
 rule, lowering, scheduling, the GPU Triton renderer and the wrapper), on any machine (no GPU, nothing
 launched): the strict-mode compile check of the GPU issue, through Triton's build of every kernel for
@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 
-from compiler.bench.errors import error_line
-from compiler.bench.zoo import MODELS
+from harness.bench.errors import error_line
+from harness.bench.zoo import MODELS
 
 
 def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, collect: list | None = None,

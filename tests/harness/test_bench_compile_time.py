@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from compiler.bench import compile_time
+from harness.bench import compile_time
 
 
 def test_first_call_is_split_into_aot_capture_passes_and_the_rest() -> None:

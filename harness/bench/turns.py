@@ -1,4 +1,4 @@
-"""Turns on the GPU host for ``compiler.bench.models``: several rows (model x dtype, each in its own
+"""Turns on the GPU host for ``harness.bench.models``: several rows (model x dtype, each in its own
 process) compile at once, a row's timing runs alone.
 
 A cold compile is CPU work (Dynamo, lowering, Triton's and Inductor's builds): on a host with many
@@ -85,9 +85,9 @@ class Turns:
 
 def worker_command(lock: str | None, argv: list[str]) -> list[str]:
     """The command line of a worker: ``turns_worker.py`` as a script (the shared hold first, then
-    the benchmark), or ``python -m compiler.bench.models`` without a lock."""
+    the benchmark), or ``python -m harness.bench.models`` without a lock."""
     if lock is None:
-        return [sys.executable, "-m", "compiler.bench.models", *argv]
+        return [sys.executable, "-m", "harness.bench.models", *argv]
     return [sys.executable, str(Path(__file__).resolve().with_name("turns_worker.py")), lock, *argv]
 
 

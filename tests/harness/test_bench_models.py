@@ -1,11 +1,11 @@
-"""``python -m compiler.bench.models``: its command line and tables (the GPU run itself is not a test;
+"""``python -m harness.bench.models``: its command line and tables (the GPU run itself is not a test;
 performance is read from its table)."""
 
 from __future__ import annotations
 
 import pytest
 
-from compiler.bench import models
+from harness.bench import models
 
 
 def _row(model: str, dtype: str, **ms: float) -> dict:
@@ -96,12 +96,12 @@ def test_a_graphs_first_call_is_timed_on_its_report() -> None:
 
 
 def test_profile_host_table_ranks_cpu_self_time_per_call():
-    """``compiler.bench.profile``'s host table (for host-bound graphs: where the wrapper's time
+    """``harness.bench.profile``'s host table (for host-bound graphs: where the wrapper's time
     goes), on a CPU-only profile of a few eager calls."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from compiler.bench.profile import host_table
+    from harness.bench.profile import host_table
 
     x = torch.randn(64, 64)
     with profile(activities=[ProfilerActivity.CPU]) as prof:

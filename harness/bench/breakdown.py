@@ -1,4 +1,4 @@
-"""Where Crucible's cold compile goes, per benchmark row (``compiler.bench.models``): its passes,
+"""Where Crucible's cold compile goes, per benchmark row (``harness.bench.models``): its passes,
 the graphs' first calls on the host, launch-config timing, and the deferred tuning after them."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Compile time on a CPU: where the first call of a corpus entry goes, pass by pass.
 
-    python -m compiler.bench.compile_time [--entry NAME ...] [--target crucible-sim] [--repeat N]
+    python -m harness.bench.compile_time [--entry NAME ...] [--target crucible-sim] [--repeat N]
 
 Each entry is built at scale "small" (as the harness builds it on a CPU) and compiled with a
 Crucible target; its first call is timed, ``--repeat`` times after one warm-up compile (imports,

@@ -9,9 +9,9 @@ bfloat16; prints each time, the channels-last / NCHW ratio and the median per fa
 is the graph's GPU time without the host's launch cost (the steadier comparison of the kernels the
 layouts make). Each model runs in its own process with a timeout.
 
-    python -m compiler.bench.layout --convs
-    python -m compiler.bench.layout --models resnet50:bf16 mobilenetv3_large_100:fp32 --cudagraphs
-    python -m compiler.bench.layout --models test_convnet:fp32 --device cpu   # a smoke check
+    python -m harness.bench.layout --convs
+    python -m harness.bench.layout --models resnet50:bf16 mobilenetv3_large_100:fp32 --cudagraphs
+    python -m harness.bench.layout --models test_convnet:fp32 --device cpu   # a smoke check
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from compiler.bench.errors import error_line
+from harness.bench.errors import error_line
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _RESULT = "RESULT "
@@ -94,7 +94,7 @@ def _model(name: str, dtype: torch.dtype, device: str) -> tuple[torch.nn.Module,
 
         model = timm.create_model("test_efficientnet", pretrained=False)
         return model.eval().to(device=device, dtype=dtype), (torch.randn(2, 3, 64, 64, device=device, dtype=dtype),)
-    from compiler.bench.zoo import MODELS
+    from harness.bench.zoo import MODELS
 
     return MODELS[name].build(dtype, device, tiny=False)
 
@@ -105,7 +105,7 @@ def measure(name: str, dname: str, device: str, cudagraphs: bool = False) -> dic
     import torch._dynamo
 
     import compiler
-    from compiler.bench.models import _first_tensor, latency_ms
+    from harness.bench.models import _first_tensor, latency_ms
 
     torch.manual_seed(0)
     model, inputs = _model(name, DTYPES[dname], device)
@@ -136,7 +136,7 @@ def measure(name: str, dname: str, device: str, cudagraphs: bool = False) -> dic
 
 
 def run_isolated(name: str, dname: str, device: str, timeout: float, cudagraphs: bool = False) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "compiler.bench.layout", "--worker", "--device", device, "--models", f"{name}:{dname}",
+    cmd = [sys.executable, "-m", "harness.bench.layout", "--worker", "--device", device, "--models", f"{name}:{dname}",
            *(["--cudagraphs"] if cudagraphs else [])]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
@@ -182,12 +182,12 @@ def _cudagraph_part(row: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compiler.bench.layout", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.layout", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="\n\n".join(__doc__.split("\n\n")[1:]))
     parser.add_argument("--convs", action="store_true", help="the per-convolution table (GPU)")
     parser.add_argument("--models", nargs="*", default=[], metavar="MODEL:DTYPE",
-                        help="models of compiler.bench.models (or test_convnet) with fp32 or bf16")
+                        help="models of harness.bench.models (or test_convnet) with fp32 or bf16")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--cudagraphs", action="store_true",
                         help="--models: also time each layout under CUDA graphs (GPU)")
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if (args.convs or args.device == "cuda") and not torch.cuda.is_available():
-        print("compiler.bench.layout: no CUDA GPU here; --models ... --device cpu runs the model comparison on the CPU")
+        print("harness.bench.layout: no CUDA GPU here; --models ... --device cpu runs the model comparison on the CPU")
         return 2
     pairs = []
     for pair in args.models:

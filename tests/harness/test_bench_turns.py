@@ -1,4 +1,4 @@
-"""``compiler.bench.turns``: rows of the model benchmark compile at once, each timing runs alone.
+"""``harness.bench.turns``: rows of the model benchmark compile at once, each timing runs alone.
 
 The lock is exercised across real processes (POSIX record locks are per process); the children load
 ``turns_worker.py`` by path, so they start in a fraction of a second (no torch import)."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from compiler.bench import models, turns
-from compiler.bench.turns import Turns, run_all, run_worker
+from harness.bench import models, turns
+from harness.bench.turns import Turns, run_all, run_worker
 
 CHILD = """
 import importlib.util, sys, time

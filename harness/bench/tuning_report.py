@@ -1,11 +1,11 @@
-"""Which launch-config candidates win, from tuning caches kept by ``compiler.bench.models --keep-tuning``.
+"""Which launch-config candidates win, from tuning caches kept by ``harness.bench.models --keep-tuning``.
 
 Every candidate a kernel offers is built (``load``, most of a cold compile) and timed (``tuning``) in
 its first call; a candidate that never wins costs both for nothing. The tuning cache keeps every
 candidate's time beside the pick (``compiler.tuning_cache``), so the lists can be pruned from data:
 
-    python -m compiler.bench.models --backends crucible --keep-tuning DIR ...   (on the GPU)
-    python -m compiler.bench.tuning_report DIR [--keep 3]                       (anywhere)
+    python -m harness.bench.models --backends crucible --keep-tuning DIR ...   (on the GPU)
+    python -m harness.bench.tuning_report DIR [--keep 3]                       (anywhere)
 
 Kernels are grouped by kind (pointwise, persistent or looped reduction: the keys their configs have,
 and how many candidates they offer). Per group it prints how often each candidate wins, labelled by
@@ -78,7 +78,7 @@ def report(groups: dict[str, list[dict[Label, float]]], keep: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compiler.bench.tuning_report", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.tuning_report", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", type=Path, help="tuning caches (models --keep-tuning DIR)")
     parser.add_argument("--keep", type=int, default=3, help="largest candidate subset to rank (default 3)")

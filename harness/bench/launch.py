@@ -2,7 +2,7 @@
 through Triton's driver launcher) against Triton's JIT dispatch and against a whole compiled
 one-kernel graph (Crucible's and Inductor's, Dynamo's guards included).
 
-    python -m compiler.bench.launch [--compiled crucible inductor]
+    python -m harness.bench.launch [--compiled crucible inductor]
 
 The kernel is ``x + 1`` over 1024 floats (one program), so the GPU keeps up with the host and the
 figure is the host's cost of one launch: the mean of ``calls`` back-to-back launches, no sync in
@@ -71,7 +71,7 @@ def _checked(launch: Callable[[], object], args: tuple[torch.Tensor, ...], x: to
     launch()
     torch.cuda.synchronize()
     if not any(torch.equal(t, x + 1) for t in outputs):
-        raise RuntimeError("compiler.bench.launch: a launch path did not compute x + 1")
+        raise RuntimeError("harness.bench.launch: a launch path did not compute x + 1")
     return launch
 
 
@@ -115,12 +115,12 @@ def launch_table(compiled: tuple[str, ...] = ("crucible", "inductor")) -> list[t
 def main(argv: list[str] | None = None) -> int:
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m compiler.bench.launch", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.launch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--compiled", nargs="*", default=["crucible", "inductor"], choices=("crucible", "inductor"),
                         help="backends whose compiled one-kernel graph is timed too (default both; none: skip)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
-        print("compiler.bench.launch needs a CUDA GPU")
+        print("harness.bench.launch needs a CUDA GPU")
         return 2
     for what, us in launch_table(tuple(args.compiled)):
         print(f"host time per launch: {what}: {us:.1f} us", flush=True)

@@ -1,8 +1,8 @@
 """Where one call of a benchmark model spends its GPU time, per backend, side by side.
 
-    python -m compiler.bench.profile --model gpt2 --dtype bf16 [--backends crucible inductor] [--top 25]
+    python -m harness.bench.profile --model gpt2 --dtype bf16 [--backends crucible inductor] [--top 25]
 
-For each backend: latency (``compiler.bench.models.latency_ms``), then ``torch.profiler`` over a few
+For each backend: latency (``harness.bench.models.latency_ms``), then ``torch.profiler`` over a few
 calls: the GPU kernels by time per call (what cuBLAS, attention and generated kernels cost), the
 ATen ops by input shape (which extern call launched them), and the host's CPU self time per op or
 launch (where a host-bound graph's time goes). ``crucible-nopasses`` is Crucible with
@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from compiler.bench.models import DTYPES, _first_tensor, latency_ms
-from compiler.bench.zoo import MODELS
+from harness.bench.models import DTYPES, _first_tensor, latency_ms
+from harness.bench.zoo import MODELS
 
 BACKENDS = ("crucible", "crucible-nopasses", "inductor", "eager")
 CALLS = 5
@@ -96,7 +96,7 @@ def profile_backend(backend: str, model: torch.nn.Module, inputs: tuple, expecte
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m compiler.bench.profile", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m harness.bench.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gpt2", choices=list(MODELS))
     parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
     parser.add_argument("--backends", nargs="+", default=["crucible", "inductor"], choices=BACKENDS)

@@ -1,1 +1,0 @@
-"""Benchmarks (scripts, not tests): ``python -m compiler.bench.cpu``."""
