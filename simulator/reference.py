@@ -13,11 +13,8 @@ IR. This module runs the IR itself, with no renderer, so the two can be told apa
 * ``localize(gm, inputs, codegen)`` compares eager, the IR and the generated code kernel by
   kernel and says which stage is at fault (for tests and the minimizer).
 
-Semantics follow the renderers' contract for the IR (``compiler/ir.py``): 16-bit floats are
-computed in float32 and rounded only where the IR casts; ``DIV`` truncates integers, ``MOD``
-keeps the dividend's sign, ``MAX``/``MIN``/reductions propagate NaN, ``ARGMAX``/``ARGMIN``
-return the first extreme (the first NaN when there is one). Index expressions address a
-buffer's elements from its first element, as kernel pointers do. Every load and store is
+Expressions are evaluated by ``simulator.ir_semantics`` (the renderers' contract for the IR, see
+there), which the template semantics share. Every load and store is
 bounds-checked against the tensor it addresses (``ReferenceFault``): real kernels do not check
 (and Triton's interpreter hides such reads), so an out-of-range index shows up here first. A
 kernel reads every value before it writes any, which is what a kernel does when no program
@@ -26,49 +23,27 @@ reads what another writes.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from compiler.ir import Expr, Op, ReduceOp
-
-# Iteration points evaluated at once (a whole reduction row is always one chunk, however long).
-# Each torch call costs ~15 ms on a loaded 2-core machine whatever its size (thread-pool waits),
-# so chunks are large; a value is freed after its last use, so memory follows the expression's
-# width, not its depth.
-POINTS_PER_CHUNK = 1 << 18
-
-
-class ReferenceFault(RuntimeError):
-    """The IR addresses memory outside a buffer: a lowering or scheduling fault."""
-
-
-class ReferenceUnsupported(NotImplementedError):
-    """The evaluator has no semantics for an IR op or a template kind: its own limit, nobody's fault."""
+from compiler.ir import Expr, Op
+from simulator.ir_semantics import (
+    POINTS_PER_CHUNK,
+    ChunkEvaluator,
+    KernelFacts,
+    KernelStore,
+    ReferenceFault,
+    ReferenceUnsupported,
+    flat_elements,
+    numel,
+)
+from simulator.reference_templates import template_accumulator
 
 
 # --- what the evaluator reads of a scheduled kernel --------------------------------------------
-
-@dataclass(frozen=True)
-class KernelStore:
-    buffer: str
-    index: Expr
-    value: Expr
-    level: str  # "x": one value per outer point; "xr": one per outer x reduction point
-
-
-@dataclass(frozen=True)
-class KernelFacts:
-    name: str
-    ranges: tuple[int, ...]
-    rranges: tuple[int, ...]
-    stores: tuple[KernelStore, ...]  # the stores that reach memory
-    buffers: tuple[str, ...]  # every buffer loaded or stored, in first-use order (a template's operands first)
-    template: Any = None  # a template kernel's core op as data (``compiler.templates.spec``), else None
-
 
 def kernel_facts(kernel: Any) -> KernelFacts:
     """The one place that reads ``compiler.scheduler.Kernel`` fields (adapt here when it changes)."""
@@ -88,177 +63,6 @@ def kernel_facts(kernel: Any) -> KernelFacts:
     return KernelFacts(kernel.name, tuple(kernel.ranges), tuple(kernel.rranges), stores, tuple(names), template)
 
 
-# --- evaluation ----------------------------------------------------------------------------------
-
-def compute_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The dtype a value is computed in (16-bit floats in float32, as every renderer does)."""
-    return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
-
-
-def _span(t: torch.Tensor) -> int:
-    """Elements addressable from ``t``'s first element: what its strides reach."""
-    if t.numel() == 0:
-        return 0
-    return 1 + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
-
-
-def _flat(t: torch.Tensor) -> torch.Tensor:
-    return torch.as_strided(t, (_span(t),), (1,), t.storage_offset())
-
-
-def _unravel(flat: torch.Tensor, sizes: tuple[int, ...]) -> list[torch.Tensor]:
-    out, stride = [], 1
-    strides = []
-    for n in reversed(sizes):
-        strides.append(stride)
-        stride *= n
-    for n, st in zip(sizes, reversed(strides)):
-        out.append((flat // st) % n)
-    return out
-
-
-_UNARY: dict[Op, Callable[[torch.Tensor], torch.Tensor]] = {
-    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.LOG2: torch.log2, Op.LOG: torch.log, Op.SQRT: torch.sqrt,
-    Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin, Op.COS: torch.cos, Op.ERF: torch.erf, Op.FLOOR: torch.floor,
-    Op.CEIL: torch.ceil,
-}
-_BINARY: dict[Op, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    Op.ADD: torch.add, Op.SUB: torch.sub, Op.MUL: torch.mul, Op.MOD: torch.fmod, Op.MAX: torch.maximum,
-    Op.MIN: torch.minimum, Op.BITAND: torch.bitwise_and, Op.BITOR: torch.bitwise_or,
-    Op.BITXOR: torch.bitwise_xor, Op.SHL: torch.bitwise_left_shift, Op.SHR: torch.bitwise_right_shift,
-}
-_COMPARE: dict[Op, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
-    Op.EQ: torch.eq, Op.NE: torch.ne, Op.LT: torch.lt, Op.LE: torch.le, Op.GT: torch.gt, Op.GE: torch.ge,
-    Op.AND: torch.logical_and, Op.OR: torch.logical_or,
-}
-
-
-class _Evaluator:
-    """Values of expressions over one chunk of iteration points: tensors of shape [C, 1] (per outer
-    point) or [C, R] (per outer x reduction point), memoized per expression."""
-
-    def __init__(self, facts: KernelFacts, tensors: Mapping[str, torch.Tensor], xflat: torch.Tensor,
-                 device: torch.device) -> None:
-        self.facts, self.tensors, self.device = facts, tensors, device
-        self.xs = [v[:, None] for v in _unravel(xflat, facts.ranges)]
-        rflat = torch.arange(max(1, _numel(facts.rranges)), device=device)
-        self.rs = [v[None, :] for v in _unravel(rflat, facts.rranges)] if facts.rranges else []
-        self.points = (xflat.numel(), rflat.numel())
-
-    def values(self, roots: Sequence[Expr]) -> list[torch.Tensor]:
-        """The values of ``roots``, sharing common sub-expressions, each freed after its last use."""
-        order: dict[Expr, None] = {}
-        for root in roots:
-            order.update((e, None) for e in root.walk() if e not in order)  # operands before users
-        users = Counter(s for e in order for s in e.src)
-        done: dict[Expr, torch.Tensor] = {}
-        for e in order:
-            done[e] = self.apply(e, [done[s] for s in e.src])
-            for s in e.src:
-                users[s] -= 1
-                if users[s] == 0 and s not in roots:
-                    done.pop(s, None)
-        return [done[r] for r in roots]
-
-    def apply(self, e: Expr, a: list[torch.Tensor]) -> torch.Tensor:
-        op, cd = e.op, compute_dtype(e.dtype)
-        if op is Op.CONST:
-            return torch.tensor(e.arg, dtype=cd, device=self.device).reshape(1, 1)
-        if op is Op.XVAR:
-            return self.xs[e.arg]
-        if op is Op.RVAR:
-            return self.rs[e.arg]
-        if op is Op.LOAD:
-            return self.load(e.arg, a[0]).to(cd)
-        if op is Op.CAST:
-            return _cast(a[0], e.dtype)
-        if op is Op.REDUCE:
-            return _reduce(e.arg, a[0].expand(*self.points), cd)
-        if op in _COMPARE:
-            return _COMPARE[op](a[0], a[1])
-        if op is Op.NOT:
-            return torch.logical_not(a[0])
-        if op is Op.ISNAN:
-            return torch.isnan(a[0])
-        if op is Op.WHERE:
-            return torch.where(a[0].bool(), a[1].to(cd), a[2].to(cd))
-        a = [t.to(cd) for t in a]
-        if op in _UNARY:
-            return _UNARY[op](a[0])
-        if op is Op.BITNOT:
-            return torch.logical_not(a[0]) if cd == torch.bool else torch.bitwise_not(a[0])
-        if op in _BINARY:
-            return _BINARY[op](a[0], a[1])
-        if op is Op.DIV:
-            return a[0] / a[1] if cd.is_floating_point else torch.div(a[0], a[1], rounding_mode="trunc")
-        if op is Op.FLOORDIV:
-            return torch.div(a[0], a[1], rounding_mode="floor")
-        if op is Op.POW:
-            return torch.pow(a[0], a[1])
-        if op is Op.FMA:  # float64 for float32 operands: the product is exact, the sum rounds once more
-            wide = torch.float64 if cd == torch.float32 else cd
-            return torch.addcmul(a[2].to(wide), a[0].to(wide), a[1].to(wide)).to(cd)
-        raise ReferenceUnsupported(f"reference evaluator: no semantics for {op}")
-
-    def check(self, buffer: str, index: torch.Tensor, what: str) -> torch.Tensor:
-        return checked_index(self.facts.name, self.tensors, buffer, index, what)
-
-    def load(self, buffer: str, index: torch.Tensor) -> torch.Tensor:
-        return checked_load(self.facts.name, self.tensors, buffer, index)
-
-
-def checked_index(kernel: str, tensors: Mapping[str, torch.Tensor], buffer: str, index: torch.Tensor,
-                  what: str) -> torch.Tensor:
-    """``index`` (elements from ``buffer``'s first) as int64, or ``ReferenceFault`` when it leaves the buffer."""
-    tensor = tensors.get(buffer)
-    if tensor is None:
-        raise ReferenceFault(f"kernel {kernel}: {what} of {buffer}, which no tensor was given for")
-    span = _span(tensor)
-    index = index.to(torch.int64)
-    if index.numel() and (int(index.min()) < 0 or int(index.max()) >= span):
-        raise ReferenceFault(f"kernel {kernel}: {what} of {buffer} at index "
-                             f"{int(index.min())}..{int(index.max())}, outside its {span} elements")
-    return index
-
-
-def checked_load(kernel: str, tensors: Mapping[str, torch.Tensor], buffer: str, index: torch.Tensor) -> torch.Tensor:
-    """The elements of ``buffer`` at ``index`` (any shape), bounds-checked like every load of the IR."""
-    return _flat(tensors[buffer])[checked_index(kernel, tensors, buffer, index, "load")]
-
-
-def _numel(shape: Sequence[int]) -> int:
-    out = 1
-    for n in shape:
-        out *= n
-    return out
-
-
-def _cast(value: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    if dtype == torch.bool:
-        return value != 0
-    if dtype in (torch.float16, torch.bfloat16):  # round to the 16-bit type, keep computing in fp32
-        return value.to(torch.float32).to(dtype).to(torch.float32)
-    return value.to(dtype)
-
-
-def _reduce(op: ReduceOp, v: torch.Tensor, out: torch.dtype) -> torch.Tensor:
-    v = v.to(compute_dtype(v.dtype)) if v.dtype != torch.bool else v.to(torch.int64)
-    if op is ReduceOp.SUM:
-        return v.sum(1, keepdim=True).to(out)
-    if op is ReduceOp.PROD:
-        return v.prod(1, keepdim=True).to(out)
-    if op is ReduceOp.MAX:
-        return v.amax(1, keepdim=True).to(out)
-    if op is ReduceOp.MIN:
-        return v.amin(1, keepdim=True).to(out)
-    position = torch.arange(v.shape[1], device=v.device).expand_as(v)
-    best = v.amax(1, keepdim=True) if op is ReduceOp.ARGMAX else v.amin(1, keepdim=True)
-    # the first position holding the extreme; NaN is the extreme when a row has one
-    hit = (v == best) | (torch.isnan(v) if v.is_floating_point() else torch.zeros_like(v, dtype=torch.bool))
-    first = torch.where(hit, position, v.shape[1]).amin(1, keepdim=True)
-    return first.to(out)
-
-
 def evaluate_kernel(kernel: Any, tensors: Mapping[str, torch.Tensor]) -> None:
     """Perform ``kernel``'s stores on ``tensors`` (buffer name -> tensor, any strides), in place.
 
@@ -266,14 +70,12 @@ def evaluate_kernel(kernel: Any, tensors: Mapping[str, torch.Tensor]) -> None:
     facts = kernel if isinstance(kernel, KernelFacts) else kernel_facts(kernel)
     device = next((t.device for t in tensors.values()), torch.device("cpu"))
     if facts.template is not None:  # the core op first; its epilogue reads the accumulator as a buffer
-        from simulator.reference_templates import template_accumulator
-
         tensors = {**tensors, facts.template.acc: template_accumulator(facts, tensors, device)}
-    xnumel, rnumel = _numel(facts.ranges), max(1, _numel(facts.rranges))
+    xnumel, rnumel = numel(facts.ranges), max(1, numel(facts.rranges))
     chunk = max(1, POINTS_PER_CHUNK // rnumel)
     writes: list[tuple[str, torch.Tensor, torch.Tensor]] = []
     for start in range(0, xnumel, chunk):
-        ev = _Evaluator(facts, tensors, torch.arange(start, min(xnumel, start + chunk), device=device), device)
+        ev = ChunkEvaluator(facts, tensors, torch.arange(start, min(xnumel, start + chunk), device=device), device)
         computed = ev.values([e for store in facts.stores for e in (store.value, store.index)])
         for i, store in enumerate(facts.stores):
             shape = ev.points if store.level == "xr" else (ev.points[0], 1)
@@ -285,7 +87,7 @@ def evaluate_kernel(kernel: Any, tensors: Mapping[str, torch.Tensor]) -> None:
             index = ev.check(store.buffer, computed[2 * i + 1].expand(*shape), "store")
             writes.append((store.buffer, index.reshape(-1), value.reshape(-1)))
     for buffer, index, value in writes:
-        flat = _flat(tensors[buffer])
+        flat = flat_elements(tensors[buffer])
         flat[index] = value.to(flat.dtype)
 
 
@@ -293,7 +95,7 @@ def evaluate_expr(expr: Expr, ranges: tuple[int, ...], rranges: tuple[int, ...] 
                   tensors: Mapping[str, torch.Tensor] | None = None) -> torch.Tensor:
     """``expr`` at every iteration point of a loop nest: a tensor of shape ``ranges + rranges``."""
     facts = KernelFacts("<expr>", tuple(ranges), tuple(rranges), (), ())
-    ev = _Evaluator(facts, tensors or {}, torch.arange(_numel(ranges)), torch.device("cpu"))
+    ev = ChunkEvaluator(facts, tensors or {}, torch.arange(numel(ranges)), torch.device("cpu"))
     return ev.values([expr])[0].expand(*ev.points).reshape(*ranges, *rranges)
 
 

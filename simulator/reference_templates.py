@@ -24,15 +24,15 @@ import torch
 from compiler.graph import View
 from compiler.ir import Expr
 from compiler.templates.spec import AttentionTemplate, GemmTemplate
-from simulator.reference import (
+from simulator.ir_semantics import (
     POINTS_PER_CHUNK,
+    ChunkEvaluator,
     KernelFacts,
     ReferenceUnsupported,
-    _cast,
-    _Evaluator,
-    _numel,
     checked_load,
     compute_dtype,
+    numel,
+    round_to,
 )
 
 
@@ -56,10 +56,10 @@ def _values_over(kernel: str, expr: Expr, ranges: tuple[int, ...], tensors: Mapp
     """``expr`` at every point of ``ranges`` (no reduction) as a tensor of that shape, in its compute
     dtype, in chunks like a kernel's stores; faults name ``kernel``."""
     facts = KernelFacts(kernel, tuple(ranges), (), (), ())
-    total = _numel(ranges)
+    total = numel(ranges)
     parts = []
     for start in range(0, total, POINTS_PER_CHUNK):
-        ev = _Evaluator(facts, tensors, torch.arange(start, min(total, start + POINTS_PER_CHUNK), device=device),
+        ev = ChunkEvaluator(facts, tensors, torch.arange(start, min(total, start + POINTS_PER_CHUNK), device=device),
                         device)
         parts.append(ev.values([expr])[0].expand(ev.points[0], 1).reshape(-1))
     if not parts:
@@ -70,8 +70,8 @@ def _values_over(kernel: str, expr: Expr, ranges: tuple[int, ...], tensors: Mapp
 def _gemm(kernel: str, t: GemmTemplate, tensors: Mapping[str, torch.Tensor], device: torch.device) -> torch.Tensor:
     lead = (t.batch,) if t.batched else ()
     # the kernel rounds each operand to what the MMA consumes (a 16-bit prologue's fp32 value included)
-    a = _cast(_values_over(kernel, t.a, lead + (t.m, t.k), tensors, device), t.operand_dtype).to(torch.float32)
-    b = _cast(_values_over(kernel, t.b, lead + (t.k, t.n), tensors, device), t.operand_dtype).to(torch.float32)
+    a = round_to(_values_over(kernel, t.a, lead + (t.m, t.k), tensors, device), t.operand_dtype).to(torch.float32)
+    b = round_to(_values_over(kernel, t.b, lead + (t.k, t.n), tensors, device), t.operand_dtype).to(torch.float32)
     return torch.matmul(a, b)
 
 

@@ -187,3 +187,118 @@ def test_debug_level_parsing(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setenv("CRUCIBLE_DEBUG", bad)
         with pytest.raises(ValueError, match=rf"CRUCIBLE_DEBUG='{bad}': expected a level 0-3"):
             config.debug_level()
+
+
+# --- imports between modules ----------------------------------------------------------------------
+
+LAYERS = ("corpus", "compiler", "simulator", "harness")  # each may import only the ones before it
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """ids of the nodes under ``if TYPE_CHECKING:`` (imports for annotations never run)."""
+    skipped = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skipped.update(id(n) for n in ast.walk(node))
+    return skipped
+
+
+def imported_modules(path: Path, known: set[str], module: str | None = None) -> dict[str, int]:
+    """The project modules ``path`` imports (function-level imports included, ``TYPE_CHECKING``
+    blocks not), each with its first line. ``from pkg import sub`` counts as importing ``pkg.sub``
+    alone when ``sub`` is a module: the package's ``__init__`` runs first, but what the importer
+    depends on is the submodule."""
+    tree = ast.parse(path.read_text())
+    skipped = _type_checking_nodes(tree)
+    parts = (module or _module_name(path)).split(".")
+    package = parts if path.name == "__init__.py" else parts[:-1]
+    found: dict[str, int] = {}
+    for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[:len(package) - node.level + 1] + [node.module or ""]).strip(".") \
+                if node.level else node.module or ""
+            subs = [f"{base}.{alias.name}" for alias in node.names]
+            names = subs if all(s in known for s in subs) else [base, *[s for s in subs if s in known]]
+        for name in names:
+            if name in known:
+                found.setdefault(name, node.lineno)
+    return found
+
+
+def import_graph(packages: tuple[str, ...] = LAYERS) -> dict[str, dict[str, int]]:
+    """module -> {imported project module: line}, for every module of ``packages``."""
+    paths = {_module_name(p): p for pkg in packages for p in sorted((REPO / pkg).rglob("*.py"))}
+    known = set(paths)
+    return {name: {m: line for m, line in imported_modules(path, known).items() if m != name}
+            for name, path in paths.items()}
+
+
+def import_cycles(graph: dict[str, dict[str, int]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan, iteratively)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, edges = work[-1]
+            child = next((e for e in edges if e in graph), None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph[child])))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    cycles.append(sorted(component))
+    return cycles
+
+
+def test_import_cycle_detector_sees_function_level_imports(tmp_path: Path) -> None:
+    graph = {"a": {"b": 1}, "b": {"c": 3}, "c": {"a": 7}, "d": {"a": 2}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b": 1}, "b": {}}) == []
+    module = tmp_path / "probe.py"
+    module.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import simulator.launch\n"
+                      "def f():\n    from simulator import session\n    from compiler.ir import Expr\n")
+    found = imported_modules(module, {"simulator.launch", "simulator.session", "compiler.ir", "compiler"}, "probe")
+    assert found == {"simulator.session": 5, "compiler.ir": 6}
+
+
+def test_no_import_cycles_below_the_harness() -> None:
+    """Regression: ``simulator.reference`` and ``simulator.reference_templates`` imported each other
+    (one of the imports inside a function); the expression semantics both use now live below them,
+    in ``simulator.ir_semantics``. Function-level imports count."""
+    cycles = import_cycles(import_graph(LAYERS[:-1]))
+    assert not cycles, f"import cycles: {cycles}"
