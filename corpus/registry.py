@@ -12,11 +12,15 @@ A file that fails to import is reported as a problem with its error.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import importlib.util
+import signal
 import sys
+import threading
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -86,23 +90,66 @@ def _load_module(origin: Origin) -> ModuleType:
     return module
 
 
+class _Interrupts:
+    """Tells a real Ctrl-C from a ``KeyboardInterrupt`` a source raises itself: while a source is
+    imported, SIGINT is noted before Python turns it into the exception."""
+
+    def __init__(self) -> None:
+        self.received = False
+
+    @contextlib.contextmanager
+    def watching(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            self.received = True  # only the main thread may set handlers: every KeyboardInterrupt is real here
+            yield
+            return
+        previous = signal.getsignal(signal.SIGINT)
+
+        def noted(signum: int, frame: object) -> None:
+            self.received = True
+            if callable(previous):
+                previous(signum, frame)
+            else:
+                raise KeyboardInterrupt
+
+        signal.signal(signal.SIGINT, noted)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 def load_origin(name: str, origin: Origin) -> SourceLoad:
-    """Import one source and list its entries; failures become ``unavailable``."""
+    """Import one source and list its entries; failures become ``unavailable``.
+
+    Anything a source raises makes it unavailable, ``SystemExit`` included (a crawled module that
+    calls ``sys.exit`` at import must not end the run); only a real Ctrl-C propagates."""
     load = SourceLoad(name=name, origin=origin)
+    interrupts = _Interrupts()
     try:
-        module = _load_module(origin)
-        reason_fn = getattr(module, "unavailable", None)
-        reason = reason_fn() if callable(reason_fn) else None
-        if reason:
-            load.unavailable = str(reason)
-            return load
-        load.entries = _entries_of(module)
+        with interrupts.watching():
+            module = _load_module(origin)
+            reason_fn = getattr(module, "unavailable", None)
+            reason = reason_fn() if callable(reason_fn) else None
+            if reason:
+                load.unavailable = str(reason)
+                return load
+            load.entries = _entries_of(module)
     except ImportError as exc:
         load.unavailable = f"not importable: {_first_line(exc)}"
-    except Exception as exc:  # noqa: BLE001 -- a broken source must not stop the others
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        load.unavailable = f"failed to list entries: {_first_line(exc)} ({Path(where.filename).name}:{where.lineno})"
+    except KeyboardInterrupt as exc:
+        if interrupts.received:
+            raise
+        load.unavailable = f"raised KeyboardInterrupt while importing or listing: {_where(exc)}"
+    except BaseException as exc:  # noqa: BLE001 -- a broken source (even one calling sys.exit) must not stop the others
+        what = "exited (SystemExit)" if isinstance(exc, SystemExit) else "failed to list entries"
+        load.unavailable = f"{what}: {_first_line(exc)} ({_where(exc)})"
     return load
+
+
+def _where(exc: BaseException) -> str:
+    frames = traceback.extract_tb(exc.__traceback__)
+    return f"{Path(frames[-1].filename).name}:{frames[-1].lineno}" if frames else "?"
 
 
 def load_sources(names: list[str] | None = None) -> list[SourceLoad]:

@@ -1,5 +1,6 @@
-"""What an exception means for a result record: its one-line message, whether it is an OOM, whether
-it was raised while compiling (``fail_compile``) rather than while running compiled code."""
+"""What an exception means for a result: the one classifier every subject's phases go through
+(``classify``), the one-line message and traceback a result keeps (``describe_error``), and where
+it was raised (``raised_at``, ``failed_pass``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import re
 import traceback
 from pathlib import Path
 
+from corpus.entry import EntryUnavailable
+from harness.status import Phase, Status
 from harness.targets import TargetUnavailable
 
 
@@ -82,3 +85,76 @@ def is_compile_error(exc: BaseException) -> bool:
             return True
         exc = getattr(exc, "inner_exception", None) or exc.__cause__
     return False
+
+
+class SubjectSkipped(Exception):
+    """A subject that does not run here (an entry whose optional package is missing, a train-mode run
+    of a model without gradients): the result is ``skipped`` with this message, not a failure."""
+
+
+class SubjectFailed(Exception):
+    """A subject's step that decided the status itself (a later batch size of a ``--dynamic`` entry
+    failed with an error): the result takes ``status``, this message and ``detail``."""
+
+    def __init__(self, status: Status, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
+# Phases in which an exception means the subject itself (its model, its inputs) does not run.
+_SUBJECT_PHASES = (Phase.LOAD, Phase.BUILD, Phase.EAGER)
+
+
+def classify(exc: BaseException, phase: Phase | str, compiling: bool = False) -> Status:
+    """The status an exception raised in ``phase`` gives a result: the one classifier of the engine.
+
+    ``compiling``: raised by the compile step itself or by the first compiled call, where an error
+    of Dynamo or the backend is ``fail_compile`` (AOTAutograd compiles a backward graph at the first
+    backward: those errors arrive while running); any other error there is ``fail_run``."""
+    if isinstance(exc, SubjectFailed):
+        return exc.status
+    if _is_skip(exc):
+        return Status.SKIPPED
+    if is_oom(exc):
+        return Status.OOM
+    if Phase(phase) in _SUBJECT_PHASES:
+        return Status.EAGER_FAIL
+    if is_memory_error(exc):
+        return Status.FAIL_MEMORY
+    if compiling and is_compile_error(exc):
+        return Status.FAIL_COMPILE
+    return Status.FAIL_RUN
+
+
+def _is_skip(exc: BaseException) -> bool:
+    return isinstance(exc, (SubjectSkipped, EntryUnavailable))
+
+
+def is_memory_error(exc: BaseException) -> bool:
+    """True when ``exc`` or an exception it wraps is a simulator finding (its kernel's memory-safety
+    defect), recognized by name: the simulator is a layer below, its checks reach here as exceptions."""
+    return any(type(e).__name__ in ("SimulatorMemoryError", "SimulatorLivenessError") for e in _chain(exc))
+
+
+def failed_pass(exc: BaseException) -> str | None:
+    """The compiler pass that raised (Crucible's ``CompilerError.pass_name``), anywhere in the chain."""
+    for e in _chain(exc):
+        name = getattr(e, "pass_name", None)
+        if type(e).__name__ == "CompilerError" and isinstance(name, str):
+            return name
+    return None
+
+
+def _chain(exc: BaseException | None) -> list[BaseException]:
+    """``exc`` and every exception it wraps (Dynamo's inner_exception, causes and contexts), once each."""
+    seen: set[int] = set()
+    out: list[BaseException] = []
+    stack = [exc]
+    while stack:
+        e = stack.pop()
+        if not isinstance(e, BaseException) or id(e) in seen:
+            continue
+        seen.add(id(e))
+        out.append(e)
+        stack += [getattr(e, "inner_exception", None), e.__cause__, e.__context__]
+    return out

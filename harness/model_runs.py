@@ -23,17 +23,17 @@ DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.
           "float64": torch.float64}
 
 
-def _cast(value: Any, device: str, dtype: torch.dtype | None) -> Any:
+def cast(value: Any, device: str, dtype: torch.dtype | None) -> Any:
     """Move tensors to ``device``; floating tensors also to ``dtype`` (when given)."""
     if isinstance(value, torch.Tensor):
         if dtype is not None and value.is_floating_point():
             return value.to(device=device, dtype=dtype)
         return value.to(device=device)
     if isinstance(value, (list, tuple)):
-        cast = [_cast(v, device, dtype) for v in value]
-        return type(value)(cast) if not hasattr(value, "_fields") else type(value)(*cast)
+        items = [cast(v, device, dtype) for v in value]
+        return type(value)(items) if not hasattr(value, "_fields") else type(value)(*items)
     if isinstance(value, dict):
-        return type(value)((k, _cast(v, device, dtype)) for k, v in value.items())
+        return type(value)((k, cast(v, device, dtype)) for k, v in value.items())
     return value
 
 
@@ -74,17 +74,17 @@ def _copy(value: Any) -> Any:
         return value
 
 
-def _synchronize(device: str) -> None:
+def synchronize(device: str) -> None:
     if device == "cuda":
         torch.cuda.synchronize()
 
 
-def _call(model: Any, args: tuple, kwargs: dict, seed: int) -> Any:
+def call_seeded(model: Any, args: tuple, kwargs: dict, seed: int) -> Any:
     torch.manual_seed(seed)
     return model(*args, **kwargs)
 
 
-def _fresh(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+def fresh_inputs(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     # A model may mutate its inputs in place: every run gets its own copy.
     return _copy(args), _copy(kwargs)
 
@@ -100,21 +100,21 @@ class StepOutput:
 
 # Train mode with gradients of the parameters only: for models whose eager backward fails when
 # their inputs require grad (they mutate an input in place, or call .numpy() on it).
-_TRAIN_PARAMS = "train-params"
+TRAIN_PARAMS = "train-params"
 
 
-def _step(mode: str, model: Any, args: tuple, kwargs: dict, seed: int,
+def step(mode: str, model: Any, args: tuple, kwargs: dict, seed: int,
           on_backward: Callable[[], None] = lambda: None) -> StepOutput:
-    if mode in ("train", _TRAIN_PARAMS):
+    if mode in ("train", TRAIN_PARAMS):
         return StepOutput(*train_step(model, args, kwargs, seed, on_backward, input_grads=mode == "train"))
-    return StepOutput(_call(model, args, kwargs, seed))
+    return StepOutput(call_seeded(model, args, kwargs, seed))
 
 
-def _identical(a: StepOutput, b: StepOutput) -> bool:
+def identical(a: StepOutput, b: StepOutput) -> bool:
     return outputs_identical(a.out, b.out) and (a.grads is None or outputs_identical(a.grads, b.grads))
 
 
-def _reference(models: ModelCopies, sizes: list[tuple[Any, tuple, dict]], seed: int, device: str, where: str,
+def reference_runs(models: ModelCopies, sizes: list[tuple[Any, tuple, dict]], seed: int, device: str, where: str,
                result: dict, mode: str) -> list[StepOutput | None]:
     """The float64 run at every size (None per size without one); ``result["reference"]`` says where
     it was computed or why there is none (the oracle compares on the CPU either way)."""
@@ -131,9 +131,9 @@ def _reference(models: ModelCopies, sizes: list[tuple[Any, tuple, dict]], seed: 
             for _, args, kwargs in sizes:
                 if mode == "train" and isinstance(model64, torch.nn.Module):
                     model64 = models.fresh(dev, torch.float64)  # gradients must not accumulate
-                outs.append(_step(mode, model64, _cast(args, dev, torch.float64),
-                                  _cast(kwargs, dev, torch.float64), seed))
-            _synchronize(dev)
+                outs.append(step(mode, model64, cast(args, dev, torch.float64),
+                                  cast(kwargs, dev, torch.float64), seed))
+            synchronize(dev)
             result["reference"] = "float64" if dev == "cpu" else f"float64 on {dev}"
             return outs
         except Exception as exc:  # noqa: BLE001 (e.g. no float64 kernel: compare with eager only)

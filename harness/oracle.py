@@ -376,7 +376,19 @@ def outputs_identical(a: Any, b: Any) -> bool:
         if tx is None or ty is None:
             if x != y:
                 return False
-        elif tx.shape != ty.shape or tx.dtype != ty.dtype or not torch.equal(torch.nan_to_num(tx.cpu(), nan=0.0) if tx.is_floating_point() else tx.cpu(),
-                             torch.nan_to_num(ty.cpu(), nan=0.0) if ty.is_floating_point() else ty.cpu()) or tx.is_floating_point() and not torch.equal(torch.isnan(tx), torch.isnan(ty)):
+        elif not _same_bits(tx, ty):
             return False
     return True
+
+
+def _same_bits(x: torch.Tensor, y: torch.Tensor) -> bool:
+    if x.shape != y.shape or x.dtype != y.dtype:
+        return False
+    x, y = x.detach().cpu(), y.detach().cpu()
+    if x.is_quantized:  # quantized models (torchvision's int8 entries): compare what they stand for
+        x, y = x.dequantize(), y.dequantize()
+    if x.is_complex():
+        x, y = torch.view_as_real(x.resolve_conj()), torch.view_as_real(y.resolve_conj())
+    if x.is_floating_point():
+        return bool(((x == y) | (torch.isnan(x) & torch.isnan(y))).all())
+    return torch.equal(x, y)

@@ -1,23 +1,26 @@
-"""Isolation: corpus entries run in spawned worker processes.
+"""Isolation: subjects run in spawned worker processes, as picklable task callables.
 
 Each of the ``jobs`` workers is a ``harness.worker_process.WorkerProcess`` (a spawn process, its
-output in a log) that imports torch once and then runs entries one at a time, sent over a pipe. The parent
-keeps a wall-clock deadline per entry. When a worker segfaults, aborts, is
-killed by the kernel for memory, or passes its deadline (and is then killed),
-the entry is recorded as ``crash``/``oom``/``timeout`` together with the phase
-it was in, a fresh worker replaces it and the run goes on.
+output in a log) that imports torch once and then runs tasks one at a time, sent over a pipe. A
+task is a picklable callable (``Task``: an entry, a fuzz graph, a decomposition rule, a corpus
+check) that the worker calls with a ``WorkerContext`` and that returns a ``harness.result.Result``.
+The parent keeps a wall-clock deadline per task. When a worker segfaults, aborts, is killed by the
+kernel for memory, or passes its deadline (and is then killed), the task is recorded as
+``crash``/``oom``/``timeout`` together with the phase it was in, a fresh worker replaces it and the
+run goes on.
 
-Memory: on CPU targets each entry runs under ``RLIMIT_AS`` = the worker's
-address space when the entry starts + the limit, so a runaway allocation raises
-(``oom``) instead of taking the machine down. CUDA targets skip this limit
-(the CUDA driver reserves huge virtual ranges); GPU OOM is caught as an error.
-Workers of CPU targets run with the GPUs hidden (``CUDA_VISIBLE_DEVICES=""``); workers of CUDA
-targets are pinned round-robin to ``WorkerConfig.gpus``, each seeing one device.
-Each worker sets torch's intra-op threads to its share of the cores (``threads_per_worker``).
+Memory: on CPU targets each task runs under ``RLIMIT_AS`` = the worker's address space when the
+task starts + the limit, so a runaway allocation raises (``oom``) instead of taking the machine
+down. CUDA targets skip this limit (the CUDA driver reserves huge virtual ranges); GPU OOM is
+caught as an error. Workers of CPU targets run with the GPUs hidden (``CUDA_VISIBLE_DEVICES=""``);
+workers of CUDA targets are pinned round-robin to ``WorkerConfig.gpus``, each seeing one device.
+Each worker sets torch's intra-op threads to its share of the cores (``threads_per_worker``), or to
+``WorkerConfig.threads``.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 import tempfile
@@ -25,23 +28,37 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from typing import Protocol
 
-from corpus.registry import Origin
-from harness.status import Status
+from harness.errors import describe_error
+from harness.result import Result
+from harness.status import Phase, Status
+from harness.targets import Target, parse_target
 from harness.worker_process import WorkerProcess, death_status, serve
 
-__all__ = ["Task", "WorkerConfig", "WorkerPool", "available_cores", "death_status", "gpu_for_worker",
-           "threads_per_worker", "visible_gpus", "worker_main"]
+__all__ = ["Task", "WorkerConfig", "WorkerContext", "WorkerPool", "available_cores", "death_status",
+           "gpu_for_worker", "load_plugin", "threads_per_worker", "visible_gpus", "worker_main"]
 
 
 @dataclass(frozen=True)
-class Task:
+class WorkerContext:
+    """What a task sees in its worker: the target (parsed once per worker) and the phase callback
+    (the parent learns from it where a task was when its worker died)."""
+
+    target: Target
+    progress: Callable[[str], None]
+
+
+class Task(Protocol):
+    """A unit of work for a worker: picklable (a module-level dataclass), named, returns a Result.
+
+    ``imports``: plugin modules the worker imports first (``MODULE`` or ``MODULE:FUNCTION``, the
+    function called once per process: a backend to register, or in tests a bug to plant)."""
+
     name: str
-    origin: Origin | None
-    # A task that is not a corpus entry (a fuzz graph, a decomposition check): run by
-    # harness.fuzz.execute.execute_payload instead of building an entry by name.
-    payload: dict | None = None
+    imports: tuple[str, ...]
+
+    def __call__(self, worker: WorkerContext) -> Result: ...
 
 
 @dataclass(frozen=True)
@@ -50,12 +67,10 @@ class WorkerConfig:
     device: str | None = None
     timeout_s: float = 600.0
     mem_limit_mb: int | None = None
-    capture: bool = True
-    reference: str = "auto"  # see harness.execute.REFERENCE_CHOICES
     jobs: int = 1  # workers sharing the machine
-    mode: str = "inference"  # see harness.training.MODES
-    dynamic: bool = False
     gpus: tuple[str, ...] = ()  # CUDA device ids the workers are spread over; () = all visible
+    threads: int | None = None  # torch threads per worker; None: the worker's share of the cores
+    max_tasks: int | None = None  # a worker is replaced after this many tasks (its memory only grows)
 
 
 def available_cores() -> int:
@@ -113,27 +128,35 @@ def _limit_memory(mb: int | None) -> None:
     resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
-def _run_task(task: Task, target: Any, config: WorkerConfig, progress: Callable[[str], None]) -> dict:
-    from corpus.registry import find_entry
-    from harness.execute import execute_entry
+_PLUGINS_CALLED: set[str] = set()
 
-    if task.payload is not None:
-        from harness.fuzz.execute import execute_payload
-        from harness.oracle import working_precision
 
-        with working_precision():  # as execute_entry grades entries: float32 without TF32
-            return execute_payload(task.payload, target, progress)
-    entry = find_entry(task.name, task.origin)
-    return execute_entry(entry, target, progress, capture=config.capture, reference=config.reference,
-                         mode=config.mode, dynamic=config.dynamic)
+def load_plugin(spec: str) -> None:
+    """Import ``MODULE``, or import ``MODULE:FUNCTION`` and call it (once per process)."""
+    module_name, _, function = spec.partition(":")
+    module = importlib.import_module(module_name)
+    if function and spec not in _PLUGINS_CALLED:
+        getattr(module, function)()
+        _PLUGINS_CALLED.add(spec)
+
+
+def run_task(task: Task, target: Target, progress: Callable[[str], None]) -> Result:
+    """Call ``task`` in this process; a failure of the harness itself is a ``crash`` result of phase
+    ``harness``, never the caller's exception (the in-process runners call this too)."""
+    try:
+        for spec in task.imports:
+            load_plugin(spec)
+        return task(WorkerContext(target, progress))
+    except Exception as exc:  # noqa: BLE001 -- the harness itself failed on this task: record, keep going
+        error, detail = describe_error(exc)
+        return Result(name=task.name, target=target.name, status=Status.CRASH, phase=Phase.HARNESS,
+                      error=f"harness error: {error}", error_detail=detail)
 
 
 def worker_main(conn: Connection, config: WorkerConfig, gpu: str | None = None) -> None:
     """Entry point of a worker process (``harness.worker_process`` spawns it and sets up its log).
 
     ``gpu``: the CUDA device this worker is pinned to (it sees only that one, as ``cuda:0``)."""
-    from harness.targets import parse_target
-
     target = parse_target(config.target, config.device)
     if target.device == "cpu":
         # CPU targets never see the GPUs: under the address-space limit below, creating a CUDA
@@ -142,7 +165,7 @@ def worker_main(conn: Connection, config: WorkerConfig, gpu: str | None = None) 
         os.environ["CUDA_VISIBLE_DEVICES"] = ""
     elif gpu is not None:
         os.environ["CUDA_VISIBLE_DEVICES"] = gpu
-    threads = threads_per_worker(config.jobs)
+    threads = config.threads or threads_per_worker(config.jobs)
     # the compiler builds a graph's kernels on several threads; workers share the cores
     os.environ.setdefault("CRUCIBLE_COMPILE_THREADS", str(threads))
     # OpenMP reads this at start-up (before torch sets its pool), torch.set_num_threads below
@@ -153,22 +176,14 @@ def worker_main(conn: Connection, config: WorkerConfig, gpu: str | None = None) 
 
     torch.set_num_threads(threads)
 
-    from harness.errors import describe_error
-
-    def handle(task: Task, progress: Callable[[str], None]) -> dict:
+    def handle(task: Task, progress: Callable[[str], None]) -> Result:
         if target.device == "cpu":
             _limit_memory(config.mem_limit_mb)
-        try:
-            progress("load")
-            result = _run_task(task, target, config, progress)
-        except Exception as exc:  # noqa: BLE001 -- the harness itself failed on this entry: record, keep going
-            error, detail = describe_error(exc)
-            result = {"name": task.name, "target": target.name, "status": Status.CRASH,
-                      "phase": "harness", "error": f"harness error: {error}", "error_detail": detail}
+        progress(Phase.LOAD.value)
+        result = run_task(task, target, progress)
         # what the worker actually runs with (the environment it set), not what it was asked for
-        result.update(worker_threads=torch.get_num_threads(),
-                      worker_gpu=os.environ.get("CUDA_VISIBLE_DEVICES") if gpu is not None else None)
-        return result
+        return result.replace(worker_threads=torch.get_num_threads(),
+                              worker_gpu=os.environ.get("CUDA_VISIBLE_DEVICES") if gpu is not None else None)
 
     # the environment the worker really runs with, for the run metadata
     serve(conn, handle, {"gpu": os.environ.get("CUDA_VISIBLE_DEVICES") if gpu is not None else None,
@@ -185,6 +200,7 @@ class _Slot:
     started: float = 0.0
     failed_starts: int = 0
     load_s: float | None = None
+    tasks_done: int = 0
 
 
 class WorkerPool:
@@ -207,28 +223,30 @@ class WorkerPool:
         return _Slot(index, WorkerProcess(worker_main, (self.config, gpu), log_path))
 
     def _pins_gpus(self) -> bool:
-        from harness.targets import parse_target
-
         return bool(self.config.gpus) and parse_target(self.config.target, self.config.device).device == "cuda"
 
     def _dispatch(self, slot: _Slot, task: Task) -> None:
-        slot.task, slot.phase, slot.load_s = task, "load", None
+        slot.task, slot.phase, slot.load_s = task, Phase.LOAD.value, None
         slot.started = time.monotonic()
         slot.deadline = slot.started + self.config.timeout_s
         slot.worker.send(task)
 
-    def _died(self, slot: _Slot, status: str, message: str) -> dict:
-        task = slot.task
-        record = {"name": task.name, "target": self.config.target, "status": status, "phase": slot.phase,
-                  "error": f"{message} during {slot.phase}", "error_detail": slot.worker.log_tail()}
+    def _died(self, slot: _Slot, status: Status, message: str) -> Result:
+        assert slot.task is not None
+        error = f"{message} during {slot.phase}"
         if status == Status.TIMEOUT:
-            record["error"] = f"timed out after {self.config.timeout_s:g}s during {slot.phase}"
-        if self._pins_gpus():
-            record["worker_gpu"] = gpu_for_worker(slot.index, self.config.gpus)
-        return record
+            error = f"timed out after {self.config.timeout_s:g}s during {slot.phase}"
+        return Result(name=slot.task.name, target=self.config.target, status=status, phase=slot.phase or None,
+                      error=error, error_detail=slot.worker.log_tail(),
+                      worker_gpu=gpu_for_worker(slot.index, self.config.gpus) if self._pins_gpus() else None,
+                      wall_s=time.monotonic() - slot.started)
 
-    def run(self, tasks: list[Task], on_result: Callable[[dict], None],
-            on_phase: Callable[[str, str], None] = lambda name, phase: None) -> None:
+    def run(self, tasks: list[Task], on_result: Callable[[Result], None],
+            on_phase: Callable[[str, str], None] = lambda name, phase: None,
+            stop: Callable[[], bool] = lambda: False) -> None:
+        """Run ``tasks``; ``on_result`` gets each Result as it arrives (an exception it raises ends the
+        run, killing the tasks in flight). Once ``stop()`` is true no further task starts; the tasks
+        in flight finish and are reported."""
         pending = list(reversed(tasks))
         if self._kept:  # kept=True: the workers of the previous call, still warm
             slots = self._kept
@@ -240,6 +258,9 @@ class WorkerPool:
                 if not slot.worker.running:
                     slot.worker.start()
             while any(s.task is not None for s in slots) or pending:
+                if pending and stop():
+                    pending.clear()
+                    continue
                 for slot in slots:
                     if slot.worker.ready and slot.task is None and pending:
                         self._dispatch(slot, pending.pop())
@@ -295,9 +316,10 @@ class WorkerPool:
             raise RuntimeError(f"worker failed to start 3 times; see {slot.worker.log_path}:\n"
                                f"{slot.worker.log_tail(0)}") from None
 
-    def _receive(self, slot: _Slot, on_result: Callable[[dict], None],
+    def _receive(self, slot: _Slot, on_result: Callable[[Result], None],
                  on_phase: Callable[[str, str], None]) -> None:
         kind, payload = slot.worker.receive()
+        now = time.monotonic()
         if kind == "died":
             if slot.task is not None:
                 status, message = death_status(payload)
@@ -310,7 +332,7 @@ class WorkerPool:
             if payload:
                 self.workers[slot.index] = payload
         elif kind == "progress":
-            if slot.phase == "load" and payload == "build":
+            if slot.phase == Phase.LOAD.value and payload == Phase.BUILD.value:
                 # Listing the entry's source (once per worker, slow for some sources) is
                 # not the entry's time: its deadline starts when it is built.
                 slot.deadline = time.monotonic() + self.config.timeout_s
@@ -318,7 +340,11 @@ class WorkerPool:
             slot.phase = payload
             on_phase(slot.task.name, payload)
         elif kind == "done":
-            payload.setdefault("wall_s", time.monotonic() - slot.started)
-            payload.setdefault("load_s", slot.load_s)
+            result: Result = payload
             slot.task = None
-            on_result(payload)
+            slot.tasks_done += 1
+            if self.config.max_tasks and slot.tasks_done >= self.config.max_tasks:
+                slot.worker.close()  # replaced before its next task: a long-lived worker's memory only grows
+                slot.tasks_done = 0
+            on_result(result.replace(wall_s=result.wall_s if result.wall_s is not None else now - slot.started,
+                                     load_s=result.load_s if result.load_s is not None else slot.load_s))

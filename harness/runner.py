@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -15,8 +16,12 @@ from typing import TextIO
 
 from corpus.entry import Entry
 from corpus.registry import Catalog
-from harness.pool import Task, WorkerConfig, WorkerPool, gpu_for_worker, threads_per_worker
+from harness.engine import Expectation
+from harness.pool import WorkerConfig, WorkerPool, gpu_for_worker, threads_per_worker
+from harness.result import Result
+from harness.status import Status
 from harness.store import ResultStore, StoreError
+from harness.tasks import EntryTask
 
 # Cost assumed for entries without a measured eager time when balancing shards.
 _DEFAULT_EAGER_MS = 100.0
@@ -67,16 +72,26 @@ def _git_commit() -> str | None:
     return f"{commit}-dirty" if changed.returncode == 0 and changed.stdout.strip() else commit
 
 
+def _triton_version() -> str | None:
+    try:
+        import triton
+    except Exception:  # noqa: BLE001 -- triton is optional off Linux
+        return None
+    return triton.__version__
+
+
+def installed_versions() -> str:
+    """"torch X, triton Y": what results were made with (expected-results files record it)."""
+    import torch
+
+    return f"torch {torch.__version__}, triton {_triton_version() or 'none'}"
+
+
 def run_metadata(suite: str, target: str, seed: int | None, shard: str | None,
                  unavailable: dict[str, str]) -> dict:
     import torch
 
-    try:
-        import triton
-
-        triton_version = triton.__version__
-    except Exception:  # noqa: BLE001
-        triton_version = None
+    triton_version = _triton_version()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
     return {"suite": suite, "target": target, "torch": torch.__version__, "triton": triton_version,
             "python": platform.python_version(), "platform": platform.platform(), "gpu": gpu,
@@ -85,11 +100,11 @@ def run_metadata(suite: str, target: str, seed: int | None, shard: str | None,
 
 @dataclass
 class Progress:
-    """A live one-line progress display on stderr.
+    """A live one-line progress display on stderr: done/total, elapsed, an ETA, statuses, what runs.
 
-    On a terminal the line is redrawn in place; otherwise (CI logs, pipes) the same
-    line is printed at most every ``LOG_EVERY_S`` seconds, so logs stay short.
-    """
+    On a terminal the line is redrawn in place; otherwise (CI logs, pipes) the same line is printed
+    at most every ``LOG_EVERY_S`` seconds, so logs stay short. The ETA assumes the remaining entries
+    take what the finished ones took on average (the pool's parallelism is in that average)."""
 
     LOG_EVERY_S = 30.0
 
@@ -108,16 +123,23 @@ class Progress:
         self.running[name] = phase
         self._draw()
 
-    def finished(self, result: dict) -> None:
+    def finished(self, result: Result) -> None:
         self.done += 1
-        self.counts[result["status"]] += 1
-        self.running.pop(result["name"], None)
+        self.counts[str(result.status)] += 1
+        self.running.pop(result.name, None)
         self._draw()
+
+    def eta(self) -> str:
+        elapsed = time.monotonic() - self.started
+        if not self.done or self.done >= self.total:
+            return ""
+        return f" ETA {_duration(elapsed / self.done * (self.total - self.done))}"
 
     def _line(self) -> str:
         status = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
         current = ", ".join(f"{n} [{p}]" for n, p in list(self.running.items())[:2])
-        return f"[{self.done}/{self.total}] {time.monotonic() - self.started:.0f}s {status} | {current}"
+        return (f"[{self.done}/{self.total}] {_duration(time.monotonic() - self.started)}{self.eta()} {status}"
+                f" | {current}")
 
     def _draw(self) -> None:
         if not self.live:
@@ -140,6 +162,15 @@ class Progress:
             self.stream.flush()
 
 
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
 @dataclass
 class RunRequest:
     suite: str
@@ -156,9 +187,31 @@ class RunRequest:
     device: str | None = None
     capture: bool = True
     reference: str = "auto"
-    mode: str = "inference"  # see harness.training.MODES
+    mode: str = "inference"  # see harness.targets.MODES
     dynamic: bool = False
     gpus: tuple[str, ...] = ()  # CUDA devices the workers are spread over (CUDA targets)
+    maxfail: int | None = None  # stop starting entries after this many failures against the compiler
+    # what the expected-results file says per entry name (harness.expected); entries not in it must pass
+    expected: dict[str, Expectation] = field(default_factory=dict)
+    expected_file: str | None = None
+    corpus: list[str] = field(default_factory=list)  # external corpus directories (absolute), for repro commands
+
+
+@dataclass
+class RunOutcome:
+    """How a run ended: its id, and what the exit status is made of."""
+
+    run_id: str
+    results: list[Result]
+    stopped: str = ""  # why the run stopped before every entry ran (--maxfail), "" when it did not
+
+    @property
+    def failures(self) -> list[Result]:
+        return [r for r in self.results if r.against_compiler]
+
+    @property
+    def improved(self) -> list[Result]:
+        return [r for r in self.results if r.status == Status.XPASS]
 
 
 def resolve_run_id(store: ResultStore, request: RunRequest) -> str | None:
@@ -184,26 +237,44 @@ def new_run_base(request: RunRequest) -> str:
     return f"{request.suite}-{request.target}{mode}{dynamic}-{stamp}{shard}"
 
 
+class RunStopped(RuntimeError):
+    """The run cannot go on (the disk is full, the store refuses writes and nothing can take them):
+    what finished is stored, ``--resume`` continues once the cause is gone."""
+
+
 class SafeRecorder:
-    """Stores results; when the store refuses a write (locked past its timeout, disk full, the
-    file damaged mid-run) the result goes to a JSON-lines file next to it instead, so a finished
-    result is never lost, and the run says how to bring those results into the store."""
+    """Stores results; when the store refuses a write (locked past its timeout, the file damaged
+    mid-run) the result goes to a JSON-lines file next to it instead, so a finished result is never
+    lost, and the run says how to bring those results into the store. When that file cannot be
+    written either (the disk is full: it is on the same disk), the run stops (``RunStopped``)."""
 
     def __init__(self, store: ResultStore, run: dict) -> None:
         self.store, self.run = store, run
         self.spill_path = f"{store.path}.unsaved-{run['id']}.jsonl"
         self.spilled = 0
+        self.stored = 0
         self.error = ""
 
-    def __call__(self, result: dict) -> None:
+    def __call__(self, result: Result) -> None:
         try:
             self.store.record(self.run["id"], result)
+            self.stored += 1
             return
         except StoreError as exc:
             self.error = str(exc)
-        with open(self.spill_path, "a") as f:
-            f.write(json.dumps({"run": self.run, "result": result}, default=str) + "\n")
+        try:
+            with open(self.spill_path, "a") as f:
+                f.write(json.dumps({"run": self.run, "result": result.to_dict()}, default=str) + "\n")
+        except OSError as exc:
+            raise RunStopped(self._stop_message(exc)) from None
         self.spilled += 1
+
+    def _stop_message(self, exc: OSError) -> str:
+        cause = "the disk is full" if exc.errno == errno.ENOSPC else f"{exc.strerror or exc}"
+        return (f"the run stops: {self.error}; the results could not be kept next to it either ({cause}: "
+                f"{self.spill_path}). The {self.stored} results already stored in {self.store.path} are safe; "
+                f"free space (or fix the store), then continue with `crucible run ... --resume` "
+                f"(or --run-id {self.run['id']})")
 
     def advice(self) -> str:
         return (f"{self.spilled} result(s) could not be written to {self.store.path} ({self.error}); they are "
@@ -211,8 +282,8 @@ class SafeRecorder:
                 f"{self.spill_path}`")
 
 
-def execute_run(request: RunRequest) -> str:
-    """Run the request's entries; every result is stored as it arrives. Returns the run id."""
+def execute_run(request: RunRequest) -> RunOutcome:
+    """Run the request's entries; every result is stored as it arrives."""
     jobs = max(1, request.jobs)
     with ResultStore(request.db) as store:
         run_id = resolve_run_id(store, request)
@@ -220,8 +291,9 @@ def execute_run(request: RunRequest) -> str:
         if existing is None:
             seed = request.entries[0].seed if request.entries and len({e.seed for e in request.entries}) == 1 else None
             metadata = run_metadata(request.suite, request.target, seed, request.shard, request.catalog.unavailable)
-            metadata.update(mode=request.mode, dynamic=request.dynamic, jobs=jobs,
-                            threads_per_worker=threads_per_worker(jobs),
+            metadata.update(mode=request.mode, dynamic=request.dynamic, jobs=jobs, corpus=request.corpus,
+                            device=request.device,
+                            threads_per_worker=threads_per_worker(jobs), expected_file=request.expected_file,
                             worker_gpus=[gpu_for_worker(i, request.gpus) for i in range(jobs)]
                             if request.gpus else None)
             if run_id:
@@ -232,27 +304,30 @@ def execute_run(request: RunRequest) -> str:
         todo = [e for e in request.entries if e.name not in done]
         if done:
             print(f"resuming run {run_id}: {len(done)} entries already finished, {len(todo)} to go", file=sys.stderr)
-        suite_of = {e.name: e.source for e in request.entries}
         progress = Progress(len(todo))
-
         recorder = SafeRecorder(store, store.run(run_id))
+        failures = [0]
+        source_of = {e.name: e.source for e in request.entries}
 
-        def store_result(result: dict) -> None:
-            result["suite"] = suite_of.get(result["name"], request.suite)
-            result.setdefault("mode", request.mode)
+        def store_result(result: Result) -> None:
+            # a worker that died left a result without them
+            result = result.replace(mode=result.mode or request.mode,
+                                    suite=result.suite or source_of.get(result.name, request.suite))
             recorder(result)
             progress.finished(result)
+            failures[0] += result.against_compiler
 
         config = WorkerConfig(target=request.target, device=request.device, timeout_s=request.timeout_s,
-                              mem_limit_mb=request.mem_limit_mb, capture=request.capture,
-                              reference=request.reference, jobs=jobs, mode=request.mode,
-                              dynamic=request.dynamic, gpus=request.gpus)
+                              mem_limit_mb=request.mem_limit_mb, jobs=jobs, gpus=request.gpus)
         # Longest first: the slowest entries must not start last on an otherwise idle pool.
         todo.sort(key=lambda e: -(e.eager_ms or _DEFAULT_EAGER_MS))
-        tasks = [Task(e.name, request.catalog.origin_of(e.name)) for e in todo]
+        tasks = [EntryTask(e.name, request.catalog.origin_of(e.name), mode=request.mode, dynamic=request.dynamic,
+                           reference=request.reference, capture=request.capture,
+                           expectation=request.expected.get(e.name)) for e in todo]
+        stop = (lambda: failures[0] >= request.maxfail) if request.maxfail else (lambda: False)
         try:
             pool = WorkerPool(config, jobs)
-            pool.run(tasks, store_result, progress.phase)
+            pool.run(tasks, store_result, progress.phase, stop)
             if pool.workers:  # what each worker reported at start-up: its GPU and torch threads
                 metadata = store.run(run_id)["metadata"]
                 metadata["workers"] = [pool.workers[i] for i in sorted(pool.workers)]
@@ -263,6 +338,13 @@ def execute_run(request: RunRequest) -> str:
                 print(recorder.advice(), file=sys.stderr)
         if recorder.spilled:
             raise StoreError(recorder.advice())
-        if len(store.finished_names(run_id) & {e.name for e in request.entries}) == len(request.entries):
+        finished = store.finished_names(run_id) & {e.name for e in request.entries}
+        if len(finished) == len(request.entries):
             store.finish_run(run_id)
-        return run_id
+        selected = {e.name for e in request.entries}
+        results = [r for r in store.results(run_id) if r.name in selected]
+        stopped = ""
+        if len(finished) < len(request.entries) and request.maxfail and failures[0] >= request.maxfail:
+            stopped = (f"stopped after {failures[0]} failure(s) (--maxfail {request.maxfail}); "
+                       f"{len(request.entries) - len(finished)} entries not run: continue with --resume")
+        return RunOutcome(run_id, results, stopped)

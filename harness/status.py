@@ -1,38 +1,127 @@
-"""The status taxonomy of a harness result.
+"""The status taxonomy of a harness result, and the phases a subject goes through.
 
-Eager failures are never counted against the compiler: pass rates are over the
-entries whose eager run works (see ``eager_ok``).
+Every output (the text report, the HTML report, JUnit, the pytest plugin, the exit status of
+``crucible run``, ``diff``) reads what a status means from its member here: its ``kind`` (a pass,
+a failure of the compiler under test, the model's own problem, expected, skipped), its colour and
+its place in legends (definition order). A new status is added here and nowhere else.
+
+Eager failures are never counted against the compiler: pass rates are over the results whose
+eager run works (``counts``). A crash, hang or OOM is the model's own when it happened while
+building or running it in eager (``Phase.eager_side``).
 """
 
 from __future__ import annotations
 
-
-class Status:
-    PASS = "pass"
-    FAIL_ACCURACY = "fail_accuracy"
-    FAIL_COMPILE = "fail_compile"
-    FAIL_RUN = "fail_run"
-    FAIL_MEMORY = "fail_memory"  # the simulator found a memory-safety defect in a kernel (crucible-sim)
-    TIMEOUT = "timeout"
-    CRASH = "crash"  # the worker died from a signal (segfault, abort, ...)
-    OOM = "oom"
-    EAGER_FAIL = "eager_fail"  # building or running the model in eager failed
-    EAGER_NONDETERMINISTIC = "eager_nondeterministic"  # two eager runs differ
-    XFAIL = "xfail"  # failed exactly as the entry's ExpectedFailure says
-    SKIPPED = "skipped"  # the entry does not run on the target's device or in this installation
+from enum import Enum
 
 
-COMPILER_STATUSES = (Status.PASS, Status.FAIL_ACCURACY, Status.FAIL_COMPILE, Status.FAIL_RUN,
-                     Status.FAIL_MEMORY, Status.TIMEOUT, Status.CRASH, Status.OOM)
-EAGER_STATUSES = (Status.EAGER_FAIL, Status.EAGER_NONDETERMINISTIC)
-ALL_STATUSES = COMPILER_STATUSES + EAGER_STATUSES + (Status.XFAIL, Status.SKIPPED)
+class Kind(Enum):
+    """What a status says about the compiler under test."""
 
-# Phases in which a crash, hang or OOM is the model's fault, not the compiler's.
-EAGER_PHASES = ("build", "eager", "reference")
+    PASSED = "passed"
+    FAILED = "failed"  # a failure of the compiler under test
+    MODEL = "model"  # the model's own problem (eager fails or is nondeterministic): never counted
+    EXPECTED = "expected"  # failed as an expected-results file or the entry says
+    SKIPPED = "skipped"  # does not run here
 
 
-def eager_ok(status: str, phase: str | None) -> bool:
-    """True when the entry's eager run worked, i.e. the entry counts in pass rates."""
-    if status in EAGER_STATUSES or status == Status.SKIPPED:
+class Status(str, Enum):
+    """A result's status. A ``str`` enum: members compare equal to their value (``"pass"``)."""
+
+    PASS = ("pass", Kind.PASSED, "#2e9d4a", "the compiled outputs agree with eager and float64")
+    XPASS = ("xpass", Kind.PASSED, "#6fcf97", "expected to fail, and passed: improved (update the expected file)")
+    FAIL_ACCURACY = ("fail_accuracy", Kind.FAILED, "#e8a33d", "the compiled outputs fail the parity oracle")
+    FAIL_COMPILE = ("fail_compile", Kind.FAILED, "#d64541",
+                    "Dynamo or the backend raised while compiling, or the target is unavailable")
+    FAIL_RUN = ("fail_run", Kind.FAILED, "#a83279", "the compiled code raised while running")
+    FAIL_MEMORY = ("fail_memory", Kind.FAILED, "#5b2c6f",
+                   "the simulator found a memory-safety defect in a kernel (crucible-sim)")
+    TIMEOUT = ("timeout", Kind.FAILED, "#7d5ba6", "the worker passed its deadline and was killed")
+    CRASH = ("crash", Kind.FAILED, "#3b3b3b", "the worker died from a signal (segfault, abort, ...)")
+    OOM = ("oom", Kind.FAILED, "#8c564b", "out of memory (allocation refused, or killed by the OOM killer)")
+    EAGER_FAIL = ("eager_fail", Kind.MODEL, "#9fb3c8", "building or running the model in eager failed")
+    EAGER_NONDETERMINISTIC = ("eager_nondeterministic", Kind.MODEL, "#c7d3e0", "two eager runs differ")
+    XFAIL = ("xfail", Kind.EXPECTED, "#bcbd22",
+             "failed as expected (the expected-results file, or the entry's ExpectedFailure)")
+    SKIPPED = ("skipped", Kind.SKIPPED, "#dddddd", "does not run on this target, device or installation")
+
+    def __new__(cls, value: str, kind: Kind, color: str, meaning: str) -> Status:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.kind, member.color, member.meaning = kind, color, meaning
+        return member
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+    @property
+    def passed(self) -> bool:
+        return self.kind is Kind.PASSED
+
+    @property
+    def failed(self) -> bool:
+        """A failure of the target (before asking in which phase it happened: see ``counts``)."""
+        return self.kind is Kind.FAILED
+
+
+# Statuses whose meaning depends on the phase: in an eager-side phase they are the model's.
+_WORKER_DEATHS = (Status.TIMEOUT, Status.CRASH, Status.OOM)
+
+
+class Phase(str, Enum):
+    """Where a subject was when its result was decided (in order of the engine's sequence)."""
+
+    LOAD = "load"  # the worker looks the subject up (listing an entry's source)
+    BUILD = "build"
+    EAGER = "eager"
+    REFERENCE = "reference"
+    CAPTURE = "capture"
+    COMPILE = "compile"  # compile and first call (inference)
+    FORWARD = "forward"  # train mode: compile and the first forward
+    BACKWARD = "backward"  # train mode: the first backward (compiles the backward graph)
+    RUN = "run"  # the second call
+    COMPARE = "compare"
+    CHECKS = "checks"
+    LOCALIZE = "localize"  # the fuzzer's localization task
+    HARNESS = "harness"  # the harness itself failed on this subject
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+    @property
+    def eager_side(self) -> bool:
+        """Phases that run only the model itself: a crash, hang or OOM there is the model's fault."""
+        return self in (Phase.LOAD, Phase.BUILD, Phase.EAGER, Phase.REFERENCE)
+
+
+def counts(status: Status | str, phase: Phase | str | None) -> bool:
+    """True when the result counts in pass rates: its eager run worked and it ran here."""
+    status = Status(status)
+    if status.kind in (Kind.MODEL, Kind.SKIPPED):
         return False
-    return not (status in (Status.TIMEOUT, Status.CRASH, Status.OOM) and phase in EAGER_PHASES)
+    return not (status in _WORKER_DEATHS and phase is not None and _phase(phase).eager_side)
+
+
+def against_compiler(status: Status | str, phase: Phase | str | None) -> bool:
+    """True when the result is a failure of the compiler under test (what fails a CI run)."""
+    return Status(status).failed and counts(status, phase)
+
+
+def _phase(phase: Phase | str) -> Phase:
+    try:
+        return Phase(phase)
+    except ValueError:  # a phase written by a newer harness: not one of the model's
+        return Phase.HARNESS
+
+
+def status_of(value: str) -> Status:
+    """``Status(value)`` with a clear error naming the value (stores and JSON exports hold strings)."""
+    try:
+        return Status(value)
+    except ValueError:
+        raise ValueError(f"unknown result status {value!r}; known: "
+                         f"{', '.join(s.value for s in Status)}") from None

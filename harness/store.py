@@ -1,10 +1,14 @@
-"""The results store: one SQLite file, written as each entry finishes.
+"""The results store: one SQLite file, written as each result arrives.
 
-Tables: ``runs`` (one row per run: id, suite, target, metadata as JSON, finished
-flag) and ``results`` (one row per run and entry; scalar metrics as columns, lists as
-JSON text: graph breaks, and from crucible's compile reports the extern ops with their
-reasons, the graphs that fell back and the refused fusions; error detail as text). A run killed half-way keeps the
-rows it wrote; ``--resume`` continues it, skipping entries already present.
+Tables: ``runs`` (one row per run: id, suite, target, metadata as JSON, finished flag),
+``results`` (one row per run and entry: one column per field of ``harness.result.Result``, lists
+and dicts as JSON text), ``fuzz_findings`` and ``minimized``. A run killed half-way keeps the rows
+it wrote; ``--resume`` continues it, skipping entries already present.
+
+The file carries a schema version (``PRAGMA user_version``). A file of an older version is
+migrated when it is opened for writing (columns added since are added); opened read-only (a report,
+the sources of a merge) it is read as it is, a field it lacks reading as None. A file of a newer
+version than this code knows is refused, never rewritten.
 """
 
 from __future__ import annotations
@@ -16,42 +20,24 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
-from harness.compile_reasons import FIELDS as COMPILE_REASON_FIELDS
+from harness.result import JSON_FIELDS, STORED_FIELDS, Result, field_type
 
 DEFAULT_DB = "crucible-results.sqlite"
 
-# Scalar result fields stored as columns, in export order.
-RESULT_COLUMNS = (
-    "name", "suite", "target", "status", "phase", "graphs", "graph_breaks", "capture_coverage",
-    "captured_ops", "eager_ops", "max_abs_err", "max_rel_err", "rmse_ratio", "cosine", "compile_s",
-    "run_s", "wall_s", "load_s", "build_s", "eager_s", "reference_s", "capture_s", "kernels", "externs", "reference", "error", "error_detail", "capture_error",
-    # crucible-sim: bytes the run phase's kernels moved, their ideal bytes, the roofline time on an H200,
-    # the worst kernel's moved/ideal ratio, and the kernels with memory findings
-    "bytes_moved", "ideal_bytes", "est_h200_s", "traffic_ratio", "traffic_kernel", "memory_kernels",
-    # train mode (gradients graded like outputs) and --dynamic (several input sizes)
-    "mode", "dynamic", "grads", "grad_max_abs_err", "grad_max_rel_err", "grad_rmse_ratio", "grad_cosine",
-    "backward_graphs", "recompiles", "guard_failures", "dynamic_note", "model_copy", "worker_threads",
-    "worker_gpu", "grad_note",
-)
-
-_TEXT_COLUMNS = {"name", "suite", "target", "status", "phase", "reference", "error", "error_detail",
-                 "capture_error", "traffic_kernel", "memory_kernels", "mode", "dynamic_note", "model_copy",
-                 "worker_gpu", "grad_note"}
-# Columns holding JSON (lists of dicts); the result field of the same name is the decoded value, a
-# missing list reads back as [].
-JSON_COLUMNS = ("break_reasons", "sizes", *COMPILE_REASON_FIELDS)
-_INT_COLUMNS = ("graphs", "graph_breaks", "captured_ops", "eager_ops", "kernels", "externs", "dynamic", "grads",
-                "backward_graphs", "recompiles", "guard_failures", "worker_threads")
-_COLUMN_DEFS = ", ".join(f"{c} {'TEXT' if c in _TEXT_COLUMNS else 'REAL'}" for c in RESULT_COLUMNS)
-_JSON_DEFS = ", ".join(f"{c} TEXT" for c in JSON_COLUMNS)
+# 1: the layout before versioning (every scalar a REAL or TEXT column); 2: columns from Result's fields,
+# typed (INTEGER, REAL, TEXT; JSON as TEXT). Bump when a migration is needed and add it to _MIGRATIONS.
+SCHEMA_VERSION = 2
+_SQL_TYPES = {"text": "TEXT", "integer": "INTEGER", "real": "REAL", "json": "TEXT"}
+_COLUMN_DEFS = ", ".join(f"{name} {_SQL_TYPES[field_type(name)]}" for name in STORED_FIELDS)
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS runs (
     id TEXT PRIMARY KEY, suite TEXT, target TEXT, created REAL, finished INTEGER DEFAULT 0,
     metadata TEXT
 );
 CREATE TABLE IF NOT EXISTS results (
-    run_id TEXT NOT NULL, {_COLUMN_DEFS}, {_JSON_DEFS}, recorded REAL,
+    run_id TEXT NOT NULL, {_COLUMN_DEFS}, recorded REAL,
     PRIMARY KEY (run_id, name)
 );
 CREATE TABLE IF NOT EXISTS fuzz_findings (
@@ -68,6 +54,8 @@ CREATE TABLE IF NOT EXISTS minimized (
 # Columns of ``minimized``: an entry's failure shrunk by ``crucible minify`` (harness.minify).
 MINIMIZED_COLUMNS = ("status", "signature", "repro", "nodes_before", "nodes_after", "checks", "seconds",
                      "first_divergent", "stage", "stage_evidence", "message")
+FINDING_COLUMNS = ("signature", "kind", "target", "status", "op", "error", "error_detail", "known", "hits", "nodes",
+                   "graph", "repro")
 
 
 class StoreError(RuntimeError):
@@ -85,6 +73,8 @@ def _describe(path: str, exc: sqlite3.Error) -> str:
     if "locked" in text or "busy" in text:
         return (f"results database {path} is locked by another process (waited {BUSY_TIMEOUT_S:g}s): "
                 f"wait for it to finish or use another --db")
+    if "disk is full" in text or "disk I/O error" in text:
+        return f"results database {path}: the disk is full or failing ({text})"
     if "not a database" in text or "malformed" in text or "file is encrypted" in text:
         return (f"results database {path} is corrupted or not an SQLite file ({text}): move it away "
                 f"or pass another --db")
@@ -107,24 +97,55 @@ def _guarded(method: Callable) -> Callable:
 class ResultStore:
     """One results file. Several processes may write it at once (parallel runs, pytest-xdist
     workers): WAL journaling lets readers and one writer proceed together, and every write is one
-    short transaction that waits up to ``BUSY_TIMEOUT_S`` for the others."""
+    short transaction that waits up to ``BUSY_TIMEOUT_S`` for the others.
 
-    def __init__(self, path: str | Path = DEFAULT_DB) -> None:
+    ``read_only=True`` never writes (no schema, no migration, no journal files where SQLite can do
+    without: a store in a read-only directory can be reported on)."""
+
+    def __init__(self, path: str | Path = DEFAULT_DB, read_only: bool = False) -> None:
         self.path = str(path)
+        self.read_only = read_only
         if Path(self.path).is_dir():
             raise StoreError(f"results database {self.path} is a directory: pass a file to --db")
+        if read_only and not Path(self.path).is_file():
+            raise StoreError(f"no results database at {self.path}")
         try:
-            self.db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+            self.db = self._connect()
             self.db.row_factory = sqlite3.Row
             self._check_foreign()
-            try:
-                self.db.execute("PRAGMA journal_mode=WAL")
-            except sqlite3.OperationalError:
-                pass  # a file system without shared memory: the rollback journal works too
-            self.db.executescript(_SCHEMA)
-            self._add_missing_columns()
+            self.version = self._check_version()
+            if not read_only:
+                try:
+                    self.db.execute("PRAGMA journal_mode=WAL")
+                except sqlite3.OperationalError:
+                    pass  # a file system without shared memory: the rollback journal works too
+                self.db.executescript(_SCHEMA)
+                self._migrate()
+            self._columns = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
         except sqlite3.Error as exc:
             raise StoreError(_describe(self.path, exc)) from None
+
+    def _connect(self) -> sqlite3.Connection:
+        if not self.read_only:
+            return sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S)
+        uri = f"file:{quote(str(Path(self.path).resolve()))}"
+        db = sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=BUSY_TIMEOUT_S)
+        try:
+            db.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+            return db
+        except sqlite3.OperationalError:
+            # a WAL file in a directory we cannot write: SQLite cannot create its shared-memory file
+            # there. Read the file as it stands (a finished run has checkpointed its WAL).
+            db.close()
+            return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, timeout=BUSY_TIMEOUT_S)
+
+    def _check_version(self) -> int:
+        version = int(self.db.execute("PRAGMA user_version").fetchone()[0])
+        if version > SCHEMA_VERSION:
+            raise StoreError(f"results database {self.path} has schema version {version}, newer than this "
+                             f"Crucible's {SCHEMA_VERSION}: upgrade Crucible or pass another --db")
+        has_tables = self.db.execute("SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0]
+        return version or (1 if has_tables else SCHEMA_VERSION)  # before versioning, files said 0
 
     def _check_foreign(self) -> None:
         tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
@@ -139,16 +160,18 @@ class ResultStore:
             raise StoreError(f"{self.path} is an SQLite database of another program (tables: "
                              f"{', '.join(sorted(tables)[:5])}): pass another --db")
 
-    def _add_missing_columns(self) -> None:
-        # A database written by an older harness gains the columns added since.
+    def _migrate(self) -> None:
+        """Bring a file of an older schema to this one: the columns fields added since, the version."""
         have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
         with self.db:
-            for column in (*RESULT_COLUMNS, *JSON_COLUMNS):
-                if column not in have:
-                    kind = "TEXT" if column in _TEXT_COLUMNS or column in JSON_COLUMNS else "REAL"
-                    self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+            for name in STORED_FIELDS:
+                if name not in have:
+                    self.db.execute(f"ALTER TABLE results ADD COLUMN {name} {_SQL_TYPES[field_type(name)]}")
             if "error_detail" not in {row[1] for row in self.db.execute("PRAGMA table_info(fuzz_findings)")}:
                 self.db.execute("ALTER TABLE fuzz_findings ADD COLUMN error_detail TEXT")
+            if self.version < SCHEMA_VERSION:
+                self.db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        self.version = SCHEMA_VERSION
 
     def close(self) -> None:
         self.db.close()
@@ -214,13 +237,12 @@ class ResultStore:
 
     # -- results ----------------------------------------------------------
     @_guarded
-    def record(self, run_id: str, result: dict[str, Any]) -> None:
-        columns = (*RESULT_COLUMNS, *JSON_COLUMNS)
-        values = [result.get(c) for c in RESULT_COLUMNS] + [json.dumps(result.get(c) or []) for c in JSON_COLUMNS]
+    def record(self, run_id: str, result: Result) -> None:
+        values = [_column_value(name, getattr(result, name)) for name in STORED_FIELDS]
         with self.db:
             self.db.execute(
-                f"INSERT OR REPLACE INTO results (run_id, {', '.join(columns)}, recorded) "
-                f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",
+                f"INSERT OR REPLACE INTO results (run_id, {', '.join(STORED_FIELDS)}, recorded) "
+                f"VALUES (?, {', '.join('?' for _ in STORED_FIELDS)}, ?)",
                 [run_id, *values, time.time()])
 
     @_guarded
@@ -242,52 +264,57 @@ class ResultStore:
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
 
     @_guarded
-    def results(self, run_id: str) -> list[dict[str, Any]]:
+    def results(self, run_id: str) -> list[Result]:
         rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY name", (run_id,)).fetchall()
         minimized = self.minimized(run_id)
-        out = [self._result_dict(r) for r in rows]
-        for r in out:
-            if r["name"] in minimized:
-                r["minimized"] = minimized[r["name"]]
-        return out
+        return [self._result(row, minimized.get(row["name"])) for row in rows]
 
-    @staticmethod
-    def _result_dict(row: sqlite3.Row) -> dict[str, Any]:
-        out = {c: row[c] for c in RESULT_COLUMNS}
-        for c in _INT_COLUMNS:
-            if out[c] is not None:
-                out[c] = int(out[c])
-        for c in JSON_COLUMNS:
-            out[c] = json.loads(row[c] or "[]")
-        return out
+    def _result(self, row: sqlite3.Row, minimized: dict | None) -> Result:
+        values = {name: _field_value(name, row[name]) for name in STORED_FIELDS if name in self._columns}
+        return Result(**values, minimized=minimized)
 
     # -- fuzz findings (harness.fuzz) ----------------------------------------
+    @_guarded
     def record_finding(self, run_id: str, finding: dict[str, Any]) -> None:
-        columns = ("signature", "kind", "target", "status", "op", "error", "error_detail", "known", "hits", "nodes",
-                   "graph", "repro")
         with self.db:
-            self.db.execute(f"INSERT OR REPLACE INTO fuzz_findings (run_id, {', '.join(columns)}, recorded) "
-                            f"VALUES (?, {', '.join('?' for _ in columns)}, ?)",
-                            [run_id, *[finding.get(c) for c in columns], time.time()])
+            self.db.execute(f"INSERT OR REPLACE INTO fuzz_findings (run_id, {', '.join(FINDING_COLUMNS)}, recorded) "
+                            f"VALUES (?, {', '.join('?' for _ in FINDING_COLUMNS)}, ?)",
+                            [run_id, *[finding.get(c) for c in FINDING_COLUMNS], time.time()])
 
+    @_guarded
     def findings(self, run_id: str) -> list[dict[str, Any]]:
         rows = self.db.execute("SELECT * FROM fuzz_findings WHERE run_id = ? ORDER BY known IS NOT NULL, "
                                "signature", (run_id,)).fetchall()
         return [dict(r) for r in rows]
 
-    def iter_all(self) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    def iter_all(self) -> Iterator[tuple[dict[str, Any], list[Result]]]:
         for run in self.runs():
             yield run, self.results(run["id"])
 
 
-def export_json(store: ResultStore, run_id: str) -> dict[str, Any]:
-    """The ``--json`` document of one run."""
+def _column_value(name: str, value: Any) -> Any:
+    if name in JSON_FIELDS and value is not None:
+        return json.dumps(value, default=str)
+    return value
+
+
+def _field_value(name: str, value: Any) -> Any:
+    kind = field_type(name)
+    if kind == "json":
+        return None if value is None else json.loads(value)
+    if kind == "integer" and value is not None:
+        return int(value)  # files of schema 1 stored every number as REAL
+    return value
+
+
+def export_json(store: ResultStore, run_id: str, names: set[str] | None = None) -> dict[str, Any]:
+    """The ``--json`` document of one run (only the entries ``names``, when given)."""
     run = store.run(run_id)
     if run is None:
         raise KeyError(f"no run {run_id!r} in {store.path}")
     header = {k: run[k] for k in ("id", "suite", "target", "created", "finished")}
     header.update(run["metadata"])
-    return {"run": header, "entries": store.results(run_id)}
+    return {"run": header, "entries": [r.to_dict() for r in store.results(run_id) if names is None or r.name in names]}
 
 
 def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
@@ -301,7 +328,7 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
             for run_id, n in _merge_spilled(into, Path(path)).items():
                 merged[run_id] = merged.get(run_id, 0) + n
             continue
-        with ResultStore(path) as src:
+        with ResultStore(path, read_only=True) as src:
             for run, results in src.iter_all():
                 existing = before = into.run(run["id"])
                 # A merged run lists the shards it holds.
@@ -339,6 +366,6 @@ def _merge_spilled(into: ResultStore, path: Path) -> dict[str, int]:
             raise StoreError(f"{path}:{number}: not a line of unsaved results") from None
         if into.run(run["id"]) is None:
             into.create_run(run["id"], run["suite"], run["target"], run.get("metadata") or {})
-        into.record(run["id"], result)
+        into.record(run["id"], Result.from_dict(result))
         merged[run["id"]] = merged.get(run["id"], 0) + 1
     return merged

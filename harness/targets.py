@@ -1,13 +1,21 @@
-"""Targets: what a corpus entry is compiled with and where it runs.
+"""Targets: what a subject is compiled with and where it runs, parsed and validated once.
 
-``eager`` runs the model as written. The ``crucible-*`` targets compile with our
-backend in strict mode (a compiler error is an error, never a silent fallback to
-eager). Any other name is looked up as a registered Dynamo backend.
+``eager`` runs the model as written. The ``crucible-*`` targets compile with our backend in strict
+mode (a compiler error is an error, never a silent fallback to eager). Any other name is a
+registered Dynamo backend. A name may carry backend options after a colon
+(``crucible-interpret:extern=none``, ``inductor:max_autotune=true``); they reach the compiler on
+every path that compiles: corpus entries, fuzz graphs, minimizer cases.
+
+``parse_target`` reads a name without importing torch; ``validate_target`` (the command line calls
+it before anything runs) also checks that the backend exists, that it accepts the options, and
+that the device is there; ``Target.compile`` is the one function that compiles for a target.
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,19 +27,8 @@ CRUCIBLE_TARGETS: dict[str, dict[str, Any]] = {
     "crucible-sim": {"codegen": "triton", "strict": True},  # the interpreter's kernels, checked by simulator/
     "crucible-cpp": {"codegen": "cpp", "strict": True},
 }
-
-
-@dataclass(frozen=True)
-class Target:
-    name: str
-    device: str  # "cpu" | "cuda"
-    backend: str | None  # Dynamo backend name; None for eager
-    options: dict = field(default_factory=dict)
-
-    @property
-    def is_crucible(self) -> bool:
-        return self.name.startswith("crucible")
-
+# Targets whose interpreted Triton kernels run under the simulator's memory checks.
+CHECKED_TARGETS = ("crucible-sim",)
 
 # Where the float64 reference run happens: "auto" = the target's device, falling back to the CPU
 # when that fails (a GPU computes the fp64 reference of a large model in a fraction of the CPU's
@@ -39,30 +36,93 @@ class Target:
 REFERENCE_CHOICES = ("auto", "cpu", "device", "none")
 # What one run of an entry does: a forward, or a forward, a seeded loss and a backward (harness.training).
 MODES = ("inference", "train")
+# How a function reaches the compiler: through Dynamo (``torch.compile``, as a model is), or as an
+# ATen FX graph handed to the backend directly (fuzz graphs and minimizer cases: no bytecode analysis).
+CAPTURES = ("dynamo", "fx")
+
+
+class TargetError(ValueError):
+    """A target that cannot be used as written: unknown, bad options, or its device is missing."""
 
 
 class TargetUnavailable(RuntimeError):
-    """The target cannot run on this machine or in this installation."""
+    """The target cannot run in this process (raised in a worker: the result is ``fail_compile``)."""
 
 
-class TargetSyntaxError(ValueError):
-    """A target name whose ``:key=value`` options cannot be read."""
+@dataclass(frozen=True)
+class Target:
+    name: str  # as given, options included: results are stored under it
+    device: str  # "cpu" | "cuda"
+    backend: str | None  # Dynamo backend name ("crucible" for ours); None for eager
+    options: dict = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        """The name without its options (``crucible-interpret`` for ``crucible-interpret:extern=none``)."""
+        return self.name.partition(":")[0]
+
+    @property
+    def is_crucible(self) -> bool:
+        return self.backend == "crucible"
+
+    @property
+    def checked(self) -> bool:
+        """Its interpreted kernels run under the simulator's memory checks."""
+        return self.base in CHECKED_TARGETS
+
+    def compile(self, fn: Callable[..., Any], inputs: list | tuple = (), *, capture: str = "dynamo",
+                dynamic: bool = False, wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None
+                ) -> Callable[..., Any]:
+        """``fn`` compiled for this target, with every option of the target; the callable runs it.
+
+        ``capture="dynamo"``: through ``torch.compile`` (``dynamic=True`` compiles with dynamic shapes;
+        a crucible target otherwise specializes on static shapes, so Dynamo recompiles for a new
+        shape instead of handing it symbolic sizes); ``wrap`` replaces a crucible target's backend by
+        ``wrap(backend)`` (the capture analysis rides along that way). ``capture="fx"``: ``fn`` (an
+        ATen FX graph, or a function of ``inputs`` traced to one with Crucible's decompositions for
+        crucible targets) goes straight to the backend: no bytecode analysis."""
+        if capture not in CAPTURES:
+            raise ValueError(f"capture={capture!r}: choose one of {', '.join(CAPTURES)}")
+        if self.backend is None:
+            return fn
+        check_available(self)
+        import torch
+
+        if capture == "dynamo":
+            backend: Any = self.backend
+            if self.is_crucible:
+                backend = _crucible_backend() if wrap is None else wrap(_crucible_backend())
+            shapes = True if dynamic else (False if self.is_crucible else None)
+            return torch.compile(fn, backend=backend, options=dict(self.options) or None, dynamic=shapes)
+        if self.is_crucible:
+            import compiler
+
+            gm = fn if _is_graph(fn) else compiler.trace_aten(fn, *inputs)
+            return compiler.compile_graph(gm, list(inputs), **self.options)
+        gm = fn if _is_graph(fn) else torch.fx.symbolic_trace(fn)
+        return _backend_callable(self)(gm, list(inputs))
+
+
+def _is_graph(fn: Any) -> bool:
+    import torch.fx
+
+    return isinstance(fn, torch.fx.GraphModule)
 
 
 def parse_target(name: str, device: str | None = None) -> Target:
     """A Target for ``name``; cheap (imports no torch), so the parent process can call it.
 
-    ``device`` chooses where ``eager`` and Dynamo-backend targets run (default CPU);
-    the crucible targets fix their device. A name may carry backend options after a colon,
-    ``crucible-interpret:extern=none`` or ``inductor:max_autotune=true,coordinate_descent_tuning=true``
-    (``true``/``false`` are booleans, anything else a string); they go to ``torch.compile(options=...)``
-    and the target keeps its whole name in results. ``check_available`` validates them.
-    """
+    ``device`` chooses where ``eager`` and Dynamo-backend targets run (default CPU); the crucible
+    targets fix their device. Options after a colon: ``key=value`` pairs, comma-separated;
+    ``true``/``false`` are booleans, integers and decimals numbers, anything else a string.
+    Raises TargetError on syntax only: ``validate_target`` checks the rest."""
     base, _, spec = name.partition(":")
+    if not base.strip():
+        raise TargetError(f"target {name!r}: no name before ':' (e.g. crucible-interpret, inductor)")
     options = _parse_options(name, spec)
     if base == "eager":
         if options:
-            raise TargetSyntaxError(f"target {name!r}: eager takes no options")
+            raise TargetError(f"target {name!r}: eager takes no options")
         return Target(name, device or "cpu", None)
     if base in CRUCIBLE_TARGETS:
         where = "cuda" if base == "crucible-triton" else "cpu"
@@ -75,35 +135,95 @@ def _parse_options(name: str, spec: str) -> dict[str, Any]:
     for item in filter(None, spec.split(",")):
         key, eq, value = item.partition("=")
         if not eq or not key.strip() or not value.strip():
-            raise TargetSyntaxError(f"target {name!r}: option {item!r} is not key=value "
-                                    f"(e.g. crucible-interpret:extern=none)")
-        value = value.strip()
-        options[key.strip()] = {"true": True, "false": False}.get(value.lower(), value)
+            raise TargetError(f"target {name!r}: option {item!r} is not key=value "
+                              f"(e.g. crucible-interpret:extern=none)")
+        options[key.strip()] = _option_value(value.strip())
     if ":" in name and not options:
-        raise TargetSyntaxError(f"target {name!r}: nothing after ':' (e.g. crucible-interpret:extern=none)")
+        raise TargetError(f"target {name!r}: nothing after ':' (e.g. crucible-interpret:extern=none)")
     return options
 
 
-def target_options_problem(name: str, device: str | None = None) -> str | None:
-    """A one-line problem with the options in a target's name (syntax, or a crucible option the
-    compiler refuses), or None. Imports the compiler only when a crucible target carries options."""
-    try:
-        target = parse_target(name, device)
-    except TargetSyntaxError as exc:
-        return str(exc)
-    if target.backend == "crucible" and ":" in name:
+def _option_value(text: str) -> Any:
+    lowered = text.lower()
+    if lowered in ("true", "false"):
+        return lowered == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def validate_target(name: str, device: str | None = None) -> Target:
+    """The Target for ``name``, or a TargetError whose one line names the problem and what to do:
+    unknown name, options the backend refuses, a CUDA target on a machine without a GPU."""
+    target = parse_target(name, device)
+    if target.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise TargetError(f"target {name!r} needs a CUDA GPU and none is available "
+                              f"(on this machine use crucible-interpret, crucible-cpp or --device cpu)")
+    if target.backend is None:
+        return target
+    if target.is_crucible:
         from compiler.config import Options
 
         try:
             Options.parse(target.options)
         except ValueError as exc:
-            return f"target {name!r}: {exc}"
-    return None
+            raise TargetError(f"target {name!r}: {exc}") from None
+        return target
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if target.backend not in known:
+        close = difflib.get_close_matches(target.backend, [*known, "eager", *CRUCIBLE_TARGETS], n=3)
+        hint = f"; did you mean {' or '.join(close)}?" if close else ""
+        raise TargetError(f"unknown target {target.base!r}: not 'eager', a crucible target "
+                          f"({', '.join(CRUCIBLE_TARGETS)}) or a registered Dynamo backend{hint}")
+    if target.options:
+        _check_backend_options(target)
+    return target
 
 
-def base_name(target: Target) -> str:
-    """The target's name without its options (``crucible-interpret`` for ``crucible-interpret:extern=none``)."""
-    return target.name.partition(":")[0]
+def _check_backend_options(target: Target) -> None:
+    """Build the backend as ``torch.compile`` would with the target's options: Inductor checks the
+    names and types of its options then; any other backend must accept an ``options`` argument."""
+    try:
+        backend = _backend_callable(target)
+    except RuntimeError as exc:  # Inductor: "Unexpected optimization option X, known options are [...]"
+        text = str(exc)
+        if text.startswith("Unexpected optimization option"):
+            bad = text.split()[3].rstrip(",")
+            import torch._inductor.config as inductor_config
+
+            close = difflib.get_close_matches(bad, list(inductor_config.get_config_copy()), n=3)
+            hint = f"; did you mean {' or '.join(close)}?" if close else " (see torch._inductor.config)"
+            raise TargetError(f"target {target.name!r}: Inductor has no option {bad!r}{hint}") from None
+        raise TargetError(f"target {target.name!r}: {text.splitlines()[0][:300]}") from None
+    if target.backend == "inductor":
+        return
+    compiler_fn = getattr(backend, "compiler_fn", backend)
+    try:
+        params = inspect.signature(compiler_fn).parameters
+    except (TypeError, ValueError):
+        return  # a C callable: it speaks for itself at compile time
+    if "options" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise TargetError(f"target {target.name!r}: the Dynamo backend {target.backend!r} takes no options; "
+                          f"drop ':{target.name.partition(':')[2]}'")
+
+
+def _backend_callable(target: Target) -> Callable[..., Any]:
+    """The backend as ``torch.compile(backend=..., options=...)`` builds it (options applied), for
+    graphs handed to it directly."""
+    import torch
+
+    options = dict(target.options) or None
+    if target.backend == "inductor":
+        return torch._TorchCompileInductorWrapper(None, options, False)
+    return torch._TorchCompileWrapper(resolve_backend(target), None, options, False)
 
 
 def default_target() -> str:
@@ -114,20 +234,13 @@ def default_target() -> str:
 
 
 def check_available(target: Target) -> None:
-    """Raise TargetUnavailable with a clear reason when ``target`` cannot run here."""
+    """Raise TargetUnavailable with a clear reason when ``target`` cannot run in this process."""
     import torch
 
     if target.device == "cuda" and not torch.cuda.is_available():
         raise TargetUnavailable(f"{target.name} needs a CUDA GPU and none is available")
     if target.backend is not None:
         resolve_backend(target)
-    if target.backend == "crucible":
-        from compiler.config import Options
-
-        try:
-            Options.parse(target.options)
-        except ValueError as exc:
-            raise TargetUnavailable(f"target {target.name!r}: {exc}") from None
 
 
 def _crucible_backend() -> Callable[..., Any]:
@@ -156,25 +269,3 @@ def resolve_backend(target: Target) -> Callable[..., Any] | str:
         raise TargetUnavailable(f"unknown target {target.name!r}: not 'eager', a crucible-* target "
                                 f"or a registered Dynamo backend")
     return target.backend
-
-
-def compile_model(target: Target, model: Any, dynamic: bool = False,
-                  wrap: Callable[[Callable[..., Any]], Callable[..., Any]] | None = None) -> Any:
-    """The callable a target runs: the model itself for eager, else torch.compile's wrapper.
-
-    ``dynamic=True`` compiles with dynamic shapes (``torch.compile(dynamic=True)``) for every target.
-    ``wrap`` replaces a crucible target's backend by ``wrap(backend)`` (``harness.capture.CaptureProbe``);
-    a backend named by string keeps torch's own handling of its options, so it is never wrapped."""
-    import torch
-
-    if target.backend is None:
-        return model
-    backend = resolve_backend(target)
-    if wrap is not None and target.is_crucible:
-        backend = wrap(backend)
-    # The crucible compiler specializes on static shapes: dynamic=False makes Dynamo recompile for
-    # a new shape instead of handing it symbolic sizes after the first recompile (detection models
-    # call their heads with data-dependent box counts).
-    shapes = True if dynamic else (False if target.is_crucible else None)
-    return torch.compile(model, backend=backend, options=dict(target.options) or None, dynamic=shapes)
-

@@ -104,10 +104,13 @@ class WorkerProcess:
 
     def start(self) -> None:
         parent_conn, child_conn = self._ctx.Pipe()
-        self.proc = self._ctx.Process(target=_bootstrap, daemon=True,
-                                      args=(self.main, child_conn, self.log_path, os.getpid(), self.args))
-        self.proc.start()
-        child_conn.close()
+        proc = self._ctx.Process(target=_bootstrap, daemon=True,
+                                 args=(self.main, child_conn, self.log_path, os.getpid(), self.args))
+        try:
+            proc.start()
+        finally:  # a process that did not start is not this worker's (stop() would wait on it)
+            child_conn.close()
+        self.proc = proc
         self.conn, self.ready, self.info = parent_conn, False, None
         self.start_deadline = time.monotonic() + self.start_timeout_s
 

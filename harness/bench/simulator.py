@@ -39,13 +39,13 @@ def _steady_call(fn: Callable[[], Any], repeat: int) -> float:
 def _entry_call(entry: Any, checked: bool) -> Callable[[], Any]:
     import torch
 
-    from harness.model_runs import DTYPES, ModelCopies, _cast
+    from harness.model_runs import DTYPES, ModelCopies, cast
     from harness.targets import compile_model, parse_target
 
     built = entry.build("small")
     dtype = DTYPES.get(entry.dtype)
     model = ModelCopies(entry, "small", built.model).fresh("cpu", dtype)
-    args, kwargs = _cast(built.inputs, "cpu", dtype), _cast(built.kwargs, "cpu", dtype)
+    args, kwargs = cast(built.inputs, "cpu", dtype), cast(built.kwargs, "cpu", dtype)
     compiled = compile_model(parse_target("crucible-sim" if checked else "crucible-interpret"), model)
 
     def call() -> Any:

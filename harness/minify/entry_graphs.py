@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from corpus.entry import Entry
-from harness.model_runs import DTYPES, ModelCopies, _call, _cast, _fresh
+from harness.model_runs import DTYPES, ModelCopies, call_seeded, cast, fresh_inputs
 from harness.minify.case import GraphCase
 from harness.oracle import ParityOracle, ParityResult, working_precision
 from harness.targets import Target
@@ -75,24 +75,24 @@ def _recording_backend(target: Target, entry: Entry, cases: list[GraphCase]) -> 
 
 def capture_entry(entry: Entry, target: Target) -> EntryGraphs:
     """The entry's ATen graphs as ``target`` receives them (raises when the model does not build/run)."""
-    from harness.model_runs import _reference
+    from harness.model_runs import reference_runs
 
     device, dtype = target.device, DTYPES.get(entry.dtype)
     scale = "full" if device == "cuda" else "small"
     built = entry.build(scale)
     models = ModelCopies(entry, scale, built.model)  # every run its own copy, as `crucible run` does
-    args, kwargs = _cast(built.inputs, device, dtype), _cast(built.kwargs, device, dtype)
+    args, kwargs = cast(built.inputs, device, dtype), cast(built.kwargs, device, dtype)
     out = EntryGraphs()
     torch._dynamo.reset()
     try:
         with torch.no_grad(), working_precision():  # as execute_entry runs it
-            eager = _call(models.fresh(device, dtype), *_fresh(args, kwargs), entry.seed)
-            (float64,) = _reference(models, [(None, built.inputs, built.kwargs)], entry.seed, device, "auto", {},
+            eager = call_seeded(models.fresh(device, dtype), *fresh_inputs(args, kwargs), entry.seed)
+            (float64,) = reference_runs(models, [(None, built.inputs, built.kwargs)], entry.seed, device, "auto", {},
                                     "inference")
             reference = None if float64 is None else float64.out
             compiled = torch.compile(models.fresh(device, dtype),
                                      backend=_recording_backend(target, entry, out.cases), dynamic=False)
-            decomposed = _call(compiled, *_fresh(args, kwargs), entry.seed)
+            decomposed = call_seeded(compiled, *fresh_inputs(args, kwargs), entry.seed)
     finally:
         torch._dynamo.reset()
     out.decomposition = ParityOracle(entry.dtype, entry.tolerance_for(entry.dtype)).compare(

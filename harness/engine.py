@@ -1,0 +1,276 @@
+"""The execution engine: one subject on one target, through one sequence of phases, to one Result.
+
+A subject is anything the harness runs and grades: a corpus entry (``harness.entry_subject``), a
+generated graph (``harness.fuzz.subject``), a minimizer case (``harness.minify.check``), a
+decomposition-rule case (``harness.fuzz.decomp_subject``), a corpus check (an entry that stops
+after eager). The sequence is the same for every one of them:
+
+    build -> eager (twice: different outputs are ``eager_nondeterministic``) -> float64 reference
+    -> capture analysis (entries) -> compile (and the first compiled call) -> run (the second call)
+    -> compare (the parity oracle) -> checks (the simulator's, on ``crucible-sim``)
+
+and every exception goes through one classifier (``harness.errors.classify``). The subject says
+how to do each step (its ``Subject`` methods); the engine says when, times each phase, tells the
+caller where it is (``on_phase``, so the worker's parent knows where a crash or hang happened),
+runs the simulator's memory checks wherever the target is ``crucible-sim``, and applies what was
+expected of the subject (an expected-results file, an entry's ``ExpectedFailure``).
+
+Model and compiler code can raise anything, and every exception is a result to record, not an
+engine bug: hence the broad ``except Exception`` clauses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from harness.errors import SubjectFailed, SubjectSkipped, classify, describe_error, failed_pass
+from harness.oracle import outputs_identical, working_precision
+from harness.result import Draft, Result
+from harness.status import Phase, Status
+from harness.targets import Target
+
+
+@dataclass(frozen=True)
+class Grade:
+    """A subject's verdict on one compiled output: passed or not, why, and the figures (result fields)."""
+
+    passed: bool
+    reason: str = ""
+    fields: dict | None = None
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a subject is expected to end as on this target: a failure status and why (an expected-results
+    file's row, or an entry's ``ExpectedFailure``)."""
+
+    status: str
+    reason: str
+
+
+class Subject(Protocol):
+    """What the engine asks of a subject. Each method runs one step; raising is the step's failure."""
+
+    name: str
+    # phases after which the subject is done (a corpus check stops after eager)
+    last_phase: Phase
+    # eager calls: the last two must agree; the first one's output is the one graded against
+    eager_calls: int
+    # grade the second compiled call too (pure functions: graphs, cases); a model with state grades
+    # the first call only, as a user sees it
+    stateless: bool
+
+    def runs_on(self, device: str) -> str | None:
+        """None when the subject runs on ``device``, else why not (the result is ``skipped``)."""
+
+    def build(self, ctx: Context) -> None:
+        """Make the model or function and its inputs (raising ``SubjectSkipped`` skips the subject)."""
+
+    def eager(self, ctx: Context) -> Any:
+        """One eager call on fresh copies; returns its output."""
+
+    def reference(self, ctx: Context) -> Any:
+        """The float64 output, or None without one (never raises: no reference is not a failure)."""
+
+    def capture(self, ctx: Context) -> None:
+        """The capture analysis, where it does not ride along the compile (information, never raises)."""
+
+    def compile(self, ctx: Context) -> Callable[[], Any]:
+        """Compile for ``ctx.target``; the callable runs the compiled code once on fresh inputs."""
+
+    def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
+        """The oracle's verdict on one compiled output."""
+
+    def finish(self, ctx: Context) -> None:
+        """After the sequence, whatever happened in it (a capture that did not ride along)."""
+
+
+class Context:
+    """What a subject's steps see: the target, the result being filled, and the phase switch."""
+
+    def __init__(self, target: Target, draft: Draft, on_phase: Callable[[str], None]) -> None:
+        self.target, self.draft, self._on_phase = target, draft, on_phase
+        self._phase: Phase | None = None
+        self._started = time.perf_counter()
+
+    @property
+    def device(self) -> str:
+        return self.target.device
+
+    def phase(self, phase: Phase) -> None:
+        """Enter ``phase``: the time of the phase that ends is recorded (``build_s``, ``eager_s``, ...)."""
+        now = time.perf_counter()
+        if self._phase in _TIMED:
+            self.draft[f"{self._phase.value}_s"] = now - self._started
+        self._phase, self._started = phase, now
+        self.draft["phase"] = phase.value
+        self._on_phase(phase.value)
+
+    @property
+    def current(self) -> Phase:
+        assert self._phase is not None
+        return self._phase
+
+
+# phases timed here; the capture analysis times itself (capture_s), where it runs apart
+_TIMED = (Phase.BUILD, Phase.EAGER, Phase.REFERENCE)
+
+
+class _Stop(Exception):
+    """The sequence ends here: the draft holds the verdict."""
+
+
+def execute(subject: Subject, target: Target, on_phase: Callable[[str], None] = lambda phase: None,
+            expectation: Expectation | None = None, allow_tf32: bool = False, **fields: Any) -> Result:
+    """Run ``subject`` on ``target`` in this process; the Result says how it ended.
+
+    ``fields``: result fields known before the run (``mode``, ``dynamic``, ``suite``, ...).
+    ``allow_tf32`` keeps torch's TF32 flags instead of grading float32 at full precision."""
+    draft = Draft(name=subject.name, target=target.name, status=None, phase=Phase.BUILD.value, **fields)
+    reason = subject.runs_on(target.device)
+    if reason is None and target.device == "cuda" and not torch.cuda.is_available():
+        reason = f"{target.name} needs a CUDA GPU and none is available"
+    if reason is not None:
+        draft.update(status=Status.SKIPPED, error=reason)
+        return draft.freeze()
+    torch._dynamo.reset()
+    try:
+        with _simulation(target, draft, on_phase) as on_phase, torch.no_grad(), working_precision(allow_tf32):
+            ctx = Context(target, draft, on_phase)
+            try:
+                _sequence(subject, ctx)
+            except _Stop:
+                pass
+            finally:
+                _finish(subject, ctx)
+    finally:
+        torch._dynamo.reset()
+    return _expected(draft.freeze(), expectation)
+
+
+def _sequence(subject: Subject, ctx: Context) -> None:
+    ctx.phase(Phase.BUILD)
+    _step(ctx, lambda: subject.build(ctx))
+    ctx.phase(Phase.EAGER)
+    outputs = []
+    for _ in range(subject.eager_calls):
+        start = time.perf_counter()
+        outputs.append(_step(ctx, lambda: subject.eager(ctx)))
+        ctx.draft["eager_calls_s"] = [*ctx.draft.get("eager_calls_s", []), time.perf_counter() - start]
+    _synchronize(ctx.device)
+    if len(outputs) > 1 and not _identical(subject, outputs[-2], outputs[-1]):
+        ctx.draft.update(status=Status.EAGER_NONDETERMINISTIC, error="two eager runs gave different outputs")
+        raise _Stop
+    eager = outputs[0]
+    del outputs
+    if subject.last_phase is Phase.EAGER:
+        ctx.draft["status"] = Status.PASS
+        raise _Stop
+    ctx.phase(Phase.REFERENCE)
+    reference = subject.reference(ctx)
+    ctx.phase(Phase.CAPTURE)
+    subject.capture(ctx)
+    ctx.phase(Phase.FORWARD if ctx.draft.get("mode") == "train" else Phase.COMPILE)
+    compiled = _step(ctx, lambda: subject.compile(ctx), compiling=True)
+    start = time.perf_counter()
+    first = _step(ctx, compiled, compiling=True)
+    _synchronize(ctx.device)
+    ctx.draft["compile_s"] = time.perf_counter() - start
+    ctx.phase(Phase.RUN)
+    start = time.perf_counter()
+    second = _step(ctx, compiled)
+    _synchronize(ctx.device)
+    ctx.draft["run_s"] = time.perf_counter() - start
+    ctx.phase(Phase.COMPARE)
+    grade = _step(ctx, lambda: subject.grade(ctx, eager, first, reference))
+    if grade.passed and subject.stateless:
+        again = _step(ctx, lambda: subject.grade(ctx, eager, second, reference))
+        if not again.passed:
+            grade = Grade(False, f"second call: {again.reason}", again.fields)
+    ctx.draft.update(grade.fields or {})
+    if grade.passed:
+        ctx.draft["status"] = Status.PASS
+    else:
+        ctx.draft.update(status=Status.FAIL_ACCURACY, error=grade.reason)
+
+
+def _step(ctx: Context, step: Callable[[], Any], compiling: bool = False) -> Any:
+    """Run one step; an exception decides the result (``classify``) and ends the sequence."""
+    try:
+        return step()
+    except Exception as exc:  # noqa: BLE001 -- the subject's or the compiler's failure: a result
+        fail(ctx.draft, classify(exc, ctx.current, compiling), exc)
+        raise _Stop from None
+
+
+def fail(draft: Draft, status: Status, exc: BaseException) -> None:
+    """Record ``exc`` as the result's failure with ``status``."""
+    draft["status"] = status
+    if isinstance(exc, (SubjectSkipped, SubjectFailed)):  # the subject's own words
+        draft["error"], draft["error_detail"] = str(exc), getattr(exc, "detail", None)
+        return
+    draft["error"], draft["error_detail"] = describe_error(exc)
+    where = failed_pass(exc)
+    if where is not None:
+        draft["failed_pass"] = where
+
+
+def _identical(subject: Subject, a: Any, b: Any) -> bool:
+    same = getattr(subject, "identical", None)
+    return same(a, b) if same is not None else outputs_identical(a, b)
+
+
+def _finish(subject: Subject, ctx: Context) -> None:
+    try:
+        subject.finish(ctx)
+    except Exception as exc:  # noqa: BLE001 -- after the verdict: information lost, verdict kept
+        ctx.draft.setdefault("capture_error", f"finishing failed: {describe_error(exc)[0]}")
+
+
+def _synchronize(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+@contextlib.contextmanager
+def _simulation(target: Target, draft: Draft, on_phase: Callable[[str], None]) -> Iterator[Callable[[str], None]]:
+    """``crucible-sim``: every interpreted kernel created inside runs checked, and the run phase's
+    launches are counted (bytes moved, ideal bytes, roofline time) into the result; yields the phase
+    callback to use. Other targets: ``on_phase`` as it is."""
+    if not target.checked:
+        yield on_phase
+        return
+    from simulator.session import checking
+
+    with checking() as recorder:
+        def phase(name: str) -> None:
+            if name == Phase.RUN.value:  # the steady-state call's launches only
+                recorder.reset()
+            on_phase(name)
+
+        try:
+            yield phase
+        finally:
+            summary = recorder.summary()
+            draft.update({k: summary[k] for k in _SIMULATION_FIELDS if summary.get(k) is not None})
+
+
+_SIMULATION_FIELDS = ("bytes_moved", "ideal_bytes", "est_h200_s", "traffic_ratio", "traffic_kernel", "memory_kernels")
+
+
+def _expected(result: Result, expectation: Expectation | None) -> Result:
+    """XFAIL when the subject failed as expected, XPASS when it was expected to fail and passed."""
+    if expectation is None or not result.counts:
+        return result
+    note = f"{expectation.status}: {expectation.reason}"
+    if result.status == expectation.status:
+        return result.replace(status=Status.XFAIL, expected=note)
+    if result.status.passed:
+        return result.replace(status=Status.XPASS, expected=note)
+    return result.replace(expected=note)  # failed otherwise than expected: a failure, and it says so
