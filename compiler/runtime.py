@@ -3,7 +3,8 @@
 Triton kernel sources are written to the cache directory and imported as
 modules (Triton reads a kernel's source through ``inspect``, so it must live in
 a real file). Every launch goes through ``KernelLauncher``, which knows each
-argument's buffer: the one entry point future simulator checks hook into. On
+argument's buffer; on the CPU it launches the kernel in Triton's interpreter
+(``compiler.interpreter``, where the simulator's checks hook in). On
 the GPU (launch configs tuned when ``compiler.tuning`` says) its first launch
 goes through Triton's JIT dispatch and binds the compiled kernel; later launches call torch's static CUDA launcher on it
 (``bind_static_launch``) or, where that cannot launch it, Triton's driver
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 import torch
 
 from compiler import config, tuning_cache
+from compiler.interpreter import interpreted
 from compiler.launch_binding import (  # noqa: F401  (re-exported: the launcher API)
     ALIGNMENT, _aligned, bind_launch, bind_static_launch, loaded_function, static_launch_refusal)
 from compiler.codegen.base import RenderedKernel
@@ -189,8 +191,6 @@ class KernelLauncher:
         self.path = module.__file__
         fn = getattr(module, symbol)
         if interpret:
-            from simulator.interpreter import interpreted
-
             fn = interpreted(fn)
         self.fn = fn
         self.configs = [(rendered.grid, dict(rendered.meta))] + [(g, dict(m)) for g, m in rendered.alternatives]

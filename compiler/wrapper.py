@@ -16,6 +16,7 @@ import torch
 from compiler import fused_attention
 from compiler.codegen.base import RenderedKernel
 from compiler.graph import Buffer, ExternNode, View, same_layout
+from compiler.interpreter import allocation_hook
 from compiler.layout import is_channels_last
 from compiler.scheduler import Kernel, Schedule
 
@@ -38,7 +39,7 @@ class _WrapperWriter:
         self.globals: dict[str, Any] = {"torch": torch, "launchers": launchers, "device": schedule.device,
                                         "with_strides": with_strides, "empty_strided": allocator(schedule.device),
                                         "reinterpret": reinterpret, **schedule.constants}
-        # checked interpreter runs: a fresh or reused buffer's bytes count as unwritten (simulator/)
+        # checked interpreter runs: a fresh or reused buffer's bytes count as unwritten (compiler.kernel_checks)
         self.fresh = checked_allocation(schedule.device, self.globals)
         self.lines: list[str] = []
         self.consts: list[Any] = []
@@ -207,11 +208,9 @@ if _fast_reinterpret is not None:  # the same in C++ (1.8 us against 2.8 us for 
 
 
 def checked_allocation(device: Any, globals_: dict[str, Any]) -> str:
-    """The wrapper's name for the call around each allocation: "" normally; under the simulator's checks
-    (CPU), a function marking the buffer's bytes unwritten, so kernels reading them before any write are
-    reported."""
-    from simulator.interpreter import allocation_hook
-
+    """The wrapper's name for the call around each allocation: "" normally; under kernel checks (CPU,
+    ``compiler.kernel_checks``), the checker's allocation hook (the simulator's marks the buffer's bytes
+    unwritten, so kernels reading them before any write are reported)."""
     hook = allocation_hook(device)
     if hook is None:
         return ""

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from compiler.interpreter import interpreted_function
 from simulator.accounting import LaunchAccounting
 from simulator.checked import (
     DEFAULT_STEP_BUDGET,
@@ -53,14 +54,10 @@ class LaunchReport:
 
 
 def _interpreted(kernel: Any) -> Any:
-    from triton.runtime.interpreter import InterpretedFunction
-
-    if isinstance(kernel, InterpretedFunction):
-        return kernel
     fn = getattr(kernel, "fn", kernel)
     if not callable(fn) or not hasattr(fn, "__code__"):
         raise TypeError(f"expected a @triton.jit kernel or its Python function, got {type(kernel).__name__}")
-    return InterpretedFunction(fn)
+    return interpreted_function(kernel)
 
 
 def _snapshot(values: list[Any]) -> list[Any]:

@@ -1,9 +1,9 @@
 """Checked execution for a stretch of code, and what its launches added up to.
 
 ``with checking() as rec:`` turns checks on for every interpreted kernel *created* inside
-(the compiler creates its launchers when it compiles a graph) and collects every checked
-launch's report: totals of bytes and estimated GPU time, kernels with findings, and the
-kernels whose traffic most exceeds their ideal bytes. The harness's ``crucible-sim``
+(the compiler creates its launchers when it compiles a graph; ``compiler.kernel_checks``) and
+collects every checked launch's report: totals of bytes and estimated GPU time, kernels with
+findings, and the kernels whose traffic most exceeds their ideal bytes. The harness's ``crucible-sim``
 target runs each entry inside one.
 """
 
@@ -14,17 +14,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from simulator import launch
-
-_FORCED: list[str] = []  # shuffle policy of each active checking() block
-
-
-def forced() -> bool:
-    return bool(_FORCED)
-
-
-def current_shuffle() -> str:
-    return _FORCED[-1] if _FORCED else "atomics"
+from compiler import kernel_checks
+from simulator import hooks, launch
 
 
 @dataclass
@@ -54,16 +45,16 @@ class Recorder:
 
 @contextmanager
 def checking(shuffle: str = "atomics") -> Iterator[Recorder]:
-    if shuffle not in launch.SHUFFLE_CHOICES:
-        raise ValueError(f"shuffle={shuffle!r}: choose one of {', '.join(launch.SHUFFLE_CHOICES)}")
+    """The simulator's hooks installed in the compiler for the block (``simulator.hooks``); every
+    checked launch meanwhile is recorded. ``shuffle``: the order policy of the kernels created inside."""
+    checks = hooks.kernel_checks(shuffle)
     recorder = Recorder()
-    _FORCED.append(shuffle)
     launch.OBSERVERS.append(recorder)
     try:
-        yield recorder
+        with kernel_checks.installed(checks):
+            yield recorder
     finally:
         launch.OBSERVERS.remove(recorder)
-        _FORCED.pop()
 
 
 # Targets whose Triton kernels run checked (harness.targets names them).

@@ -302,3 +302,14 @@ def test_no_import_cycles_below_the_harness() -> None:
     in ``simulator.ir_semantics``. Function-level imports count."""
     cycles = import_cycles(import_graph(LAYERS[:-1]))
     assert not cycles, f"import cycles: {cycles}"
+
+
+def test_packages_import_only_downward() -> None:
+    """Regression: the runtime and the wrapper imported ``simulator.interpreter`` inside functions (an
+    upward import: the simulator sits above the compiler); the simulator now installs its checks
+    through ``compiler.kernel_checks``. Function-level imports count; ``TYPE_CHECKING`` ones do not."""
+    rank = {package: i for i, package in enumerate(LAYERS)}
+    upward = [f"{module} -> {imported} (line {line})" for module, imports in import_graph().items()
+              for imported, line in imports.items()
+              if rank[imported.split(".")[0]] > rank[module.split(".")[0]]]
+    assert not upward, "imports against the layering corpus <- compiler <- simulator <- harness: " + "; ".join(upward)

@@ -104,7 +104,8 @@ def test_skipped_producer_kernel_is_an_uninitialized_read(monkeypatch: pytest.Mo
 
 
 def test_environment_variable_turns_checks_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    from simulator.interpreter import CheckedKernel, interpreted
+    from compiler.interpreter import interpreted
+    from simulator.hooks import CheckedKernel
     from tests.simulator.kernels import add
 
     monkeypatch.delenv("CRUCIBLE_SIM_CHECK", raising=False)
@@ -115,3 +116,46 @@ def test_environment_variable_turns_checks_on(monkeypatch: pytest.MonkeyPatch) -
     x = torch.randn(10)
     with pytest.raises(SimulatorMemoryError, match="out_of_bounds"):
         checked[(1,)](x, x, torch.empty(10), 12, BLOCK=16)  # n larger than the tensors
+
+
+PLAIN_USER = """
+import sys
+import torch
+from compiler.codegen.triton import TritonRenderer
+
+render = TritonRenderer.render
+
+def planted(self, kernel):
+    out = render(self, kernel)
+    return type(out)(**{**out.__dict__, "source": out.source.replace("xmask = xindex < xnumel",
+                                                                     "xmask = xindex <= xnumel")})
+
+model = lambda x: torch.relu(x * 2.0 + 1.0)
+x = torch.randn(33, 17)
+assert "simulator" not in sys.modules
+out = torch.compile(model, backend="crucible", options={"codegen": "triton", "strict": True})(x)
+torch.testing.assert_close(out, model(x))
+assert "simulator.hooks" in sys.modules, "no checks were loaded"
+TritonRenderer.render = planted
+torch._dynamo.reset()
+try:
+    torch.compile(model, backend="crucible", options={"codegen": "triton", "strict": True})(x)
+except Exception as error:
+    print("caught", type(error).__name__, error)
+"""
+
+
+def test_environment_variable_checks_a_plain_torch_compile_user(tmp_path) -> None:
+    """A ``torch.compile(model, backend="crucible")`` user who never imports the simulator gets checked
+    kernels with CRUCIBLE_SIM_CHECK=1: the compiler finds the simulator's hooks through the
+    ``crucible.kernel_checks`` entry point (an upward import used to do it). Needs the package
+    installed (``pip install -e .``), as that user has it."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CRUCIBLE_SIM_CHECK": "1", "CRUCIBLE_CACHE_DIR": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", PLAIN_USER], env=env, capture_output=True, text=True, timeout=600,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "caught SimulatorMemoryError" in done.stdout and "out_of_bounds" in done.stdout, done.stdout[-2000:]
