@@ -4,8 +4,8 @@ Public API:
 
 * ``torch.compile(model, backend="crucible", options={"codegen": ..., "strict": ...})``
 * ``compiler.inspect(fn_or_module, *example_inputs, **options) -> CompileReport``
-* ``compiler.compile_graph(gm, example_inputs, codegen=...)``: compile a bare FX graph
-  of ATen ops (what fuzzers and repro scripts use)
+* ``compiler.compile_graph(gm, example_inputs, codegen=..., **options)``: compile a bare FX graph
+  of ATen ops with any backend option (what fuzzers and repro scripts use)
 * ``compiler.collect_reports()``: gather the reports of graphs compiled in a block
 """
 
@@ -47,10 +47,14 @@ def trace_aten(fn: Callable, *example_inputs: Any) -> torch.fx.GraphModule:
         *example_inputs)
 
 
-def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str = "triton",
-                  strict: bool = True, extern: str = "default") -> Callable:
+def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str | None = "triton",
+                  strict: bool = True, extern: str = "default", **options: Any) -> Callable:
     """Compile a bare FX graph of ATen ops; returns ``fn(*inputs)``.
 
+    Takes every backend option of ``torch.compile(..., options=...)`` (``compiler.config.Options``:
+    ``tuning``, ``layout``, ``fold_weights``, ``cudagraphs`` besides these three), validated the same
+    way: an unknown option or value is a ValueError. So a graph compiled here is compiled as a
+    model with the same options is (the fuzzer and the minimizer rely on it).
     Shapes/dtypes come from ``node.meta["val"]`` or, when missing, from running
     the graph on fake copies of ``example_inputs``.
     """
@@ -60,12 +64,12 @@ def compile_graph(gm: torch.fx.GraphModule, example_inputs: list, codegen: str =
     from compiler.backend import compile_aten_graph
     from compiler.config import Options
 
+    parsed = Options.parse({"codegen": codegen, "strict": strict, "extern": extern, **options})
     if any("val" not in n.meta for n in gm.graph.nodes if n.op in ("placeholder", "call_function")):
         mode = FakeTensorMode(allow_non_fake_inputs=True)
         FakeTensorProp(gm, mode).propagate_dont_convert_inputs(
             *[mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in example_inputs])
-    boxed = compile_aten_graph(gm, example_inputs, options=Options(codegen=codegen, strict=strict, extern=extern),
-                               kind="inference")
+    boxed = compile_aten_graph(gm, example_inputs, options=parsed, kind="inference")
 
     def run(*args: Any) -> Any:
         return boxed(list(args))
