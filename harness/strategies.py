@@ -23,8 +23,9 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from harness.fuzz.builder import ALL_DTYPES, GraphDraw, GraphLimits, graphs, select_specs
+from harness.fuzz.builder import ALL_DTYPES, GraphDraw, GraphLimits, graphs
 from harness.fuzz.graph import FuzzGraph
+from harness.fuzz.specs import select_specs
 from harness.fuzz.values import make_input
 
 __all__ = ["FuzzGraph", "op_graphs", "tensors"]

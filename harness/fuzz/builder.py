@@ -10,7 +10,6 @@ few nodes, fresh inputs, small shapes, contiguous layouts and plain values.
 
 from __future__ import annotations
 
-import fnmatch
 import math
 import re
 from dataclasses import dataclass
@@ -185,23 +184,6 @@ class GraphDraw:
                                      isinstance(out, (tuple, list))))
         for n, t in zip(names, outs):
             self.metas[n] = t
-
-
-def select_specs(ops: str | list[str] | None = None) -> list[Any]:
-    """Op specs whose name matches any of the globs (``aten.*sum*``; ``sum`` matches ``aten.sum.*``)."""
-    from harness.fuzz.specs import OP_SPECS
-
-    if not ops:
-        return list(OP_SPECS.values())
-    globs = [ops] if isinstance(ops, str) else list(ops)
-    globs = [g for part in globs for g in part.split(",") if g]
-    chosen = [s for name, s in OP_SPECS.items()
-              if any(fnmatch.fnmatchcase(name, g) or fnmatch.fnmatchcase(name, f"aten.{g}")
-                     or fnmatch.fnmatchcase(name, f"aten.{g}.*") for g in globs)]
-    if not chosen:
-        raise ValueError(f"--ops {','.join(globs)!s} matches no op spec; "
-                         f"`python -m harness fuzz --list-ops` lists the {len(OP_SPECS)} specs")
-    return chosen
 
 
 @st.composite

@@ -6,41 +6,22 @@ ranges, nonzero integer divisors) and returns the call as source text. Output me
 not hand-written: the builder runs the call on meta tensors, which is eager's own shape and
 dtype logic, type promotion with Python scalars included. Pointwise and reduction specs live
 here; movement, indexing, neural-net and scan specs in ``harness.fuzz.specs_structured``.
-Random ops are excluded on purpose (no seeded parity across compilers).
+Random ops are excluded on purpose (no seeded parity across compilers). ``select_specs`` picks
+specs by name glob (``crucible fuzz --ops``).
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from hypothesis import strategies as st
 
 from harness.fuzz.builder import ALL_DTYPES, INT_DTYPES, NodeDraw
+from harness.fuzz.opspec import INTEGRAL, NUMERIC, OP_SPECS, OpSpec, spec
 from harness.fuzz.values import FLOAT_DTYPES
 
-NUMERIC = FLOAT_DTYPES + INT_DTYPES
-INTEGRAL = INT_DTYPES + ("bool",)
-
-
-@dataclass(frozen=True)
-class OpSpec:
-    name: str  # "aten.<op>.<overload>"
-    family: str  # pointwise, reduction, view, indexing, nn, scan
-    draw: Callable[[NodeDraw], str]
-
-
-OP_SPECS: dict[str, OpSpec] = {}
-
-
-def spec(name: str, family: str) -> Callable[[Callable[[NodeDraw], str]], Callable[[NodeDraw], str]]:
-    def register(fn: Callable[[NodeDraw], str]) -> Callable[[NodeDraw], str]:
-        if name in OP_SPECS:
-            raise ValueError(f"op spec {name} is defined twice")
-        OP_SPECS[name] = OpSpec(name, family, fn)
-        return fn
-
-    return register
+__all__ = ["OP_SPECS", "OpSpec", "select_specs", "spec"]
 
 
 def _unary(name: str, dtypes: tuple[str, ...], extra: Callable[[NodeDraw], str] = lambda n: "") -> None:
@@ -321,5 +302,21 @@ def _count_nonzero(n: NodeDraw) -> str:
     return f"aten.count_nonzero.dim_IntList({a}, {n.dims(a)})"
 
 
+def select_specs(ops: str | list[str] | None = None) -> list[OpSpec]:
+    """Op specs whose name matches any of the globs (``aten.*sum*``; ``sum`` matches ``aten.sum.*``)."""
+    if not ops:
+        return list(OP_SPECS.values())
+    globs = [ops] if isinstance(ops, str) else list(ops)
+    globs = [g for part in globs for g in part.split(",") if g]
+    chosen = [s for name, s in OP_SPECS.items()
+              if any(fnmatch.fnmatchcase(name, g) or fnmatch.fnmatchcase(name, f"aten.{g}")
+                     or fnmatch.fnmatchcase(name, f"aten.{g}.*") for g in globs)]
+    if not chosen:
+        raise ValueError(f"--ops {','.join(globs)!s} matches no op spec; "
+                         f"`crucible fuzz --list-ops` lists the {len(OP_SPECS)} specs")
+    return chosen
+
+
 import harness.fuzz.specs_structured  # noqa: E402,F401  (registers movement, indexing, nn, scan specs)
 import harness.fuzz.specs_attention  # noqa: E402,F401  (registers scaled dot-product attention)
+

@@ -1,5 +1,5 @@
 """Op spec for scaled dot-product attention (``aten.scaled_dot_product_attention``), registered
-into ``harness.fuzz.specs.OP_SPECS`` on import.
+into ``harness.fuzz.opspec.OP_SPECS`` on import (``harness.fuzz.specs`` imports this module).
 
 The composite op is what models call; tracing turns it into the backend's fused kernel
 (``_scaled_dot_product_flash_attention_for_cpu`` on CPU, flash/efficient/cuDNN or the math path
@@ -19,7 +19,7 @@ import torch
 from hypothesis import strategies as st
 
 from harness.fuzz.builder import NodeDraw
-from harness.fuzz.specs import spec
+from harness.fuzz.opspec import spec
 
 ATTENTION_DTYPES = ("float32", "float16", "bfloat16", "float64")
 HEAD_DIMS = (8, 5, 1, 16, 3, 64)  # odd and 1 too; 64 is a common real one

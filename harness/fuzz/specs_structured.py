@@ -1,5 +1,5 @@
 """Op specs beyond pointwise and reductions: views and movement, cat/pad, indexing, neural-net
-ops, scans and sorting. Registered into ``harness.fuzz.specs.OP_SPECS`` on import."""
+ops, scans and sorting. Registered into ``harness.fuzz.opspec.OP_SPECS`` on import (``harness.fuzz.specs`` imports this module)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 from hypothesis import strategies as st
 
 from harness.fuzz.builder import ALL_DTYPES, NodeDraw
-from harness.fuzz.specs import NUMERIC, spec
+from harness.fuzz.opspec import NUMERIC, spec
 from harness.fuzz.values import FLOAT_DTYPES
 
 FLOAT = FLOAT_DTYPES
