@@ -62,8 +62,8 @@ def after_pass(comp: GraphCompilation, name: str, out: Any) -> None:
     if name in ("select_renderer", "load"):
         return
     path = _graph_dir(comp)
-    # the stage's text is for dumps only: rendering it cost every compile (exponential in the
-    # sharing of a DAG: asin(asin(x)) in float64 took minutes; fuzzer, crucible-cpp, seed 1)
+    # the stage's text is for dumps only: it is linear in the IR (shared subexpressions print once,
+    # ``ir.expr_listing``), but still no compile should pay for text nobody reads
     if path is None and config.debug_level() < 3:
         return
     # graph rewrites before lowering (weight folding) sort right after 00_aten_graph.py

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from compiler.ir import Expr, linear_index, render_expr, xvar
+from compiler.ir import Expr, linear_index, render_definition, xvar
 from compiler.report import ExternReason
 
 
@@ -110,8 +110,8 @@ class ComputedNode:
 
     def __str__(self) -> str:
         kind = f"reduction over {list(self.rranges)}" if self.rranges else "pointwise"
-        return (f"{self.name}: {str(self.buffer.dtype).replace('torch.', '')}{list(self.ranges)} {kind} "
-                f"= {render_expr(self.body)}")
+        return render_definition(f"{self.name}: {str(self.buffer.dtype).replace('torch.', '')}{list(self.ranges)} "
+                                 f"{kind}", " = ", self.body)
 
 
 @dataclass

@@ -14,7 +14,7 @@ import functools
 import hashlib
 import math
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -382,18 +382,66 @@ def fingerprint(expr: Expr, memo: dict[Expr, str] | None = None) -> str:
     return memo[expr]
 
 
+def _node_text(e: Expr, operands: list[str]) -> str:
+    """One node's text around its operands' texts: ``buf[index]``, ``float32(a)``, ``sum_r(a)``, ``add(a, b)``."""
+    if e.op is Op.CONST:
+        return repr(e.arg)
+    if e.op is Op.XVAR:
+        return f"x{e.arg}"
+    if e.op is Op.RVAR:
+        return f"r{e.arg}"
+    if e.op is Op.LOAD:
+        return f"{e.arg}[{operands[0]}]"
+    if e.op is Op.CAST:
+        return f"{str(e.dtype).replace('torch.', '')}({operands[0]})"
+    if e.op is Op.REDUCE:
+        return f"{e.arg.value}_r({operands[0]})"
+    return f"{e.op.value}({', '.join(operands)})"
+
+
+def expr_listing(roots: Sequence[Expr], prefix: str = "t") -> tuple[list[str], list[str]]:
+    """The text of ``roots`` with every shared subexpression printed once, by name: (definitions such as
+    ``"t3 = exp(t2)"``, operands before users; each root's text, naming them). Shared: referred to by two
+    operand slots, or by a root and an operand slot (a root used twice counts too); constants and loop
+    variables are never named. Linear in the DAG: the fully nested text doubles with each level of
+    sharing (four chained tanh wrote a 177 MB IR dump in 25 s)."""
+    uses: dict[Expr, int] = {}
+    order: dict[Expr, None] = {}  # every distinct node, operands first
+    for root in roots:
+        uses[root] = uses.get(root, 0) + 1
+        for e in root.walk():
+            if e not in order:
+                order[e] = None
+                for s in e.src:
+                    uses[s] = uses.get(s, 0) + 1
+    definitions: list[str] = []
+    text: dict[Expr, str] = {}  # a named node's name, or the text of a node used once (until its user takes it)
+    for e in order:
+        operands = [text[s] for s in e.src]
+        for s in e.src:
+            if s.src and uses[s] == 1:
+                del text[s]
+        own = _node_text(e, operands)
+        if e.src and uses[e] > 1:
+            name = f"{prefix}{len(definitions)}"
+            definitions.append(f"{name} = {own}")
+            own = name
+        text[e] = own
+    return definitions, [text[r] for r in roots]
+
+
 def render_expr(expr: Expr) -> str:
-    """A compact one-line rendering for debugging and IR dumps."""
-    if expr.op is Op.CONST:
-        return repr(expr.arg)
-    if expr.op is Op.XVAR:
-        return f"x{expr.arg}"
-    if expr.op is Op.RVAR:
-        return f"r{expr.arg}"
-    if expr.op is Op.LOAD:
-        return f"{expr.arg}[{render_expr(expr.src[0])}]"
-    if expr.op is Op.CAST:
-        return f"{str(expr.dtype).replace('torch.', '')}({render_expr(expr.src[0])})"
-    if expr.op is Op.REDUCE:
-        return f"{expr.arg.value}_r({render_expr(expr.src[0])})"
-    return f"{expr.op.value}({', '.join(render_expr(s) for s in expr.src)})"
+    """A compact one-line rendering for debugging and IR dumps: ``add(mul(x0, 4), 3)``; an expression
+    with shared subexpressions names each once, ``let t0 = buf0[x0]; t1 = exp(t0) in add(t1, t1)``
+    (``expr_listing``)."""
+    definitions, (text,) = expr_listing([expr])
+    return f"let {'; '.join(definitions)} in {text}" if definitions else text
+
+
+def render_definition(head: str, joiner: str, expr: Expr, indent: str = "    ") -> str:
+    """``head + joiner + expr`` on one line; where ``expr`` shares subexpressions, ``head`` alone, then
+    one indented line per named subexpression and ``joiner.strip() expr`` (IR dumps of lowered nodes)."""
+    definitions, (text,) = expr_listing([expr])
+    if not definitions:
+        return f"{head}{joiner}{text}"
+    return "\n".join([head, *(indent + d for d in definitions), f"{indent}{joiner.strip()} {text}"])

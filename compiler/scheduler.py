@@ -113,11 +113,12 @@ class Kernel:
 
     def __str__(self) -> str:
         head = f"kernel {self.name} ranges={list(self.ranges)} rranges={list(self.rranges)}"
-        lines = [head]
-        for s in self.stores:
+        # subexpressions shared within or across stores are listed once, before the stores
+        definitions, texts = ir.expr_listing([e for s in self.stores for e in (s.index, s.value)])
+        lines = [head, *(f"  {d}" for d in definitions)]
+        for i, s in enumerate(self.stores):
             mark = "store" if s.buffer in self.kept else "local"
-            lines.append(f"  {mark} {s.buffer}[{ir.render_expr(s.index)}] ({s.level.value}) = "
-                         f"{ir.render_expr(s.value)}")
+            lines.append(f"  {mark} {s.buffer}[{texts[2 * i]}] ({s.level.value}) = {texts[2 * i + 1]}")
         return "\n".join(lines)
 
 

@@ -89,8 +89,8 @@ class TemplateNode(ComputedNode):
     template: Template | None = None
 
     def __str__(self) -> str:
-        return f"{self.name}: {str(self.buffer.dtype).replace('torch.', '')}{list(self.ranges)} " \
-               f"{describe(self.template)} -> {ir.render_expr(self.body)}"
+        return ir.render_definition(f"{self.name}: {str(self.buffer.dtype).replace('torch.', '')}"
+                                    f"{list(self.ranges)} {describe(self.template)}", " -> ", self.body)
 
 
 def describe(template: Template | None) -> str:
