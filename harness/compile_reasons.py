@@ -14,8 +14,8 @@ import re
 from collections import Counter, defaultdict
 from typing import Any
 
-# Result fields stored as JSON lists, one per kind of "no" (see harness.store).
-FIELDS = ("extern_ops", "fallbacks", "refused_fusions")
+from harness.result import Result
+
 MAX_MESSAGE = 200
 
 
@@ -57,47 +57,47 @@ def entry_fields(report: Any) -> dict[str, Any]:
             "refused_fusions": sorted(refusals.values(), key=lambda r: (-r["count"], r["reason"]))}
 
 
-def top_extern_ops(results: list[dict[str, Any]], limit: int = 15) -> list[list[Any]]:
+def top_extern_ops(results: list[Result], limit: int = 15) -> list[list[Any]]:
     """Rows (entries, calls, op, reason, example entry and message), most entries first."""
     entries: dict[tuple[str, str], set[str]] = defaultdict(set)
     calls: Counter = Counter()
     example: dict[tuple[str, str], str] = {}
     for r in results:
-        for row in r.get("extern_ops") or []:
+        for row in r.extern_ops or []:
             key = (row["op"], row["reason"])
-            entries[key].add(r["name"])
+            entries[key].add(r.name)
             calls[key] += row.get("calls", 1)
             message = row.get("message") or ""
-            example.setdefault(key, r["name"] + (f" ({message[:60]})" if message else ""))
+            example.setdefault(key, r.name + (f" ({message[:60]})" if message else ""))
     ranked = sorted(entries, key=lambda k: (-len(entries[k]), -calls[k], k))
     return [[len(entries[k]), calls[k], k[0], k[1], example[k]] for k in ranked[:limit]]
 
 
-def fallback_reasons(results: list[dict[str, Any]], limit: int = 15) -> list[list[Any]]:
+def fallback_reasons(results: list[Result], limit: int = 15) -> list[list[Any]]:
     """Rows (entries, graphs, reason, failed pass, example entry and message) of graphs that ran
     in eager instead of compiled code."""
     entries: dict[tuple[str, str], set[str]] = defaultdict(set)
     graphs: Counter = Counter()
     example: dict[tuple[str, str], str] = {}
     for r in results:
-        for row in r.get("fallbacks") or []:
+        for row in r.fallbacks or []:
             key = (row["reason"], row.get("pass") or "-")
-            entries[key].add(r["name"])
+            entries[key].add(r.name)
             graphs[key] += 1
-            example.setdefault(key, f"{r['name']}: {(row.get('message') or '')[:80]}")
+            example.setdefault(key, f"{r.name}: {(row.get('message') or '')[:80]}")
     ranked = sorted(entries, key=lambda k: (-len(entries[k]), k))
     return [[len(entries[k]), graphs[k], k[0], k[1], example[k]] for k in ranked[:limit]]
 
 
-def top_refused_fusions(results: list[dict[str, Any]], limit: int = 10) -> list[list[Any]]:
+def top_refused_fusions(results: list[Result], limit: int = 10) -> list[list[Any]]:
     """Rows (entries, refusals, reason, example entry and fusion)."""
     entries: dict[str, set[str]] = defaultdict(set)
     count: Counter = Counter()
     example: dict[str, str] = {}
     for r in results:
-        for row in r.get("refused_fusions") or []:
-            entries[row["reason"]].add(r["name"])
+        for row in r.refused_fusions or []:
+            entries[row["reason"]].add(r.name)
             count[row["reason"]] += row.get("count", 1)
-            example.setdefault(row["reason"], f"{r['name']}: {row.get('example', '')}"[:120])
+            example.setdefault(row["reason"], f"{r.name}: {row.get('example', '')}"[:120])
     ranked = sorted(entries, key=lambda k: (-len(entries[k]), -count[k], k))
     return [[len(entries[k]), count[k], k, example[k]] for k in ranked[:limit]]

@@ -1,5 +1,10 @@
 """Reports over stored results: summary tables, top graph breaks, what the compiler left to
-ATen (extern ops with reasons, graph fallbacks, refused fusions), failure clusters."""
+ATen (extern ops with reasons, graph fallbacks, refused fusions), failure clusters with the command
+that reproduces an example of each, expected failures (xfail) and improvements (xpass).
+
+Every table reads the typed ``harness.result.Result`` and what a status means from its
+``harness.status.Status`` member (order, kind, ``counts``): no status is listed here.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,9 @@ from tabulate import tabulate
 
 from harness.compile_reasons import fallback_reasons, top_extern_ops, top_refused_fusions
 from harness.errors import raised_at
-from harness.status import ALL_STATUSES, Status, eager_ok
+from harness.reproduce import reproduce_command
+from harness.result import Result
+from harness.status import Kind, Status
 
 
 def error_signature(error: str | None) -> str:
@@ -26,6 +33,18 @@ def error_signature(error: str | None) -> str:
     return text[:140]
 
 
+def expectation_of(result: Result) -> tuple[str, str]:
+    """(the expected status, why) of an xfail or xpass result (``Result.expected``: "status: reason")."""
+    status, _, reason = (result.expected or "").partition(": ")
+    return status or "?", reason
+
+
+def is_failure(result: Result) -> bool:
+    """A failure to look at: the compiler's, or the model's own (eager failed, or it died eager-side).
+    Passes, expected failures and skips are not."""
+    return result.status.kind in (Kind.FAILED, Kind.MODEL)
+
+
 def _mean(values: list[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
@@ -34,85 +53,110 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "-" if value is None else format(value, spec)
 
 
-def summary_rows(results: list[dict[str, Any]]) -> list[list[Any]]:
-    groups: dict[tuple[str, str], list[dict]] = defaultdict(list)
+def status_counts(results: list[Result]) -> str:
+    """"pass 3, fail_compile 1, ...": every status present, in the legend's order."""
+    counts = Counter(r.status for r in results)
+    return ", ".join(f"{s} {counts[s]}" for s in Status if counts[s])
+
+
+def summary_rows(results: list[Result]) -> list[list[Any]]:
+    groups: dict[tuple[str, str], list[Result]] = defaultdict(list)
     for r in results:
-        groups[(r["suite"], r["target"])].append(r)
+        groups[(r.suite or "?", r.target)].append(r)
     if len(groups) > 1:
         groups[("(all)", "")] = list(results)
     rows = []
     for (suite, target), items in groups.items():
-        ok = [r for r in items if eager_ok(r["status"], r.get("phase"))]
-        passed = sum(r["status"] == Status.PASS for r in ok)
-        full = sum(r.get("graphs") == 1 and r.get("graph_breaks") == 0 for r in items)
-        breaks = sum(r.get("graph_breaks") or 0 for r in items)
-        coverage = _mean([r["capture_coverage"] for r in items if r.get("capture_coverage") is not None])
-        counts = Counter(r["status"] for r in items)
-        status_text = ", ".join(f"{s} {counts[s]}" for s in ALL_STATUSES if counts[s])
+        ok = [r for r in items if r.counts]
+        passed = sum(r.status.passed for r in ok)
+        full = sum(r.graphs == 1 and r.graph_breaks == 0 for r in items)
+        breaks = sum(r.graph_breaks or 0 for r in items)
+        coverage = _mean([r.capture_coverage for r in items if r.capture_coverage is not None])
         rate = f"{100 * passed / len(ok):.1f}%" if ok else "-"
         rows.append([suite, target, len(items), len(ok), full, breaks,
                      "-" if coverage is None else f"{100 * coverage:.1f}%",
-                     rate, status_text])
+                     rate, status_counts(items)])
     return rows
 
 
-def top_break_reasons(results: list[dict[str, Any]], limit: int = 15) -> list[list[Any]]:
+def top_break_reasons(results: list[Result], limit: int = 15) -> list[list[Any]]:
     count: Counter = Counter()
     entries: dict[str, set[str]] = defaultdict(set)
     category: dict[str, str] = {}
     example: dict[str, str] = {}
     for r in results:
-        for b in r.get("break_reasons") or []:
+        for b in r.break_reasons or []:
             count[b["reason"]] += 1
-            entries[b["reason"]].add(r["name"])
+            entries[b["reason"]].add(r.name)
             category[b["reason"]] = b.get("category", "")
-            example.setdefault(b["reason"], f"{r['name']} ({b.get('frame') or '?'})")
+            example.setdefault(b["reason"], f"{r.name} ({b.get('frame') or '?'})")
     return [[n, len(entries[reason]), category[reason], reason[:90], example[reason]]
             for reason, n in count.most_common(limit)]
 
 
-def failure_clusters(results: list[dict[str, Any]], limit: int = 20) -> list[list[Any]]:
-    """Failures grouped by signature: the minimized one (``crucible minify``) where an entry has it,
-    so entries failing from one bug form one group, else the blurred error message."""
-    clusters: dict[tuple[str, str], list[dict]] = defaultdict(list)
+def clusters(results: list[Result], limit: int = 20) -> list[tuple[Status, str, list[Result]]]:
+    """Failures grouped by (status, signature), largest first: the minimized signature (``crucible
+    minify``) where an entry has one, so entries failing from one bug form one group, else the
+    blurred error message."""
+    groups: dict[tuple[Status, str], list[Result]] = defaultdict(list)
     for r in results:
-        if r["status"] in (Status.PASS, Status.SKIPPED, Status.XFAIL):
+        if not is_failure(r):
             continue
-        minimized = r.get("minimized") or {}
+        minimized = r.minimized or {}
         signature = f"minimized: {minimized['signature']}" if minimized.get("signature") else \
-            error_signature(r.get("error"))
-        clusters[(r["status"], signature)].append(r)
-    ranked = sorted(clusters.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+            error_signature(r.error)
+        groups[(r.status, signature)].append(r)
+    order = {status: i for i, status in enumerate(Status)}  # ties: the legend's order
+    ranked = sorted(groups.items(), key=lambda kv: (-len(kv[1]), order[kv[0][0]], kv[0][1]))
+    return [(status, signature, items) for (status, signature), items in ranked[:limit]]
+
+
+def failure_clusters(results: list[Result], limit: int = 20) -> list[list[Any]]:
+    """Rows (status, entries, signature, example entry and its minimized repro) of ``clusters``."""
     rows = []
-    for (status, signature), items in ranked[:limit]:
-        repro = next(((r.get("minimized") or {}).get("repro") for r in items if r.get("minimized")), None)
-        rows.append([status, len(items), signature, items[0]["name"] + (f" ({repro})" if repro else "")])
+    for status, signature, items in clusters(results, limit):
+        repro = next(((r.minimized or {}).get("repro") for r in items if r.minimized), None)
+        rows.append([status.value, len(items), signature, items[0].name + (f" ({repro})" if repro else "")])
     return rows
 
 
-def memory_error_kernels(results: list[dict[str, Any]], limit: int = 20) -> list[list[Any]]:
+def expected_rows(results: list[Result], status: Status) -> list[list[Any]]:
+    """Rows (entry, expected status, why, what happened) of the xfail or xpass results."""
+    rows = []
+    for r in sorted((r for r in results if r.status == status), key=lambda r: r.name):
+        expected, reason = expectation_of(r)
+        happened = "passes" if r.status.passed else (r.error or "").strip().partition("\n")[0]
+        rows.append([r.name, expected, reason[:80], happened[:90]])
+    return rows
+
+
+def memory_error_kernels(results: list[Result], limit: int = 20) -> list[list[Any]]:
     """Kernels the simulator found memory errors in (crucible-sim), with the entries they broke."""
-    entries: dict[str, list[dict]] = defaultdict(list)
+    entries: dict[str, list[Result]] = defaultdict(list)
     for r in results:
-        for kernel in (r.get("memory_kernels") or "").split(", "):
+        for kernel in (r.memory_kernels or "").split(", "):
             if kernel:
                 entries[kernel].append(r)
     ranked = sorted(entries.items(), key=lambda kv: (-len(kv[1]), kv[0]))
-    return [[kernel, len(items), items[0]["name"], (items[0].get("error") or "")[:90]]
+    return [[kernel, len(items), items[0].name, (items[0].error or "")[:90]]
             for kernel, items in ranked[:limit]]
 
 
-def worst_traffic(results: list[dict[str, Any]], limit: int = 10) -> list[list[Any]]:
+def worst_traffic(results: list[Result], limit: int = 10) -> list[list[Any]]:
     """Entries whose worst kernel moves the most bytes relative to its ideal (inputs read once, outputs
     written once); above 1.5x a kernel is flagged."""
-    rows = [r for r in results if r.get("traffic_ratio") is not None]
-    rows.sort(key=lambda r: -r["traffic_ratio"])
-    return [[r["name"], r.get("traffic_kernel") or "-", f"{r['traffic_ratio']:.2f}x",
-             "yes" if r["traffic_ratio"] > 1.5 else "", _fmt(r.get("bytes_moved"), ".0f"),
-             _fmt(None if r.get("est_h200_s") is None else r["est_h200_s"] * 1e6, ".1f")] for r in rows[:limit]]
+    rows = sorted((r for r in results if r.traffic_ratio is not None), key=lambda r: -r.traffic_ratio)
+    return [[r.name, r.traffic_kernel or "-", f"{r.traffic_ratio:.2f}x",
+             "yes" if r.traffic_ratio > 1.5 else "", _fmt(r.bytes_moved, ".0f"),
+             _fmt(None if r.est_h200_s is None else r.est_h200_s * 1e6, ".1f")] for r in rows[:limit]]
 
 
-def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
+def _reproduce_lines(run: dict[str, Any], results: list[Result]) -> str:
+    """The command that reruns each failure cluster's example entry, one per cluster in table order."""
+    return "".join(f"\n  reproduce: {reproduce_command(run, items[0])}" for _, _, items in clusters(results))
+
+
+def render_report(run: dict[str, Any], results: list[Result]) -> str:
     meta = run.get("metadata", {})
     header = (f"run {run['id']}: suite {run['suite']}, target {run['target']}, {len(results)} entries"
               f"{'' if run.get('finished') else ' (unfinished)'}\n"
@@ -131,12 +175,17 @@ def render_report(run: dict[str, Any], results: list[dict[str, Any]]) -> str:
         ("graphs that fell back to eager", fallback_reasons(results),
          ["entries", "graphs", "reason", "failed pass", "example"]),
         ("top refused fusions", top_refused_fusions(results), ["entries", "refusals", "reason", "example"]),
-        ("failures by error signature", failure_clusters(results), ["status", "entries", "signature", "example entry"]),
+        ("failures by error signature", failure_clusters(results), ["status", "entries", "signature", "example entry"],
+         _reproduce_lines(run, results)),
+        ("improved (xpass): expected to fail, now pass; update the expected file (crucible run --update-expected)",
+         expected_rows(results, Status.XPASS), ["entry", "expected", "why", "now"]),
+        ("expected failures (xfail)", expected_rows(results, Status.XFAIL), ["entry", "expected", "why", "error"]),
         ("kernels with memory errors", memory_error_kernels(results), ["kernel", "entries", "example entry", "error"]),
         ("worst traffic ratios (bytes moved / ideal bytes, run phase)", worst_traffic(results),
          ["entry", "kernel", "ratio", "> 1.5x", "bytes moved", "est. H200 us"]),
     ]
-    parts += [f"{title}\n{tabulate(rows, headers=headers)}" for title, rows, headers in sections if rows]
+    parts += [f"{title}\n{tabulate(rows, headers=headers)}{''.join(footer)}"
+              for title, rows, headers, *footer in sections if rows]
     return "\n\n".join(parts)
 
 

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from corpus.entry import Built, Entry
-from harness.execute import execute_entry
+from harness.entry_subject import run_entry
 from harness.report import render_report
+from harness.result import Result
 from harness.store import ResultStore, export_json
 from harness.targets import parse_target
 
@@ -38,30 +39,30 @@ def broken_sin(monkeypatch: pytest.MonkeyPatch):
 
 
 def test_entry_records_extern_ops_reasons_and_refusals() -> None:
-    result = execute_entry(_entry("mixed", _externs_and_refusal, torch.randn(6, 9)),
-                           parse_target("crucible-interpret"), capture=False, reference="none")
-    assert result["status"] == "pass", result.get("error")
-    rows = {(r["op"], r["reason"]): r["calls"] for r in result["extern_ops"]}
+    result = run_entry(_entry("mixed", _externs_and_refusal, torch.randn(6, 9)),
+                       parse_target("crucible-interpret"), capture=False, reference="none")
+    assert result.status == "pass", result.error
+    rows = {(r["op"], r["reason"]): r["calls"] for r in result.extern_ops}
     assert rows == {("aten.cumsum.default", "library_kernel"): 1,
                     ("aten.digamma.default", "no_lowering"): 1}
-    assert result["externs"] == 2 and result["kernels"] >= 2
-    assert result["fallbacks"] == []
-    refusals = result["refused_fusions"]  # the scheduler's reasons; several per graph are normal
+    assert result.externs == 2 and result.kernels >= 2
+    assert result.fallbacks == []
+    refusals = result.refused_fusions  # the scheduler's reasons; several per graph are normal
     assert refusals and all(r["count"] >= 1 and r["reason"] and " -> " in r["example"] for r in refusals)
     assert [r["count"] for r in refusals] == sorted((r["count"] for r in refusals), reverse=True)
 
 
 def test_failed_compile_records_fallback_reason_and_pass(broken_sin) -> None:
-    result = execute_entry(_entry("broken", lambda a: a.sin() + 1, torch.randn(8)),
-                           parse_target("crucible-interpret"), capture=False, reference="none")
-    assert result["status"] == "fail_compile"
-    (fallback,) = result["fallbacks"]
+    result = run_entry(_entry("broken", lambda a: a.sin() + 1, torch.randn(8)),
+                       parse_target("crucible-interpret"), capture=False, reference="none")
+    assert result.status == "fail_compile"
+    (fallback,) = result.fallbacks
     assert (fallback["reason"], fallback["pass"], fallback["kind"]) == ("compiler_error", "lower", "inference")
     assert "planted bug" in fallback["message"]
 
 
-def _stored(name: str, **fields) -> dict:
-    return {"name": f"s/{name}", "suite": "s", "target": "crucible-cpp", "status": "pass", **fields}
+def _stored(name: str, **fields) -> Result:
+    return Result(**{"name": f"s/{name}", "suite": "s", "target": "crucible-cpp", "status": "pass", **fields})
 
 
 def test_store_report_and_json_carry_the_reasons(tmp_path: Path) -> None:
@@ -77,9 +78,9 @@ def test_store_report_and_json_carry_the_reasons(tmp_path: Path) -> None:
         store.record("r1", _stored("c"))
         results = store.results("r1")
         doc = export_json(store, "r1")
-    by_name = {r["name"]: r for r in results}
-    assert by_name["s/a"]["extern_ops"] == [conv, cumsum] and by_name["s/c"]["extern_ops"] == []
-    assert by_name["s/b"]["fallbacks"] == [fallback] and by_name["s/a"]["refused_fusions"] == [refusal]
+    by_name = {r.name: r for r in results}
+    assert by_name["s/a"].extern_ops == [conv, cumsum] and by_name["s/c"].extern_ops is None
+    assert by_name["s/b"].fallbacks == [fallback] and by_name["s/a"].refused_fusions == [refusal]
     assert doc["entries"][0]["extern_ops"] == [conv, cumsum]
     text = render_report({"id": "r1", "suite": "s", "target": "crucible-cpp", "finished": True}, results)
     table = text.split("top extern ops / reasons\n")[1].split("\n\n")[0].splitlines()
@@ -117,10 +118,10 @@ def test_database_from_an_older_harness_gains_the_reason_columns(tmp_path: Path)
     conn.close()
     with ResultStore(path) as store:
         (old,) = store.results("r1")
-        assert old["extern_ops"] == [] and old["fallbacks"] == [] and old["refused_fusions"] == []
+        assert old.extern_ops is None and old.fallbacks is None and old.refused_fusions is None
         store.record("r1", _stored("new", extern_ops=[{"op": "aten.mm.default", "reason": "library_kernel",
                                                        "calls": 1, "message": ""}]))
-        assert {r["name"]: len(r["extern_ops"]) for r in store.results("r1")} == {"s/new": 1, "s/old": 0}
+        assert {r.name: len(r.extern_ops or []) for r in store.results("r1")} == {"s/new": 1, "s/old": 0}
 
 
 def test_free_text_refusals_group_across_sizes() -> None:
