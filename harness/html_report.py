@@ -3,8 +3,10 @@
 Sections, top to bottom: the run's header; the summary per suite and target (the text report's
 table); pass rate and capture coverage over the store's run history for this suite and mode, one
 line per target; the status breakdown per source; the top graph-break and extern reasons; the
-compile-time distribution; the failures with the command that reproduces each.
+compile-time distribution; the failures with the command that reproduces each (``harness.reproduce``),
+the improvements (xpass) and the expected failures (xfail) with what was expected and why.
 Plots are drawn here as SVG: a fixed 720x220 frame each, so the page looks the same in any browser.
+A status's colour and its place in the legend are its ``harness.status.Status`` member's.
 """
 
 from __future__ import annotations
@@ -17,19 +19,19 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-from harness.report import error_signature, failure_clusters, summary_rows, top_break_reasons
 from harness.compile_reasons import top_extern_ops
-from harness.status import ALL_STATUSES, Status, eager_ok
+from harness.report import (error_signature, expected_rows, failure_clusters, is_failure, summary_rows,
+                            top_break_reasons)
+from harness.reproduce import reproduce_command
+from harness.result import Result
+from harness.status import Status
 
-STATUS_COLORS = {
-    Status.PASS: "#2e9d4a", Status.FAIL_ACCURACY: "#e8a33d", Status.FAIL_COMPILE: "#d64541",
-    Status.FAIL_RUN: "#a83279", Status.TIMEOUT: "#7d5ba6", Status.CRASH: "#3b3b3b", Status.OOM: "#8c564b",
-    Status.EAGER_FAIL: "#9fb3c8", Status.EAGER_NONDETERMINISTIC: "#c7d3e0", Status.XFAIL: "#bcbd22",
-    Status.SKIPPED: "#dddddd",
-}
 SERIES_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 HISTOGRAM_COLOR = "#4c78a8"
 PLOT_W, PLOT_H, MARGIN = 720, 220, 44
+# The status legend wraps: 4 columns of 175 px fit the 720 px frame with the longest name
+# (eager_nondeterministic, about 130 px at 11 px).
+LEGEND_COLUMNS, LEGEND_STEP, LEGEND_ROW = 4, 175, 16
 
 _CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; background: #fff; }
@@ -61,11 +63,11 @@ def _table(headers: list[str], rows: list[list[Any]], numeric: set[int] = frozen
     return f"<table><tr>{head}</tr>{body}</table>"
 
 
-def run_rates(results: list[dict[str, Any]]) -> tuple[float | None, float | None]:
+def run_rates(results: list[Result]) -> tuple[float | None, float | None]:
     """(pass rate over entries whose eager run works, mean capture coverage) of one run, in [0, 1]."""
-    ok = [r for r in results if eager_ok(r["status"], r.get("phase"))]
-    rate = sum(r["status"] == Status.PASS for r in ok) / len(ok) if ok else None
-    cov = [r["capture_coverage"] for r in results if r.get("capture_coverage") is not None]
+    ok = [r for r in results if r.counts]
+    rate = sum(r.status.passed for r in ok) / len(ok) if ok else None
+    cov = [r.capture_coverage for r in results if r.capture_coverage is not None]
     return rate, (sum(cov) / len(cov) if cov else None)
 
 
@@ -74,7 +76,7 @@ def _mode_of(run: dict[str, Any]) -> tuple[str, bool]:
     return meta.get("mode", "inference"), bool(meta.get("dynamic"))
 
 
-def history_series(run: dict[str, Any], history: list[tuple[dict, list[dict]]]) -> dict[str, list[tuple]]:
+def history_series(run: dict[str, Any], history: list[tuple[dict, list[Result]]]) -> dict[str, list[tuple]]:
     """Per target: [(created, run id, pass rate, coverage)] of the runs of this run's suite and mode."""
     series: dict[str, list[tuple]] = defaultdict(list)
     for other, results in history:
@@ -123,14 +125,17 @@ def _line_plot(title: str, series: dict[str, list[tuple]], index: int, css_id: s
     return "".join(parts)
 
 
-def _status_bars(results: list[dict[str, Any]]) -> str:
-    """Horizontal stacked bars: the share of each status per source."""
+def _status_bars(results: list[Result]) -> str:
+    """Horizontal stacked bars: the share of each status per source, in the legend's order."""
     per_source: dict[str, Counter] = defaultdict(Counter)
     for r in results:
-        per_source[r.get("suite") or "?"][r["status"]] += 1
+        per_source[r.suite or "?"][r.status] += 1
     rows = sorted(per_source.items())
+    used = [s for s in Status if any(c[s] for _, c in rows)]
+    legend_rows = max(1, math.ceil(len(used) / LEGEND_COLUMNS))
     bar_h, label_w, width = 22, 150, PLOT_W
-    height = MARGIN + bar_h * len(rows) + 30
+    legend_y = MARGIN + bar_h * len(rows) + 18  # the first legend row's baseline
+    height = legend_y + 12 + LEGEND_ROW * (legend_rows - 1)
     parts = [(f'<svg id="status-bars" width="{width}" height="{height}" viewBox="0 0 {width} {height}" role="img" '
              f'aria-label="status per source"><rect width="100%" height="100%" fill="#fafbfc"/>'
              f'<text x="8" y="18" style="font-weight:600">status per source</text>')]
@@ -140,19 +145,18 @@ def _status_bars(results: list[dict[str, Any]]) -> str:
         total = sum(counts.values())
         parts.append(f'<text x="{label_w - 6}" y="{y + 15}" text-anchor="end">{_e(source)}</text>')
         x = float(label_w)
-        for status in ALL_STATUSES:
+        for status in Status:
             if counts[status]:
                 w = inner * counts[status] / total
                 parts.append(f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{bar_h - 6}" '
-                             f'fill="{STATUS_COLORS[status]}"><title>{_e(source)}: {status} '
+                             f'fill="{status.color}"><title>{_e(source)}: {status} '
                              f'{counts[status]}</title></rect>')
                 x += w
         parts.append(f'<text x="{label_w + inner + 6}" y="{y + 15}">{total}</text>')
-    legend_y = height - 12
-    used = [s for s in ALL_STATUSES if any(c[s] for _, c in rows)]
     for k, status in enumerate(used):
-        parts.append(f'<rect x="{8 + 100 * k}" y="{legend_y - 9}" width="10" height="10" '
-                     f'fill="{STATUS_COLORS[status]}"/><text x="{22 + 100 * k}" y="{legend_y}">{status}</text>')
+        x, y = 8 + LEGEND_STEP * (k % LEGEND_COLUMNS), legend_y + LEGEND_ROW * (k // LEGEND_COLUMNS)
+        parts.append(f'<rect x="{x}" y="{y - 9}" width="10" height="10" fill="{status.color}">'
+                     f'<title>{_e(status.meaning)}</title></rect><text x="{x + 14}" y="{y}">{status}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -188,38 +192,37 @@ def _histogram(values: list[float]) -> str:
     return "".join(parts)
 
 
-def repro_command(run: dict[str, Any], result: dict[str, Any]) -> str:
-    """The command line that reruns one entry as this run ran it."""
-    meta = run.get("metadata", {})
-    parts = ["crucible", "run", "--entry", result["name"], "--target", run["target"]]
-    if meta.get("mode", "inference") != "inference":
-        parts += ["--mode", meta["mode"]]
-    if meta.get("dynamic"):
-        parts.append("--dynamic")
-    if result.get("mode") and result["mode"] != meta.get("mode", "inference"):
-        parts += ["--mode", result["mode"]]
-    return " ".join(parts)
-
-
-def _failures(run: dict[str, Any], results: list[dict[str, Any]], compiler: bool) -> str:
-    """The compiler's failures (entries whose eager run works), or the model's own."""
-    failed = [r for r in results if r["status"] not in (Status.PASS, Status.SKIPPED, Status.XFAIL)
-              and eager_ok(r["status"], r.get("phase")) == compiler]
+def _failures(run: dict[str, Any], results: list[Result], compiler: bool) -> str:
+    """The failures against the compiler, or the model's own (eager failed, or it died eager-side),
+    each with the command that reproduces it and its minimized repro where ``crucible minify`` made one."""
+    failed = [r for r in results if is_failure(r) and r.against_compiler == compiler]
     if not failed:
         return '<p class="empty">none</p>'
-    rows = []
-    for r in sorted(failed, key=lambda r: (r["status"], r["name"])):
-        anchor = "f-" + "".join(c if c.isalnum() else "-" for c in r["name"])
-        repro = repro_command(run, r)
-        link = f'<a id="{anchor}" href="#{anchor}">#</a> <code>{_e(repro)}</code>'
-        if r.get("repro"):  # a dumped repro.py (CRUCIBLE_DUMP_DIR)
-            link += f' <a href="{_e(Path(r["repro"]).resolve().as_uri())}">repro.py</a>'
-        rows.append([r["name"], r["status"], r.get("phase") or "", error_signature(r.get("error")), link])
+    rows, anchors = [], set()
+    order = {status: i for i, status in enumerate(Status)}  # the legend's
+    for r in sorted(failed, key=lambda r: (order[r.status], r.name)):
+        anchor = "f-" + "".join(c if c.isalnum() else "-" for c in r.name)
+        while anchor in anchors:  # names differing only in punctuation
+            anchor += "-"
+        anchors.add(anchor)
+        link = f'<a id="{anchor}" href="#{anchor}">#</a> <code>{_e(reproduce_command(run, r))}</code>'
+        minimized = (r.minimized or {}).get("repro")
+        if minimized:
+            link += f' <a href="{_e(Path(minimized).resolve().as_uri())}">minimized repro.py</a>'
+        rows.append([r.name, r.status, r.phase or "", error_signature(r.error), link])
     return _table(["entry", "status", "phase", "signature", "reproduce"], rows, raw={4})
 
 
-def render_html(run: dict[str, Any], results: list[dict[str, Any]],
-                history: list[tuple[dict, list[dict]]] = ()) -> str:
+def _expected(results: list[Result], status: Status, empty: str) -> str:
+    """The xpass (improved) or xfail results: what was expected and why, and what happened."""
+    rows = expected_rows(results, status)
+    return _table(["entry", "expected", "why", "now" if status.passed else "error"], rows) if rows else \
+        f'<p class="empty">{_e(empty)}</p>'
+
+
+def render_html(run: dict[str, Any], results: list[Result],
+                history: list[tuple[dict, list[Result]]] = ()) -> str:
+    """The page of ``run``; ``history``: every (run, results) of the store, for the trend plots."""
     meta = run.get("metadata", {})
     mode, dynamic = _mode_of(run)
     title = f"Crucible: {run['suite']} on {run['target']}"
@@ -238,7 +241,7 @@ def render_html(run: dict[str, Any], results: list[dict[str, Any]],
               f'{len(series)} target(s)</p>')
     breaks = top_break_reasons(results)
     externs = top_extern_ops(results)
-    compile_times = [r["compile_s"] for r in results if r.get("compile_s") is not None]
+    compile_times = [r.compile_s for r in results if r.compile_s is not None]
     clusters = failure_clusters(results)
     body = [header, "<h2>Summary</h2>", summary, "<h2>History</h2>", trends,
             "<h2>Statuses per source</h2>", _status_bars(results),
@@ -253,11 +256,14 @@ def render_html(run: dict[str, Any], results: list[dict[str, Any]],
             _table(["status", "entries", "signature", "example entry"], clusters, numeric={1})
             if clusters else '<p class="empty">no failures</p>',
             "<h2>Failures</h2>", _failures(run, results, compiler=True),
-            "<h2>Eager failures (not counted against the compiler)</h2>", _failures(run, results, compiler=False)]
+            "<h2>Eager failures (not counted against the compiler)</h2>", _failures(run, results, compiler=False),
+            "<h2>Improved (xpass): expected to fail, now pass</h2>",
+            _expected(results, Status.XPASS, "none (update the expected file with crucible run --update-expected)"),
+            "<h2>Expected failures (xfail)</h2>", _expected(results, Status.XFAIL, "none")]
     return (f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{_e(title)}</title>"
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
 
 
-def write_html(path: str | Path, run: dict[str, Any], results: list[dict[str, Any]],
-               history: list[tuple[dict, list[dict]]] = ()) -> None:
+def write_html(path: str | Path, run: dict[str, Any], results: list[Result],
+               history: list[tuple[dict, list[Result]]] = ()) -> None:
     Path(path).write_text(render_html(run, results, history), encoding="utf-8")
