@@ -2,11 +2,17 @@
 
 ``pytest --crucible-suite S --crucible-target T [--crucible-corpus DIR]`` collects the entries of
 suite S as items ``crucible/<target>::<entry>``; each runs isolated in the harness's worker machinery
-(one warm worker process per pytest process, replaced after a crash or timeout) and is written to
-the same results store as ``crucible run`` (``--crucible-db``, one run per pytest session). Users
-get ``-k``, ``--lf``, ``-n N``/``--dist`` over pytest-xdist and their CI's test view: entries that
-fail eager (or are skipped, or do not count against the compiler) are skips with the reason, expected
-failures are xfails, compiler failures are failures.
+(``harness.tasks.EntryTask`` on one warm worker process per pytest process, replaced after a crash
+or timeout) and is written to the same results store as ``crucible run`` (``--crucible-db``, one run
+per pytest session). Users get ``-k``, ``--lf``, ``-n N``/``--dist`` over pytest-xdist and their
+CI's test view. Outcomes follow the result's ``harness.status.Status``: a failure against the
+compiler fails; the model's own problems and entries that do not run here are skipped with the
+reason; an expected failure is an xfail; an improvement (xpass) passes. A failure's text ends with
+the command that reproduces it (``harness.reproduce``). User properties are the result fields
+flagged ``junit`` (``harness.result.JUNIT_FIELDS``), as in ``crucible run --junit``.
+
+Every option is checked when pytest starts, before anything is collected or stored: the target (and
+its options), the timeout, the corpus directories; a bad one is pytest's usage error.
 
 Under xdist the controller creates the run and hands its id to the workers; each xdist worker owns
 its harness worker and writes the store concurrently (the store is safe for concurrent writers).
@@ -16,12 +22,12 @@ from __future__ import annotations
 
 import os
 import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from harness.status import Status, counts
 from harness.store import DEFAULT_DB, ResultStore, StoreError
 
 _RUN_ID = "crucible_run_id"
@@ -44,6 +50,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--crucible-timeout", type=float, default=600.0, help="seconds per entry (default 600)")
 
 
+_RUN_KEY = pytest.StashKey[str]()
+_POOL_KEY = pytest.StashKey[Any]()
+_SELECTION_KEY = pytest.StashKey[tuple]()
+
+
 def _active(config: pytest.Config) -> bool:
     return bool(config.getoption("crucible_suite"))
 
@@ -54,19 +65,59 @@ def _target(config: pytest.Config) -> str:
     return config.getoption("crucible_target") or default_target()
 
 
+def _corpus(config: pytest.Config) -> list[str]:
+    """The external corpus directories, absolute (a reproduce command must work from anywhere)."""
+    return [str(Path(p).resolve()) for p in config.getoption("crucible_corpus")]
+
+
+def _settings(config: pytest.Config) -> dict[str, Any]:
+    """How this session runs its entries: the run's metadata, and what its reproduce commands say."""
+    return {"mode": config.getoption("crucible_mode"), "dynamic": config.getoption("crucible_dynamic"),
+            "device": config.getoption("crucible_device"), "corpus": _corpus(config)}
+
+
+def _select(config: pytest.Config) -> tuple[Any, list]:
+    """The catalog and the selected entries (listing an external corpus imports it: a Dynamo backend
+    it registers is known afterwards)."""
+    from harness.selection import selected_entries
+
+    args = SimpleNamespace(suite=config.getoption("crucible_suite"), source=None, tag=None, entry=None,
+                           exclude=None, keyword=None, corpus=config.getoption("crucible_corpus") or None)
+    return selected_entries(args)
+
+
+def _check_options(config: pytest.Config) -> None:
+    """Every setting, before anything is collected or stored; a bad one is a ``pytest.UsageError``."""
+    from harness.targets import validate_target
+    from harness.validation import corpus_paths, positive
+
+    try:
+        positive("--crucible-timeout", config.getoption("crucible_timeout"))
+        corpus_paths("--crucible-corpus", config.getoption("crucible_corpus"))
+        cat, entries = _select(config)
+        if not entries:
+            raise ValueError(f"--crucible-suite {config.getoption('crucible_suite')}: no entries selected"
+                             + ("" if config.getoption("crucible_corpus") else
+                                " (an external corpus needs --crucible-corpus DIR)"))
+        validate_target(_target(config), config.getoption("crucible_device"))
+    except ValueError as exc:  # UsageError, TargetError
+        raise pytest.UsageError(str(exc)) from None
+    config.stash[_SELECTION_KEY] = (cat, entries)
+
+
 def _new_run(config: pytest.Config) -> str:
     from harness.runner import run_metadata
 
     suite, target = config.getoption("crucible_suite"), _target(config)
-    mode, dynamic = config.getoption("crucible_mode"), config.getoption("crucible_dynamic")
-    metadata = run_metadata(suite, target, None, None, {})
-    metadata.update(mode=mode, dynamic=dynamic, runner="pytest",
+    cat, _ = config.stash[_SELECTION_KEY]
+    metadata = run_metadata(suite, target, None, None, cat.unavailable)
+    metadata.update(_settings(config), runner="pytest",
                     xdist_workers=int(getattr(config.option, "numprocesses", 0) or 0))
     with ResultStore(config.getoption("crucible_db")) as store:
         if config.getoption("crucible_run_id"):
             store.create_run(config.getoption("crucible_run_id"), suite, target, metadata)
             return config.getoption("crucible_run_id")
-        tags = ("-train" if mode == "train" else "") + ("-dynamic" if dynamic else "")
+        tags = ("-train" if metadata["mode"] == "train" else "") + ("-dynamic" if metadata["dynamic"] else "")
         stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
         return store.create_unique_run(f"{suite}-{target}{tags}-{stamp}", suite, target, metadata)
 
@@ -76,6 +127,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "crucible: a Crucible corpus entry (collected by --crucible-suite)")
     if not _active(config):
         return
+    _check_options(config)
     worker_input = getattr(config, "workerinput", None)
     try:
         if worker_input is not None and _RUN_ID in worker_input:
@@ -99,21 +151,6 @@ class _XdistController:
         node.workerinput[_RUN_ID] = self.run_id
 
 
-_RUN_KEY = pytest.StashKey[str]()
-_POOL_KEY = pytest.StashKey[Any]()
-
-
-def _select(config: pytest.Config) -> tuple[Any, list]:
-    from corpus.registry import catalog, select
-    from harness.cli import _sources_needed
-
-    corpus = config.getoption("crucible_corpus") or None
-    suite = config.getoption("crucible_suite")
-    builtin, sources = _sources_needed(SimpleNamespace(source=None, suite=suite, corpus=corpus))
-    cat = catalog(corpus, builtin=builtin, sources=sources)
-    return cat, select(cat.entries, suite)
-
-
 class CorpusItem(pytest.Item):
     """One corpus entry on the session's target."""
 
@@ -126,39 +163,37 @@ class CorpusItem(pytest.Item):
         self.keywords[entry.source] = True
 
     def runtest(self) -> None:
-        from harness.pool import Task
+        from harness.junit import properties, skip_reason
+        from harness.result import Result
+        from harness.status import Status
+        from harness.tasks import EntryTask
 
         config = self.config
-        pool = _pool(config)
-        results: list[dict] = []
-        pool.run([Task(self.entry.name, self.origin)], results.append)
-        result = results[0]
-        result["suite"] = self.entry.source
-        result.setdefault("mode", config.getoption("crucible_mode"))
+        settings = _settings(config)
+        task = EntryTask(self.entry.name, self.origin, mode=settings["mode"], dynamic=settings["dynamic"])
+        results: list[Result] = []
+        _pool(config).run([task], results.append)
+        # a worker that died left a result without them
+        result = results[0].replace(suite=results[0].suite or self.entry.source,
+                                    mode=results[0].mode or settings["mode"])
         with ResultStore(config.getoption("crucible_db")) as store:
             store.record(config.stash[_RUN_KEY], result)
-        for key in ("status", "phase", "rmse_ratio", "grad_rmse_ratio", "compile_s", "graph_breaks"):
-            if result.get(key) is not None:
-                self.user_properties.append((key, result[key]))
-        status = result["status"]
-        message = result.get("error") or ""
-        if status == Status.PASS:
-            return
-        if status == Status.XFAIL:
-            pytest.xfail(message)
-        if status in (Status.SKIPPED, Status.EAGER_FAIL, Status.EAGER_NONDETERMINISTIC) or \
-                not counts(status, result.get("phase")):
-            pytest.skip(f"{status}: {message}")
-        raise CorpusFailure(result)
+        self.user_properties.extend(properties(result))
+        if result.against_compiler:
+            raise CorpusFailure(result, {"target": _target(config), "metadata": settings})
+        if result.status == Status.XFAIL:
+            pytest.xfail(skip_reason(result))
+        reason = skip_reason(result)
+        if reason is not None:
+            pytest.skip(reason)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo, style: Any = None) -> str:
         if isinstance(excinfo.value, CorpusFailure):
+            from harness.reproduce import reproduce_command
+
             r = excinfo.value.result
-            detail = r.get("error_detail") or ""
-            return (f"{r['status']} in phase {r.get('phase')}: {r.get('error')}\n"
-                    f"reproduce: crucible run --entry {r['name']} --target {r['target']}"
-                    f"{' --mode train' if r.get('mode') == 'train' else ''}"
-                    f"{' --dynamic' if r.get('dynamic') else ''}\n{detail}")
+            return (f"{r.status} in phase {r.phase}: {r.error}\n"
+                    f"reproduce: {reproduce_command(excinfo.value.run, r)}\n{r.error_detail or ''}")
         return super().repr_failure(excinfo, style)
 
     def reportinfo(self) -> tuple[Any, int, str]:
@@ -166,9 +201,11 @@ class CorpusItem(pytest.Item):
 
 
 class CorpusFailure(Exception):
-    def __init__(self, result: dict) -> None:
-        super().__init__(f"{result['status']}: {result.get('error')}")
-        self.result = result
+    """A failure against the compiler; ``run`` is what its reproduce command needs of the session."""
+
+    def __init__(self, result: Any, run: dict[str, Any]) -> None:
+        super().__init__(f"{result.status}: {result.error}")
+        self.result, self.run = result, run
 
 
 def _pool(config: pytest.Config) -> Any:
@@ -187,7 +224,6 @@ def _pool(config: pytest.Config) -> Any:
             index = int(str(worker_input.get("workerid", "gw0"))[2:] or 0)
             gpus = (every[index % len(every)],) if every else ()  # xdist worker i on GPU i mod n
         wc = WorkerConfig(target=target, device=device, timeout_s=config.getoption("crucible_timeout"),
-                          mode=config.getoption("crucible_mode"), dynamic=config.getoption("crucible_dynamic"),
                           jobs=share, gpus=gpus)
         config.stash[_POOL_KEY] = WorkerPool(wc, 1, keep=True)
     return config.stash[_POOL_KEY]
@@ -197,9 +233,7 @@ def _pool(config: pytest.Config) -> Any:
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
     if not _active(config):
         return
-    cat, entries = _select(config)
-    if not entries:
-        raise pytest.UsageError(f"--crucible-suite {config.getoption('crucible_suite')}: no entries selected")
+    cat, entries = config.stash[_SELECTION_KEY]
     target = _target(config)
     for entry in entries:
         items.append(CorpusItem.from_parent(session, name=entry.name, nodeid=f"crucible/{target}::{entry.name}",

@@ -5,9 +5,13 @@ loads it for an installed package), with a planted corpus and a planted 'compile
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import pytest
 
 from harness.store import ResultStore
 
@@ -16,7 +20,7 @@ from .conftest import cli_env
 PLANTED = """
     import torch
     from torch._dynamo.backends.registry import _BACKENDS, register_backend
-    from corpus.entry import Built, Entry
+    from corpus.entry import Built, Entry, ExpectedFailure
 
 
     def off_by_one(gm, example_inputs, **kwargs):
@@ -39,8 +43,15 @@ PLANTED = """
                      factory=lambda scale: Built(fn, (torch.randn(4, 4),)), **kw)
 
 
+    def _known(status, reason):
+        return (ExpectedFailure("planted_*", status, reason),)
+
+
     def entries():
-        return [_entry("sin", lambda x: x.sin()), _entry("cos", lambda x: x.cos()), _entry("broken", broken)]
+        return [_entry("sin", lambda x: x.sin()), _entry("cos", lambda x: x.cos()), _entry("broken", broken),
+                # off by one as expected (xfail), and an expected failure that no longer fails (xpass)
+                _entry("known_bug", lambda x: x.sin() * 2, expected_failures=_known("fail_accuracy", "planted bug")),
+                _entry("fixed", lambda x: x.exp(), expected_failures=_known("fail_accuracy", "was off by one"))]
 """
 
 
@@ -61,25 +72,50 @@ def _pytest(tmp_path: Path, corpus: Path, *args: str) -> subprocess.CompletedPro
 
 
 def test_plugin_collects_runs_and_stores(tmp_path: Path, make_corpus) -> None:
-    corpus = make_corpus(tmp_path / "plug", {"plug.py": PLANTED})
+    corpus = make_corpus(tmp_path / "my plug corpus", {"plug.py": PLANTED})  # a space in the path
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
     proc = _pytest(tmp_path, corpus, "--junitxml", str(tmp_path / "j.xml"))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 1, out[-3000:]
-    assert "1 failed, 1 passed, 1 skipped" in out, out[-3000:]
+    assert "1 failed, 2 passed, 1 skipped, 1 xfailed" in out, out[-3000:]
     assert "FAILED crucible/planted_off_by_one::plug/sin" in out
     assert "SKIPPED" in out and "eager_fail: ValueError: planted eager failure" in out
-    assert "reproduce: crucible run --entry plug/sin --target planted_off_by_one" in out
+    assert "XFAIL" in out and "expected fail_accuracy (planted bug)" in out
+    # the reproduce command names the external corpus, quoted, so that it finds the entry when pasted
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("reproduce: ")]
+    assert shlex.split(line.removeprefix("reproduce: ")) == [
+        "crucible", "run", "--entry", "plug/sin", "--target", "planted_off_by_one", "--corpus", str(corpus)]
     with ResultStore(tmp_path / "r.sqlite") as store:
         (run,) = store.runs()
-        results = {r["name"]: r["status"] for r in store.results(run["id"])}
+        results = {r.name: r.status for r in store.results(run["id"])}
         assert run["finished"] and run["metadata"]["runner"] == "pytest"
-    assert results == {"plug/sin": "fail_accuracy", "plug/cos": "pass", "plug/broken": "eager_fail"}
-    assert (tmp_path / "j.xml").read_text().count("<testcase") == 3
+        assert run["metadata"]["corpus"] == [str(corpus)]
+    assert results == {"plug/sin": "fail_accuracy", "plug/cos": "pass", "plug/broken": "eager_fail",
+                       "plug/known_bug": "xfail", "plug/fixed": "xpass"}
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "j.xml").getroot().iter("testcase")}
+    assert len(cases) == 5
+    fixed = {p.get("name"): p.get("value") for p in cases["plug/fixed"].iter("property")}
+    assert "expected fail_accuracy (was off by one), now passes" in fixed["improved"]
+    assert cases["plug/fixed"].find("failure") is None and cases["plug/fixed"].find("skipped") is None
+    assert {p.get("name") for p in cases["plug/sin"].iter("property")} >= {"phase", "mode", "rmse_ratio"}
 
     # --lf reruns only the failure of the last session
     proc = _pytest(tmp_path, corpus, "--lf")
-    assert "1 failed" in proc.stdout and "2 deselected" in proc.stdout, proc.stdout[-2000:]
+    assert "1 failed" in proc.stdout and "4 deselected" in proc.stdout, proc.stdout[-2000:]
+
+
+@pytest.mark.parametrize(("option", "message"), [
+    (("--crucible-target", "nosuch"), "unknown target 'nosuch'"),
+    (("--crucible-timeout", "-5"), "--crucible-timeout must be a positive number"),
+    (("--crucible-corpus", "missing"), "--crucible-corpus missing: no such directory"),
+])
+def test_plugin_refuses_bad_options_before_running(tmp_path: Path, make_corpus, option, message) -> None:
+    corpus = make_corpus(tmp_path / "plug", {"plug.py": PLANTED})
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    proc = _pytest(tmp_path, corpus, *option)
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, (proc.stdout + proc.stderr)[-3000:]
+    assert message in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "r.sqlite").exists()  # nothing stored
 
 
 def test_plugin_over_xdist_writes_one_run(tmp_path: Path, make_corpus) -> None:
@@ -91,5 +127,5 @@ def test_plugin_over_xdist_writes_one_run(tmp_path: Path, make_corpus) -> None:
     assert "1 failed, 1 passed in" in out, out[-3000:]
     with ResultStore(tmp_path / "r.sqlite") as store:
         (run,) = store.runs()  # the controller's run, written by both xdist workers
-        assert {r["name"] for r in store.results(run["id"])} == {"plug/sin", "plug/cos"}
+        assert {r.name for r in store.results(run["id"])} == {"plug/sin", "plug/cos"}
         assert run["metadata"]["xdist_workers"] == 2
