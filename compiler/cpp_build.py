@@ -38,8 +38,12 @@ Cache layout, one entry per key (sha256 of kernel name, source, flags, compiler 
     <root>/cpp/<name>_<key[:24]>.so      the library, written to a temp file then os.replace'd
     <root>/cpp/<name>_<key[:24]>.json    sha256 and size of the .so; checked before loading
     <root>/cpp/<name>_<key[:24]>.lock    flock'd while building, so concurrent builders wait
+    <root>/cpp/pch_<key>/                the precompiled prelude: cpp_prelude.h, its .gch, digest.json
+                                         (sha256 and size of both), build.lock; failed.txt if GCC refused
 
-An entry whose .so does not match its .json (truncated, corrupted, half-written) is rebuilt.
+An entry whose .so does not match its .json (truncated, corrupted, half-written) is rebuilt, and so
+is a precompiled prelude that does not match its digest.json, each with one line on stderr
+(``compiler.cache_files``).
 The cache directory is created with mode 0700 and refused if another user could write to it.
 In process, a built key maps to the same :class:`CppLibrary` (no second dlopen);
 ``stats`` counts compiler runs, disk hits, memory hits and rebuilds, for tests and debugging.
@@ -65,6 +69,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from compiler import config
+from compiler.cache_files import file_digest, matches_digest, record_digest, report_rebuilt, write_atomic
 
 if TYPE_CHECKING:
     import torch
@@ -73,6 +78,8 @@ PRELUDE = Path(__file__).with_name("cpp_prelude.h")
 SEMANTIC_FLAGS = ("-shared", "-fPIC", "-std=c++17", "-fopenmp", "-ffp-contract=off")
 ERROR_LINES = 20
 _CACHE_FORMAT = 1
+# 2: a digest.json records the precompiled prelude (directories of format 1 have none and are left unused)
+_PCH_FORMAT = 2
 
 
 # --- errors and counters -------------------------------------------------------------------------
@@ -104,7 +111,7 @@ class BuildStats:
     compiles: int = 0       # compiler invocations (successful or not)
     disk_hits: int = 0      # loaded from the on-disk cache without compiling
     memory_hits: int = 0    # already loaded in this process
-    rebuilds: int = 0       # cache entries found corrupted and rebuilt
+    rebuilds: int = 0       # cache entries (libraries, the precompiled prelude) found corrupted and rebuilt
 
     def reset(self) -> None:
         for field in dataclasses.fields(self):
@@ -278,7 +285,9 @@ def build_library(source: str, name: str, *, extra_flags: Sequence[str] = ()) ->
                 fcntl.flock(lock_file, fcntl.LOCK_EX)
                 library = _load_verified(kernel, stem)  # another process may have built it
                 if library is None:
-                    stats.rebuilds += stem.with_suffix(".so").exists()
+                    if stem.with_suffix(".so").exists():
+                        stats.rebuilds += 1
+                        report_rebuilt("the C++ kernel library", stem.with_suffix(".so"))
                     uses_prelude = f'#include "{PRELUDE.name}"' in source
                     pch = precompiled_prelude(tuple(compiler), tuple(flags)) if uses_prelude else None
                     include = ["-I", str(pch)] if pch is not None else []
@@ -318,34 +327,37 @@ def precompiled_prelude(compiler: tuple[str, ...], flags: tuple[str, ...]) -> Pa
     if not config.cpp_pch() or "Free Software Foundation" not in identity["compiler"]:  # GCC's banner
         _pch_dirs[memo] = None
         return None
-    key = _digest(identity)[:24]
+    key = _digest({"format": _PCH_FORMAT, **identity})[:24]
     where = cache_dir() / f"pch_{key}"
     where.mkdir(mode=0o700, exist_ok=True)
     header, gch, failed = where / PRELUDE.name, where / f"{PRELUDE.name}.gch", where / "failed.txt"
+    record, files = where / "digest.json", {"header": header, "gch": gch}
     with open(where / "build.lock", "a") as lock_file:
         fcntl.flock(lock_file, fcntl.LOCK_EX)
+        # a damaged .gch (or header copy) would fail every kernel build ("cannot read PCH file")
+        if gch.exists() and not matches_digest(record, files):
+            stats.rebuilds += 1
+            report_rebuilt("the precompiled C++ prelude", gch)
+            gch.unlink()
         if not gch.exists() and not failed.exists():
-            _write_atomic(header, PRELUDE.read_bytes())
+            write_atomic(header, PRELUDE.read_bytes())
             fd, tmp = tempfile.mkstemp(dir=where, prefix=gch.name + ".", suffix=".tmp")
             os.close(fd)
             command = [*compiler, *header_flags, "-x", "c++-header", str(header), "-o", tmp]
             try:
                 done = subprocess.run(command, check=False, capture_output=True, text=True)
                 if done.returncode == 0:
+                    # the digest first: a process killed in between leaves a mismatch, rebuilt next time
+                    record_digest(record, {"header": header, "gch": Path(tmp)})
                     os.replace(tmp, gch)
                 else:
-                    _write_atomic(failed, f"{shlex.join(command)}\n{done.stderr}{done.stdout}".encode())
+                    write_atomic(failed, f"{shlex.join(command)}\n{done.stderr}{done.stdout}".encode())
             except OSError as error:
-                _write_atomic(failed, f"{shlex.join(command)}\n{error}".encode())
+                write_atomic(failed, f"{shlex.join(command)}\n{error}".encode())
             finally:
                 Path(tmp).unlink(missing_ok=True)
     _pch_dirs[memo] = where if gch.exists() else None
     return _pch_dirs[memo]
-
-
-def _file_digest(path: Path) -> dict[str, Any]:
-    data = path.read_bytes()
-    return {"sha256": hashlib.sha256(data).hexdigest(), "size": len(data)}
 
 
 def _load_verified(kernel: str, stem: Path, built_now: bool = False) -> CppLibrary | None:
@@ -354,7 +366,7 @@ def _load_verified(kernel: str, stem: Path, built_now: bool = False) -> CppLibra
     if not so_path.exists():
         return None
     try:
-        intact = json.loads(meta_path.read_text()) == _file_digest(so_path)
+        intact = json.loads(meta_path.read_text()) == file_digest(so_path)
     except (OSError, ValueError):
         intact = False
     if not intact:
@@ -370,21 +382,10 @@ def _load_verified(kernel: str, stem: Path, built_now: bool = False) -> CppLibra
     return CppLibrary(kernel, so_path, handle)
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as file:
-            file.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def _compile(kernel: str, source: str, stem: Path, command_prefix: list[str]) -> None:
     """Compile into a temp file next to the entry, then publish .so and .json atomically."""
     src_path, so_path = stem.with_suffix(".cpp"), stem.with_suffix(".so")
-    _write_atomic(src_path, source.encode())
+    write_atomic(src_path, source.encode())
     fd, tmp_so = tempfile.mkstemp(dir=stem.parent, prefix=so_path.name + ".", suffix=".tmp")
     os.close(fd)
     command = [*command_prefix, str(src_path), "-o", tmp_so]
@@ -397,9 +398,9 @@ def _compile(kernel: str, source: str, stem: Path, command_prefix: list[str]) ->
         if done.returncode != 0:
             raise CppCompileError(kernel, command, done.stderr + done.stdout,
                                   reason=f"exited with status {done.returncode}")
-        meta = json.dumps(_file_digest(Path(tmp_so))).encode()
+        meta = json.dumps(file_digest(Path(tmp_so))).encode()
         os.chmod(tmp_so, 0o700)
         os.replace(tmp_so, so_path)
-        _write_atomic(stem.with_suffix(".json"), meta)
+        write_atomic(stem.with_suffix(".json"), meta)
     finally:
         Path(tmp_so).unlink(missing_ok=True)

@@ -15,9 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
-import os
 import sys
-import tempfile
 import threading
 import time
 import types
@@ -29,6 +27,7 @@ from typing import Any, TypeVar
 import torch
 
 from compiler import config, tuning_cache
+from compiler.cache_files import report_rebuilt, write_atomic
 from compiler.interpreter import interpreted
 from compiler.launch_binding import (  # noqa: F401  (re-exported: the launcher API)
     ALIGNMENT, _aligned, bind_launch, bind_static_launch, loaded_function, static_launch_refusal)
@@ -58,22 +57,33 @@ def load_module(source: str, stem: str) -> Any:
 
 
 def _load_module_locked(source: str, stem: str) -> Any:
-    digest = hashlib.sha256(source.encode()).hexdigest()[:20]
-    key = f"crucible_gen_{stem}_{digest}"
+    data = source.encode()
+    key = f"crucible_gen_{stem}_{hashlib.sha256(data).hexdigest()[:20]}"
     if key in _MODULES:
         return _MODULES[key]
     path = triton_source_dir() / f"{key}.py"
-    if not path.exists() or path.read_text() != source:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            f.write(source)
-        os.replace(tmp, path)  # atomic: concurrent processes never see half a file
-    spec = importlib.util.spec_from_file_location(key, path)
-    assert spec is not None and spec.loader is not None
+    try:
+        on_disk: bytes | None = path.read_bytes()
+    except FileNotFoundError:
+        on_disk = None
+    if on_disk != data:  # the name is the digest of what the file must hold
+        if on_disk is not None:
+            report_rebuilt("the Triton kernel module", path)
+        write_atomic(path, data)  # concurrent processes never see half a file
+    _MODULES[key] = _exec_source(key, path, source)
+    return _MODULES[key]
+
+
+def _exec_source(name: str, path: Path, source: str) -> Any:
+    """``source`` run as the module ``name`` whose file is ``path`` (Triton reads a kernel's source from
+    there through ``inspect``). Compiled from the text, never from a cached ``.pyc``: Python's import
+    trusts one whose header matches the file's time and size, and a truncated one then fails every
+    later load ("marshal data too short")."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
     module = importlib.util.module_from_spec(spec)
-    sys.modules[key] = module
-    spec.loader.exec_module(module)
-    _MODULES[key] = module
+    sys.modules[name] = module
+    exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102  (our own generated code)
     return module
 
 
@@ -143,13 +153,8 @@ def build_in_process(path: str, symbol: str, dtypes: list[str], grid: tuple, met
     import triton
 
     triton.knobs.cache.dir = cache_dir
-    spec = importlib.util.spec_from_file_location(Path(path).stem, path)
-    assert spec is not None and spec.loader is not None
-    module = sys.modules.get(spec.name)
-    if module is None:
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+    name = Path(path).stem
+    module = sys.modules.get(name) or _exec_source(name, Path(path), Path(path).read_text())
     getattr(module, symbol).warmup(*[getattr(torch, d) for d in dtypes], grid=grid, **meta)
 
 

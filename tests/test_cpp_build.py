@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from compiler import cpp_build
+from compiler import cache_files, cpp_build
 from compiler.cpp_build import CppCompileError, build_library, call_kernel, safe_comment, sanitize_identifier
 
 REPO = Path(__file__).resolve().parents[1]
@@ -152,13 +152,15 @@ def drop_sidecar(path: Path) -> None:
 
 
 @pytest.mark.parametrize("damage", [truncate, flip_bytes, drop_sidecar])
-def test_damaged_cache_entry_is_rebuilt(fresh_cache, damage):
+def test_damaged_cache_entry_is_rebuilt(fresh_cache, damage, capfd):
     first = build_library(AFFINE, "affine")
     damage(first.path)
     cpp_build.clear_memory_cache()
     cpp_build.stats.reset()
+    capfd.readouterr()
     lib = build_library(AFFINE, "affine")
     assert (cpp_build.stats.rebuilds, cpp_build.stats.compiles) == (1, 1)
+    assert capfd.readouterr().err.startswith(f"crucible: rebuilt the C++ kernel library {lib.path}: ")
     assert torch.equal(*run_affine(lib))
     meta = json.loads(lib.path.with_suffix(".json").read_text())
     assert meta["size"] == lib.path.stat().st_size
@@ -379,3 +381,75 @@ def test_a_prelude_that_does_not_precompile_leaves_kernels_building(fresh_cache,
     cpp_build.clear_memory_cache()
     monkeypatch.setenv("CRUCIBLE_CPP_PCH", "0")
     assert cpp_build.precompiled_prelude(tuple(cpp_build.find_compiler()), tuple(cpp_build.SEMANTIC_FLAGS)) is None
+
+
+def _pch_dir(cache: Path) -> Path:
+    (where,) = [p for p in cache.iterdir() if p.name.startswith("pch_")]
+    return where
+
+
+def drop_digest_record(path: Path) -> None:
+    (path.parent / "digest.json").unlink()
+
+
+@pytest.mark.skipif(not _gcc(), reason="the precompiled prelude is GCC's .gch mechanism")
+@pytest.mark.parametrize("damaged, damage", [("cpp_prelude.h.gch", truncate), ("cpp_prelude.h.gch", flip_bytes),
+                                             ("cpp_prelude.h", truncate), ("cpp_prelude.h.gch", drop_digest_record)])
+def test_damaged_precompiled_prelude_is_rebuilt(fresh_cache, damaged, damage, capfd):
+    """Regression: a truncated ``pch_<key>/cpp_prelude.h.gch`` failed every later C++ kernel build ("cannot
+    read PCH file") until the user deleted the cache by hand. The prelude and its .gch are checked
+    against the digest.json written with them and rebuilt, with one line on stderr."""
+    build_library(PRELUDE_USER, "twice")
+    where = _pch_dir(fresh_cache)
+    record = where / "digest.json"
+    files = {"header": where / "cpp_prelude.h", "gch": where / "cpp_prelude.h.gch"}
+    assert cache_files.matches_digest(record, files)
+    damage(where / damaged)
+    assert not cache_files.matches_digest(record, files)
+    cpp_build.clear_memory_cache()
+    cpp_build.stats.reset()
+    capfd.readouterr()
+    lib = build_library(PRELUDE_USER.replace("twice", "thrice"), "thrice")
+    assert lib.function("thrice", [ctypes.c_float], ctypes.c_float)(1.5) == 3.0
+    assert cpp_build.stats.rebuilds == 1 and cache_files.matches_digest(record, files)
+    err = capfd.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"crucible: rebuilt the precompiled C++ prelude {files['gch']}: ")
+    cpp_build.clear_memory_cache()  # intact now: the next process uses it as it is
+    build_library(PRELUDE_USER.replace("twice", "again"), "again")
+    assert cpp_build.stats.rebuilds == 1 and not capfd.readouterr().err
+
+
+PCH_CHILD = r"""
+import ctypes, os, sys, time
+from compiler import cpp_build
+print("ready", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.002)
+name = sys.argv[2]
+lib = cpp_build.build_library('#include "cpp_prelude.h"\nextern "C" float ' + name + '(float x) { return x + x; }\n', name)
+print(lib.function(name, [ctypes.c_float], ctypes.c_float)(2.0), cpp_build.stats.rebuilds)
+"""
+
+
+@pytest.mark.skipif(not _gcc(), reason="the precompiled prelude is GCC's .gch mechanism")
+def test_two_processes_meeting_a_damaged_prelude_rebuild_it_once(fresh_cache, tmp_path):
+    """The check and the rebuild happen under the prelude's lock: of two processes that find it
+    truncated at once, one rebuilds it and the other waits and uses the rebuilt one."""
+    build_library(PRELUDE_USER, "twice")
+    truncate(_pch_dir(fresh_cache) / "cpp_prelude.h.gch")
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    children = [subprocess.Popen([sys.executable, "-c", PCH_CHILD, str(go), name], cwd=REPO, env=env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for name in ("left", "right")]
+    for child in children:
+        assert child.stdout.readline().strip() == "ready"
+    go.touch()
+    results, errors = [], ""
+    for child in children:
+        out, err = child.communicate(timeout=300)
+        assert child.returncode == 0, err
+        results.append(out.split())
+        errors += err
+    assert sorted(results) == [["4.0", "0"], ["4.0", "1"]]
+    assert errors.count("rebuilt the precompiled C++ prelude") == 1
