@@ -6,7 +6,8 @@ so tests and harness workers can set a variable before the compile that uses it)
 
 The README documents them in three tables (backend options, environment variables, debug
 levels); ``tests/test_hygiene.py`` checks those tables against this module: the options of
-``Options``, the variables read here and ``DEBUG_LEVELS``.
+``Options``, the variables read here and ``DEBUG_LEVELS``. ``environment_problems()`` validates every
+variable at once (the harness calls it before a run).
 
 Backend options (``torch.compile(..., options={...})``): ``codegen`` ("triton" | "cpp";
 default: the registry's default codegen for the graph's device, triton on CUDA tensors and cpp
@@ -27,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
+import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -154,8 +156,7 @@ def private_cache_dir(name: str) -> Path:
     cached C++ library runs its code, so a foreign writer could run code as this user."""
     path = cache_root() / name
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.stat()
-    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+    if _foreign(path):
         raise UnsafeCacheDir(f"refusing to load kernels from {path}: it must be owned by this user and "
                              f"not writable by others (loading a kernel runs its code); fix its mode "
                              f"or point CRUCIBLE_CACHE_DIR elsewhere")
@@ -206,6 +207,99 @@ def environment_override(name: str, value: str) -> Iterator[None]:
             os.environ.pop(name, None)
         else:
             os.environ[name] = old
+
+
+# The on/off variables: ``0`` or ``1`` (empty reads as unset for most; see each function for its default).
+BOOLEAN_VARIABLES = ("CRUCIBLE_SIM_CHECK", "CRUCIBLE_GPU_BUILD_CHECK", "CRUCIBLE_KERNEL_TIMES", "CRUCIBLE_STATIC_LAUNCH",
+                     "CRUCIBLE_COMPILE_GC", "CRUCIBLE_FUSED_SDPA", "CRUCIBLE_CPP_PCH")
+
+
+def environment_problems() -> list[str]:
+    """One line per environment variable above whose value the compiler cannot use, each naming the
+    variable, its value and what to do; empty when every value is usable. The harness calls it before
+    a run starts, so a bad value is one usage error instead of a compile failure in every entry
+    (``CRUCIBLE_DEBUG=abc``). Only reads: creates no directory and builds nothing."""
+    problems = []
+    for read in (debug_level, compile_threads, compile_processes):
+        try:
+            read()
+        except ValueError as why:
+            problems.append(str(why))
+    for name in BOOLEAN_VARIABLES:
+        value = os.environ.get(name)
+        if value not in (None, "", "0", "1"):
+            problems.append(f"{name}={value!r}: expected 0 or 1")
+    problems += _command_problems()
+    problems += _path_problems()
+    if simulator_checks():
+        from compiler.kernel_checks import NoKernelChecks, registered
+
+        try:
+            registered()
+        except NoKernelChecks as why:
+            problems.append(str(why))
+    return problems
+
+
+def _command_problems() -> list[str]:
+    problems = []
+    for name in ("CRUCIBLE_CPP_FLAGS", "CXX"):
+        value = os.environ.get(name)
+        try:
+            words = shlex.split(value or "")
+        except ValueError as why:
+            problems.append(f"{name}={value!r}: cannot be split as a shell would ({why}); fix its quoting")
+            continue
+        if name == "CXX" and words and shutil.which(words[0]) is None:
+            problems.append(f"CXX={value!r}: {words[0]!r} is not an executable on PATH; install it, give its "
+                            f"full path, or unset CXX (g++ or c++ is then used)")
+    return problems
+
+
+def _path_problems() -> list[str]:
+    problems = []
+    root = cache_root()
+    variable = next((v for v in ("CRUCIBLE_CACHE_DIR", "XDG_CACHE_HOME") if os.environ.get(v)), None)
+    setting = f"{variable}={os.environ[variable]!r}" if variable else "the default kernel cache (CRUCIBLE_CACHE_DIR unset)"
+    why = _unwritable(root) or next(filter(None, (_foreign(root / sub) for sub in ("triton", "cpp", "tuning")
+                                                  if (root / sub).exists())), None)
+    if why:
+        problems.append(f"{setting}: {why}; point CRUCIBLE_CACHE_DIR at a directory only this user can write to")
+    dump = dump_dir()
+    why = _unwritable(dump) if dump is not None else None
+    if why:
+        problems.append(f"CRUCIBLE_DUMP_DIR={os.environ['CRUCIBLE_DUMP_DIR']!r}: {why}; give a directory this user "
+                        f"can write to, or unset it")
+    value = os.environ.get("CRUCIBLE_TUNING_CACHE")
+    if value and value.strip() != "0":
+        path = Path(value).expanduser()
+        why = f"{path} is a directory" if path.is_dir() else _unwritable(path.parent)
+        if why:
+            problems.append(f"CRUCIBLE_TUNING_CACHE={value!r}: {why}; give a file path in a directory this user "
+                            f"can write to, or 0 for no tuning cache")
+    return problems
+
+
+def _unwritable(path: Path) -> str | None:
+    """Why files cannot be made in directory ``path`` (created with its parents if missing), or None."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is not a directory"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return f"{existing} is not writable by this user"
+    return None
+
+
+def _foreign(path: Path) -> str | None:
+    """Why ``private_cache_dir`` would refuse the existing ``path``, or None."""
+    if not path.is_dir():
+        return f"{path} is not a directory"
+    info = path.stat()
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
+        return f"{path} is not owned by this user or is writable by others (loading a cached kernel runs its code)"
+    return None
 
 
 @dataclass(frozen=True)

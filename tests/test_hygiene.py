@@ -313,3 +313,76 @@ def test_packages_import_only_downward() -> None:
               for imported, line in imports.items()
               if rank[imported.split(".")[0]] > rank[module.split(".")[0]]]
     assert not upward, "imports against the layering corpus <- compiler <- simulator <- harness: " + "; ".join(upward)
+
+
+# Each variable config.py reads, by how ``environment_problems`` validates it.
+VALIDATED_VARIABLES = {*config.BOOLEAN_VARIABLES, "CRUCIBLE_DEBUG", "CRUCIBLE_COMPILE_THREADS",
+                       "CRUCIBLE_COMPILE_PROCESSES", "CRUCIBLE_CPP_FLAGS", "CXX", "CRUCIBLE_CACHE_DIR", "XDG_CACHE_HOME",
+                       "CRUCIBLE_DUMP_DIR", "CRUCIBLE_TUNING_CACHE"}
+
+
+def test_environment_problems_cover_every_variable() -> None:
+    """A variable added to config.py must be validated by ``environment_problems`` (then listed here)."""
+    assert variables_config_reads() == VALIDATED_VARIABLES
+
+
+@pytest.fixture
+def clean_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    for name in VALIDATED_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(tmp_path / "cache"))
+    return tmp_path
+
+
+def test_environment_problems_name_variable_value_and_remedy(clean_environment: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: a bad value (``CRUCIBLE_DEBUG=abc``) surfaced as a compile failure of every harness
+    entry; ``environment_problems`` reports each one up front, one line each."""
+    assert config.environment_problems() == []
+    a_file = clean_environment / "a_file"
+    a_file.write_text("")
+    bad = {"CRUCIBLE_DEBUG": ("abc", "expected a level 0-3"),
+           "CRUCIBLE_COMPILE_THREADS": ("0", "expected a positive integer"),
+           "CRUCIBLE_COMPILE_PROCESSES": ("many", "expected 0 (build on threads) or a positive number"),
+           "CRUCIBLE_KERNEL_TIMES": ("yes", "expected 0 or 1"),
+           "CRUCIBLE_STATIC_LAUNCH": ("true", "expected 0 or 1"),
+           "CRUCIBLE_CPP_FLAGS": ("-O2 '-DNAME", "fix its quoting"),
+           "CXX": ("no-such-compiler-here -v", "not an executable on PATH; install it"),
+           "CRUCIBLE_CACHE_DIR": (str(a_file / "cache"), f"{a_file} is not a directory; point CRUCIBLE_CACHE_DIR at"),
+           "CRUCIBLE_DUMP_DIR": (str(a_file), f"{a_file} is not a directory; give a directory"),
+           "CRUCIBLE_TUNING_CACHE": (str(clean_environment), "is a directory; give a file path")}
+    for name, (value, _) in bad.items():
+        monkeypatch.setenv(name, value)
+    problems = config.environment_problems()
+    assert len(problems) == len(bad), problems
+    for name, (value, remedy) in bad.items():
+        (line,) = [p for p in problems if p.startswith(f"{name}={value!r}: ")]
+        assert remedy in line and "\n" not in line, line
+
+
+def test_environment_problems_see_unsafe_cache_directories(clean_environment: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(clean_environment / "open"))
+    (clean_environment / "open" / "cpp").mkdir(parents=True)
+    (clean_environment / "open" / "cpp").chmod(0o777)
+    (problem,) = config.environment_problems()
+    assert problem.startswith(f"CRUCIBLE_CACHE_DIR='{clean_environment / 'open'}': ") and "writable by others" in problem
+    monkeypatch.delenv("CRUCIBLE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(clean_environment / "open" / "cpp"))  # the root is cpp/crucible
+    assert config.environment_problems() == []
+
+
+def test_environment_problems_without_a_kernel_checker(clean_environment: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """CRUCIBLE_SIM_CHECK=1 where no checker is registered (an uninstalled checkout) is reported before a
+    run, with what to do."""
+    from compiler import kernel_checks
+
+    monkeypatch.setenv("CRUCIBLE_SIM_CHECK", "1")
+    monkeypatch.setattr(kernel_checks, "ENTRY_POINT_GROUP", "crucible.kernel_checks_nobody_registers")
+    kernel_checks.registered.cache_clear()
+    try:
+        (problem,) = config.environment_problems()
+    finally:
+        kernel_checks.registered.cache_clear()
+    assert problem.startswith("CRUCIBLE_SIM_CHECK=1 asks for checked Triton kernels") and "pip install -e ." in problem
