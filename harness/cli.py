@@ -159,7 +159,18 @@ def _check_run_settings(args: argparse.Namespace) -> None:
         writable_output("--expected", args.expected)
     if args.resume and args.rerun_failed:
         raise UsageError("--resume continues a run and --rerun-failed starts one: give one of them")
+    check_store(args.db)
     environment()
+
+
+def check_store(path: str) -> None:
+    """A damaged, foreign or newer ``--db`` fails now, before any entry runs; a new one must be creatable.
+    Nothing is written: the file is created when the run starts."""
+    if Path(path).exists():
+        with ResultStore(path, read_only=True):
+            pass
+    else:
+        writable_output("--db", path)
 
 
 def _rerun_failed(ref: str, db: str, entries: list) -> list:
@@ -175,13 +186,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from harness.targets import default_target, validate_target
 
     _check_run_settings(args)
-    with ResultStore(args.db):  # a damaged or foreign --db fails now, before any entry runs
-        pass
-    target_name = args.target or default_target()
-    target = validate_target(target_name, args.device)
     if args.suite is None:  # naming entries picks them from every tier
         args.suite = "all" if args.entry or args.keyword else "smoke"
     cat, entries = selected_entries(args)
+    # after the corpus is listed: an external corpus may register the Dynamo backend it names
+    target_name = args.target or default_target()
+    target = validate_target(target_name, args.device)
     if cat.duplicates():
         raise UsageError(f"duplicate entry names: {sorted(set(cat.duplicates()))}")
     if args.rerun_failed:

@@ -109,13 +109,15 @@ class Progress:
     LOG_EVERY_S = 30.0
 
     total: int
-    stream: TextIO = sys.stderr
+    stream: TextIO | None = None  # None: sys.stderr as it is when the display starts (not at import)
     done: int = 0
     counts: Counter = field(default_factory=Counter)
     running: dict = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
     def __post_init__(self) -> None:
+        if self.stream is None:
+            self.stream = sys.stderr
         self.live = self.stream.isatty()
         self.logged = time.monotonic()
 
@@ -292,7 +294,7 @@ def execute_run(request: RunRequest) -> RunOutcome:
             seed = request.entries[0].seed if request.entries and len({e.seed for e in request.entries}) == 1 else None
             metadata = run_metadata(request.suite, request.target, seed, request.shard, request.catalog.unavailable)
             metadata.update(mode=request.mode, dynamic=request.dynamic, jobs=jobs, corpus=request.corpus,
-                            device=request.device,
+                            device=request.device, reference=request.reference, capture=request.capture,
                             threads_per_worker=threads_per_worker(jobs), expected_file=request.expected_file,
                             worker_gpus=[gpu_for_worker(i, request.gpus) for i in range(jobs)]
                             if request.gpus else None)

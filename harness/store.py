@@ -122,6 +122,8 @@ class ResultStore:
                 self.db.executescript(_SCHEMA)
                 self._migrate()
             self._columns = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
+            # a read-only store of an older schema may lack tables added since: they read as empty
+            self._tables = {row[0] for row in self.db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         except sqlite3.Error as exc:
             raise StoreError(_describe(self.path, exc)) from None
 
@@ -216,8 +218,10 @@ class ResultStore:
 
     @_guarded
     def runs(self) -> list[dict[str, Any]]:
-        rows = self.db.execute("SELECT r.*, (SELECT COUNT(*) FROM results WHERE run_id = r.id) AS entries "
-                               "FROM runs r ORDER BY created, id").fetchall()
+        if "runs" not in self._tables:
+            return []
+        count = ("(SELECT COUNT(*) FROM results WHERE run_id = r.id)" if "results" in self._tables else "0")
+        rows = self.db.execute(f"SELECT r.*, {count} AS entries FROM runs r ORDER BY created, id").fetchall()
         return [self._run_dict(r) for r in rows]
 
     def run(self, run_id: str) -> dict[str, Any] | None:
@@ -256,15 +260,21 @@ class ResultStore:
 
     @_guarded
     def minimized(self, run_id: str) -> dict[str, dict[str, Any]]:
+        if "minimized" not in self._tables:
+            return {}
         rows = self.db.execute("SELECT * FROM minimized WHERE run_id = ?", (run_id,)).fetchall()
         return {r["name"]: {c: r[c] for c in MINIMIZED_COLUMNS} for r in rows}
 
     @_guarded
     def finished_names(self, run_id: str) -> set[str]:
+        if "results" not in self._tables:
+            return set()
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
 
     @_guarded
     def results(self, run_id: str) -> list[Result]:
+        if "results" not in self._tables:
+            return []
         rows = self.db.execute("SELECT * FROM results WHERE run_id = ? ORDER BY name", (run_id,)).fetchall()
         minimized = self.minimized(run_id)
         return [self._result(row, minimized.get(row["name"])) for row in rows]
@@ -283,6 +293,8 @@ class ResultStore:
 
     @_guarded
     def findings(self, run_id: str) -> list[dict[str, Any]]:
+        if "fuzz_findings" not in self._tables:
+            return []
         rows = self.db.execute("SELECT * FROM fuzz_findings WHERE run_id = ? ORDER BY known IS NOT NULL, "
                                "signature", (run_id,)).fetchall()
         return [dict(r) for r in rows]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import difflib
 import importlib
-import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -205,14 +204,40 @@ def _check_backend_options(target: Target) -> None:
         raise TargetError(f"target {target.name!r}: {text.splitlines()[0][:300]}") from None
     if target.backend == "inductor":
         return
-    compiler_fn = getattr(backend, "compiler_fn", backend)
+    # Any other backend receives the options as ``options=`` (as torch.compile passes them); whether it
+    # takes them shows only when it compiles, so compile a one-op function with them now. AOTAutograd's
+    # backends (aot_eager, ...) accept and drop them with a logged warning: that is a refusal too.
+    import logging
+
+    import torch
+    import torch._dynamo
+
+    dropped: list[str] = []
+
+    class _Dropped(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "ignoring extra kwargs" in record.getMessage():
+                dropped.append(record.getMessage())
+
+    handler, log = _Dropped(logging.WARNING), logging.getLogger("torch._dynamo")
+    log.addHandler(handler)
+    torch._dynamo.reset()
     try:
-        params = inspect.signature(compiler_fn).parameters
-    except (TypeError, ValueError):
-        return  # a C callable: it speaks for itself at compile time
-    if "options" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        raise TargetError(f"target {target.name!r}: the Dynamo backend {target.backend!r} takes no options; "
-                          f"drop ':{target.name.partition(':')[2]}'")
+        torch.compile(lambda x: x.sin(), backend=backend)(torch.ones(2))
+        if dropped:
+            raise TargetError(f"target {target.name!r}: the Dynamo backend {target.backend!r} takes no options "
+                              f"(it ignores {target.options}); drop ':{target.name.partition(':')[2]}'")
+    except TargetError:
+        raise
+    except Exception as exc:  # noqa: BLE001 -- whatever the backend says, it refused these options
+        inner = exc
+        while getattr(inner, "inner_exception", None) is not None or inner.__cause__ is not None:
+            inner = getattr(inner, "inner_exception", None) or inner.__cause__
+        raise TargetError(f"target {target.name!r}: the Dynamo backend {target.backend!r} refuses the options "
+                          f"{target.options} ({type(inner).__name__}: {str(inner).splitlines()[0][:200]})") from None
+    finally:
+        log.removeHandler(handler)
+        torch._dynamo.reset()
 
 
 def _backend_callable(target: Target) -> Callable[..., Any]:

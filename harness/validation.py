@@ -59,9 +59,9 @@ def corpus_paths(option: str, paths: list[str] | None) -> None:
 def environment() -> None:
     """The environment variables Crucible reads, checked: the compiler's (``compiler.config``) and the
     harness's own."""
-    from compiler.config import environment_problems
+    from compiler.config import environment_problems  # here: `crucible --help` must not import torch
 
-    problems = list(environment_problems())
+    problems = environment_problems()
     gpus = os.environ.get("CRUCIBLE_GPUS")
     if gpus is not None and gpus.strip() and not all(g.strip() for g in gpus.split(",")):
         problems.append(f"CRUCIBLE_GPUS={gpus!r}: expected comma-separated CUDA device ids or UUIDs (0,1,2)")

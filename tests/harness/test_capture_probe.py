@@ -9,7 +9,8 @@ import torch
 import harness.targets
 from corpus import zoo
 from harness.capture import CaptureProbe, analyze_capture
-from harness.execute import DTYPES, ModelCopies, _cast, execute_entry
+from harness.entry_subject import run_entry
+from harness.model_runs import DTYPES, ModelCopies, cast
 from harness.targets import parse_target
 
 ENTRIES = zoo.entries()
@@ -23,7 +24,7 @@ def _both(entry):
     built = entry.build("small")
     dtype = DTYPES[entry.dtype]
     copies = ModelCopies(entry, "small", built.model)
-    args = _cast(built.inputs, "cpu", dtype)
+    args = cast(built.inputs, "cpu", dtype)
     torch._dynamo.reset()
     try:
         with torch.no_grad():
@@ -69,17 +70,17 @@ def _entry(name: str):
 def test_a_crucible_entry_is_traced_once_and_a_failed_compile_still_gets_its_capture(monkeypatch) -> None:
     entry = _entry("zoo/item_branch")  # two graphs, one break
     expected = zoo.expected_counts(entry, torch.__version__)
-    passed = execute_entry(entry, parse_target("crucible-interpret"))
-    assert passed["status"] == "pass", passed.get("error")
-    assert (passed["graphs"], passed["graph_breaks"]) == expected and len(passed["break_reasons"]) == 1
-    assert passed["captured_ops"] > 0 and "capture_s" not in passed  # no capture phase of its own
+    passed = run_entry(entry, parse_target("crucible-interpret"))
+    assert passed.status == "pass", passed.error
+    assert (passed.graphs, passed.graph_breaks) == expected and len(passed.break_reasons) == 1
+    assert passed.captured_ops > 0 and "capture_s" not in passed  # no capture phase of its own
 
     def broken(gm, example_inputs, **options):
         raise RuntimeError("planted: this backend cannot compile anything")
 
     monkeypatch.setattr(harness.targets, "_crucible_backend", lambda: broken)
-    failed = execute_entry(entry, parse_target("crucible-interpret"))
-    assert failed["status"].startswith("fail_") and failed["phase"] == "compile", failed
+    failed = run_entry(entry, parse_target("crucible-interpret"))
+    assert failed.status.startswith("fail_") and failed.phase == "compile", failed
     # the compile stopped before its first call returned: the capture ran apart, as before
-    assert (failed["graphs"], failed["graph_breaks"]) == expected and "capture_s" in failed
-    assert failed["captured_ops"] == passed["captured_ops"]
+    assert (failed.graphs, failed.graph_breaks) == expected and "capture_s" in failed
+    assert failed.captured_ops == passed.captured_ops

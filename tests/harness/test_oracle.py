@@ -200,18 +200,18 @@ def test_entries_are_graded_at_full_float32_precision() -> None:
     channels-last patch-embedding conv in TF32 and eager's NCHW one in float32. Every run of an
     entry now has TF32 off (harness.oracle.working_precision); allow_tf32 keeps torch's flags."""
     from corpus.entry import Built, Entry
-    from harness.execute import execute_entry
+    from harness.entry_subject import run_entry
     from harness.targets import parse_target
 
     entry = Entry(name="t/flags", source="t", family="mlp", tier="smoke",
                   factory=lambda scale: Built(_FlagRecorder(), (torch.randn(2, 4),)))
     _FLAGS_SEEN.clear()
     before = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)
-    assert execute_entry(entry, parse_target("eager"), capture=False)["status"] == "pass"
+    assert run_entry(entry, parse_target("eager"), capture=False).status == "pass"
     assert len(_FLAGS_SEEN) >= 3 and set(_FLAGS_SEEN) == {(False, False)}  # eager twice, reference, "compiled"
     assert (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32) == before  # restored
     _FLAGS_SEEN.clear()
-    execute_entry(entry, parse_target("eager"), capture=False, allow_tf32=True)
+    run_entry(entry, parse_target("eager"), capture=False, allow_tf32=True)
     assert _FLAGS_SEEN and set(_FLAGS_SEEN) == {before}
 
 
@@ -235,7 +235,7 @@ def test_channels_last_conv_of_a_vit_patch_embedding_passes_under_inductor() -> 
     """The ViT patch embedding (3 -> 32 channels, 16x16 patches of a 224x224 image) compiled by
     Inductor, whose layout optimization makes the conv channels-last: float32 parity against eager."""
     from corpus.entry import Built, Entry
-    from harness.execute import execute_entry
+    from harness.entry_subject import run_entry
     from harness.targets import parse_target
 
     def patch_embedding(scale: str) -> Built:
@@ -244,5 +244,5 @@ def test_channels_last_conv_of_a_vit_patch_embedding_passes_under_inductor() -> 
         return Built(model, (torch.randn(2, 3, 224, 224),))
 
     entry = Entry(name="t/patch_embedding", source="t", family="vit", tier="smoke", factory=patch_embedding)
-    result = execute_entry(entry, parse_target("inductor", "cuda"), capture=False)
-    assert result["status"] == "pass", result.get("error")
+    result = run_entry(entry, parse_target("inductor", "cuda"), capture=False)
+    assert result.status == "pass", result.error

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from corpus.entry import Built, Entry
-from harness.execute import execute_entry
+from harness.entry_subject import run_entry
 from harness.targets import parse_target
 
 PLANTED = """
@@ -121,7 +121,10 @@ def test_planted_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, cli, 
     out = tmp_path / "run.json"
     proc = cli("run", "--corpus", str(corpus_dir), "--suite", "planted", "--target", "aot_eager", "-j", "2",
                "--timeout", "8", "--mem-limit-mb", "1500", "--db", "r.sqlite", "--json", str(out))
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # a failure against the compiler (wrong_when_compiled) fails the run; the model's own crash, hang,
+    # OOM and eager failures, the skip and the expected failure do not
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "FAILED: 1 entry failed against the compiler: planted/wrong_when_compiled" in proc.stderr
     doc = load_json(out)
     statuses = {name: e["status"] for name, e in doc["by_name"].items()}
     assert statuses == EXPECTED
@@ -150,13 +153,13 @@ def test_planted_failures_are_recorded_and_the_run_goes_on(tmp_path: Path, cli, 
 def test_compile_run_and_accuracy_failures_of_a_backend(target: str, status: str) -> None:
     entry = Entry(name="relu/relu", source="relu", family="f", tier="smoke",
                   factory=lambda scale: Built(torch.relu, (torch.randn(8),)))
-    result = execute_entry(entry, parse_target(target))
-    assert result["status"] == status, result.get("error")
-    assert result["graphs"] == 1 and result["graph_breaks"] == 0
+    result = run_entry(entry, parse_target(target))
+    assert result.status == status, result.error
+    assert result.graphs == 1 and result.graph_breaks == 0
     if status != "pass":
-        assert result["error"]
+        assert result.error
     if target == "no_such_backend":
-        assert "unknown target" in result["error"]
+        assert "unknown target" in result.error
 
 
 def test_crucible_target_without_the_compiler_is_a_clear_fail_compile(monkeypatch) -> None:
@@ -171,17 +174,17 @@ def test_crucible_target_without_the_compiler_is_a_clear_fail_compile(monkeypatc
     monkeypatch.setitem(sys.modules, "compiler.backend", None)  # import fails
     entry = Entry(name="relu/relu", source="relu", family="f", tier="smoke",
                   factory=lambda scale: Built(torch.relu, (torch.randn(8),)))
-    result = execute_entry(entry, parse_target("crucible-cpp"))
-    assert result["status"] == "fail_compile"
-    assert "crucible backend is unavailable" in result["error"]
+    result = run_entry(entry, parse_target("crucible-cpp"))
+    assert result.status == "fail_compile"
+    assert "crucible backend is unavailable" in result.error
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only behaviour")
 def test_cuda_target_on_a_cpu_machine_is_skipped(cli) -> None:
     entry = Entry(name="relu/relu", source="relu", family="f", tier="smoke",
                   factory=lambda scale: Built(torch.relu, (torch.randn(8),)))
-    result = execute_entry(entry, parse_target("crucible-triton"))
-    assert result["status"] == "skipped" and "CUDA" in result["error"]
+    result = run_entry(entry, parse_target("crucible-triton"))
+    assert result.status == "skipped" and "CUDA" in result.error
     proc = cli("run", "--source", "zoo", "--target", "crucible-triton")
     assert proc.returncode == 2 and "needs a CUDA GPU" in proc.stderr
 
@@ -194,43 +197,43 @@ def _relu_entry() -> Entry:
 @pytest.mark.parametrize(("where", "recorded"), [("auto", "float64"), ("cpu", "float64"), ("device", "float64"),
                                                  ("none", "none (not requested)")])
 def test_reference_placement_is_recorded(where: str, recorded: str) -> None:
-    result = execute_entry(_relu_entry(), parse_target("aot_eager"), reference=where)
-    assert result["status"] == "pass" and result["reference"] == recorded
+    result = run_entry(_relu_entry(), parse_target("aot_eager"), reference=where)
+    assert result.status == "pass" and result.reference == recorded
 
 
 def test_reference_falls_back_to_the_cpu_when_the_device_run_fails(monkeypatch) -> None:
     """auto: a failed device reference (e.g. out of memory) is retried on the CPU, never lost."""
-    import harness.execute as ex
+    from harness import model_runs
 
-    real_fresh = ex.ModelCopies.fresh
+    real_fresh = model_runs.ModelCopies.fresh
 
     def failing_on_the_device(self, device, dtype):
         if dtype == torch.float64 and device != "cpu":
             raise RuntimeError("planted: no float64 on this device")
         return real_fresh(self, device, dtype)
 
-    monkeypatch.setattr(ex.ModelCopies, "fresh", failing_on_the_device)
+    monkeypatch.setattr(model_runs.ModelCopies, "fresh", failing_on_the_device)
     entry = _relu_entry()
     result: dict = {}
     built = entry.build("small")
-    models = ex.ModelCopies(entry, "small", built.model)
+    models = model_runs.ModelCopies(entry, "small", built.model)
     sizes = [(None, built.inputs, built.kwargs)]
-    assert ex._reference(models, sizes, entry.seed, "fake-device", "auto", result, "inference") != [None]
+    assert model_runs.reference_runs(models, sizes, entry.seed, "fake-device", "auto", result, "inference") != [None]
     assert result["reference"] == "float64"
     result = {}
-    assert ex._reference(models, sizes, entry.seed, "fake-device", "device", result, "inference") == [None]
+    assert model_runs.reference_runs(models, sizes, entry.seed, "fake-device", "device", result, "inference") == [None]
     assert result["reference"] == "none (fake-device: RuntimeError: planted: no float64 on this device)"
 
 
 def test_unknown_reference_placement_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="reference='gpu'.*auto, cpu, device, none"):
-        execute_entry(_relu_entry(), parse_target("aot_eager"), reference="gpu")
+        run_entry(_relu_entry(), parse_target("aot_eager"), reference="gpu")
 
 
 @pytest.mark.gpu
 def test_reference_runs_on_the_gpu_for_cuda_targets() -> None:
-    result = execute_entry(_relu_entry(), parse_target("eager", "cuda"))
-    assert result["status"] == "pass" and result["reference"] == "float64 on cuda"
+    result = run_entry(_relu_entry(), parse_target("eager", "cuda"))
+    assert result.status == "pass" and result.reference == "float64 on cuda"
 
 
 def test_entry_unavailable_in_this_installation_is_skipped_not_an_eager_failure() -> None:
@@ -242,9 +245,9 @@ def test_entry_unavailable_in_this_installation_is_skipped_not_an_eager_failure(
         raise EntryUnavailable("timm 0.0 has no model 'future_net'")
 
     entry = Entry(name="timm/future_net", source="timm", family="f", tier="smoke", factory=factory)
-    result = execute_entry(entry, parse_target("eager"))
-    assert result["status"] == "skipped"
-    assert result["error"] == "unavailable here: timm 0.0 has no model 'future_net'"
+    result = run_entry(entry, parse_target("eager"))
+    assert result.status == "skipped"
+    assert result.error == "unavailable here: timm 0.0 has no model 'future_net'"
 
 
 def _helper_with_a_break(t: torch.Tensor) -> torch.Tensor:
@@ -262,10 +265,8 @@ def test_crucible_targets_compile_new_shapes_statically() -> None:
     specializes on static shapes; Dynamo goes dynamic on a recompile by default)."""
     import torch._dynamo
 
-    from harness.targets import compile_model
-
     torch._dynamo.reset()
     x = torch.randn(8, 4)
-    compiled = compile_model(parse_target("crucible-cpp"), _calls_helper_with_two_shapes)
+    compiled = parse_target("crucible-cpp").compile(_calls_helper_with_two_shapes)
     torch.testing.assert_close(compiled(x), _calls_helper_with_two_shapes(x))
     torch._dynamo.reset()

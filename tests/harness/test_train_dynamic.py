@@ -1,4 +1,4 @@
-"""--mode train and --dynamic, in process (execute_entry), on small planted models and the zoo."""
+"""--mode train and --dynamic, in process (run_entry), on small planted models and the zoo."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from torch import nn
 
 from corpus.entry import Built, Entry
-from harness.execute import execute_entry
+from harness.entry_subject import run_entry
 from harness.shapes import batch_size, size_variants
 from harness.status import Status
 from harness.targets import parse_target
@@ -49,13 +49,13 @@ def _fake_backend_wrong_grad(gm, example_inputs, **kwargs):
 
 @pytest.mark.parametrize("target", ["crucible-cpp", "aot_eager"])
 def test_train_mode_grades_gradients(target: str) -> None:
-    result = execute_entry(_entry("mlp", _mlp), parse_target(target), capture=False, mode="train")
-    assert result["status"] == Status.PASS, result.get("error")
-    assert result["mode"] == "train"
-    assert result["grads"] == 5  # the input and 4 parameters
-    assert result["grad_rmse_ratio"] is not None and result["grad_rmse_ratio"] < 2.0
-    assert result["grad_cosine"] > 0.9999
-    assert result["backward_graphs"] == 1
+    result = run_entry(_entry("mlp", _mlp), parse_target(target), capture=False, mode="train")
+    assert result.status == Status.PASS, result.error
+    assert result.mode == "train"
+    assert result.grads == 5  # the input and 4 parameters
+    assert result.grad_rmse_ratio is not None and result.grad_rmse_ratio < 2.0
+    assert result.grad_cosine > 0.9999
+    assert result.backward_graphs == 1
 
 
 def test_train_mode_catches_a_wrong_backward() -> None:
@@ -65,12 +65,12 @@ def test_train_mode_catches_a_wrong_backward() -> None:
     if "test_wrong_grad" not in _BACKENDS:
         register_backend(name="test_wrong_grad")(_fake_backend_wrong_grad)
     entry = _entry("mlp", _mlp)
-    inference = execute_entry(entry, parse_target("test_wrong_grad"), capture=False)
-    assert inference["status"] == Status.PASS, inference.get("error")
-    train = execute_entry(entry, parse_target("test_wrong_grad"), capture=False, mode="train")
-    assert train["status"] == Status.FAIL_ACCURACY
-    assert train["error"].startswith("gradient ")
-    assert train["grad_rmse_ratio"] > 2.0
+    inference = run_entry(entry, parse_target("test_wrong_grad"), capture=False)
+    assert inference.status == Status.PASS, inference.error
+    train = run_entry(entry, parse_target("test_wrong_grad"), capture=False, mode="train")
+    assert train.status == Status.FAIL_ACCURACY
+    assert train.error.startswith("gradient ")
+    assert train.grad_rmse_ratio > 2.0
 
 
 def test_train_mode_keeps_the_backward_phase_on_failure() -> None:
@@ -86,9 +86,9 @@ def test_train_mode_keeps_the_backward_phase_on_failure() -> None:
     def factory(scale: str) -> Built:
         return Built(lambda x: BadBackward.apply(x), (torch.randn(3, 3),))
 
-    result = execute_entry(_entry("bad_bw", factory), parse_target("eager"), capture=False, mode="train")
+    result = run_entry(_entry("bad_bw", factory), parse_target("eager"), capture=False, mode="train")
     # eager fails in backward too: the model's fault, never the compiler's
-    assert result["status"] == Status.EAGER_FAIL and "planted backward failure" in result["error"]
+    assert result.status == Status.EAGER_FAIL and "planted backward failure" in result.error
 
     class FailingGrad(torch.autograd.Function):
         @staticmethod
@@ -106,9 +106,9 @@ def test_train_mode_keeps_the_backward_phase_on_failure() -> None:
 
     if "test_failing_backward" not in _BACKENDS:
         register_backend(name="test_failing_backward")(backend)
-    result = execute_entry(_entry("mlp", _mlp), parse_target("test_failing_backward"), capture=False, mode="train")
-    assert (result["status"], result["phase"]) == (Status.FAIL_RUN, "backward")
-    assert "planted compiled-backward failure" in result["error"]
+    result = run_entry(_entry("mlp", _mlp), parse_target("test_failing_backward"), capture=False, mode="train")
+    assert (result.status, result.phase) == (Status.FAIL_RUN, "backward")
+    assert "planted compiled-backward failure" in result.error
 
 
 def test_seeded_loss_weights_every_element() -> None:
@@ -159,10 +159,10 @@ def test_model_that_cannot_be_deepcopied_is_rebuilt_not_shared() -> None:
         copy.deepcopy(_ConfiguredNet())
     entry = _entry("configured", lambda scale: Built(_ConfiguredNet(), (torch.randn(1, 3, 8, 8),)))
     for target in ("crucible-cpp", "aot_eager"):
-        result = execute_entry(entry, parse_target(target), capture=False)
-        assert result["status"] == Status.PASS, (target, result.get("error"))
-        assert result["reference"] == "float64"
-        assert "deepcopy failed" in result["model_copy"]
+        result = run_entry(entry, parse_target(target), capture=False)
+        assert result.status == Status.PASS, (target, result.error)
+        assert result.reference == "float64"
+        assert "deepcopy failed" in result.model_copy
 
 
 def test_batch_variants_cycle_rows() -> None:
@@ -177,11 +177,11 @@ def test_batch_variants_cycle_rows() -> None:
 
 
 def test_dynamic_grades_every_size_and_counts_recompiles() -> None:
-    result = execute_entry(_entry("mlp", _mlp), parse_target("aot_eager"), capture=False, dynamic=True)
-    assert result["status"] == Status.PASS, result.get("error")
-    assert [s["batch"] for s in result["sizes"]] == [4, 8, 12]
-    assert all(s["status"] == Status.PASS and s["rmse_ratio"] is not None for s in result["sizes"])
-    assert result["recompiles"] == 0 and result["guard_failures"] == 0
+    result = run_entry(_entry("mlp", _mlp), parse_target("aot_eager"), capture=False, dynamic=True)
+    assert result.status == Status.PASS, result.error
+    assert [s["batch"] for s in result.sizes] == [4, 8, 12]
+    assert all(s["status"] == Status.PASS and s["rmse_ratio"] is not None for s in result.sizes)
+    assert result.recompiles == 0 and result.guard_failures == 0
 
 
 def test_dynamic_records_recompiles_of_a_shape_specializing_model() -> None:
@@ -189,15 +189,15 @@ def test_dynamic_records_recompiles_of_a_shape_specializing_model() -> None:
         # branching on a size specializes it: every new batch fails a guard and recompiles
         return Built(lambda x: x * 2 if x.shape[0] < 6 else x - 1, (torch.randn(4, 3),))
 
-    result = execute_entry(_entry("branchy", factory), parse_target("aot_eager"), capture=False, dynamic=True)
-    assert result["status"] == Status.PASS, result.get("error")
-    assert result["recompiles"] >= 1 and result["guard_failures"] >= 1
+    result = run_entry(_entry("branchy", factory), parse_target("aot_eager"), capture=False, dynamic=True)
+    assert result.status == Status.PASS, result.error
+    assert result.recompiles >= 1 and result.guard_failures >= 1
 
 
 def test_dynamic_crucible_symbolic_shapes_is_a_reason_not_a_pass() -> None:
-    result = execute_entry(_entry("mlp", _mlp), parse_target("crucible-cpp"), capture=False, dynamic=True)
-    assert result["status"] == Status.FAIL_COMPILE
-    assert "SymbolicShapes" in result["error"]
+    result = run_entry(_entry("mlp", _mlp), parse_target("crucible-cpp"), capture=False, dynamic=True)
+    assert result.status == Status.FAIL_COMPILE
+    assert "SymbolicShapes" in result.error
 
 
 def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_parameters() -> None:
@@ -205,8 +205,8 @@ def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_param
     failure), and one that mutates its input in place cannot have that input require grad, so its
     parameters' gradients are graded alone."""
     no_grad = _entry("no_grad", lambda scale: Built(lambda x: x.detach() * 2, (torch.randn(3),)))
-    result = execute_entry(no_grad, parse_target("aot_eager"), capture=False, mode="train")
-    assert result["status"] == Status.SKIPPED and "no floating output requires grad" in result["error"]
+    result = run_entry(no_grad, parse_target("aot_eager"), capture=False, mode="train")
+    assert result.status == Status.SKIPPED and "no floating output requires grad" in result.error
 
     class Mutating(nn.Module):
         def __init__(self) -> None:
@@ -218,18 +218,18 @@ def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_param
             return self.lin(x)
 
     mutating = _entry("mutating", lambda scale: Built(Mutating(), (torch.randn(2, 3),)))
-    result = execute_entry(mutating, parse_target("aot_eager"), capture=False, mode="train")
-    assert result["status"] == Status.PASS, result.get("error")
-    assert result["grads"] == 2 and "parameters only" in result["grad_note"]
+    result = run_entry(mutating, parse_target("aot_eager"), capture=False, mode="train")
+    assert result.status == Status.PASS, result.error
+    assert result.grads == 2 and "parameters only" in result.grad_note
 
     def mutate(x):
         x.add_(1)
         return x * 2
 
     no_params = _entry("mutating_fn", lambda scale: Built(mutate, (torch.randn(2, 3),)))
-    result = execute_entry(no_params, parse_target("aot_eager"), capture=False, mode="train")
+    result = run_entry(no_params, parse_target("aot_eager"), capture=False, mode="train")
     # no parameters to fall back on: eager cannot train it, an eager failure with eager's error
-    assert result["status"] == Status.EAGER_FAIL and "in-place operation" in result["error"]
+    assert result.status == Status.EAGER_FAIL and "in-place operation" in result.error
 
 
 def test_dynamic_drops_a_size_eager_cannot_run() -> None:
@@ -238,15 +238,15 @@ def test_dynamic_drops_a_size_eager_cannot_run() -> None:
     a = torch.randn(4, 4)
     spd = a @ a.T + 4 * torch.eye(4)
     entry = _entry("cholesky", lambda scale: Built(torch.linalg.cholesky, (spd,)))
-    result = execute_entry(entry, parse_target("aot_eager"), capture=False, dynamic=True)
-    assert result["status"] == Status.PASS, result.get("error")
-    assert "batch 8 dropped: eager fails" in result["dynamic_note"]
+    result = run_entry(entry, parse_target("aot_eager"), capture=False, dynamic=True)
+    assert result.status == Status.PASS, result.error
+    assert "batch 8 dropped: eager fails" in result.dynamic_note
 
 
 def test_train_mode_grades_complex_outputs() -> None:
     """Found on the opinfo smoke entries: fft outputs are complex, and the loss skipped them, so
     fft entries were skipped as having no gradient."""
     entry = _entry("fft", lambda scale: Built(torch.fft.fft, (torch.randn(4, 8),)))
-    result = execute_entry(entry, parse_target("aot_eager"), capture=False, mode="train")
-    assert result["status"] == Status.PASS, result.get("error")
-    assert result["grads"] == 1 and result["grad_rmse_ratio"] is not None
+    result = run_entry(entry, parse_target("aot_eager"), capture=False, mode="train")
+    assert result.status == Status.PASS, result.error
+    assert result.grads == 1 and result.grad_rmse_ratio is not None

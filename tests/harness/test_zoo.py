@@ -8,7 +8,7 @@ import torch
 from corpus import zoo
 from corpus.entry import TIERS
 from harness.capture import analyze_capture
-from harness.execute import DTYPES, ModelCopies, _cast
+from harness.model_runs import DTYPES, ModelCopies, cast
 
 ENTRIES = zoo.entries()
 
@@ -28,7 +28,7 @@ def test_expected_graphs_and_breaks(entry) -> None:
     graphs, breaks = zoo.expected_counts(entry, torch.__version__)
     built = entry.build("small")
     dtype = DTYPES[entry.dtype]
-    model, args = ModelCopies(entry, "small", built.model).fresh("cpu", dtype), _cast(built.inputs, "cpu", dtype)
+    model, args = ModelCopies(entry, "small", built.model).fresh("cpu", dtype), cast(built.inputs, "cpu", dtype)
     torch._dynamo.reset()
     try:
         with torch.no_grad():
