@@ -1,58 +1,54 @@
-"""The failure predicate: compile and run one graph case on its target, grade it, name the failure.
+"""The failure predicate: a minimizer case as a subject of the execution engine, and what makes two
+failures the same.
 
-A check compiles the graph as its target would (Crucible: ``compiler.compile_graph`` in strict mode;
-any Dynamo backend: ``torch.compile`` of the graph module), runs it on the case's real inputs and
-grades the outputs with the harness's parity oracle against eager and the graph run in float64.
-Two outcomes are the same failure when status and error signature agree (for accuracy failures:
-status only, since the error figures change with every shrink).
+A check runs one ``GraphCase`` on a target through ``harness.engine`` like any corpus entry or fuzz
+graph (``CaseSubject``): eager twice on fresh copies of the case's real inputs (a candidate graph
+eager cannot run is ``eager_fail``, which the minimizer discards), the graph on float64 inputs as
+the reference, ``Target.compile(gm, inputs, capture="fx")`` with every option of the target, two
+compiled calls, and the parity oracle output by output (``failing_outputs``, which localization
+reads). On ``crucible-sim`` the engine runs every kernel under the simulator's memory checks, so a
+memory-safety defect is a ``fail_memory`` to minimize like any other failure.
+
+The outcome is a ``harness.result.Result``. Two results are the same failure when their
+``signature``s agree: the status, plus the blurred error message except for accuracy failures
+(whose figures change with every shrink).
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from harness.errors import describe_error, is_compile_error, is_oom
+from harness.engine import Context, Grade, execute
 from harness.minify.case import GraphCase
-from harness.oracle import ParityOracle, flatten_outputs, working_precision
+from harness.oracle import ParityOracle, flatten_outputs
+from harness.pool import WorkerContext
 from harness.report import error_signature
-from harness.status import Status
-from harness.targets import Target, check_available, parse_target, resolve_backend
+from harness.result import Result
+from harness.status import Phase, Status
+from harness.targets import Target, parse_target
 
-# Not a failure of the target: the candidate graph itself does not run in eager (a shrink that
-# broke the graph). The minimizer discards such candidates.
-INVALID = "invalid"
+# A pseudo-target for localization: the graph as Crucible lowers and schedules it, every kernel
+# evaluated from its IR with torch ops (``simulator.reference``), no generated code.
+IR_REFERENCE_TARGET = "crucible-ir-reference"
 
 
-@dataclass(frozen=True)
-class Outcome:
-    status: str  # harness Status value, or INVALID
-    message: str = ""
-    pass_name: str | None = None  # Crucible's failing pass (lower, schedule, render, load, wrap)
-    failing_outputs: tuple[int, ...] = ()  # output leaves that failed parity, in output order
-    detail: str = ""
+def case_target(name: str, device: str | None = None) -> Target:
+    """The Target a check runs on: ``name`` parsed (``device``: where a Dynamo backend runs, the
+    case's inputs' device), or the IR-reference pseudo-target (CPU, no backend of its own)."""
+    if name == IR_REFERENCE_TARGET:
+        return Target(IR_REFERENCE_TARGET, "cpu", None)
+    return parse_target(name, device)
 
-    @property
-    def failed(self) -> bool:
-        return self.status not in (Status.PASS, INVALID)
 
-    @property
-    def signature(self) -> str:
-        """The failure's identity: status, plus the blurred error message except for accuracy."""
-        if self.status in (Status.PASS, Status.FAIL_ACCURACY):
-            return self.status
-        return f"{self.status}: {error_signature(self.message)}"
-
-    def matches(self, other: Outcome) -> bool:
-        return self.status == other.status and self.signature == other.signature
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"status": self.status, "signature": self.signature, "message": self.message,
-                "pass_name": self.pass_name}
+def case_device(case: GraphCase) -> str:
+    """Where the case's values live (its first tensor's device type)."""
+    return next((v.device.type for v in case.inputs if isinstance(v, torch.Tensor)), "cpu")
 
 
 def _clone(values: list[Any]) -> list[Any]:
@@ -63,43 +59,6 @@ def _clone(values: list[Any]) -> list[Any]:
 def _float64(values: list[Any]) -> list[Any]:
     return [v.detach().cpu().double() if isinstance(v, torch.Tensor) and v.is_floating_point()
             else (v.detach().cpu() if isinstance(v, torch.Tensor) else v) for v in values]
-
-
-def _failing_pass(exc: BaseException) -> str | None:
-    from compiler.pipeline import CompilerError
-
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if isinstance(cur, CompilerError):
-            return cur.pass_name
-        cur = getattr(cur, "inner_exception", None) or cur.__cause__ or cur.__context__
-    return None
-
-
-def compile_for(target: Target, gm: torch.fx.GraphModule, inputs: list[Any]) -> Callable[..., Any]:
-    """``fn(*inputs)`` running ``gm`` as ``target`` compiles it (Dynamo backends compile on the first call)."""
-    if target.backend is None:
-        return gm
-    check_available(target)
-    if target.is_crucible:
-        import compiler
-
-        return compiler.compile_graph(gm, inputs, codegen=target.options["codegen"], strict=True,
-                                      extern=target.options.get("extern", "default"))
-    torch._dynamo.reset()
-    return torch.compile(gm, backend=resolve_backend(target), dynamic=False)
-
-
-def _error(status: str, exc: BaseException) -> Outcome:
-    message, detail = describe_error(exc)
-    return Outcome(Status.OOM if is_oom(exc) else status, message, _failing_pass(exc), detail=detail)
-
-
-# A pseudo-target for localization: the graph as Crucible lowers and schedules it, every kernel
-# evaluated from its IR with torch ops (``simulator.reference``), no generated code.
-IR_REFERENCE_TARGET = "crucible-ir-reference"
 
 
 def _ir_reference(gm: torch.fx.GraphModule, failing: Target) -> Callable[..., Any]:
@@ -114,81 +73,117 @@ def _ir_reference(gm: torch.fx.GraphModule, failing: Target) -> Callable[..., An
     return lambda *inputs: reference_graph(gm, list(inputs), codegen=codegen, extern=extern)
 
 
-def check_case(case: GraphCase, target: str | None = None) -> Outcome:
-    """Run the predicate in this process (workers and repro scripts call it; see ``worker.py``).
+class CaseSubject:
+    """A ``GraphCase`` as the engine runs it: a pure function of its real inputs."""
 
-    At the working dtype's full precision (no TF32), as ``crucible run`` grades entries."""
-    with working_precision():
-        return _check_case(case, target)
+    last_phase = Phase.COMPARE
+    eager_calls = 2
+    stateless = True  # a graph is a pure function: the second compiled call is graded too
+
+    def __init__(self, case: GraphCase) -> None:
+        self.case, self.name = case, case.origin or "graph case"
+
+    def runs_on(self, device: str) -> str | None:
+        return None
+
+    def build(self, ctx: Context) -> None:
+        return None  # the graph module and its real inputs travel with the case
+
+    def eager(self, ctx: Context) -> Any:
+        return self.case.gm(*_clone(self.case.inputs))
+
+    def reference(self, ctx: Context) -> Any:
+        try:
+            out = self.case.gm(*_float64(self.case.inputs))
+        except Exception as exc:  # noqa: BLE001 -- no float64 kernel: the oracle compares with eager only
+            ctx.draft["reference"] = f"none: {type(exc).__name__}: {str(exc)[:200]}"
+            return None
+        ctx.draft["reference"] = "cpu"
+        return out
+
+    def capture(self, ctx: Context) -> None:
+        return None  # an ATen graph already: nothing to analyse
+
+    def compile(self, ctx: Context) -> Callable[[], Any]:
+        gm, inputs = self.case.gm, self.case.inputs
+        if ctx.target.name == IR_REFERENCE_TARGET:
+            fn = _ir_reference(gm, parse_target(self.case.target))
+        else:
+            fn = ctx.target.compile(gm, inputs, capture="fx")
+        return lambda: fn(*_clone(inputs))
+
+    def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
+        return grade_outputs(self.case.dtype, eager, compiled, reference, self.case.tolerance)
+
+    def finish(self, ctx: Context) -> None:
+        return None
 
 
-def _check_case(case: GraphCase, target: str | None) -> Outcome:
-    ir_reference = target == IR_REFERENCE_TARGET
-    tgt = parse_target("crucible-cpp" if ir_reference else target or case.target)
-    gm = case.gm
-    try:
-        with torch.no_grad():
-            eager = gm(*_clone(case.inputs))
-    except Exception as exc:  # noqa: BLE001 -- a candidate that eager cannot run is no candidate
-        return Outcome(INVALID, describe_error(exc)[0])
-    try:
-        with torch.no_grad():
-            reference = gm(*_float64(case.inputs))
-    except Exception:  # noqa: BLE001 -- no float64 kernel: the oracle compares with eager only
-        reference = None
-    try:
-        with torch.no_grad():
-            fn = _ir_reference(gm, parse_target(case.target)) if ir_reference else compile_for(tgt, gm, case.inputs)
-    except Exception as exc:  # noqa: BLE001
-        return _error(Status.FAIL_COMPILE, exc)
-    try:
-        with torch.no_grad():
-            out = fn(*_clone(case.inputs))
-        if tgt.device == "cuda":
-            torch.cuda.synchronize()
-    except Exception as exc:  # noqa: BLE001
-        return _error(Status.FAIL_COMPILE if is_compile_error(exc) else Status.FAIL_RUN, exc)
-    return grade(case.dtype, eager, out, reference, case.tolerance)
-
-
-def grade(dtype: str, eager: Any, out: Any, reference: Any, tolerance: Any = None) -> Outcome:
-    """The parity oracle, output by output, so localization can see which outputs diverge."""
+def grade_outputs(dtype: str, eager: Any, out: Any, reference: Any, tolerance: Any = None) -> Grade:
+    """The parity oracle, output by output (``failing_outputs``), so localization sees which diverge."""
     oracle = ParityOracle(dtype, tolerance)
-    e_leaves, c_leaves = flatten_outputs(eager), flatten_outputs(out)
-    r_leaves = flatten_outputs(reference) if reference is not None else None
     whole = oracle.compare(eager, out, reference)
+    fields: dict[str, Any] = {"max_abs_err": whole.max_abs_err, "max_rel_err": whole.max_rel_err,
+                              "rmse_ratio": whole.rmse_ratio, "cosine": whole.cosine}
+    e_leaves, c_leaves = flatten_outputs(eager), flatten_outputs(out)
     if [p for p, _ in e_leaves] != [p for p, _ in c_leaves]:
-        return Outcome(Status.FAIL_ACCURACY, whole.reason)
+        return Grade(False, whole.reason, fields)
+    r_leaves = flatten_outputs(reference) if reference is not None else None
     if r_leaves is not None and [p for p, _ in r_leaves] != [p for p, _ in e_leaves]:
         r_leaves = None
-    failing = tuple(i for i, ((_, e), (_, c)) in enumerate(zip(e_leaves, c_leaves))
-                    if not oracle.compare(e, c, r_leaves[i][1] if r_leaves else None).passed)
+    failing = [i for i, ((_, e), (_, c)) in enumerate(zip(e_leaves, c_leaves))
+               if not oracle.compare(e, c, r_leaves[i][1] if r_leaves else None).passed]
     if whole.passed and not failing:
-        return Outcome(Status.PASS)
-    return Outcome(Status.FAIL_ACCURACY, whole.reason or "an output fails parity", failing_outputs=failing)
+        return Grade(True, "", fields)
+    return Grade(False, whole.reason or "an output fails parity", {**fields, "failing_outputs": failing})
 
 
-def reproduce_main(forward: Callable[..., Any], inputs: list[Any], target: str, dtype: str,
-                   expected: dict[str, Any], plugins: list[str], tolerance: Any = None) -> int:
-    """What a written repro script runs: 1 when the expected failure reproduces, else 0."""
-    from harness.minify.case import GraphCase
-    from harness.minify.plugins import set_plugins
+def check_case(case: GraphCase, target: str | None = None,
+               on_phase: Callable[[str], None] = lambda phase: None) -> Result:
+    """Run the predicate in this process: ``case`` on ``target`` (default: the case's own), through
+    the engine (at the working dtype's full precision, no TF32, as ``crucible run`` grades entries)."""
+    return execute(CaseSubject(case), case_target(target or case.target, case_device(case)), on_phase)
 
-    set_plugins(plugins)
-    gm = torch.fx.symbolic_trace(forward)
-    case = GraphCase(gm, inputs, target, dtype, "repro", tolerance=tolerance)
-    if expected["status"] in (Status.CRASH, Status.TIMEOUT, Status.OOM):
-        from harness.minify.worker import CheckWorker
 
-        with CheckWorker(device=parse_target(target).device, target=target) as worker:  # a crash must not be ours
-            outcome = worker.check(case, target)
-    else:
-        outcome = check_case(case, target)
-    want = Outcome(expected["status"], expected.get("message", ""))
-    same = outcome.status == want.status and outcome.signature == expected.get("signature", want.signature)
-    if same:
-        print(f"REPRODUCED on {target}: {outcome.signature}\n  {outcome.message}")
-        return 1
-    print(f"NOT REPRODUCED on {target}: expected {expected.get('signature')}, got {outcome.signature}"
-          + (f"\n  {outcome.message}" if outcome.message else ""))
-    return 0
+@dataclass(frozen=True)
+class CaseCheck:
+    """One check as a worker task (``harness.pool.Task``): ``case`` on the target named ``target``,
+    which the worker parses (``case_target``) and hands in as ``worker.target``."""
+
+    case: GraphCase
+    target: str
+    imports: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.case.origin or "graph case"
+
+    def __call__(self, worker: WorkerContext) -> Result:
+        return execute(CaseSubject(self.case), worker.target, worker.progress)
+
+
+# -- what makes two failures the same
+
+def failed(result: Result) -> bool:
+    """A failure of the target under test, something to minimize: not a pass, not a candidate that
+    eager cannot run (``eager_fail``), not a death while running eager."""
+    return result.against_compiler
+
+
+def _message(result: Result) -> str:
+    text = result.error or ""
+    if result.status == Status.FAIL_MEMORY:  # the kernel's name changes as the graph around it shrinks
+        text = re.sub(r"\bkernel [^\s:]+", "kernel <name>", text)
+    return error_signature(text)
+
+
+def signature(result: Result) -> str:
+    """The failure's identity: the status, plus the blurred error message except for accuracy."""
+    if result.status in (Status.PASS, Status.FAIL_ACCURACY):
+        return result.status.value
+    return f"{result.status.value}: {_message(result)}"
+
+
+def same_failure(result: Result, original: Result) -> bool:
+    """``result`` fails as ``original`` does (what every candidate of a reduction must keep)."""
+    return failed(result) and signature(result) == signature(original)

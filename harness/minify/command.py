@@ -33,19 +33,19 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--no-verify", action="store_true", help="do not run the written repro.py once to confirm it")
 
 
-def _stored(args: argparse.Namespace) -> tuple[str | None, dict | None]:
-    """(run id, stored result) of the entry in --db, when there is one."""
+def _stored(args: argparse.Namespace) -> tuple[str | None, Any]:
+    """(run id, stored Result) of the entry in --db, when there is one."""
     if not Path(args.db).exists():
         if args.run:
             raise ValueError(f"--run {args.run}: no results database at {args.db}")
         return None, None
-    with ResultStore(args.db) as store:
+    with ResultStore(args.db, read_only=True) as store:
         runs = [store.run(args.run)] if args.run else list(reversed(store.runs()))
         if args.run and runs[0] is None:
             raise ValueError(f"no run {args.run!r} in {args.db}; list them with 'crucible report --runs'")
         for run in runs:
-            found = [r for r in store.results(run["id"]) if r["name"] in (args.entry, args.entry.split("/")[-1])
-                     or r["name"].endswith("/" + args.entry)]
+            found = [r for r in store.results(run["id"]) if r.name in (args.entry, args.entry.split("/")[-1])
+                     or r.name.endswith("/" + args.entry)]
             if found:
                 return run["id"], found[0]
     if args.run:
@@ -54,10 +54,11 @@ def _stored(args: argparse.Namespace) -> tuple[str | None, dict | None]:
 
 
 def _find_entry(args: argparse.Namespace) -> Any:
-    from harness.cli import _entries
+    from harness.selection import selected_entries
 
-    ns = argparse.Namespace(suite="all", source=None, tag=None, entry=[args.entry], corpus=args.corpus)
-    _, entries = _entries(ns)
+    ns = argparse.Namespace(suite="all", source=None, tag=None, entry=[args.entry], exclude=None, keyword=None,
+                            corpus=args.corpus)
+    _, entries = selected_entries(ns)
     if not entries:
         raise ValueError(f"no corpus entry {args.entry!r}; see 'crucible list'")
     return entries[0]
@@ -69,6 +70,7 @@ def _progress(text: str) -> None:
 
 def cmd_minify(args: argparse.Namespace) -> int:
     from harness.minify.case import load_case
+    from harness.minify.check import failed, signature
     from harness.minify.entry_graphs import capture_entry
     from harness.minify.plugins import set_plugins
     from harness.minify.session import MinifyError, minify_case
@@ -92,14 +94,14 @@ def cmd_minify(args: argparse.Namespace) -> int:
         return 0 if report.repro is not None else 1
 
     run_id, stored = _stored(args)
-    target_name = args.target or (stored and stored["target"])
+    target_name = args.target or (stored.target if stored is not None else None)
     if not target_name:
         print(f"error: no --target given and no run in {args.db} holds {args.entry}", file=sys.stderr)
         return 2
     entry = _find_entry(args)
     target = parse_target(target_name, args.device)
     if stored is not None:
-        print(f"{entry.name}: {stored['status']} on {stored['target']} in run {run_id}", file=sys.stderr)
+        print(f"{entry.name}: {stored.status} on {stored.target} in run {run_id}", file=sys.stderr)
     print(f"capturing the ATen graphs of {entry.name} as {target.name} receives them", file=sys.stderr)
     try:
         graphs = capture_entry(entry, target)
@@ -112,13 +114,13 @@ def cmd_minify(args: argparse.Namespace) -> int:
     decomposition_fails = graphs.decomposition is not None and not graphs.decomposition.passed
     reports = []
     with CheckWorker(args.check_timeout, target.device, target.name) as worker:
-        outcomes = [worker.check(c) for c in graphs.cases]
-        failing = [(c, o) for c, o in zip(graphs.cases, outcomes) if o.failed]
+        results = [worker.check(c) for c in graphs.cases]
+        failing = [(c, r) for c, r in zip(graphs.cases, results) if failed(r)]
         print(f"{len(graphs.cases)} graph(s), {len(failing)} failing on {target.name}", file=sys.stderr)
-        for k, (case, outcome) in enumerate(failing):
-            print(f"minimizing {case.origin}: {outcome.signature}", file=sys.stderr)
+        for k, (case, result) in enumerate(failing):
+            print(f"minimizing {case.origin}: {signature(result)}", file=sys.stderr)
             try:
-                reports.append(minify_case(case, out_dir, worker=worker, expected=outcome,
+                reports.append(minify_case(case, out_dir, worker=worker, expected=result,
                                            decomposition_fails=decomposition_fails,
                                            repro_name="repro.py" if k == 0 else f"repro_graph{k}.py", **options))
             except MinifyError as exc:

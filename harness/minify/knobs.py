@@ -2,7 +2,7 @@
 
 A failure that lives in Inductor's handling of the whole Dynamo graph (a pattern rewrite, a layout
 decision) does not survive capturing the ATen graph, so the minimizer cannot shrink it; this triage
-runs the entry as ``crucible run`` does (``harness.execute.execute_entry``) once per knob and reports
+runs the entry as ``crucible run`` does (``harness.entry_subject.run_entry``) once per knob and reports
 the oracle's figures, plus the attention / convolution / matmul ops in Inductor's post-grad graph.
 Knobs run in parallel processes (``-j``), each with one Inductor compile thread::
 
@@ -51,7 +51,7 @@ def knob(name: str) -> Iterator[None]:
     import torch
     import torch._inductor.config as inductor_config
 
-    if name in ("default", "torch-tf32"):  # torch-tf32 is execute_entry's allow_tf32
+    if name in ("default", "torch-tf32"):  # torch-tf32 is run_entry's allow_tf32
         yield
     elif name == "no_sdpa_rewrite":
         import torch._inductor.fx_passes.fuse_attention as fuse_attention
@@ -102,7 +102,7 @@ def run_knob(name: str, entry_names: list[str], device: str, base: tuple[str, ..
     import torch._inductor.config as inductor_config
 
     from corpus.registry import catalog, select
-    from harness.execute import execute_entry
+    from harness.entry_subject import run_entry
     from harness.targets import parse_target
 
     inductor_config.compile_threads = 1  # knobs run side by side, one process each
@@ -123,8 +123,8 @@ def run_knob(name: str, entry_names: list[str], device: str, base: tuple[str, ..
             for each in (*base, name):
                 stack.enter_context(knob(each))
             stack.enter_context(inductor_config.patch({"post_grad_custom_post_pass": _op_recorder(seen)}))
-            result = execute_entry(entry, target, allow_tf32="torch-tf32" in (*base, name))
-        row.update({k: result.get(k) for k in ("status", "rmse_ratio", "max_abs_err", "error")})
+            result = run_entry(entry, target, allow_tf32="torch-tf32" in (*base, name))
+        row.update({k: getattr(result, k) for k in ("rmse_ratio", "max_abs_err", "error")}, status=result.status.value)
         yield {**row, "ops": sorted(seen), "wall_s": round(time.monotonic() - start, 1)}
 
 

@@ -24,18 +24,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-
 from harness.minify.case import GraphCase
-from harness.minify.check import IR_REFERENCE_TARGET, Outcome
+from harness.minify.check import IR_REFERENCE_TARGET, failed, same_failure, signature
 from harness.minify.reduce import GraphCut
+from harness.result import Result
 from harness.status import Status
 
-Checker = Callable[[GraphCase, str], Outcome]
+Checker = Callable[[GraphCase, str], Result]
 
 _PASS_STAGES = {"lower": "lowering", "schedule": "scheduling", "select_renderer": "renderer",
                 "render": "renderer", "load": "renderer", "wrap": "wrapper"}
 _OTHER_CODEGEN = {"crucible-cpp": "crucible-interpret", "crucible-interpret": "crucible-cpp",
                   "crucible-triton": "crucible-cpp"}
+
 
 @dataclass(frozen=True)
 class Localization:
@@ -53,11 +54,11 @@ def first_divergent_node(case: GraphCase, check: Checker) -> tuple[str | None, s
     """(node, how) for an accuracy failure of ``case``; (None, why) when node by node finds none."""
     cut = GraphCut(case)
     every = cut.build(range(len(cut.units)), all_outputs=True)
-    outcome = check(every, case.target)
-    if outcome.status == Status.FAIL_ACCURACY and outcome.failing_outputs:
-        index = outcome.failing_outputs[0]
+    result = check(every, case.target)
+    if result.status == Status.FAIL_ACCURACY and result.failing_outputs:
+        index = result.failing_outputs[0]
         return f"{every.notes['output_nodes'][index]} ({every.notes['output_ops'][index]})", "node by node"
-    return None, f"node by node: every node passes when materialized ({outcome.status})"
+    return None, f"node by node: every node passes when materialized ({result.status})"
 
 
 def _ir_verdict(case: GraphCase, check: Checker) -> tuple[str, str]:
@@ -67,18 +68,18 @@ def _ir_verdict(case: GraphCase, check: Checker) -> tuple[str, str]:
     verdict = check(case, IR_REFERENCE_TARGET)
     if verdict.status == Status.PASS:
         return "renderer", "the IR-level reference passes: the scheduled IR is right, the generated code is not"
-    return "lowering/scheduling", f"the IR-level reference fails too ({verdict.signature})"
+    return "lowering/scheduling", f"the IR-level reference fails too ({signature(verdict)})"
 
 
-def stage_at_fault(case: GraphCase, outcome: Outcome, check: Checker, decomposition_fails: bool = False
+def stage_at_fault(case: GraphCase, result: Result, check: Checker, decomposition_fails: bool = False
                    ) -> tuple[str | None, str]:
     """(stage, evidence) for a Crucible target; (None, why) for other targets."""
     if not case.target.startswith("crucible"):
         return None, "stage localization needs a crucible target"
     if decomposition_fails:
         return "decomposition", "the decomposed graphs run in eager already fail parity against float64"
-    if outcome.pass_name in _PASS_STAGES:
-        return _PASS_STAGES[outcome.pass_name], f"the compiler's {outcome.pass_name!r} pass raised"
+    if result.failed_pass in _PASS_STAGES:
+        return _PASS_STAGES[result.failed_pass], f"the compiler's {result.failed_pass!r} pass raised"
     base, colon, options = case.target.partition(":")
     other = _OTHER_CODEGEN.get(base)
     if other is not None:
@@ -86,24 +87,24 @@ def stage_at_fault(case: GraphCase, outcome: Outcome, check: Checker, decomposit
     if other is None:
         return None, f"no other codegen to compare {case.target} with"
     moved = case.to("cpu")
-    other_outcome = check(moved, other)
-    if other_outcome.status == Status.PASS:
+    on_other = check(moved, other)
+    if on_other.status == Status.PASS:
         return "renderer", f"{other} passes on the same graph; {case.target} fails"
-    if other_outcome.matches(outcome):
+    if same_failure(on_other, result):
         stage, why = _ir_verdict(moved, check)
         return stage, f"{other} fails alike; {why}"
-    return "lowering/scheduling", f"{other} fails differently ({other_outcome.signature})"
+    return "lowering/scheduling", f"{other} fails differently ({signature(on_other)})"
 
 
-def localize(case: GraphCase, outcome: Outcome, check: Checker, failing_prefix_end: str | None = None,
+def localize(case: GraphCase, result: Result, check: Checker, failing_prefix_end: str | None = None,
              decomposition_fails: bool = False) -> Localization:
     node, how = (None, "")
-    if outcome.status == Status.FAIL_ACCURACY:
+    if result.status == Status.FAIL_ACCURACY:
         node, how = first_divergent_node(case, check)
         if node is None and failing_prefix_end:
             node, how = failing_prefix_end, f"shortest failing prefix ({how})"
-    elif outcome.failed:
+    elif failed(result):
         # A crash or error belongs to the last node of the shortest failing prefix.
         node, how = failing_prefix_end, "shortest failing prefix"
-    stage, evidence = stage_at_fault(case, outcome, check, decomposition_fails)
+    stage, evidence = stage_at_fault(case, result, check, decomposition_fails)
     return Localization(node, how, stage, evidence)

@@ -15,7 +15,8 @@ from typing import Any
 import torch
 
 from harness.minify.case import GraphCase
-from harness.minify.check import Outcome
+from harness.minify.check import signature
+from harness.result import Result
 
 INLINE_NUMEL = 64
 INPUTS_FILE = "repro_inputs.pt"
@@ -60,7 +61,7 @@ def graph_source(gm: torch.fx.GraphModule) -> str:
     return code.replace("def forward(self, ", "def forward(", 1).replace("def forward(self)", "def forward()", 1)
 
 
-def write_repro(case: GraphCase, outcome: Outcome, out_dir: Path, summary: str, plugins: list[str],
+def write_repro(case: GraphCase, result: Result, out_dir: Path, summary: str, plugins: list[str],
                 name: str = "repro.py") -> Path:
     """Write the repro script (and its side file when needed); returns the script's path."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -70,7 +71,8 @@ def write_repro(case: GraphCase, outcome: Outcome, out_dir: Path, summary: str, 
     inputs_file = INPUTS_FILE if name == "repro.py" else name.replace(".py", "_inputs.pt")
     if side:
         torch.save(side, out_dir / inputs_file)
-    expected = outcome.as_dict()
+    expected = {"status": result.status.value, "signature": signature(result), "error": result.error,
+                "failed_pass": result.failed_pass}
     summary_lines = "\n".join(f"# {line}" if line else "#" for line in summary.splitlines())
     script = f'''"""Minimized repro written by `crucible minify`: {case.origin or "a graph case"}.
 
@@ -108,7 +110,7 @@ def make_inputs():
 
 
 if __name__ == "__main__":
-    from harness.minify.check import reproduce_main
+    from harness.minify.reproduce import reproduce_main
 
     sys.exit(reproduce_main(forward, make_inputs(), TARGET, DTYPE, EXPECTED, PLUGINS, TOLERANCE))
 '''

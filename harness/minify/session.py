@@ -13,14 +13,14 @@ from typing import Any
 import torch
 
 from harness.minify.case import GraphCase, node_count
-from harness.minify.check import Outcome
+from harness.minify.check import case_device, case_target, failed, same_failure, signature
 from harness.minify.localize import Localization, first_divergent_node, localize
 from harness.minify.plugins import plugin_names
 from harness.minify.reduce import Budget, Reducer
 from harness.minify.repro_script import write_repro
-from harness.minify.worker import HARNESS_ERROR, CheckWorker
-from harness.status import Status
-from harness.targets import parse_target
+from harness.minify.worker import CheckWorker
+from harness.result import Result
+from harness.status import Phase, Status
 
 # Node by node on the captured graph compiles it once with every node as an output; above this
 # size that one check could cost more than the whole reduction, and the minimized graph's answer
@@ -36,7 +36,7 @@ class MinifyError(RuntimeError):
 class MinifyReport:
     origin: str
     target: str
-    outcome: Outcome
+    result: Result  # the check of the minimized case (of the original case until it is minimized)
     nodes_before: int
     nodes_after: int = 0
     checks: int = 0
@@ -52,12 +52,12 @@ class MinifyReport:
     def signature(self) -> str:
         """The minimized failure's identity, what ``crucible report`` groups by: entries failing
         from one bug minimize to the same ops with the same failure."""
-        return f"{self.outcome.signature} @ {' '.join(self.ops) or '(empty graph)'}"
+        return f"{signature(self.result)} @ {' '.join(self.ops) or '(empty graph)'}"
 
     def summary(self) -> str:
         loc = self.localization
-        lines = [f"{self.origin} on {self.target}: {self.outcome.signature}",
-                 f"  {self.outcome.message[:300]}" if self.outcome.message else "",
+        lines = [f"{self.origin} on {self.target}: {signature(self.result)}",
+                 f"  {self.result.error[:300]}" if self.result.error else "",
                  f"nodes {self.nodes_before} -> {self.nodes_after} in {self.seconds:.1f}s, {self.checks} checks"
                  + (" (budget ran out: best so far)" if self.budget_ran_out else ""),
                  f"minimized signature: {self.signature}"]
@@ -76,10 +76,10 @@ class MinifyReport:
 
     def as_record(self) -> dict[str, Any]:
         loc = self.localization
-        return {"status": self.outcome.status, "signature": self.signature, "repro": str(self.repro.resolve()) if self.repro else "",
+        return {"status": self.result.status.value, "signature": self.signature, "repro": str(self.repro.resolve()) if self.repro else "",
                 "nodes_before": self.nodes_before, "nodes_after": self.nodes_after, "checks": self.checks,
                 "seconds": self.seconds, "first_divergent": loc.first_divergent, "stage": loc.stage,
-                "stage_evidence": loc.stage_evidence, "message": self.outcome.message}
+                "stage_evidence": loc.stage_evidence, "message": self.result.error}
 
 
 def _ops(gm: torch.fx.GraphModule) -> list[str]:
@@ -100,37 +100,37 @@ def verify_repro(path: Path, timeout_s: float = 600) -> bool:
 
 
 def minify_case(case: GraphCase, out_dir: str | Path, *, worker: CheckWorker | None = None,
-                expected: Outcome | None = None, time_limit_s: float = 600.0, max_checks: int = 5000,
+                expected: Result | None = None, time_limit_s: float = 600.0, max_checks: int = 5000,
                 decomposition_fails: bool = False, repro_name: str = "repro.py", verify: bool = True,
                 progress: Callable[[str], None] = lambda s: None) -> MinifyReport:
     """Minimize ``case`` against its own failure (``expected``, else a fresh check of it)."""
     own = worker is None
-    worker = worker or CheckWorker(device=parse_target(case.target).device, target=case.target)
+    worker = worker or CheckWorker(device=case_target(case.target, case_device(case)).device, target=case.target)
     start = time.monotonic()
     try:
         original = expected or worker.check(case)
-        if original.message.startswith(HARNESS_ERROR):
+        if original.phase == Phase.HARNESS:
             raise MinifyError(f"{case.origin}: the minimizer's own check failed, not {case.target}: "
-                              f"{original.message}")
+                              f"{original.error}")
         report = MinifyReport(case.origin, case.target, original, node_count(case.gm))
-        if not original.failed:
+        if not failed(original):
             report.seconds = time.monotonic() - start
             return report
         checks_before = worker.checks
-        reduction = Reducer(case, lambda c: worker.check(c).matches(original),
+        reduction = Reducer(case, lambda c: same_failure(worker.check(c), original),
                             Budget(time_limit_s, max_checks), progress).run()
-        final, outcome = reduction.case, worker.check(reduction.case)
-        if not outcome.matches(original):  # a flaky predicate: keep what is known to fail
-            final, outcome = case, original
-        report.outcome, report.budget_ran_out = outcome, reduction.budget_ran_out
-        report.localization = localize(final, outcome, worker.check, reduction.failing_prefix_end,
+        final, result = reduction.case, worker.check(reduction.case)
+        if not same_failure(result, original):  # a flaky predicate: keep what is known to fail
+            final, result = case, original
+        report.result, report.budget_ran_out = result, reduction.budget_ran_out
+        report.localization = localize(final, result, worker.check, reduction.failing_prefix_end,
                                        decomposition_fails)
         report.nodes_after, report.ops = node_count(final.gm), _ops(final.gm)
-        if outcome.status == Status.FAIL_ACCURACY and report.nodes_before <= NODE_BY_NODE_LIMIT:
+        if result.status == Status.FAIL_ACCURACY and report.nodes_before <= NODE_BY_NODE_LIMIT:
             report.captured_first_divergent = first_divergent_node(case, worker.check)[0]
         report.checks = worker.checks - checks_before
         report.seconds = time.monotonic() - start
-        report.repro = write_repro(final, outcome, Path(out_dir), report.summary(), plugin_names(), repro_name)
+        report.repro = write_repro(final, result, Path(out_dir), report.summary(), plugin_names(), repro_name)
         if verify:
             report.repro_verified = verify_repro(report.repro)
         return report

@@ -9,7 +9,10 @@ imports it (the minimizer, its check workers, a written repro):
 - ``aten.asinh``: the lowering kills its process with SIGSEGV, a crash;
 - the Dynamo backend ``minify_planted_cat``: eager, but every cat result 1% too large;
 - ``aten.tanh``: results 1% too large, an accuracy failure (the 1,000-node benchmark plants it in
-  BERT's pooler, the last op of the graph: the worst case for truncation).
+  BERT's pooler, the last op of the graph: the worst case for truncation);
+- ``aten.log1p``: every element is read one position further along the last dimension, without a
+  clamp: the last one reads past the end of its input, a memory-safety defect that ``crucible-sim``
+  finds (``fail_memory``) and the unchecked targets do not.
 """
 
 from __future__ import annotations
@@ -72,10 +75,20 @@ def _tanh_one_percent_high(ctx, node, *args, **kwargs):
     return Lazy(out.shape, out.dtype, ir.binary(Op.MUL, out.expr, ir.const(1.01, out.dtype)))
 
 
+_real_log1p = LOWERINGS[aten.log1p]
+
+
+def _log1p_reads_past_the_end(ctx, node, x):
+    out = _real_log1p(ctx, node, x)
+    last = ir.xvar(len(out.shape) - 1)
+    return Lazy(out.shape, out.dtype, ir.substitute(out.expr, {last: ir.from_affine({last: 1, None: 1})}))
+
+
 LOWERINGS[aten.cat] = _cat_off_by_one
 LOWERINGS[aten.tanh] = _tanh_one_percent_high
 LOWERINGS[aten.atan] = _atan_raises
 LOWERINGS[aten.asinh] = _asinh_segfaults
+LOWERINGS[aten.log1p] = _log1p_reads_past_the_end
 
 
 def _cat_perturbing_backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:

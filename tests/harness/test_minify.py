@@ -14,10 +14,12 @@ import pytest
 import torch
 
 import compiler
-from harness.minify import GraphCase, Outcome, load_case, minify_graph, save_case
+from harness.minify import GraphCase, load_case, minify_graph, save_case
 from harness.minify.reduce import GraphCut
 from harness.minify.worker import CheckWorker
 from harness.report import failure_clusters
+from harness.result import Result
+from harness.status import Phase
 from harness.store import ResultStore
 from tests.harness.conftest import cli_env
 
@@ -88,7 +90,7 @@ def test_minify_accuracy_bug_to_the_cat(planted: CheckWorker, tmp_path: Path) ->
     inputs = _inputs()
     gm = compiler.trace_aten(_model, *inputs)
     report = minify_graph(gm, inputs, "crucible-interpret", tmp_path, origin="planted cat", worker=planted)
-    assert report.outcome.status == "fail_accuracy"
+    assert report.result.status == "fail_accuracy"
     assert report.nodes_before > 10 and report.nodes_after == 1 and report.ops == ["aten.cat.default"]
     assert report.localization.first_divergent == "cat (aten.cat.default)"
     assert report.localization.how == "node by node"
@@ -108,10 +110,10 @@ def test_minify_compile_error_names_the_lowering(planted: CheckWorker, tmp_path:
     path = save_case(tmp_path / "case.pt", GraphCase(gm, inputs, "crucible-cpp", origin="a fuzz finding"))
     case = load_case(path)  # the form a fuzz finding arrives in
     report = minify_graph(case.gm, case.inputs, case.target, tmp_path / "out", verify=False, worker=planted)
-    assert report.outcome.status == "fail_compile"
-    assert "planted bug in the atan lowering" in report.outcome.message
+    assert report.result.status == "fail_compile"
+    assert "planted bug in the atan lowering" in report.result.error
     assert report.ops == ["aten.atan.default"]
-    assert report.localization.stage == "lowering" and report.outcome.pass_name == "lower"
+    assert report.localization.stage == "lowering" and report.result.failed_pass == "lower"
 
 
 def test_minify_crash_in_isolated_worker(planted: CheckWorker, tmp_path: Path) -> None:
@@ -119,16 +121,30 @@ def test_minify_crash_in_isolated_worker(planted: CheckWorker, tmp_path: Path) -
     inputs = _inputs()
     gm = compiler.trace_aten(lambda x, w: torch.asinh(torch.relu(x @ w)).sum(), inputs[0], inputs[2])
     report = minify_graph(gm, [inputs[0], inputs[2]], "crucible-cpp", tmp_path, worker=planted)
-    assert report.outcome.status == "crash" and "SIGSEGV" in report.outcome.message
+    assert report.result.status == "crash" and "SIGSEGV" in report.result.error
+    assert report.result.phase == "compile"  # the lowering died, not the graph's eager run
     assert report.ops == ["aten.asinh.default"]
     assert report.repro_verified is True
+
+
+def test_minify_memory_bug_on_crucible_sim(planted: CheckWorker, tmp_path: Path) -> None:
+    """On crucible-sim every check runs the kernels under the simulator's memory checks (the engine
+    applies them to any subject): a lowering that reads past the end of its input is a fail_memory,
+    minimized to that op; the unchecked interpreter only sees wrong numbers."""
+    inputs = [torch.randn(2, 3), torch.randn(2, 2)]  # small: every check interprets the kernels, checked
+    gm = compiler.trace_aten(lambda x, y: (torch.log1p(torch.relu(x)) * 2, y.cos()), *inputs)
+    report = minify_graph(gm, inputs, "crucible-sim", tmp_path, worker=planted, verify=False)
+    assert report.result.status == "fail_memory" and "out_of_bounds" in report.result.error
+    assert report.ops == ["aten.log1p.default"] and report.repro.exists()
+    assert "memory error in kernel <name>" in report.signature  # kernel names change as the graph shrinks
+    assert planted.check(GraphCase(gm, inputs, "crucible-interpret")).status == "fail_accuracy"
 
 
 def test_report_groups_failures_by_minimized_signature(tmp_path: Path) -> None:
     with ResultStore(tmp_path / "r.sqlite") as store:
         store.create_run("r1", "smoke", "crucible-cpp", {})
         for name, err in (("a", "RMSE 0.4 > 2 x 0.1"), ("b", "RMSE 1.07 > 2 x 0.3"), ("c", "other failure")):
-            store.record("r1", {"name": name, "status": "fail_accuracy", "error": err})
+            store.record("r1", Result(name=name, target="crucible-cpp", status="fail_accuracy", error=err))
         for name in ("a", "b"):
             store.record_minimized("r1", name, {"signature": "fail_accuracy @ aten.cat.default",
                                                 "repro": f"/x/{name}/repro.py"})
@@ -165,8 +181,8 @@ def test_cli_minify_entry_links_repro_in_store(cli, make_corpus, tmp_path: Path)
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as store:
         store.create_run("r1", "planted", "crucible-cpp", {})
-        store.record("r1", {"name": "planted/mixer", "suite": "planted", "target": "crucible-cpp",
-                            "status": "fail_accuracy", "error": "out: RMSE vs fp64 0.4 > 2.0 x eager's 0"})
+        store.record("r1", Result(name="planted/mixer", suite="planted", target="crucible-cpp",
+                                  status="fail_accuracy", error="out: RMSE vs fp64 0.4 > 2.0 x eager's 0"))
     done = cli("minify", "planted/mixer", "--corpus", str(corpus), "--db", str(db), "--out", str(tmp_path / "min"),
                "--plugin", PLANTS, "--no-verify", timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -174,9 +190,9 @@ def test_cli_minify_entry_links_repro_in_store(cli, make_corpus, tmp_path: Path)
     assert "first divergent node: cat (aten.cat.default)" in done.stdout
     with ResultStore(db) as store:
         (result,) = store.results("r1")
-    assert result["minimized"]["signature"] == "fail_accuracy @ aten.cat.default"
-    assert Path(result["minimized"]["repro"]) == (tmp_path / "min" / "repro.py").resolve()
-    assert result["minimized"]["nodes_before"] > result["minimized"]["nodes_after"] == 1
+    assert result.minimized["signature"] == "fail_accuracy @ aten.cat.default"
+    assert Path(result.minimized["repro"]) == (tmp_path / "min" / "repro.py").resolve()
+    assert result.minimized["nodes_before"] > result.minimized["nodes_after"] == 1
 
 
 def test_cli_minify_without_target_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
@@ -196,7 +212,7 @@ def test_minify_any_dynamo_backend(planted: CheckWorker, tmp_path: Path) -> None
     x, y = torch.randn(3, 4), torch.randn(3, 2)
     gm = compiler.trace_aten(lambda a, b: (torch.cat([a.sin(), b], 1).exp(), a.sum()), x, y)
     report = minify_graph(gm, [x, y], "minify_planted_cat", tmp_path, worker=planted, verify=False)
-    assert report.outcome.status == "fail_accuracy" and report.ops == ["aten.cat.default"]
+    assert report.result.status == "fail_accuracy" and report.ops == ["aten.cat.default"]
     assert report.localization.first_divergent == "cat (aten.cat.default)"
     assert report.localization.stage is None  # stages are Crucible's
 
@@ -210,7 +226,8 @@ def test_repro_script_inlines_small_inputs_and_keeps_large_ones_beside_it(tmp_pa
     small = torch.tensor([[1.5, float("nan")], [float("-inf"), 0.25]])
     gm = compiler.trace_aten(lambda a, b, c: (a.sum(0) + b[0, :4].sum(), c * 2), big, strided, small)
     case = GraphCase(gm, [big, strided, small], "crucible-cpp")
-    path = write_repro(case, Outcome("fail_accuracy", "x"), tmp_path, "summary", [])
+    path = write_repro(case, Result(name="x", target="crucible-cpp", status="fail_accuracy", error="x"), tmp_path,
+                       "summary", [])
     assert (tmp_path / INPUTS_FILE).exists() and "torch.tensor([[1.5, nan], [-inf, 0.25]]" in path.read_text()
     script = runpy.run_path(str(path))  # not as __main__: defines forward and make_inputs only
     inputs = script["make_inputs"]()
@@ -243,7 +260,8 @@ def test_capture_entry_finds_a_decomposition_fault(monkeypatch: pytest.MonkeyPat
     monkeypatch.setitem(RULES, name, DecompRule(name, rule.op, lambda x, approximate="none": x * 0.5, "crucible"))
     broken = capture_entry(entry, target)
     assert not broken.decomposition.passed
-    stage, _ = stage_at_fault(broken.cases[0], Outcome("fail_accuracy"), lambda c, t: Outcome("pass"),
+    failing = Result(name="t/gelu", target="crucible-cpp", status="fail_accuracy")
+    stage, _ = stage_at_fault(broken.cases[0], failing, lambda c, t: failing.replace(status="pass"),
                               decomposition_fails=True)
     assert stage == "decomposition"
 
@@ -253,11 +271,10 @@ class _BrokenCheckWorker:
 
     checks = 0
 
-    def check(self, case: GraphCase, target: str | None = None) -> Outcome:
-        from harness.minify.worker import HARNESS_ERROR
-
+    def check(self, case: GraphCase, target: str | None = None) -> Result:
         self.checks += 1
-        return Outcome("crash", f"{HARNESS_ERROR}: RuntimeError: Cannot re-initialize CUDA in forked subprocess")
+        return Result(name=case.origin, target=target or case.target, status="crash", phase=Phase.HARNESS,
+                      error="harness error: RuntimeError: Cannot re-initialize CUDA in forked subprocess")
 
 
 def test_a_failing_check_is_never_minimized_as_the_targets_failure(tmp_path: Path) -> None:
@@ -280,7 +297,7 @@ def test_gpu_checks_run_without_a_fork(tmp_path: Path) -> None:
     case = GraphCase(compiler.trace_aten(_model, *inputs), inputs, "inductor", origin="gpu graph")
     with CheckWorker(timeout_s=300, device="cuda", target="inductor") as worker:
         first, second = worker.check(case), worker.check(case)
-    assert first.status == second.status == "pass", (first.message, second.message)
+    assert first.status == second.status == "pass", (first.error, second.error)
 
 
 def test_this_process_never_imported_the_planted_bugs() -> None:
