@@ -75,9 +75,12 @@ def innermost() -> KernelChecks | None:
 def registered() -> KernelChecks:
     """The checks registered under ``ENTRY_POINT_GROUP`` (loaded once per process); raises
     ``NoKernelChecks`` when none (or several different ones) are registered or one fails to load."""
-    from importlib.metadata import entry_points
+    from importlib.metadata import distributions
 
-    found = {ep.value: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}  # a package seen twice: once
+    # every distribution's, not ``entry_points(group=...)``'s: that one keeps the first copy of each
+    # package on sys.path, and a stale crucible.egg-info in the source tree (the working directory of
+    # ``python -m harness``) then hides the installed metadata; a package seen twice counts once
+    found = {ep.value: ep for dist in distributions() for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP}
     if not found:
         raise NoKernelChecks(
             f"CRUCIBLE_SIM_CHECK=1 asks for checked Triton kernels, but no kernel checker is registered "

@@ -10,7 +10,7 @@ import torch
 import compiler  # noqa: F401  (registers the backend)
 from compiler.codegen.triton import TritonRenderer
 from corpus.entry import Built, Entry
-from harness.execute import execute_entry
+from harness.entry_subject import run_entry
 from harness.status import Status
 from harness.targets import parse_target
 from simulator import SimulatorMemoryError, session
@@ -61,17 +61,17 @@ def _entry() -> Entry:
 
 def test_harness_reports_fail_memory_not_crash(off_by_one_masks: None) -> None:
     """Regression: with the planted ``<=`` the interpreter crashed or passed; crucible-sim says fail_memory."""
-    result = execute_entry(_entry(), parse_target("crucible-sim"), capture=False, reference="none")
-    assert result["status"] == Status.FAIL_MEMORY, result.get("error")
-    assert "out_of_bounds" in result["error"] and result["memory_kernels"]
+    result = run_entry(_entry(), parse_target("crucible-sim"), capture=False, reference="none")
+    assert result.status == Status.FAIL_MEMORY, result.error
+    assert "out_of_bounds" in result.error and result.memory_kernels
 
 
 def test_harness_records_bytes_and_h200_estimate() -> None:
-    result = execute_entry(_entry(), parse_target("crucible-sim"), capture=False, reference="none")
-    assert result["status"] == Status.PASS, result.get("error")
-    assert result["bytes_moved"] >= 33 * 17 * 4 and result["ideal_bytes"] > 0
-    assert 0 < result["est_h200_s"] < 1e-3
-    assert result["traffic_ratio"] >= 1.0 and result["traffic_kernel"]
+    result = run_entry(_entry(), parse_target("crucible-sim"), capture=False, reference="none")
+    assert result.status == Status.PASS, result.error
+    assert result.bytes_moved >= 33 * 17 * 4 and result.ideal_bytes > 0
+    assert 0 < result.est_h200_s < 1e-3
+    assert result.traffic_ratio >= 1.0 and result.traffic_kernel
 
 
 def _two_reductions(x: torch.Tensor) -> torch.Tensor:
@@ -159,3 +159,23 @@ def test_environment_variable_checks_a_plain_torch_compile_user(tmp_path) -> Non
                           cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "caught SimulatorMemoryError" in done.stdout and "out_of_bounds" in done.stdout, done.stdout[-2000:]
+
+
+def test_a_stale_egg_info_on_sys_path_does_not_hide_the_checker(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: run from the source tree, a ``crucible.egg-info`` left there by an older install (no
+    ``crucible.kernel_checks`` group) came first on sys.path and hid the installed package's entry
+    points, so CRUCIBLE_SIM_CHECK=1 said no checker was registered."""
+    from compiler import kernel_checks
+    from simulator.hooks import CheckedKernel
+
+    stale = tmp_path / "crucible.egg-info"
+    stale.mkdir()
+    (stale / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: crucible\nVersion: 0.1.0\n")
+    (stale / "entry_points.txt").write_text("[torch_dynamo_backends]\ncrucible = compiler.backend:crucible_backend\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    kernel_checks.registered.cache_clear()
+    try:
+        checks = kernel_checks.registered()
+    finally:
+        kernel_checks.registered.cache_clear()
+    assert checks.name == "simulator" and isinstance(checks.launch(lambda: None), CheckedKernel)
