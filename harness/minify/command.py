@@ -98,6 +98,9 @@ def cmd_minify(args: argparse.Namespace) -> int:
     if not target_name:
         print(f"error: no --target given and no run in {args.db} holds {args.entry}", file=sys.stderr)
         return 2
+    from harness.minify.entry_graphs import prepare_capture
+
+    prepare_capture()  # before the corpus's modules are loaded (their stand-ins for missing packages)
     entry = _find_entry(args)
     target = parse_target(target_name, args.device)
     if stored is not None:

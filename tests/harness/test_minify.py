@@ -154,9 +154,18 @@ def test_report_groups_failures_by_minimized_signature(tmp_path: Path) -> None:
 
 
 PLANTED_CORPUS = '''
+import sys
+import types
+from unittest import mock
+
 import torch
 import tests.harness.minify_plants  # noqa: F401  (the planted cat bug, in every process that lists this corpus)
 from corpus.entry import Built, Entry
+
+# As crawled-code corpora do: optional packages that are not installed stand in as mock modules,
+# which have no __spec__ (importing Dynamo after them raised "tensorflow.__spec__ is not set")
+sys.modules["tensorflow"] = mock.MagicMock()
+sys.modules["keras"] = types.ModuleType("keras")
 
 
 class Mixer(torch.nn.Module):
@@ -176,7 +185,8 @@ def entries():
 
 
 def test_cli_minify_entry_links_repro_in_store(cli, make_corpus, tmp_path: Path) -> None:
-    """crucible minify on a corpus entry: the run's target is used, the store links entry -> repro."""
+    """crucible minify on a corpus entry: the run's target is used, the store links entry -> repro.
+    The corpus stands in for missing packages with mock modules, as crawled-code corpora do."""
     corpus = make_corpus(tmp_path / "corpus", {"planted.py": PLANTED_CORPUS})
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as store:
@@ -193,6 +203,29 @@ def test_cli_minify_entry_links_repro_in_store(cli, make_corpus, tmp_path: Path)
     assert result.minimized["signature"] == "fail_accuracy @ aten.cat.default"
     assert Path(result.minimized["repro"]) == (tmp_path / "min" / "repro.py").resolve()
     assert result.minimized["nodes_before"] > result.minimized["nodes_after"] == 1
+
+
+STAND_INS_FIRST = """
+import sys, types
+from unittest import mock
+sys.modules["tensorflow"] = mock.MagicMock()  # a corpus module's stand-ins, loaded before Dynamo
+sys.modules["keras"] = types.ModuleType("keras")
+stand_in = sys.modules["tensorflow"]
+from harness.minify.entry_graphs import prepare_capture
+prepare_capture()
+import torch._dynamo
+assert sys.modules["tensorflow"] is stand_in and type(sys.modules["keras"]) is types.ModuleType
+print("imported")
+"""
+
+
+def test_capture_imports_dynamo_past_stand_in_modules() -> None:
+    """Regression: with a corpus's mock modules already in sys.modules, Dynamo's first import (which
+    asks importlib for the spec of tensorflow and other packages it skips) raised
+    "tensorflow.__spec__ is not set", so crucible minify could not capture such an entry."""
+    done = subprocess.run([sys.executable, "-c", STAND_INS_FIRST], env=cli_env(), capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0 and "imported" in done.stdout, done.stderr[-2000:]
 
 
 def test_cli_minify_without_target_is_a_usage_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
