@@ -11,7 +11,7 @@ import importlib
 import pytest
 import torch
 
-from corpus.check import output_tensors
+from harness.oracle import flatten_outputs
 
 SAMPLE = {
     "corpus.torchvision_models": [
@@ -29,6 +29,10 @@ SAMPLE = {
     ],
 }
 CASES = [(module, name) for module, names in SAMPLE.items() for name in names]
+
+
+def output_tensors(value):
+    return [leaf for _, leaf in flatten_outputs(value) if isinstance(leaf, torch.Tensor)]
 
 
 def _entry(module_name: str, name: str):

@@ -1,14 +1,17 @@
-"""``crucible corpus check``: every outcome becomes a recorded status, nothing escapes."""
+"""``crucible corpus check``: every outcome becomes a recorded status, nothing escapes; it runs on the
+harness's engine and worker pool (isolated workers, deadlines, one torch thread each)."""
 
 from __future__ import annotations
-
-import time
 
 import pytest
 import torch
 
-from corpus import check, tiers
+from corpus import tiers
 from corpus.entry import Built, Entry
+from harness import corpus_check
+from harness.cli import main
+from harness.engine import execute
+from harness.targets import parse_target
 
 
 def _boom(scale: str) -> Built:
@@ -20,11 +23,6 @@ def _eager_boom(scale: str) -> Built:
         raise ValueError("forward exploded")
 
     return Built(model, (torch.ones(2),))
-
-
-def _slow(scale: str) -> Built:
-    time.sleep(5)
-    return Built(torch.nn.Identity(), (torch.ones(2),))
 
 
 def _random(scale: str) -> Built:
@@ -39,60 +37,55 @@ def _good(scale: str) -> Built:
     return Built(torch.nn.Linear(4, 3), (torch.ones(2, 4),))
 
 
-FAKE = {
-    f"fake/{fn.__name__.strip('_')}": Entry(name=f"fake/{fn.__name__.strip('_')}", source="fake", family="f",
-                                            factory=fn)
-    for fn in (_boom, _eager_boom, _slow, _random, _nan, _good)
-}
-
-
-@pytest.fixture()
-def fake_source(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(check._ENTRY_CACHE, "fake", FAKE)
+def _no_tensor(scale: str) -> Built:
+    return Built(lambda x: "a string", (torch.ones(2),))
 
 
 @pytest.mark.parametrize(
-    ("name", "status", "error"),
+    ("factory", "status", "error"),
     [
-        ("fake/boom", "build_fail", "factory exploded"),
-        ("fake/eager_boom", "eager_fail", "forward exploded"),
-        ("fake/slow", "timeout", "build took longer"),
-        ("fake/random", "eager_nondeterministic", "differ"),
-        ("fake/good", "ok", None),
-        ("fake/nan", "ok", None),
+        (_boom, "build_fail", "factory exploded"),
+        (_eager_boom, "eager_fail", "forward exploded"),
+        (_random, "eager_nondeterministic", "differ"),
+        (_no_tensor, "eager_fail", "holds no tensor"),
+        (_good, "ok", None),
+        (_nan, "ok", None),
     ],
 )
-def test_check_entry_statuses(fake_source: None, name: str, status: str, error: str | None) -> None:
-    record = check.check_entry("fake", name, timeout_s=1.0)
-    assert record["status"] == status
+def test_check_statuses(factory, status: str, error: str | None) -> None:
+    entry = Entry(name=f"fake/{factory.__name__}", source="fake", family="f", factory=factory)
+    result = execute(corpus_check.CorpusCheckSubject(entry), parse_target("eager"))
+    record = corpus_check.measurement(result, "fake", torch.__version__)
+    assert record["status"] == status, record
     if error is None:
         assert record["eager_ms"] >= 0 and "error" not in record
-        assert record.get("params") == (15 if name == "fake/good" else None)
+        assert record.get("params") == (15 if factory is _good else None)
+        assert record["input_shapes"] and record["build_ms"] >= 0
     else:
         assert error in record["error"]
 
 
-def test_run_checks_writes_each_record_at_once(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_run_checks_writes_each_record_at_once(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tiers, "MEASURED_DIR", tmp_path)
     names = ["opinfo/add-float32-0", "opinfo/sum-float32-0"]
-    counts = check.run_checks([("opinfo", n) for n in names], jobs=1, timeout_s=60)
+    counts = corpus_check.run_checks([("opinfo", n) for n in names], jobs=1, timeout_s=60)
     assert counts == {"ok": 2}
     records = tiers.load_measurements("opinfo")
     assert sorted(records) == names
-    assert all(r["eager_ms"] is not None for r in records.values())
+    assert all(r["eager_ms"] is not None and r["status"] == "ok" for r in records.values())
 
 
-def test_report_prints_recorded_failures(tmp_path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+def test_report_prints_recorded_failures(tmp_path, monkeypatch, capsys) -> None:
     monkeypatch.setattr(tiers, "MEASURED_DIR", tmp_path)
     tiers.append_measurement("timm", {"name": "timm/resnet18", "status": "eager_fail", "error": "ValueError: nope"})
     tiers.append_measurement("timm", {"name": "timm/gone", "status": "eager_fail", "error": "stale"})
-    assert check.main(["--report", "--source", "timm"]) == 0
+    assert main(["corpus", "check", "--report", "--source", "timm"]) == 0
     out = capsys.readouterr().out
     assert "timm/resnet18" in out and "ValueError: nope" in out
     assert "timm/gone" not in out  # a record of an entry no longer listed is stale
 
 
-def test_compact_keeps_the_latest_record_of_current_entries(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_compact_keeps_the_latest_record_of_current_entries(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(tiers, "MEASURED_DIR", tmp_path)
     for record in ({"name": "s/a", "status": "timeout"}, {"name": "s/a", "status": "ok"}, {"name": "s/old", "status": "ok"}):
         tiers.append_measurement("s", record)
