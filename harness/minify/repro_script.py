@@ -61,9 +61,20 @@ def graph_source(gm: torch.fx.GraphModule) -> str:
     return code.replace("def forward(self, ", "def forward(", 1).replace("def forward(self)", "def forward()", 1)
 
 
+def comment_line(text: str) -> str:
+    """``text`` as one comment line of a generated script: line breaks and other unprintable
+    characters escaped, so nothing in it can end the comment."""
+    escaped = "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return f"# {escaped}" if escaped else "#"
+
+
 def write_repro(case: GraphCase, result: Result, out_dir: Path, summary: str, plugins: list[str],
                 name: str = "repro.py") -> Path:
-    """Write the repro script (and its side file when needed); returns the script's path."""
+    """Write the repro script (and its side file when needed); returns the script's path.
+
+    Every string from outside (the case's origin, which holds a corpus entry's name, the target,
+    messages, plugin names) enters the script as a Python literal (``repr``) or as a comment line
+    (``comment_line``): an entry named with quotes, triple quotes or newlines cannot inject code."""
     out_dir.mkdir(parents=True, exist_ok=True)
     names = [n.name for n in case.gm.graph.nodes if n.op == "placeholder"]
     side: dict[str, torch.Tensor] = {}
@@ -73,14 +84,15 @@ def write_repro(case: GraphCase, result: Result, out_dir: Path, summary: str, pl
         torch.save(side, out_dir / inputs_file)
     expected = {"status": result.status.value, "signature": signature(result), "error": result.error,
                 "failed_pass": result.failed_pass}
-    summary_lines = "\n".join(f"# {line}" if line else "#" for line in summary.splitlines())
-    script = f'''"""Minimized repro written by `crucible minify`: {case.origin or "a graph case"}.
+    header = "\n".join(comment_line(line) for line in
+                       [f"origin: {case.origin or 'a graph case'}", "", *summary.splitlines()])
+    script = f'''"""Minimized repro written by `crucible minify`.
 
-Runs the graph below on {case.target} and grades it as the minimizer did (parity against eager and
-float64 for accuracy failures; status and error signature otherwise). Exits 1 when the failure
-reproduces, 0 when it does not.
+Runs the graph below on TARGET and grades it as the minimizer did (parity against eager and float64
+for accuracy failures; status and error signature otherwise). Exits 1 when the failure reproduces,
+0 when it does not.
 """
-{summary_lines}
+{header}
 import sys
 from math import inf, nan  # noqa: F401  (the graph and inputs may name them)
 from pathlib import Path
@@ -88,12 +100,13 @@ from pathlib import Path
 import torch
 from torch import device  # noqa: F401  (the graph code may name devices)
 
+ORIGIN = {case.origin!r}
 TARGET = {case.target!r}
 DTYPE = {case.dtype!r}
 EXPECTED = {expected!r}
 TOLERANCE = {_tolerance_source(case.tolerance)}
 # Modules imported before the check (they were set through CRUCIBLE_MINIFY_PLUGINS when minimizing).
-PLUGINS = {plugins!r}
+PLUGINS = {[str(p) for p in plugins]!r}
 
 
 def _side_inputs():
@@ -115,5 +128,5 @@ if __name__ == "__main__":
     sys.exit(reproduce_main(forward, make_inputs(), TARGET, DTYPE, EXPECTED, PLUGINS, TOLERANCE))
 '''
     path = out_dir / name
-    path.write_text(script)
+    path.write_text(script, encoding="utf-8")
     return path

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 import time
@@ -71,7 +72,7 @@ class MinifyReport:
             lines.append(f"stage: not localized ({loc.stage_evidence})")
         if self.repro is not None:
             verified = {True: "reproduces", False: "DOES NOT reproduce", None: "not verified"}[self.repro_verified]
-            lines.append(f"repro: {self.repro} ({verified})")
+            lines.append(f"repro: {self.repro} ({verified}); run it: {shlex.join(['python', str(self.repro)])}")
         return "\n".join(line for line in lines if line)
 
     def as_record(self) -> dict[str, Any]:

@@ -179,25 +179,38 @@ class Mixer(torch.nn.Module):
 
 
 def entries():
-    return [Entry(name="planted/mixer", source="planted", family="mlp", tier="smoke",
+    return [Entry(name=ENTRY_NAME, source="planted", family="mlp", tier="smoke",
                   factory=lambda scale: Built(Mixer(), (torch.randn(4, 8),)))]
 '''
 
 
+def hostile(marker: Path, head: str = "planted/mix") -> str:
+    """A name that leaves every kind of string a generated script or a shell could hold it in
+    (quotes, triple quotes, a newline, $(...), ;), each time to create ``marker``."""
+    touch = f"open({str(marker)!r}, 'w').close()"
+    return (head + "'er" + '"""' + "\n" + touch + "\n" + '"""' + "'''" + "\n" + touch + "\n" + "'''" + '"; '
+            + touch + " #\r\n" + f"$(touch {marker}); touch {marker}; `touch {marker}`")
+
+
 def test_cli_minify_entry_links_repro_in_store(cli, make_corpus, tmp_path: Path) -> None:
     """crucible minify on a corpus entry: the run's target is used, the store links entry -> repro.
-    The corpus stands in for missing packages with mock modules, as crawled-code corpora do."""
-    corpus = make_corpus(tmp_path / "corpus", {"planted.py": PLANTED_CORPUS})
+    The corpus stands in for missing packages with mock modules, as crawled-code corpora do, and
+    names its entry with quotes, newlines and shell syntax: the written repro still reproduces when
+    the minimizer runs it, and runs nothing of the name."""
+    marker = tmp_path / "injected"
+    name = hostile(marker)
+    corpus = make_corpus(tmp_path / "corpus", {"planted.py": PLANTED_CORPUS.replace("ENTRY_NAME", repr(name))})
     db = tmp_path / "r.sqlite"
     with ResultStore(db) as store:
         store.create_run("r1", "planted", "crucible-cpp", {})
-        store.record("r1", Result(name="planted/mixer", suite="planted", target="crucible-cpp",
+        store.record("r1", Result(name=name, suite="planted", target="crucible-cpp",
                                   status="fail_accuracy", error="out: RMSE vs fp64 0.4 > 2.0 x eager's 0"))
-    done = cli("minify", "planted/mixer", "--corpus", str(corpus), "--db", str(db), "--out", str(tmp_path / "min"),
-               "--plugin", PLANTS, "--no-verify", timeout=300)
+    done = cli("minify", name, "--corpus", str(corpus), "--db", str(db), "--out", str(tmp_path / "min"),
+               "--plugin", PLANTS, timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "minimized signature: fail_accuracy @ aten.cat.default" in done.stdout
     assert "first divergent node: cat (aten.cat.default)" in done.stdout
+    assert "(reproduces)" in done.stdout and not marker.exists()
     with ResultStore(db) as store:
         (result,) = store.results("r1")
     assert result.minimized["signature"] == "fail_accuracy @ aten.cat.default"
@@ -267,6 +280,41 @@ def test_repro_script_inlines_small_inputs_and_keeps_large_ones_beside_it(tmp_pa
     assert inputs[1].stride() == strided.stride() and torch.equal(inputs[0], big)
     for got, want in zip(script["forward"](*inputs), gm(*case.inputs)):
         torch.testing.assert_close(got, want, equal_nan=True)
+
+
+@pytest.mark.parametrize("head", ["planted/a", "x'y", 'x"y', "x\\", "x\u2028y\x0cz"])
+def test_repro_script_embeds_names_and_messages_as_literals(tmp_path: Path, head: str) -> None:
+    """Everything a repro embeds from outside (origin, target, messages, plugin names, the summary)
+    is a Python literal or one comment line: hostile text compiles, round-trips, and runs nothing."""
+    import runpy
+
+    from harness.minify.repro_script import write_repro
+
+    marker = tmp_path / "injected"
+    text = hostile(marker, head)
+    x = torch.randn(3)
+    case = GraphCase(compiler.trace_aten(lambda a: (a.sin(),), x), [x], "crucible-cpp", origin=text)
+    result = Result(name=text, target="crucible-cpp", status="fail_run", error=text, failed_pass=text)
+    path = write_repro(case, result, tmp_path, f"{text}\n  {text}", [text])
+    source = path.read_text()
+    compile(source, str(path), "exec")
+    script = runpy.run_path(str(path))  # as an import: everything at top level runs
+    assert not marker.exists()
+    assert script["ORIGIN"] == text and script["PLUGINS"] == [text] and script["EXPECTED"]["error"] == text
+    header = source.split('"""\n', 2)[2].split("import sys")[0]  # between the docstring and the imports
+    assert header.strip() and all(line.startswith("#") for line in header.splitlines() if line)
+
+
+def test_printed_repro_command_is_shell_quoted(tmp_path: Path) -> None:
+    import shlex
+
+    from harness.minify.session import MinifyReport
+
+    repro = tmp_path / "out dir; $(touch x)" / "repro.py"
+    report = MinifyReport("o", "crucible-cpp", Result(name="o", target="crucible-cpp", status="fail_accuracy"), 3,
+                          repro=repro, repro_verified=True)
+    (line,) = [line for line in report.summary().splitlines() if "run it: " in line]
+    assert shlex.split(line.split("run it: ", 1)[1]) == ["python", str(repro)]
 
 
 def test_capture_entry_finds_a_decomposition_fault(monkeypatch: pytest.MonkeyPatch) -> None:
