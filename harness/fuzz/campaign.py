@@ -1,16 +1,22 @@
 """A fuzz campaign: hypothesis draws graphs, a worker judges them, failures shrink and dedupe.
 
+Each graph is a task (``harness.fuzz.tasks``) the runner (``harness.fuzz.workers``) hands to the
+execution engine; its ``Result`` is a failure when it is one of the compiler under test
+(``Result.against_compiler``); a graph eager cannot run (or that dies in eager) is invalid, never
+a finding.
+
 Hypothesis runs in rounds of ``ROUND_EXAMPLES`` examples, round ``i`` seeded with
 ``(seed, i)``, until the example budget or the time box is spent: a campaign is deterministic
 for a given seed, example count and installed versions. In a round, the first failure whose
 signature is new is raised to hypothesis, which shrinks it; while shrinking, only candidates
 failing with the *same* signature count as failing (no slipping onto another bug), and the
 shrink phase is time-boxed. Before a failure is shrunk it is triaged: an accuracy failure is
-localized (the first diverging op, one more compile), a compile or run error charged to the last
-node of the shortest prefix that fails the same way (bisection), and when its signature, raw or localized, is
-a finding of this campaign, another campaign's, or on the known list (``harness.fuzz.known``),
-it counts as a hit and is not shrunk: the shrink budget goes to new failures only. After
-shrinking, the minimal graph is localized and the final signature decides whether it is new.
+localized (the first diverging op, one more compile), a compile, run or memory error charged to the
+last node of the shortest prefix that fails the same way (bisection), and when its signature, raw or
+localized, is a finding of this campaign, another campaign's, or on the known list
+(``harness.fuzz.known``), it counts as a hit and is not shrunk: the shrink budget goes to new
+failures only. After shrinking, the minimal graph is localized and the final signature decides
+whether it is new.
 
 Signature = (status, the op the failure is charged to, the error kind): the exception type for
 errors, the oracle's criterion (NaN positions, integer values, RMSE, ...) for accuracy failures.
@@ -28,21 +34,24 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from harness.fuzz.builder import GraphLimits, graphs, select_specs
-from harness.fuzz.execute import blamed_op
+from harness.fuzz.builder import GraphLimits, graphs
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.known import match_known
-from harness.status import EAGER_STATUSES, Status
+from harness.fuzz.specs import select_specs
+from harness.fuzz.subject import blamed_op
+from harness.fuzz.tasks import GraphTask, LocalizeTask
+from harness.result import Result
+from harness.status import Status
 
 ROUND_EXAMPLES = 40
-ERRORS = (Status.FAIL_COMPILE, Status.FAIL_RUN)
-FAILING = (Status.FAIL_ACCURACY, Status.FAIL_COMPILE, Status.FAIL_RUN, Status.TIMEOUT, Status.CRASH, Status.OOM)
+# failures charged to the last node of the shortest prefix failing the same way
+ERRORS = (Status.FAIL_COMPILE, Status.FAIL_RUN, Status.FAIL_MEMORY)
 
 
-def error_kind(record: dict[str, Any]) -> str:
+def error_kind(result: Result) -> str:
     """The error part of a signature: what went wrong, without the values."""
-    error = record.get("error") or ""
-    if record["status"] == Status.FAIL_ACCURACY:
+    error = result.error or ""
+    if result.status == Status.FAIL_ACCURACY:
         for marker, kind in (("NaN positions", "nan_positions"), ("Inf positions", "inf_positions"),
                              ("integer/bool values", "integer_values"), ("shape differs", "shape"),
                              ("dtype differs", "dtype"), ("structure differs", "structure"),
@@ -50,15 +59,15 @@ def error_kind(record: dict[str, Any]) -> str:
             if marker in error:
                 return kind
         return "accuracy"
-    if record["status"] in (Status.TIMEOUT, Status.OOM):
-        return record["status"]
-    if record["status"] == Status.CRASH:
+    if result.status in (Status.TIMEOUT, Status.OOM):
+        return result.status.value
+    if result.status == Status.CRASH:
         return error.split(" during ")[0].removeprefix("worker died from ")
     return error.split(":")[0].strip() or "error"
 
 
-def signature(record: dict[str, Any]) -> str:
-    return f"{record['status']} | {record.get('op') or '?'} | {error_kind(record)}"
+def signature(result: Result) -> str:
+    return f"{result.status} | {result.op or '?'} | {error_kind(result)}"
 
 
 @dataclass
@@ -68,7 +77,7 @@ class Finding:
     op: str
     error: str
     graph: FuzzGraph
-    record: dict[str, Any]
+    record: Result
     hits: int = 1
     known: str | None = None  # the documented reason when it matches harness.fuzz.known
 
@@ -91,7 +100,7 @@ class CampaignRequest:
     mem_limit_mb: int | None = None
     in_process: bool = False
     max_findings: int | None = None  # stop once this many new (not known) findings are in
-    capture: str = "fx"  # harness.fuzz.execute.CAPTURES
+    capture: str = "fx"  # harness.targets.CAPTURES
     imports: tuple[str, ...] = ()
 
 
@@ -107,16 +116,17 @@ class CampaignSummary:
     elapsed_s: float = 0.0
     # signature -> hits of failures another campaign of a ``-j`` run found first (harness.fuzz.parallel)
     foreign_hits: Counter = field(default_factory=Counter)
-    # "op | error" -> graphs eager could not run (or ran twice differently): what costs validity
+    # "op | error" -> graphs eager could not run (or ran twice differently, or died running them):
+    # what costs validity; one count per invalid graph
     invalid: Counter = field(default_factory=Counter)
-    # graphs the oracle passed by an allowance (``harness.fuzz.execute.compare_outputs``): "rounding
+    # graphs the oracle passed by an allowance (``harness.fuzz.subject.compare_outputs``): "rounding
     # spread" (within the rounding-noise references' error), "float64 order-dependent" (outputs
     # not compared): shown in the summary, so a campaign says how much it could not judge strictly
     allowances: Counter = field(default_factory=Counter)
 
     @property
     def valid(self) -> int:
-        return self.graphs - sum(self.statuses[s] for s in EAGER_STATUSES)
+        return self.graphs - sum(self.invalid.values())
 
     @property
     def validity(self) -> float:
@@ -127,29 +137,25 @@ class CampaignSummary:
         return [f for f in self.findings.values() if f.known is None]
 
 
-def allowances(record: dict[str, Any]) -> list[str]:
-    """The oracle allowances a passing record used."""
-    out = ["rounding spread"] if record.get("spread_passes") else []
-    out += ["rounded steps"] if record.get("rounded_step_passes") else []
-    out += ["ill-conditioned accumulation"] if record.get("ill_conditioned") else []
-    out += ["near-tied indices"] if record.get("near_ties") else []
-    out += ["sign of a NaN"] if record.get("nan_signs") else []
-    return out + (["float64 order-dependent"] if record.get("unjudged") else [])
+def allowances(result: Result) -> list[str]:
+    """The oracle allowances a passing result used."""
+    return sorted(result.allowances or {})
 
 
 class _Found(Exception):
     """Raised to hypothesis for a failing example (one class: signatures are tracked by us)."""
 
-    def __init__(self, record: dict[str, Any], graph: FuzzGraph) -> None:
+    def __init__(self, record: Result, graph: FuzzGraph) -> None:
         super().__init__(signature(record))
         self.record, self.graph = record, graph
 
 
-def _payload(graph: FuzzGraph, request: CampaignRequest, kind: str = "graph") -> dict[str, Any]:
-    name = "fuzz/" + hashlib.sha1(graph.to_json().encode()).hexdigest()[:12]
-    return {"kind": kind, "name": name, "graph": graph.to_json(),
-            "capture": request.capture,
-            "imports": list(request.imports)}
+def _graph_task(graph: FuzzGraph, request: CampaignRequest) -> GraphTask:
+    return GraphTask.of(graph, request.capture, request.imports)
+
+
+def _localize_task(graph: FuzzGraph, request: CampaignRequest) -> LocalizeTask:
+    return LocalizeTask.of(graph, request.capture, request.imports)
 
 
 def run_campaign(request: CampaignRequest, runner: Any,
@@ -197,20 +203,20 @@ def run_campaign(request: CampaignRequest, runner: Any,
                 return  # shrink time box spent: the smallest failing graph so far stands
             if not shrinking and not budget_left():
                 return
-            record = runner.run(_payload(graph, request))
+            record = runner.run(_graph_task(graph, request))
             summary.executions += 1
             if not shrinking:
                 summary.graphs += 1
-                summary.statuses[record["status"]] += 1
-                if record["status"] == Status.PASS:
+                summary.statuses[record.status] += 1
+                if record.status.passed:
                     summary.allowances.update(allowances(record))
-                if record["status"] in EAGER_STATUSES:
-                    error = str(record.get("error") or record["status"]).splitlines()[0]
+                if _invalid(record):
+                    error = str(record.error or record.status).splitlines()[0]
                     summary.invalid[f"{blamed_op(graph, error)} | {error[:120]}"] += 1
                 summary.ops_covered.update(graph.ops)
                 summary.spec_rejections += len(getattr(graph, "rejected", []))
                 on_progress(summary)
-            if record["status"] not in FAILING:
+            if not record.against_compiler:
                 return
             sig = signature(record)
             if shrinking:
@@ -226,8 +232,8 @@ def run_campaign(request: CampaignRequest, runner: Any,
                 return  # the root cause, once localized, is a finding this campaign already has
             known = match_known(request.target, triaged)
             if known is not None:  # documented upstream finding: counted, never shrunk
-                finding = Finding(tsig, triaged["status"], triaged.get("op") or "?", triaged.get("error") or "",
-                                  graph, triaged, known=known)
+                finding = Finding(tsig, triaged.status, triaged.op or "?", triaged.error or "", graph, triaged,
+                                  known=known)
                 if claim(finding):
                     summary.findings[tsig] = finding
                     on_finding(finding)
@@ -253,6 +259,12 @@ def run_campaign(request: CampaignRequest, runner: Any,
     return summary
 
 
+def _invalid(result: Result) -> bool:
+    """A graph that is not a valid example: eager could not run it (or ran it twice differently, or
+    died running it); a skipped one (a target this machine lacks) is neither valid nor invalid."""
+    return not result.counts and result.status != Status.SKIPPED
+
+
 def _seen(sig: str, summary: CampaignSummary, foreign: set[str], found_elsewhere: Callable[[str], bool]) -> bool:
     """Count a hit and say True when ``sig`` is a finding already: this campaign's or another's."""
     if sig in summary.findings:
@@ -265,66 +277,66 @@ def _seen(sig: str, summary: CampaignSummary, foreign: set[str], found_elsewhere
     return False
 
 
-def _localized(record: dict[str, Any], graph: FuzzGraph, request: CampaignRequest, runner: Any,
-               summary: CampaignSummary) -> dict[str, Any]:
+def _localized(record: Result, graph: FuzzGraph, request: CampaignRequest, runner: Any,
+               summary: CampaignSummary) -> Result:
     """``record`` charged to the first diverging op of ``graph`` (one more compile, of the graph
     with every intermediate an output), for accuracy failures of graphs of several nodes; else
     ``record``. Dedupe and the known list look at this before shrinking, so a failure that is
     known or already found costs one compile, not a shrink."""
-    if record["status"] in ERRORS and len(graph.nodes) > 1 and not record.get("prefix"):
+    if record.status in ERRORS and len(graph.nodes) > 1 and not record.prefix:
         return _error_localized(record, graph, request, runner, summary)
-    if record["status"] != Status.FAIL_ACCURACY or len(graph.nodes) <= 1 or record.get("diverged"):
+    if record.status != Status.FAIL_ACCURACY or len(graph.nodes) <= 1 or record.diverged:
         return record
-    found = runner.run(_payload(graph, request, kind="localize"))
+    found = runner.run(_localize_task(graph, request))
     summary.executions += 1
-    if found["status"] != Status.FAIL_ACCURACY or not found.get("op"):
+    if found.status != Status.FAIL_ACCURACY or not found.op:
         return record  # no intermediate diverges (the failure needs the fusion) or the run failed
-    return {**record, "op": found["op"], "diverged": found.get("diverged", "")}
+    return record.replace(op=found.op, diverged=found.diverged or "")
 
 
-def _error_localized(record: dict[str, Any], graph: FuzzGraph, request: CampaignRequest, runner: Any,
-                     summary: CampaignSummary) -> dict[str, Any]:
+def _error_localized(record: Result, graph: FuzzGraph, request: CampaignRequest, runner: Any,
+                     summary: CampaignSummary) -> Result:
     """A compile or run error charged to the last node of the shortest prefix of ``graph`` (every
     value an output) that fails the same way: bisection, a few runs; the error text seldom names
     the op whose kernel failed (a Triton CompilationError names none). ``record`` when no prefix
     fails alone (the error needs a later node)."""
-    want = (record["status"], error_kind(record))
+    want = (record.status, error_kind(record))
     low, high, found = 1, len(graph.nodes), None  # the shortest failing prefix is in [low, high]
     while low <= high:
         mid = (low + high) // 2
-        got = runner.run(_payload(graph.prefix(mid), request))
+        got = runner.run(_graph_task(graph.prefix(mid), request))
         summary.executions += 1
-        if (got["status"], error_kind(got)) == want:
+        if (got.status, error_kind(got)) == want:
             found, high = mid, mid - 1
         else:
             low = mid + 1
     if found is None:
         return record
-    return {**record, "op": graph.nodes[found - 1].op, "prefix": found}
+    return record.replace(op=graph.nodes[found - 1].op, prefix=found)
 
 
-def _pruned(graph: FuzzGraph, record: dict[str, Any], request: CampaignRequest, runner: Any,
-            summary: CampaignSummary) -> tuple[FuzzGraph, dict[str, Any]]:
+def _pruned(graph: FuzzGraph, record: Result, request: CampaignRequest, runner: Any,
+            summary: CampaignSummary) -> tuple[FuzzGraph, Result]:
     """(graph, record) cut down to the nodes and inputs the failure needs, when the cut graph fails
     with the same signature (one run per try). Hypothesis shrinks values and drops the nodes at
     the end of the list; an unrelated node before the failing one (an exp beside a batch norm, three
     in a 6-node fmod repro) stayed. Tries, smallest first: the diverging value alone, the failing
     output alone, the last node of the shortest failing prefix alone."""
     names: list[list[str]] = []
-    for text in (record.get("diverged"), record.get("error")):
+    for text in (record.diverged, record.error):
         name = (text or "").split(":")[0].strip()
         if name and any(name in n.outputs for n in graph.nodes):
             names.append([name])
-    if record.get("prefix"):
-        names.append(list(graph.nodes[record["prefix"] - 1].outputs))
+    if record.prefix:
+        names.append(list(graph.nodes[record.prefix - 1].outputs))
     want = signature(record)
     for outputs in names:
         cut = graph.pruned(outputs)
         if len(cut.nodes) >= len(graph.nodes) and len(cut.inputs) >= len(graph.inputs):
             continue
-        got = runner.run(_payload(cut, request))
+        got = runner.run(_graph_task(cut, request))
         summary.executions += 1
-        if got["status"] not in FAILING:
+        if not got.against_compiler:
             continue
         got = _localized(got, cut, request, runner, summary)
         if signature(got) == want:
@@ -332,13 +344,13 @@ def _pruned(graph: FuzzGraph, record: dict[str, Any], request: CampaignRequest, 
     return graph, record
 
 
-def _fail_example(record: dict[str, Any], graph: FuzzGraph) -> None:
+def _fail_example(record: Result, graph: FuzzGraph) -> None:
     # One raise site: hypothesis tells bugs apart by where they are raised, and a second site
     # would make it call the replay of a cached failure a different (flaky) bug.
     raise _Found(record, graph)
 
 
-def _remember(state: dict[str, Any], record: dict[str, Any], graph: FuzzGraph) -> None:
+def _remember(state: dict[str, Any], record: Result, graph: FuzzGraph) -> None:
     state["failed"][graph.to_json()] = record
     best = state["best"]
     if best is None or len(graph.nodes) <= len(best[1].nodes):
@@ -359,7 +371,7 @@ def _conclude(found: _Found, request: CampaignRequest, runner: Any, summary: Cam
         if len(graph.nodes) < len(existing.graph.nodes):
             existing.graph, existing.record = graph, record
         return
-    finding = Finding(sig, record["status"], record.get("op") or "?", record.get("error") or "", graph, record,
+    finding = Finding(sig, record.status, record.op or "?", record.error or "", graph, record,
                       known=match_known(request.target, record))
     if not claim(finding):  # a parallel campaign found it first: its finding gets the hit
         if foreign is not None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import shlex
 import sys
 import time
 import uuid
@@ -12,12 +14,16 @@ from typing import Any
 from tabulate import tabulate
 
 from harness.runner import Progress
+from harness.status import Status
 from harness.store import DEFAULT_DB, ResultStore
+from harness.targets import CAPTURES
+from harness.validation import UsageError, environment, positive
 
 
 def add_fuzz_parser(sub: Any) -> None:
     p = sub.add_parser("fuzz", help="differential fuzzing with hypothesis-generated ATen graphs (exit 1 on findings)")
-    p.add_argument("--target", help="crucible-cpp, crucible-interpret, crucible-triton, eager or a Dynamo backend")
+    p.add_argument("--target", help="crucible-cpp, crucible-interpret, crucible-sim (every kernel under the simulator's "
+                                    "memory checks), crucible-triton, eager or a Dynamo backend, with options after ':'")
     p.add_argument("--device", choices=("cpu", "cuda"), help="device for Dynamo-backend targets")
     budget = p.add_mutually_exclusive_group()
     budget.add_argument("--seconds", type=float, help="time box for generating graphs (default 60)")
@@ -31,12 +37,13 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--shrink-seconds", type=float, default=120.0, help="time box per shrink (default 120)")
     p.add_argument("--max-findings", type=int, help="stop after N new findings (default: run the whole budget)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per graph before it is a hang (default 120)")
-    p.add_argument("--capture", choices=("fx", "dynamo"), default="fx",
+    p.add_argument("--capture", choices=CAPTURES, default="fx",
                    help="hand graphs to the compiler directly (fx, default) or through torch.compile (dynamo)")
     p.add_argument("--in-process", action="store_true",
                    help="run graphs in this process (no isolation: a crash ends the campaign)")
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE in the worker first (a plugin backend, or a planted bug in tests)")
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE[:FUNCTION]",
+                   help="import MODULE in the worker first, and call FUNCTION of it (a plugin backend, or a "
+                        "planted bug in tests)")
     p.add_argument("--db", default=DEFAULT_DB, help=f"SQLite results file (default {DEFAULT_DB})")
     p.add_argument("--run-id", help="name the run (default fuzz-<target>-<seed>-<time>)")
     p.add_argument("--list-ops", action="store_true", help="print the op table and exit")
@@ -48,12 +55,16 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--examples", type=int, default=30, help="generated inputs per rule (default 30)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("-j", "--jobs", type=int, default=1,
-                   help="check rules on N isolated workers (default 1: in this process)")
+                   help="check rules on N isolated workers (default 1); a rule that crashes or hangs one is its finding")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds per rule on a worker before it is a hang (default 600)")
+    p.add_argument("--in-process", action="store_true",
+                   help="check rules in this process (no isolation: for debugging a rule)")
     p.add_argument("--db", default=DEFAULT_DB)
     p.add_argument("--run-id")
     p.add_argument("--list", action="store_true", help="list the rules checked and exit")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import MODULE first (tests use it to plant a broken rule)")
+                   help="import MODULE first, here and in the workers (tests use it to plant a broken rule)")
 
 
 @dataclass
@@ -77,61 +88,87 @@ class FuzzProgress(Progress):
                 f" new, {len(s.findings) - new} known | {statuses}")
 
 
-def _check_target(target: str, device: str | None) -> str | None:
-    """A one-line problem with the target, or None."""
-    import torch
+def check_imports(imports: list[str]) -> None:
+    """Each ``--import MODULE[:FUNCTION]`` names a module that can be found (it is imported in the
+    worker, where a missing one would fail every example as a harness error)."""
+    for spec in imports:
+        module = spec.partition(":")[0]
+        try:
+            found = bool(module) and importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            raise UsageError(f"--import {spec}: no module {module!r} to import; check the name and PYTHONPATH")
 
-    from harness.targets import parse_target, target_options_problem
 
-    problem = target_options_problem(target, device)
-    if problem:
-        return problem
-    t = parse_target(target, device)
-    if t.device == "cuda" and not torch.cuda.is_available():
-        return f"target {target} needs a CUDA GPU and none is available"
-    if t.backend in (None, "crucible"):
-        return None
-    import torch._dynamo
+def check_db(db: str) -> None:
+    """``--db`` opens as a results store (a directory, a foreign or damaged file fails now)."""
+    with ResultStore(db):
+        pass
 
-    if t.backend not in torch._dynamo.list_backends(exclude_tags=()):
-        return (f"unknown target {target!r}: use crucible-cpp, crucible-interpret, crucible-triton, eager "
-                f"or a registered Dynamo backend ({', '.join(torch._dynamo.list_backends())})")
-    return None
+
+def _check_fuzz_settings(args: argparse.Namespace) -> str:
+    """Every setting of ``crucible fuzz``, before anything runs; the target's name."""
+    from harness.fuzz.specs import select_specs
+    from harness.targets import default_target, validate_target
+
+    positive("--seconds", args.seconds)
+    positive("--examples", args.examples, integer=True)
+    positive("--max-nodes", args.max_nodes, integer=True)
+    positive("-j/--jobs", args.jobs, integer=True)
+    positive("--timeout", args.timeout)
+    positive("--shrink-seconds", args.shrink_seconds)
+    positive("--max-findings", args.max_findings, integer=True)
+    if args.jobs > 1 and args.in_process:
+        raise UsageError("--in-process runs one campaign in this process; drop it or -j")
+    target = args.target or default_target()
+    validate_target(target, args.device)
+    select_specs(args.ops)  # a glob matching nothing is a usage error (ValueError)
+    check_imports(args.imports)
+    environment()
+    check_db(args.db)
+    return target
 
 
 def cmd_fuzz(args: argparse.Namespace) -> int:
     from harness.fuzz.campaign import CampaignRequest
-    from harness.fuzz.specs import OP_SPECS
 
     if args.list_ops:
+        from harness.fuzz.specs import OP_SPECS
+
         rows = [[s.name, s.family] for s in OP_SPECS.values()]
         print(tabulate(rows, headers=["op", "family"]))
         print(f"{len(rows)} op specs")
         return 0
-    from harness.fuzz.builder import select_specs
-    from harness.targets import default_target
-
-    target = args.target or default_target()
-    problem = _check_target(target, args.device)
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    if args.jobs > 1 and args.in_process:
-        print("error: --in-process runs one campaign in this process; drop it or -j", file=sys.stderr)
-        return 2
-    for name, value in (("--seconds", args.seconds), ("--examples", args.examples), ("--max-nodes", args.max_nodes),
-                        ("-j", args.jobs)):
-        if value is not None and value <= 0:
-            print(f"error: {name} must be positive, got {value:g}", file=sys.stderr)
-            return 2
-    select_specs(args.ops)  # a glob matching nothing is a usage error (ValueError -> exit 2)
+    target = _check_fuzz_settings(args)
     seconds = args.seconds if args.seconds is not None or args.examples is not None else 60.0
     request = CampaignRequest(target=target, device=args.device, seconds=seconds, examples=args.examples,
                               seed=args.seed, ops=args.ops, max_nodes=args.max_nodes,
                               shrink_seconds=args.shrink_seconds, timeout_s=args.timeout,
-                              in_process=args.in_process, max_findings=args.max_findings, capture=args.capture, imports=tuple(args.imports))
+                              in_process=args.in_process, max_findings=args.max_findings, capture=args.capture,
+                              imports=tuple(args.imports))
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     return _run_and_store(request, run_id, args.db, args.jobs)
+
+
+def how_found(request: Any, jobs: int = 1) -> str:
+    """The command line of a campaign, shell-quoted (embedded in repros and reports)."""
+    words = ["crucible", "fuzz", "--target", request.target, "--seed", str(request.seed)]
+    if request.device:
+        words += ["--device", request.device]
+    if request.ops:
+        words += ["--ops", request.ops]
+    if request.max_nodes != 6:
+        words += ["--max-nodes", str(request.max_nodes)]
+    if request.capture != "fx":
+        words += ["--capture", request.capture]
+    if request.examples is not None:
+        words += ["--examples", str(request.examples)]
+    if jobs > 1:
+        words += ["-j", str(jobs)]
+    for spec in request.imports:
+        words += ["--import", spec]
+    return shlex.join(words)
 
 
 def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1) -> int:
@@ -146,14 +183,13 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1) -> int:
     metadata["fuzz"] = {"ops": request.ops, "examples": request.examples, "seconds": request.seconds,
                         "capture": request.capture, "max_nodes": request.max_nodes, "jobs": jobs}
     store.create_run(run_id, "fuzz", request.target, metadata)
-    how = (f"crucible fuzz --target {request.target} --seed {request.seed}"
-           + (f" --ops {request.ops}" if request.ops else ""))
+    how = how_found(request, jobs)
 
     def save(finding: Any) -> None:
         store.record_finding(run_id, {
-            "signature": finding.signature, "kind": "graph", "target": request.target, "status": finding.status,
-            "op": finding.op, "error": finding.error, "error_detail": finding.record.get("error_detail"),
-            "known": finding.known, "hits": finding.hits,
+            "signature": finding.signature, "kind": "graph", "target": request.target,
+            "status": str(finding.status), "op": finding.op, "error": finding.error,
+            "error_detail": finding.record.error_detail, "known": finding.known, "hits": finding.hits,
             "nodes": len(finding.graph.nodes), "graph": finding.graph.to_json(),
             "repro": write_repro(finding.graph, request.target, request.device, finding.record, how)})
 
@@ -184,9 +220,13 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1) -> int:
     store.finish_run(run_id)
     store.close()
     print(render_summary(summary))
-    print(f"results: {db} (run {run_id}); repros: crucible report {run_id} --db {db} --repro KEY",
-          file=sys.stderr)
+    print(f"results: {db} (run {run_id}); repros: {report_command(run_id, db)} --repro KEY", file=sys.stderr)
     return 1 if summary.new_findings else 0
+
+
+def report_command(run_id: str, db: str) -> str:
+    """``crucible report`` of a run, shell-quoted (the caller appends ``--repro KEY``)."""
+    return shlex.join(["crucible", "report", run_id, "--db", db])
 
 
 def fuzz_summary(summary: Any) -> dict[str, Any]:
@@ -217,7 +257,124 @@ def render_summary(summary: Any) -> str:
     return "\n".join(lines)
 
 
-def cmd_fuzz_decomps(args: argparse.Namespace) -> int:
-    from harness.fuzz.decomp_campaign import run_decomp_fuzz
+@dataclass
+class DecompProgress(Progress):
+    """rules done / total, cases/s, findings."""
 
-    return run_decomp_fuzz(args)
+    cases: int = 0
+    findings: int = 0
+    rule: str = ""
+
+    def advance(self, rule: str, cases: int, findings: int) -> None:
+        self.done, self.rule, self.cases, self.findings = self.done + 1, rule, cases, findings
+        self._draw()
+
+    def _line(self) -> str:
+        elapsed = time.monotonic() - self.started
+        return (f"[{self.done}/{self.total} rules] {elapsed:.0f}s {self.cases / max(elapsed, 1e-9):.1f} cases/s "
+                f"| findings {self.findings} | {self.rule}")
+
+
+def _check_decomp_settings(args: argparse.Namespace) -> list[Any]:
+    """Every setting of ``crucible fuzz-decomps``, before anything runs; the rules to check. The
+    plugins are imported here too: a planted rule must be in the table the rules are chosen from."""
+    from harness.fuzz.decomps import select_rules
+    from harness.pool import load_plugin
+
+    positive("--examples", args.examples, integer=True)
+    positive("-j/--jobs", args.jobs, integer=True)
+    positive("--seconds", args.seconds)
+    positive("--timeout", args.timeout)
+    if args.jobs > 1 and args.in_process:
+        raise UsageError("--in-process checks rules in this process; drop it or -j")
+    check_imports(args.imports)
+    for plugin in args.imports:
+        load_plugin(plugin)
+    rules = select_rules(args.rule)  # a glob matching no rule is a usage error (ValueError)
+    if not args.list:
+        environment()
+        check_db(args.db)
+    return rules
+
+
+def cmd_fuzz_decomps(args: argparse.Namespace) -> int:
+    from harness.fuzz.decomp_campaign import INCOMPARABLE, UNCOVERED, RuleTask
+    from harness.fuzz.decomps import reason_kind
+    from harness.fuzz.known import match_known
+    from harness.fuzz.opinfo_calls import cached_opinfo_calls
+    from harness.fuzz.specs import OP_SPECS
+    from harness.pool import WorkerConfig, WorkerPool, run_task
+    from harness.result import Result
+    from harness.runner import run_metadata
+    from harness.targets import parse_target
+
+    rules = _check_decomp_settings(args)
+    if args.list:
+        for r in rules:
+            print(f"{r.name}\t{r.op}\t{'op table' if str(r.op) in OP_SPECS else 'OpInfo samples'}")
+        return 0
+    uncovered_ops = {r.op for r in rules if str(r.op) not in OP_SPECS}
+    if uncovered_ops:  # captured once here (a minute when not cached), before the workers load it
+        cached_opinfo_calls(uncovered_ops)
+    run_id = args.run_id or f"fuzz-decomps-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
+    store = ResultStore(args.db)
+    metadata = run_metadata("fuzz-decomps", "decompositions", args.seed, None, {})
+    metadata.update(jobs=args.jobs, in_process=args.in_process)
+    store.create_run(run_id, "fuzz-decomps", "decompositions", metadata)
+    start, deadline = time.monotonic(), time.monotonic() + (args.seconds or float("inf"))
+    checked, cases, uncovered, findings, incomparable = 0, 0, [], [], []
+    progress = DecompProgress(total=len(rules))
+
+    def record(result: Result) -> None:
+        nonlocal checked, cases
+        name = result.name.removeprefix("decomp/")
+        if result.status == Status.SKIPPED:
+            {UNCOVERED: uncovered, INCOMPARABLE: incomparable}.get(result.error or "", []).append(name)
+            return
+        checked, cases = checked + 1, cases + (result.cases or 0)
+        if result.status.failed:  # the rule failed a case, or crashed or hung its worker
+            reason = result.error or ""
+            sig = f"{result.status} | {name} | {reason_kind(result.status, reason)}"
+            known = match_known("decompositions", result.replace(op=name))
+            findings.append((sig, known))
+            store.record_finding(run_id, {
+                "signature": sig, "kind": "decomp", "target": "decompositions", "status": str(result.status),
+                "op": name, "error": reason, "error_detail": result.error_detail, "known": known, "hits": 1,
+                "nodes": 1, "graph": result.failing_case or "", "repro": result.repro or ""})
+        progress.advance(name, cases, len(findings))
+
+    tasks = [RuleTask(f"decomp/{r.name}", r.name, args.examples, args.seed, tuple(args.imports)) for r in rules]
+    out_of_time = lambda: time.monotonic() > deadline  # noqa: E731
+    where = "this process" if args.in_process else f"{args.jobs} isolated worker{'s' if args.jobs > 1 else ''}"
+    print(f"checking {len(rules)} decomposition rules in {where}", file=sys.stderr)
+    try:
+        if args.in_process:
+            target = parse_target("eager")
+            for task in tasks:
+                if out_of_time():
+                    break
+                record(run_task(task, target, lambda phase: None))
+        else:
+            pool = WorkerPool(WorkerConfig(target="eager", timeout_s=args.timeout, jobs=args.jobs), jobs=args.jobs)
+            pool.run(tasks, record, stop=out_of_time)
+    except KeyboardInterrupt:
+        progress.close()
+        print("\ninterrupted: findings so far are stored", file=sys.stderr)
+        return 130
+    finally:
+        progress.close()
+    metadata["fuzz"] = {"rules": checked, "cases": cases, "uncovered": uncovered, "incomparable": incomparable,
+                        "elapsed_s": time.monotonic() - start}
+    store.update_metadata(run_id, metadata)
+    store.finish_run(run_id)
+    store.close()
+    print(f"rules checked {checked} of {len(rules)} ({len(uncovered)} without inputs: out=/in-place overloads "
+          f"and ops no OpInfo sample reaches; {len(incomparable)} not comparable: random or uninitialized "
+          f"outputs), valid cases {cases}, {time.monotonic() - start:.0f}s")
+    for sig, known in findings:
+        print(f"  {'known: ' + known if known else 'NEW'}  {sig}")
+    if not findings:
+        print("no findings")
+    print(f"results: {args.db} (run {run_id}); repros: {report_command(run_id, args.db)} --repro KEY",
+          file=sys.stderr)
+    return 1 if any(known is None for _, known in findings) else 0

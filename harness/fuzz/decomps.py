@@ -6,7 +6,8 @@ decomposition torch applies for us as ``core:<op>`` (``core:aten::addmm``). Inpu
 in the fuzzer's op table, hypothesis draws one-node graphs over fresh inputs (special values,
 0-size dims, non-contiguous layouts included) and shrinks failures; for other ops, calls
 captured from OpInfo sample inputs (forward and backward) under a dispatch mode, with values
-hypothesis may replace by special ones. Rules with neither are listed as uncovered.
+hypothesis may replace by special ones. Rules with neither are listed as uncovered. Each case runs
+through the execution engine (``harness.fuzz.decomp_subject``), graded by ``compare``.
 
 Verdict per output: structure, shape and dtype equal the op's (empty outputs included);
 integer and bool values equal; NaN and +-inf where the op has them; each float element no
@@ -61,16 +62,17 @@ def select_rules(patterns: list[str] | None) -> list[Rule]:
     return chosen
 
 
-def _to64(value: Any) -> Any:
+def to64(value: Any) -> Any:
+    """``value`` with every float tensor in float64 (the reference's inputs)."""
     if isinstance(value, torch.Tensor):
         return value.double() if value.is_floating_point() else value
     if isinstance(value, (list, tuple)):
-        return type(value)(_to64(v) for v in value)
+        return type(value)(to64(v) for v in value)
     return value
 
 
 def to64_rounded(value: Any, seed: int = 0) -> Any:
-    """Like ``_to64``, each float element moved by half a unit in the last place of its own dtype
+    """Like ``to64``, each float element moved by half a unit in the last place of its own dtype
     (signs drawn from ``seed``): the float64 op on these inputs shows how much the output depends on
     how its inputs were rounded to the working dtype. That is a noise floor no formula beats: where
     terms of 1e2 cancel to 1e-9 (a batch norm backward over centred inputs), it is ~1e-7 in float32."""
@@ -167,33 +169,6 @@ def _agrees_with_reference(d: torch.Tensor, r: Any) -> torch.Tensor:
     close = finite & ((d.double() - rounded.double()).abs()
                       <= 2 * RTOL.get(d.dtype, 1e-5) * (rounded.double().abs() + scale))
     return same_special | close
-
-
-def judge(run_op: Any, run_rule: Any, run_reference: Any, run_rounded: Any = None) -> tuple[str, str] | None:
-    """(status, reason) when the rule fails on one case; None when it passes or when the op
-    itself rejects the input (then it is not a valid case). Each argument is a thunk;
-    ``run_rounded`` runs the float64 op on ``to64_rounded`` inputs (see ``compare``)."""
-    from harness.execute import describe_error
-    from harness.status import Status
-
-    try:
-        orig = run_op()
-    except Exception:  # noqa: BLE001 -- the op rejects these inputs: not a case
-        return None
-    try:
-        dec = run_rule()
-    except Exception as exc:  # noqa: BLE001
-        return Status.FAIL_RUN, describe_error(exc)[0]
-    try:
-        ref = run_reference()
-    except Exception:  # noqa: BLE001 -- no float64 kernel: judged against the op only
-        ref = None
-    try:
-        rounded = run_rounded() if run_rounded is not None and ref is not None else None
-    except Exception:  # noqa: BLE001 -- as for the reference
-        rounded = None
-    reason = compare(orig, dec, ref, rounded)
-    return (Status.FAIL_ACCURACY, reason) if reason else None
 
 
 def reason_kind(status: str, reason: str) -> str:

@@ -1,8 +1,8 @@
 """Known findings: failures already written up (``harness/FINDINGS.md``) that a campaign reports
 as ``known`` instead of new, so a CI gate stays green on them without hiding them.
 
-Each entry matches a failure record by target (glob), status, op (glob) and a substring of the
-error, and carries the reason and the FINDINGS.md section. A localized record (the campaign
+Each entry matches a failure (a ``harness.result.Result``) by target (glob), status, op (glob) and
+a substring of the error, and carries the reason and the FINDINGS.md section. A localized result (the campaign
 localizes a failure before deciding to shrink it) is matched on ``diverged``, the first
 intermediate value that differs and why, rather than on the graph output that showed it: so a
 known difference is recognised in the unshrunk graph, whatever ops came after it. Known findings
@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass
-from typing import Any
+
+from harness.result import Result
 
 
 @dataclass(frozen=True)
@@ -156,12 +157,12 @@ KNOWN_FINDINGS: list[KnownFinding] = [
 ]
 
 
-def match_known(target: str, record: dict[str, Any]) -> str | None:
-    """The reason of the known finding ``record`` matches, or None."""
-    error = record.get("diverged") or record.get("error") or ""
+def match_known(target: str, result: Result) -> str | None:
+    """The reason of the known finding ``result`` matches, or None."""
+    error = result.diverged or result.error or ""
     for known in KNOWN_FINDINGS:
-        if (fnmatch.fnmatchcase(target, known.target) and record.get("status") == known.status
-                and fnmatch.fnmatchcase(record.get("op") or "", known.op)
+        if (fnmatch.fnmatchcase(target, known.target) and result.status == known.status
+                and fnmatch.fnmatchcase(result.op or "", known.op)
                 and known.error.lower() in error.lower() and error.split(":")[0].endswith(known.output)):
             return known.reason
     return None

@@ -2,7 +2,7 @@
 
 Campaign ``k`` is today's campaign (``harness.fuzz.campaign.run_campaign``) with its own seed
 ``campaign_seed(seed, k)`` (campaign 0 keeps ``seed``, so ``-j 1`` is the serial campaign) and
-its own ``harness.fuzz.workers.WorkerRunner``: a pool worker fed payload tasks. Hypothesis
+its own ``harness.fuzz.workers.WorkerRunner``: a pool worker fed ``harness.fuzz.tasks``. Hypothesis
 drives each campaign from a thread of this process; the threads spend their time waiting on
 their worker's pipe, so they cost the parent little. ``--examples`` is split between the
 campaigns (each campaign's share is deterministic, so the merged run is too); a time box

@@ -9,11 +9,11 @@ finding reproduces, 0 once it is fixed.
 from __future__ import annotations
 
 import inspect
-from typing import Any
 
 from harness.errors import raised_at
 from harness.fuzz import values
 from harness.fuzz.graph import FuzzGraph
+from harness.result import Result
 from harness.targets import parse_target
 
 _RUNNER = '''
@@ -106,16 +106,16 @@ def _values_source() -> str:
     return source.split("from __future__ import annotations\n", 1)[1].replace("import torch\n", "", 1)
 
 
-def write_repro(graph: FuzzGraph, target: str, device: str | None, record: dict[str, Any],
-                how_found: str = "") -> str:
-    """The text of a standalone repro script for ``graph`` failing on ``target``."""
+def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Result, how_found: str = "") -> str:
+    """The text of a standalone repro script for ``graph`` failing on ``target`` as ``record`` says;
+    ``how_found``: the command line that found it (shell-quoted by the caller)."""
     t = parse_target(target, device)
     backend = t.backend or "eager"
-    header = [f"# Crucible fuzz finding on {target}: {record.get('status')} at {record.get('op')}",
-              f"# {str(record.get('error') or '')[:300]}".rstrip()]
+    header = [f"# Crucible fuzz finding on {target}: {record.status} at {record.op}",
+              *_comment(str(record.error or "")[:300])]
     if how_found:
-        header.append(f"# found by: {how_found}")
-    where = raised_at(record.get("error_detail"))
+        header += _comment(f"found by: {how_found}")
+    where = raised_at(record.error_detail)
     if where:
         header.append(f"# raised at: {where}")
     header.append("# Run: python repro.py  (exit 1 while it reproduces; needs torch and the target)")
@@ -129,3 +129,9 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: dict[
         f"SOURCE = '''\n{graph.source()}'''", _RUNNER,
     ]
     return "\n".join(header) + "\n" + "\n".join(body)
+
+
+def _comment(text: str) -> list[str]:
+    """``text`` as comment lines: an error message or a command line may hold newlines, which would
+    otherwise end the comment and run the rest as code."""
+    return [f"# {line}".rstrip() for line in text.splitlines() or [""]]

@@ -8,8 +8,15 @@ import sys
 import pytest
 
 from harness.fuzz.campaign import CampaignRequest, error_kind, run_campaign, signature
+from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.known import match_known
+from harness.fuzz.tasks import GraphTask
+from harness.result import Result
 from harness.status import Status
+
+
+def _result(status: Status, **fields: object) -> Result:
+    return Result(name="fuzz/test", target="fake", status=status, **fields)
 
 
 class _SignRunner:
@@ -18,15 +25,12 @@ class _SignRunner:
     def __init__(self) -> None:
         self.calls = 0
 
-    def run(self, payload: dict) -> dict:
-        from harness.fuzz.graph import FuzzGraph
-
+    def run(self, task: GraphTask) -> Result:
         self.calls += 1
-        graph = FuzzGraph.from_json(payload["graph"])
+        graph = FuzzGraph.from_json(task.graph)
         if "aten.sign.default" in graph.ops:
-            return {"name": payload["name"], "status": Status.FAIL_ACCURACY, "op": "aten.sign.default",
-                    "error": "v0: NaN positions differ from eager"}
-        return {"name": payload["name"], "status": Status.PASS}
+            return _result(Status.FAIL_ACCURACY, op="aten.sign.default", error="v0: NaN positions differ from eager")
+        return _result(Status.PASS)
 
     def close(self) -> None:
         return None
@@ -48,9 +52,9 @@ def test_campaign_is_deterministic_for_a_seed() -> None:
         seen = []
 
         class Recorder(_SignRunner):
-            def run(self, payload: dict) -> dict:
-                seen.append(payload["name"])
-                return {"name": payload["name"], "status": Status.PASS}
+            def run(self, task: GraphTask) -> Result:
+                seen.append(task.name)
+                return _result(Status.PASS)
 
         run_campaign(CampaignRequest(target="fake", examples=15, seed=seed), Recorder())
         return seen
@@ -60,22 +64,22 @@ def test_campaign_is_deterministic_for_a_seed() -> None:
 
 
 def test_signature_parts() -> None:
-    record = {"status": Status.FAIL_RUN, "op": "aten.cumsum.default", "error": "ZeroDivisionError: float division"}
+    record = _result(Status.FAIL_RUN, op="aten.cumsum.default", error="ZeroDivisionError: float division")
     assert signature(record) == "fail_run | aten.cumsum.default | ZeroDivisionError"
-    assert error_kind({"status": Status.CRASH, "error": "worker died from SIGSEGV during run"}) == "SIGSEGV"
-    assert error_kind({"status": Status.FAIL_ACCURACY, "error": "v1: RMSE vs fp64 3 > 2 x eager's"}) == "rmse"
+    assert error_kind(_result(Status.CRASH, error="worker died from SIGSEGV during run")) == "SIGSEGV"
+    assert error_kind(_result(Status.FAIL_ACCURACY, error="v1: RMSE vs fp64 3 > 2 x eager's")) == "rmse"
+    assert error_kind(_result(Status.TIMEOUT, error="timed out after 5s during run")) == "timeout"
 
 
 def test_known_findings_match_documented_upstream_behaviour() -> None:
-    record = {"status": Status.FAIL_ACCURACY, "op": "aten.var_mean.correction",
-              "error": "v0_1: NaN positions differ from eager"}
+    record = _result(Status.FAIL_ACCURACY, op="aten.var_mean.correction", error="v0_1: NaN positions differ from eager")
     assert match_known("crucible-cpp", record)
     assert match_known("inductor", record)  # its mean is -inf there too (CPU campaign, seed 2)
     assert match_known("aot_eager", record) is None  # eager's own kernels: no difference to excuse
-    pool = {"status": Status.FAIL_ACCURACY, "op": "aten.max_pool2d_with_indices.default",
-            "error": "v5_1: integer/bool values differ from eager", "output": "v5_1"}
+    pool = _result(Status.FAIL_ACCURACY, op="aten.max_pool2d_with_indices.default",
+                   error="v5_1: integer/bool values differ from eager")
     assert match_known("inductor", pool) and match_known("crucible-triton", pool) is None  # ours is fixed
-    gelu = {"status": Status.FAIL_ACCURACY, "op": "aten.gelu.default", "error": "v0: NaN positions differ from eager"}
+    gelu = _result(Status.FAIL_ACCURACY, op="aten.gelu.default", error="v0: NaN positions differ from eager")
     assert match_known("crucible-interpret", gelu) and match_known("inductor", gelu) is None
 
 
@@ -94,7 +98,7 @@ def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
                        Node("aten.index_select.default", "aten.index_select.default(v0, 0, x1)", ["v1"],
                             [([2, 5], "float32")])], ["v0", "v1"])
     path = tmp_path / "repro.py"
-    path.write_text(write_repro(graph, "eager", None, {"status": "fail_accuracy", "op": "aten.abs.default"}))
+    path.write_text(write_repro(graph, "eager", None, _result(Status.FAIL_ACCURACY, op="aten.abs.default")))
     out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -102,24 +106,42 @@ def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
 @pytest.mark.parametrize("args, message", [
     (["fuzz", "--target", "no-such-backend", "--examples", "1"], "unknown target"),
     (["fuzz", "--target", "crucible-cpp:extern=bogus", "--examples", "1"], "extern must be one of"),
+    (["fuzz", "--target", "crucible-interpret:nosuch=1", "--examples", "1"], "unknown crucible option"),
     (["fuzz", "--target", "aot_eager", "--ops", "zzz", "--examples", "1"], "matches no op spec"),
-    (["fuzz", "--target", "aot_eager", "--examples", "0"], "must be positive"),
+    (["fuzz", "--target", "aot_eager", "--examples", "0"], "--examples must be a positive integer"),
+    (["fuzz", "--target", "aot_eager", "--seconds", "-5"], "--seconds must be a positive number"),
+    (["fuzz", "--target", "aot_eager", "--max-nodes", "0"], "--max-nodes must be a positive integer"),
+    (["fuzz", "--target", "aot_eager", "-j", "0"], "-j/--jobs must be a positive integer"),
+    (["fuzz", "--target", "aot_eager", "--timeout", "-1"], "--timeout must be a positive number"),
+    (["fuzz", "--target", "aot_eager", "--shrink-seconds", "0"], "--shrink-seconds must be a positive number"),
+    (["fuzz", "--target", "aot_eager", "--max-findings", "0"], "--max-findings must be a positive integer"),
+    (["fuzz", "--target", "aot_eager", "--import", "no_such_plugin_module:plant"], "no module 'no_such_plugin_module'"),
+    (["fuzz", "--target", "aot_eager", "--db", "taken"], "taken"),
+    (["fuzz", "--target", "aot_eager", "-j", "2", "--in-process"], "--in-process"),
     (["fuzz", "--target", "aot_eager", "--seconds", "5", "--examples", "3"], "not allowed with"),
     (["fuzz-decomps", "--rule", "nope"], "matches no decomposition rule"),
+    (["fuzz-decomps", "--examples", "0"], "--examples must be a positive integer"),
+    (["fuzz-decomps", "--timeout", "0"], "--timeout must be a positive number"),
+    (["fuzz-decomps", "--import", "no_such_plugin_module"], "no module 'no_such_plugin_module'"),
+    (["fuzz-decomps", "--rule", "torch:aten::hardsigmoid", "--db", "taken"], "taken"),
 ])
 def test_bad_usage_exits_2_with_one_line(args: list, message: str, capsys, tmp_path, monkeypatch) -> None:
+    """Every setting is checked before anything runs: one line, exit 2, nothing written (``taken``
+    is a directory where --db wants a results file)."""
     # in this process (``crucible`` exits with main's code): a subprocess per case only re-imported torch
     from harness.cli import main
 
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "taken").mkdir()
     try:
         code = main(args)
     except SystemExit as exc:  # argparse's own usage errors
         code = exc.code
     out = capsys.readouterr()
     assert code == 2, out.out + out.err
-    assert message in out.err
-    assert not list(tmp_path.iterdir())  # nothing written before the error
+    lines = out.err.strip().splitlines()
+    assert message in lines[-1] and (len(lines) == 1 or lines[0].startswith("usage:")), out.err
+    assert [p.name for p in tmp_path.iterdir()] == ["taken"] and not list((tmp_path / "taken").iterdir())
 
 
 def test_aot_eager_campaign_end_to_end(cli, tmp_path) -> None:
@@ -129,7 +151,7 @@ def test_aot_eager_campaign_end_to_end(cli, tmp_path) -> None:
     assert "graphs run 12" in out.stdout and "no findings" in out.stdout
 
 
-def test_decomposition_judge_excuses_a_rule_that_matches_the_float64_reference() -> None:
+def test_decomposition_oracle_excuses_a_rule_that_matches_the_float64_reference() -> None:
     """fuzz-decomps, torch:aten::native_layer_norm_backward: the kernel's overflow gave NaN where
     the float64 result (-1.2e74) is -inf in float32 and the rule gave -inf; that is the op's fault.
     A rule that differs from both the op and the reference still fails."""
@@ -148,7 +170,7 @@ def test_decomposition_judge_excuses_a_rule_that_matches_the_float64_reference()
     assert compare(torch.tensor([math.inf]), torch.tensor([3e38]), torch.tensor([3.0000001e38], dtype=torch.float64)) == ""
 
 
-def test_decomposition_judge_reads_agreement_at_the_outputs_scale() -> None:
+def test_decomposition_oracle_reads_agreement_at_the_outputs_scale() -> None:
     """fuzz-decomps, crucible:layer_norm_overflow_safe: layer norm of (-3.4e38, 1e4, 0.84, -0.60, 3.4e38)
     is NaN in the op (its Welford overflows); the rule gives -1.58, 3.3e-35, ..., 1.58 where float64
     gives 3.7e-35 for the small elements, cancellation noise at the row's scale, not 2 ulp of each.
@@ -167,10 +189,10 @@ def test_decomposition_judge_reads_agreement_at_the_outputs_scale() -> None:
 
 def test_known_findings_can_name_the_tuple_output() -> None:
     """native_layer_norm's known difference is in its mean (output 1) only; output 0 stays new."""
-    record = {"status": Status.FAIL_ACCURACY, "op": "aten.native_layer_norm.default",
-              "error": "v0_1: NaN positions differ at [0]: eager nan, target -inf"}
+    record = _result(Status.FAIL_ACCURACY, op="aten.native_layer_norm.default",
+                     error="v0_1: NaN positions differ at [0]: eager nan, target -inf")
     assert match_known("crucible-cpp", record) is not None
-    assert match_known("crucible-cpp", {**record, "error": record["error"].replace("v0_1", "v0_0")}) is None
+    assert match_known("crucible-cpp", record.replace(error=record.error.replace("v0_1", "v0_0"))) is None
     assert match_known("aot_eager", record) is None
 
 
@@ -179,13 +201,14 @@ def test_random_and_uninitialized_ops_are_not_compared() -> None:
     a random draw and uninitialized memory differ between two correct implementations."""
     import torch
 
-    from harness.fuzz.decomp_campaign import check_rule, incomparable
+    from harness.fuzz.decomp_campaign import INCOMPARABLE, check_rule, incomparable
     from harness.fuzz.decomps import Rule
 
     aten = torch.ops.aten
     assert incomparable(aten.bernoulli.default) and incomparable(aten.new_empty.default)
     assert not incomparable(aten.new_zeros.default) and not incomparable(aten.add.Tensor)
-    assert check_rule(Rule("core:aten::bernoulli", aten.bernoulli.default, None), [], 5, 0)["status"] == "incomparable"
+    result = check_rule(Rule("core:aten::bernoulli", aten.bernoulli.default, None), [], 5, 0)
+    assert result.status == Status.SKIPPED and result.error == INCOMPARABLE
 
 
 def test_a_rule_whose_spec_draws_are_rejected_has_no_case_not_a_crash() -> None:
@@ -199,11 +222,11 @@ def test_a_rule_whose_spec_draws_are_rejected_has_no_case_not_a_crash() -> None:
 
     rule = decomposition_rules()["core:aten::linalg_vector_norm"]
     result = check_rule(rule, [], 30, 3)
-    assert result["status"] != "crash" and result.get("valid", 0) > 0, result
+    assert result.status != Status.CRASH and result.cases > 0, result
     assert torch.ops.aten.linalg_vector_norm.default is rule.op
 
 
-def test_decomposition_judge_allows_the_noise_of_rounding_the_inputs() -> None:
+def test_decomposition_oracle_allows_the_noise_of_rounding_the_inputs() -> None:
     """fuzz-decomps, core:aten::native_batch_norm_backward (seed 1): over centred inputs the
     grad_input terms (~1e2) cancel to ~1e-9; the kernel gave -0, torch's rule 1.06e-7, float64
     -3.9e-9. Moving the inputs by half an ulp moves float64's answer by 1.6e-7: noise no formula
@@ -211,7 +234,9 @@ def test_decomposition_judge_allows_the_noise_of_rounding_the_inputs() -> None:
     far above its floor and still fails."""
     import torch
 
-    from harness.fuzz.decomps import _to64, compare, judge, to64_rounded
+    from harness.fuzz.decomp_subject import run_case
+    from harness.fuzz.decomps import Rule, compare, to64_rounded
+    from harness.targets import parse_target
 
     op, rule, ref = torch.tensor([-0.0]), torch.tensor([1.06e-7]), torch.tensor([-3.9e-9], dtype=torch.float64)
     assert "worse than the op" in compare(op, rule, ref)
@@ -224,9 +249,34 @@ def test_decomposition_judge_allows_the_noise_of_rounding_the_inputs() -> None:
 
     smlb = torch.ops.aten.soft_margin_loss_backward.default
     args = (torch.tensor(1.0), torch.tensor(-8.478373527526855), torch.tensor(-1.765825867652893), 1)
-    verdict = judge(lambda: smlb(*args), lambda: decomposition_table_for_compiler()[smlb](*args),
-                    lambda: smlb(*_to64(args)), lambda: smlb(*to64_rounded(args)))
-    assert verdict is not None and "worse than the op" in verdict[1], verdict
+    rule = Rule("core:aten::soft_margin_loss_backward", smlb, decomposition_table_for_compiler()[smlb])
+    result = run_case(rule, ("call", 0, None, 0), [(args, {})], parse_target("eager"))
+    assert result.status == Status.FAIL_ACCURACY and "worse than the op" in result.error, result
+
+
+def test_a_decomposition_case_goes_through_the_engine() -> None:
+    """A case the op rejects is not a valid case (``eager_fail``, never against the rule); a rule that
+    raises is ``fail_run`` through the engine's classifier, charged to the rule; a right rule passes."""
+    import torch
+
+    from harness.fuzz.decomp_subject import run_case
+    from harness.fuzz.decomps import Rule
+    from harness.targets import parse_target
+
+    add, eager = torch.ops.aten.add.Tensor, parse_target("eager")
+    good = Rule("test:add", add, lambda a, b: torch.ops.aten.sub.Tensor(a, torch.ops.aten.neg.default(b)))
+
+    def broken(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        raise ZeroDivisionError("planted")
+
+    ok = ((torch.ones(3), torch.arange(3.0)), {})
+    rejected = ((torch.ones(3), torch.ones(4)), {})  # shapes that do not broadcast: the op raises
+    passed = run_case(good, ("call", 0, None, 0), [ok], eager)
+    assert passed.status == Status.PASS and passed.op == "test:add", passed
+    invalid = run_case(good, ("call", 0, None, 0), [rejected], eager)
+    assert invalid.status == Status.EAGER_FAIL and not invalid.counts, invalid
+    failed = run_case(Rule("test:add", add, broken), ("call", 0, "special", 3), [ok], eager)
+    assert failed.status == Status.FAIL_RUN and failed.against_compiler and "planted" in failed.error, failed
 
 
 def test_summary_lists_what_made_graphs_invalid() -> None:
@@ -254,19 +304,21 @@ def test_a_graph_case_decomposition_repro_judges_as_the_campaign_does(capsys) ->
 
     import pytest
 
-    from harness.fuzz.decomp_campaign import _graph_thunks, _RuleFailed, decomp_repro
-    from harness.fuzz.decomps import judge, select_rules
+    from harness.fuzz.decomp_campaign import _RuleFailed, decomp_repro
+    from harness.fuzz.decomp_subject import run_case
+    from harness.fuzz.decomps import select_rules
     from harness.fuzz.graph import FuzzGraph, Node
+    from harness.targets import parse_target
 
     (rule,) = select_rules(["crucible:layer_norm_overflow_safe"])
     x = {"shape": [3, 5], "dtype": "float32", "layout": "transposed", "profile": "special", "seed": 0}
     node = Node("aten.native_layer_norm.default", "aten.native_layer_norm.default(x0, [5], None, None, 1e-5)",
                 ["v0_0", "v0_1", "v0_2"], [([3, 5], "float32"), ([3, 1], "float32"), ([3, 1], "float32")])
     graph = FuzzGraph([x], [node], ["v0_0", "v0_1", "v0_2"])
-    verdict = judge(*_graph_thunks(rule, graph))
-    assert verdict is not None and not verdict[1].startswith("out[0]"), verdict
-    script = decomp_repro(rule, _RuleFailed(verdict[0], verdict[1], ("graph", graph)), [])
+    verdict = run_case(rule, ("graph", graph), [], parse_target("eager"))
+    assert verdict.status == Status.FAIL_ACCURACY and not verdict.error.startswith("out[0]"), verdict
+    script = decomp_repro(rule, _RuleFailed(verdict, ("graph", graph)), [])
     with pytest.raises(SystemExit) as stop:
         exec(compile(script, "repro.py", "exec"), {"__name__": "__main__", "math": math})  # noqa: S102
     assert stop.value.code == 1
-    assert verdict[1] in capsys.readouterr().out
+    assert verdict.error in capsys.readouterr().out

@@ -66,9 +66,11 @@ def test_an_error_finding_keeps_its_traceback(cli, tmp_path) -> None:
 
 
 def test_decomposition_fuzzer_finds_a_planted_rule_and_passes_the_real_one(cli, tmp_path) -> None:
-    """fuzz-decomps on one rule by name: the planted slope error fails it, the real rule passes."""
+    """fuzz-decomps on one rule by name, in this process (--in-process: no worker to start): the
+    planted slope error fails it, the real rule passes."""
     db = str(tmp_path / "decomps.sqlite")
-    rule = ["fuzz-decomps", "--rule", "torch:aten::hardsigmoid", "--examples", "30", "--seed", "0", "--db", db]
+    rule = ["fuzz-decomps", "--rule", "torch:aten::hardsigmoid", "--examples", "30", "--seed", "0", "--db", db,
+            "--in-process"]
     bad = cli(*rule, "--import", "tests.harness.fuzz_plants:hardsigmoid_rule_off_by_a_bit")
     assert bad.returncode == 1 and "torch:aten::hardsigmoid" in bad.stdout, bad.stdout + bad.stderr[-2000:]
     good = cli(*rule)
@@ -76,8 +78,8 @@ def test_decomposition_fuzzer_finds_a_planted_rule_and_passes_the_real_one(cli, 
 
 
 def test_decomposition_fuzzer_on_workers_finds_the_planted_rule(cli, tmp_path) -> None:
-    """fuzz-decomps -j 2: rules run as payload tasks on isolated workers (the plant is imported
-    there); the planted rule is the one finding, the other rule passes."""
+    """fuzz-decomps -j 2: rules run as tasks on isolated workers (the plant is imported there); the
+    planted rule is the one finding, the other rule passes."""
     out = cli("fuzz-decomps", "-j", "2", "--rule", "torch:aten::hardsigmoid", "--rule", "torch:aten::hardtanh",
               "--examples", "20", "--db", str(tmp_path / "d.sqlite"),
               "--import", "tests.harness.fuzz_plants:hardsigmoid_rule_off_by_a_bit", timeout=300)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import threading
 
 from harness.fuzz.campaign import CampaignRequest, run_campaign
+from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.parallel import campaign_seed, run_parallel_campaign, split_examples
+from harness.fuzz.tasks import GraphTask
+from harness.result import Result
 from harness.status import Status
 
 OPS = "sign,add.Tensor,mul.Tensor,exp"
@@ -18,14 +21,12 @@ class _SignRunner:
     def __init__(self, seen: list) -> None:
         self.seen, self.closed = seen, False
 
-    def run(self, payload: dict) -> dict:
-        from harness.fuzz.graph import FuzzGraph
-
-        self.seen.append(payload["name"])
-        if "aten.sign.default" in FuzzGraph.from_json(payload["graph"]).ops:
-            return {"name": payload["name"], "status": Status.FAIL_ACCURACY, "op": "aten.sign.default",
-                    "error": "v0: NaN positions differ from eager"}
-        return {"name": payload["name"], "status": Status.PASS}
+    def run(self, task: GraphTask) -> Result:
+        self.seen.append(task.name)
+        if "aten.sign.default" in FuzzGraph.from_json(task.graph).ops:
+            return Result(name=task.name, target="fake", status=Status.FAIL_ACCURACY, op="aten.sign.default",
+                          error="v0: NaN positions differ from eager")
+        return Result(name=task.name, target="fake", status=Status.PASS)
 
     def close(self) -> None:
         self.closed = True

@@ -8,8 +8,16 @@ import torch
 from harness.fuzz import campaign as campaign_module
 from harness.fuzz import known as known_module
 from harness.fuzz.campaign import CampaignRequest, run_campaign
+from harness.fuzz.graph import FuzzGraph, Node
 from harness.fuzz.known import KnownFinding, match_known
+from harness.fuzz.tasks import GraphTask, LocalizeTask
+from harness.result import Result
 from harness.status import Status
+from harness.targets import Target, parse_target
+
+
+def _result(status: Status, **fields: object) -> Result:
+    return Result(name="fuzz/test", target="fake", status=status, **fields)
 
 OPS = "sign,add.Tensor,mul.Tensor,exp"
 
@@ -22,21 +30,19 @@ class _ChainRunner:
         self.graph_runs = 0  # runs without localization: examples and shrink candidates
         self.raw_signatures: set[str] = set()
 
-    def run(self, payload: dict) -> dict:
-        from harness.fuzz.graph import FuzzGraph
-
-        graph = FuzzGraph.from_json(payload["graph"])
-        localize = payload["kind"] == "localize"
+    def run(self, task: GraphTask | LocalizeTask) -> Result:
+        graph = FuzzGraph.from_json(task.graph)
+        localize = isinstance(task, LocalizeTask)
         if not localize:
             self.graph_runs += 1
         if "aten.sign.default" not in graph.ops:
-            return {"name": payload["name"], "status": Status.PASS}
+            return _result(Status.PASS)
         out = graph.outputs[-1]
-        record = {"name": payload["name"], "status": Status.FAIL_ACCURACY, "op": graph.output_ops()[out],
-                  "error": f"{out}: NaN positions differ from eager"}
+        record = _result(Status.FAIL_ACCURACY, op=graph.output_ops()[out], error=f"{out}: NaN positions differ from eager")
         if localize:
             sign = next(n for n in graph.nodes if n.op == "aten.sign.default")
-            record.update(op="aten.sign.default", diverged=f"{sign.outputs[0]}: NaN positions differ from eager")
+            record = record.replace(op="aten.sign.default",
+                                    diverged=f"{sign.outputs[0]}: NaN positions differ from eager")
         else:
             self.raw_signatures.add(campaign_module.signature(record))
         return record
@@ -86,21 +92,28 @@ def test_a_known_failure_is_recognised_without_shrinking(monkeypatch: pytest.Mon
 
 def test_known_findings_match_the_localized_value_not_the_output() -> None:
     """native_layer_norm's mean (output 1) seen through a later op: known; its output 0: new."""
-    record = {"status": Status.FAIL_ACCURACY, "op": "aten.native_layer_norm.default",
-              "error": "v3: NaN positions differ at [0]: eager nan, target -inf",
-              "diverged": "v1_1: NaN positions differ at [0]: eager nan, target -inf"}
+    record = _result(Status.FAIL_ACCURACY, op="aten.native_layer_norm.default",
+                     error="v3: NaN positions differ at [0]: eager nan, target -inf",
+                     diverged="v1_1: NaN positions differ at [0]: eager nan, target -inf")
     assert match_known("crucible-cpp", record) is not None
-    assert match_known("crucible-cpp", {**record, "diverged": record["diverged"].replace("v1_1", "v1_0")}) is None
-    assert match_known("crucible-cpp", {**record, "diverged": "v1_1: RMSE vs fp64 9 > 2 x eager's"}) is None
+    assert match_known("crucible-cpp", record.replace(diverged=record.diverged.replace("v1_1", "v1_0"))) is None
+    assert match_known("crucible-cpp", record.replace(diverged="v1_1: RMSE vs fp64 9 > 2 x eager's")) is None
+
+
+def _compiling_to(monkeypatch: pytest.MonkeyPatch, make: object) -> None:
+    """Every target compiles a graph's function ``fn`` to ``make(fn)`` (a planted wrong compiler)."""
+    def compile(self, fn, inputs=(), *, capture="dynamo", dynamic=False, wrap=None):  # noqa: ANN001, ANN202
+        return make(fn)
+
+    monkeypatch.setattr(Target, "compile", compile)
 
 
 def test_the_localize_task_names_the_first_diverging_value(monkeypatch: pytest.MonkeyPatch) -> None:
     """A target wrong on sign's output: the task charges sign and names v0, through a later op."""
     import math
 
-    from harness.fuzz import execute
-    from harness.fuzz.graph import FuzzGraph, Node
-    from harness.targets import parse_target
+    from harness.fuzz.localize import localize
+    from harness.pool import run_task
 
     x = {"shape": [3, 4], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 1}
     graph = FuzzGraph([x], [Node("aten.sign.default", "aten.sign.default(x0)", ["v0"], [([3, 4], "float32")]),
@@ -108,20 +121,19 @@ def test_the_localize_task_names_the_first_diverging_value(monkeypatch: pytest.M
                       ["v1"])
     wrong: list[str] = []
 
-    def compile_for_target(target, fn, inputs, capture="fx"):  # noqa: ANN001, ANN202
+    def make(fn):  # noqa: ANN001, ANN202
         def run(*args):  # noqa: ANN002, ANN202
             outs = fn(*args)
             return tuple(o.clone().fill_(math.nan) if name in wrong else o for name, o in zip(("v0", "v1"), outs))
         return run
 
-    monkeypatch.setattr(execute, "compile_for_target", compile_for_target)
+    _compiling_to(monkeypatch, make)
     target = parse_target("aot_eager")
-    assert execute.localize_record(graph, target, "g")["status"] == Status.PASS
+    assert localize(graph, target, "g").status == Status.PASS
     wrong.append("v0")
-    record = execute.execute_payload({"kind": "localize", "name": "g", "graph": graph.to_json()}, target,
-                                     lambda phase: None)
-    assert record["status"] == Status.FAIL_ACCURACY and record["op"] == "aten.sign.default", record
-    assert record["diverged"].startswith("v0: NaN positions"), record
+    record = run_task(LocalizeTask.of(graph), target, lambda phase: None)
+    assert record.status == Status.FAIL_ACCURACY and record.op == "aten.sign.default", record
+    assert record.diverged.startswith("v0: NaN positions") and record.phase == "localize", record
 
 
 class _CompileErrorRunner:
@@ -131,14 +143,11 @@ class _CompileErrorRunner:
     def __init__(self) -> None:
         self.prefix_runs = 0
 
-    def run(self, payload: dict) -> dict:
-        from harness.fuzz.graph import FuzzGraph
-
-        graph = FuzzGraph.from_json(payload["graph"])
+    def run(self, task: GraphTask) -> Result:
+        graph = FuzzGraph.from_json(task.graph)
         if "aten.exp.default" not in graph.ops:
-            return {"name": payload["name"], "status": Status.PASS}
-        return {"name": payload["name"], "status": Status.FAIL_COMPILE, "op": graph.ops[-1],
-                "error": "CompilationError: at 12:8: unsupported"}
+            return _result(Status.PASS)
+        return _result(Status.FAIL_COMPILE, op=graph.ops[-1], error="CompilationError: at 12:8: unsupported")
 
     def close(self) -> None:
         return None
@@ -152,7 +161,7 @@ def test_a_compile_error_is_charged_to_the_op_whose_prefix_fails() -> None:
     assert [f.signature for f in summary.findings.values()] == ["fail_compile | aten.exp.default | CompilationError"]
     (finding,) = summary.findings.values()
     assert finding.hits == summary.statuses[Status.FAIL_COMPILE]
-    blamed = finding.record.get("prefix", len(finding.graph.nodes))  # a one-node graph needs no bisection
+    blamed = finding.record.prefix or len(finding.graph.nodes)  # a one-node graph needs no bisection
     assert finding.graph.nodes[blamed - 1].op == "aten.exp.default"
 
 
@@ -160,19 +169,17 @@ def test_an_error_no_prefix_shows_keeps_the_raw_blame() -> None:
     """The error needs the whole graph (a later node): no prefix fails alone, the record stands."""
 
     class Runner(_CompileErrorRunner):
-        def run(self, payload: dict) -> dict:
-            from harness.fuzz.graph import FuzzGraph
-
-            graph = FuzzGraph.from_json(payload["graph"])
+        def run(self, task: GraphTask) -> Result:
+            graph = FuzzGraph.from_json(task.graph)
             if len(graph.outputs) > 1:  # a prefix (every value an output) compiles
-                return {"name": payload["name"], "status": Status.PASS}
-            return super().run(payload)
+                return _result(Status.PASS)
+            return super().run(task)
 
     graph = None
     summary = run_campaign(CampaignRequest(target="fake", examples=60, seed=4, ops=OPS, shrink_seconds=5), Runner())
     for finding in summary.findings.values():
         graph = finding.graph
-        assert "prefix" not in finding.record and finding.op == graph.ops[-1]
+        assert finding.record.prefix is None and finding.op == graph.ops[-1]
     assert graph is not None
 
 
@@ -180,9 +187,7 @@ def test_localization_charges_an_excused_overflow_that_a_later_op_shows(monkeypa
     """Fuzzer, crucible-cpp, seed 5: logit in float16 is inf in eager (a known ATen rounding) and
     13.8 compiled, which the oracle excuses (float64 agrees with the target); addcmul's cancellation
     after it then fails. The divergence from eager starts at logit: the known finding, not addcmul."""
-    from harness.fuzz import execute
-    from harness.fuzz.graph import FuzzGraph, Node
-    from harness.targets import parse_target
+    from harness.fuzz.localize import localize
 
     x = {"shape": [8], "dtype": "float32", "layout": "contiguous", "profile": "positive", "seed": 1}
     meta = [([8], "float32")]
@@ -191,23 +196,22 @@ def test_localization_charges_an_excused_overflow_that_a_later_op_shows(monkeypa
                             Node("aten.sub.Tensor", "aten.sub.Tensor(aten.mul.Tensor(v1, 0.0), v0)", ["v2"], meta)],
                       ["v2"])
 
-    def compile_for_target(target, fn, inputs, capture="fx"):  # noqa: ANN001, ANN202
+    def make(fn):  # noqa: ANN001, ANN202
         def run(*args):  # noqa: ANN002, ANN202  v1 = the float64 truth (finite, eager: inf), v2 off by 1
             v0, v1, v2 = fn(*args)
             return v0, (args[0].double() * 0.75e38).float(), v2 + 1
         return run
 
-    monkeypatch.setattr(execute, "compile_for_target", compile_for_target)
-    record = execute.localize_record(graph, parse_target("aot_eager"), "g")
-    assert record["status"] == Status.FAIL_ACCURACY and record["op"] == "aten.mul.Tensor", record
-    assert record["diverged"].startswith("v1: +Inf positions differ from eager (eager overflowed there"), record
-    assert "v2 fails downstream" in record["diverged"]
+    _compiling_to(monkeypatch, make)
+    record = localize(graph, parse_target("aot_eager"), "g")
+    assert record.status == Status.FAIL_ACCURACY and record.op == "aten.mul.Tensor", record
+    assert record.diverged.startswith("v1: +Inf positions differ from eager (eager overflowed there"), record
+    assert "v2 fails downstream" in record.diverged
 
 
 def test_known_findings_match_the_oracles_wording_in_any_case() -> None:
     """The oracle says '+Inf positions'; the logit entry says 'inf positions' (never matched before)."""
-    record = {"status": Status.FAIL_ACCURACY, "op": "aten.logit.default",
-              "error": "v1: +Inf positions differ from eager"}
+    record = _result(Status.FAIL_ACCURACY, op="aten.logit.default", error="v1: +Inf positions differ from eager")
     assert match_known("crucible-cpp", record) is not None
 
 
@@ -215,9 +219,7 @@ def test_a_zero_sign_difference_is_charged_where_it_starts() -> None:
     """Fuzzer, crucible-cpp, seed 24: atan2(softshrink(x), x) is off by 2 pi where ATen's softshrink gave
     +0 (its vectorized loop) and Crucible -0 (x * 0, as its scalar tail and torch's rule): the oracle
     compares the zeros equal, so localization charges softshrink, whose known entry then matches."""
-    from harness.fuzz.execute import localize_divergence
-    from harness.fuzz.graph import FuzzGraph, Node
-    from harness.targets import parse_target
+    from harness.fuzz.localize import localize_divergence
 
     x = {"shape": [16], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0}
     meta = [([16], "float32")]
@@ -229,14 +231,12 @@ def test_a_zero_sign_difference_is_charged_where_it_starts() -> None:
         pytest.skip("this ATen's softshrink keeps the sign of zeros in every loop")
     op, diverged = localize_divergence(graph, parse_target("crucible-cpp"))
     assert op == "aten.softshrink.default" and "signs of zeros" in diverged, (op, diverged)
-    record = {"status": Status.FAIL_ACCURACY, "op": op, "error": "v2: RMSE vs fp64", "diverged": diverged}
+    record = _result(Status.FAIL_ACCURACY, op=op, error="v2: RMSE vs fp64", diverged=diverged)
     assert match_known("crucible-cpp", record) is not None
-    assert match_known("crucible-cpp", {**record, "op": "aten.neg.default"}) is None
+    assert match_known("crucible-cpp", record.replace(op="aten.neg.default")) is None
 
 
-def _three_node_graph():
-    from harness.fuzz.graph import FuzzGraph, Node
-
+def _three_node_graph() -> FuzzGraph:
     x = {"shape": [4], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 1}
     meta = [([4], "float32")]
     return FuzzGraph([x, {**x, "seed": 2}, {**x, "seed": 3}],
@@ -258,19 +258,17 @@ def test_a_shrunk_finding_loses_the_nodes_its_failure_does_not_need() -> None:
     come first) is pruned, and with it x0; a cut that stops failing is not taken."""
     graph = _three_node_graph()
     runner = _ChainRunner()
-    record = runner.run({"name": "g", "graph": graph.to_json(), "kind": "localize"})
+    record = runner.run(LocalizeTask.of(graph))
     cut, got = campaign_module._pruned(graph, record, CampaignRequest(target="fake", examples=1), runner,
                                        campaign_module.CampaignSummary())
     assert cut.ops == ["aten.sign.default"] and len(cut.inputs) == 1, cut.source()
     assert campaign_module.signature(got) == campaign_module.signature(record)
 
     class Needs(_ChainRunner):  # fails only with all three nodes: no cut is taken
-        def run(self, payload: dict) -> dict:
-            from harness.fuzz.graph import FuzzGraph
-
-            if len(FuzzGraph.from_json(payload["graph"]).nodes) < 3:
-                return {"name": payload["name"], "status": Status.PASS}
-            return super().run(payload)
+        def run(self, task: GraphTask | LocalizeTask) -> Result:
+            if len(FuzzGraph.from_json(task.graph).nodes) < 3:
+                return _result(Status.PASS)
+            return super().run(task)
 
     cut, got = campaign_module._pruned(graph, record, CampaignRequest(target="fake", examples=1), Needs(),
                                        campaign_module.CampaignSummary())

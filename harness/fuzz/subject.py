@@ -1,0 +1,232 @@
+"""A generated graph as a subject of the execution engine (``harness.engine``).
+
+The engine runs it as it runs a corpus entry: build (the graph's function and its inputs) -> eager
+twice (different outputs: ``eager_nondeterministic``) -> float64 reference (the same source with
+every float dtype, casts included, meaning float64) -> compile on the target (``Target.compile``
+with every target option: an ATen FX graph handed to the backend, or through Dynamo) and the first
+call -> a second call on fresh inputs -> the fuzz oracle on both calls (``compare_outputs``: the
+parity oracle per output, in that output's dtype, with the allowances below) -> on
+``crucible-sim`` the simulator's memory checks around every kernel. Capture analysis is skipped:
+a fuzz graph is one Dynamo graph by construction.
+
+A result names the op a failure is charged to (``op``): for an accuracy failure the op that made
+the failing output, for an error the op the message names (``blamed_op``). The campaign localizes
+further (``harness.fuzz.localize``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from harness.engine import Context, Grade, execute
+from harness.fuzz.conditioning import ill_conditioned, order_dependent
+from harness.fuzz.graph import FuzzGraph
+from harness.fuzz.nan_sign import nan_sign_only
+from harness.fuzz.ties import near_tied_indices
+from harness.oracle import ParityOracle, ParityResult
+from harness.result import Result
+from harness.status import Phase
+from harness.targets import CAPTURES, Target
+
+# The oracle allowances (``compare_outputs``): the names a result's ``allowances`` counts, and the
+# campaign summary prints.
+SPREAD = "rounding spread"
+ROUNDED_STEPS = "rounded steps"
+ILL_CONDITIONED = "ill-conditioned accumulation"
+NEAR_TIES = "near-tied indices"
+NAN_SIGN = "sign of a NaN"
+ORDER_DEPENDENT = "float64 order-dependent"
+
+NOISE_SAMPLES = 2  # rounding-noise references per judged output (the larger spread counts)
+
+
+def graph_name(graph: FuzzGraph) -> str:
+    """A graph's result name: ``fuzz/`` and a digest of its JSON."""
+    return "fuzz/" + hashlib.sha1(graph.to_json().encode()).hexdigest()[:12]
+
+
+def blamed_op(graph: FuzzGraph, text: str) -> str:
+    """The graph op an error message names (its last mention wins), else the graph's last op."""
+    found = ""
+    for op in dict.fromkeys(graph.ops):
+        base = op.removeprefix("aten.").split(".")[0]
+        if re.search(rf"\baten[.:]+{re.escape(base)}\b", text):
+            found = op
+    return found or (graph.ops[-1] if graph.ops else "input")
+
+
+class GraphSubject:
+    """One ``FuzzGraph`` on one target (``capture``: "fx", the ATen graph handed to the backend, or
+    "dynamo", through ``torch.compile``)."""
+
+    last_phase = Phase.COMPARE
+    eager_calls = 2
+    stateless = True  # a graph is a pure function: the second compiled call is graded too
+
+    def __init__(self, graph: FuzzGraph, capture: str = "fx", name: str | None = None) -> None:
+        if capture not in CAPTURES:
+            raise ValueError(f"capture={capture!r}: choose one of {', '.join(CAPTURES)}")
+        self.graph, self.via = graph, capture
+        self.name = name or graph_name(graph)
+        self._fn: Callable[..., Any] | None = None
+        self._inputs: list[torch.Tensor] = []
+        self._allowance_references: dict[str, Any] = {}  # compare_outputs' extra references, once each
+
+    def runs_on(self, device: str) -> str | None:
+        return None
+
+    def build(self, ctx: Context) -> None:
+        self._fn = self.graph.function()
+        self._inputs = self.graph.make_inputs(ctx.device)
+
+    def eager(self, ctx: Context) -> Any:
+        assert self._fn is not None
+        return self._fn(*self.graph.make_inputs(ctx.device))
+
+    def reference(self, ctx: Context) -> Any:
+        try:
+            out = self.graph.function(reference=True)(*self.graph.make_inputs("cpu", reference=True))
+        except Exception as exc:  # noqa: BLE001 -- no float64 kernel for some op: judged against eager only
+            ctx.draft["reference"] = f"none: {type(exc).__name__}: {str(exc)[:200]}"
+            return None
+        ctx.draft["reference"] = "cpu"
+        return out
+
+    def capture(self, ctx: Context) -> None:
+        return None  # one graph by construction: nothing to analyse
+
+    def compile(self, ctx: Context) -> Callable[[], Any]:
+        assert self._fn is not None
+        compiled = ctx.target.compile(self._fn, self._inputs, capture=self.via)
+        calls = [0]
+
+        def call() -> Any:
+            calls[0] += 1  # the first call runs on the inputs it was compiled for, later ones on fresh ones
+            return compiled(*(self._inputs if calls[0] == 1 else self.graph.make_inputs(ctx.device)))
+
+        return call
+
+    def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
+        failing, reason, fields = compare_outputs(self.graph, self.graph.outputs, eager, compiled, reference,
+                                                  rounding_spread=True, references=self._allowance_references)
+        if not failing:
+            return Grade(True, "", fields)
+        fields.update(op=self.graph.output_ops()[failing], failing_outputs=[self.graph.outputs.index(failing)])
+        return Grade(False, reason, fields)
+
+    def finish(self, ctx: Context) -> None:
+        status = ctx.draft.get("status")
+        if status is not None and status.failed and not ctx.draft.get("op"):
+            ctx.draft["op"] = blamed_op(self.graph, f"{ctx.draft.get('error') or ''}\n"
+                                                    f"{ctx.draft.get('error_detail') or ''}")
+
+
+def run_graph(graph: FuzzGraph, target: Target, on_phase: Callable[[str], None] = lambda phase: None,
+              capture: str = "fx", name: str | None = None) -> Result:
+    """Run ``graph`` on ``target`` in this process (what a worker does with a ``GraphTask``).
+
+    Warnings are silenced: generated graphs call ops in every corner of their domains, and a
+    campaign's log would be nothing else."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return execute(GraphSubject(graph, capture, name), target, on_phase)
+
+
+def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: tuple,
+                    reference: tuple | None, rounding_spread: bool = False,
+                    references: dict[str, Any] | None = None) -> tuple[str, str, dict[str, Any]]:
+    """(failing output name or "", reason, result fields) judging each output by its own dtype.
+
+    The fields: ``max_abs_err``, ``rmse_ratio`` and ``rounding_spread`` (the worst over the outputs),
+    and ``allowances`` ({allowance: outputs it passed}, None when none was needed).
+
+    ``rounding_spread``: an output failing only the RMSE-vs-fp64 check is judged again against the
+    spread of rounding-noise references (``FuzzGraph.function(rounding_noise=...)``, run only then),
+    and one failing on NaN/inf positions against the reference with every step rounded to its
+    working dtype (``round_steps``); one still failing downstream of a sum, mean, cumsum or matrix
+    product that cancels beyond its working precision is not compared
+    (``harness.fuzz.conditioning.ill_conditioned``), and an index output (argmax, a sort's or a
+    running max's indices) differing only where the values it indexes are tied to within rounding
+    passes (``harness.fuzz.ties.near_tied_indices``), as does a ``signbit`` of a NaN
+    (``harness.fuzz.nan_sign``: the sign of a NaN is unspecified).
+    A float64 output downstream of an accumulating op (a reduction, scan or nn op) that inputs near
+    the top of float64's range reach is not compared (``ParityOracle.compare``'s ``order_dependent``):
+    its overflow and cancellation depend on the evaluation order.
+    ``references``: a dict keeping the extra references between calls (a subject grades two calls)."""
+    references = {} if references is None else references
+    metrics: dict[str, Any] = {}
+    allowed: dict[str, int] = {}
+
+    def allow(name: str, outputs: int = 1) -> None:
+        allowed[name] = allowed.get(name, 0) + outputs
+
+    for i, name in enumerate(names):
+        e = eager[i]
+        dtype = str(e.dtype).removeprefix("torch.") if isinstance(e, torch.Tensor) else "float32"
+        oracle = ParityOracle(dtype if dtype in ("float16", "bfloat16", "float64") else "float32")
+        ref = None if reference is None else reference[i]
+        parity = oracle.compare(e, compiled[i], ref)
+        # every allowance is looked for only after a strict failure (none costs a passing graph)
+        unjudged = not parity.passed and dtype == "float64" and order_dependent(graph, name)
+        if unjudged:
+            parity = oracle.compare(e, compiled[i], ref, order_dependent=True)
+        if not parity.passed and parity.needs_spread and rounding_spread and ref is not None:
+            if "noisy" not in references:
+                references["noisy"] = _noisy_references(graph)
+            noisy = references["noisy"]
+            parity = oracle.compare(e, compiled[i], ref, spread=[s[i] for s in noisy], order_dependent=unjudged)
+            if parity.passed:
+                allow(SPREAD)
+        if not parity.passed and parity.needs_rounded_steps and rounding_spread and ref is not None:
+            if "steps" not in references:
+                references["steps"] = _rounded_steps(graph)
+            steps = references["steps"]
+            if steps is not None:
+                parity = oracle.compare(e, compiled[i], ref, order_dependent=unjudged, rounded_steps=steps[i])
+                if parity.passed:
+                    allow(ROUNDED_STEPS)
+        if not parity.passed and not unjudged and rounding_spread and ill_conditioned(graph, name):
+            parity = oracle.compare(e, compiled[i], ref, order_dependent=True)
+            allow(ILL_CONDITIONED)
+        if (not parity.passed and rounding_spread and isinstance(e, torch.Tensor)
+                and near_tied_indices(graph, name, e, compiled[i])):
+            parity = ParityResult(True)
+            allow(NEAR_TIES)
+        if (not parity.passed and rounding_spread and isinstance(e, torch.Tensor)
+                and nan_sign_only(graph, name, e, compiled[i])):
+            parity = ParityResult(True)
+            allow(NAN_SIGN)
+        for key in ("max_abs_err", "rmse_ratio", "rounding_spread"):
+            value = getattr(parity, key)
+            if value is not None:
+                metrics[key] = max(metrics.get(key, 0.0), value)
+        if unjudged and parity.unjudged_outputs:
+            allow(ORDER_DEPENDENT, parity.unjudged_outputs)
+        if not parity.passed:
+            metrics["allowances"] = allowed or None
+            return name, parity.reason.replace("out: ", f"{name}: ", 1), metrics
+    metrics["allowances"] = allowed or None
+    return "", "", metrics
+
+
+def _rounded_steps(graph: FuzzGraph) -> tuple | None:
+    """The float64 reference with every step rounded to its working dtype (None if it cannot run)."""
+    try:
+        return graph.function(reference=True, round_steps=True)(*graph.make_inputs("cpu", reference=True))
+    except Exception:  # noqa: BLE001 -- as the plain reference
+        return None
+
+
+def _noisy_references(graph: FuzzGraph) -> list[tuple]:
+    """The float64 reference run ``NOISE_SAMPLES`` times with rounding noise ([] if it cannot run)."""
+    try:
+        return [graph.function(reference=True, rounding_noise=seed)(*graph.make_inputs("cpu", reference=True))
+                for seed in range(NOISE_SAMPLES)]
+    except Exception:  # noqa: BLE001 -- as the plain reference: no float64 kernel for some op
+        return []

@@ -1,0 +1,62 @@
+"""The fuzzer's worker tasks: picklable callables a ``harness.pool`` worker (or this process, through
+``harness.pool.run_task``) calls with its ``WorkerContext``; each returns a ``Result``.
+
+``GraphTask`` runs one generated graph (``harness.fuzz.subject``), ``LocalizeTask`` finds where a
+failure the campaign already has starts (``harness.fuzz.localize``). The decomposition fuzzer's
+rule task is ``harness.fuzz.decomp_campaign.RuleTask``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from harness.fuzz.graph import FuzzGraph
+from harness.fuzz.localize import localize, localize_divergence
+from harness.fuzz.subject import graph_name, run_graph
+from harness.pool import WorkerContext
+from harness.result import Result
+from harness.status import Status
+
+
+@dataclass(frozen=True)
+class GraphTask:
+    """Run the graph ``graph`` (``FuzzGraph`` JSON); ``localize``: charge an accuracy failure to the
+    first diverging value at once (one more compile)."""
+
+    name: str
+    graph: str
+    capture: str = "fx"
+    localize: bool = False
+    imports: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = ()) -> GraphTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports=imports)
+
+    def __call__(self, worker: WorkerContext) -> Result:
+        graph = FuzzGraph.from_json(self.graph)
+        result = run_graph(graph, worker.target, worker.progress, self.capture, self.name)
+        if self.localize and result.status == Status.FAIL_ACCURACY and len(graph.nodes) > 1:
+            op, diverged = localize_divergence(graph, worker.target, self.capture)
+            if op:
+                result = result.replace(op=op, diverged=diverged)
+        return result
+
+
+@dataclass(frozen=True)
+class LocalizeTask:
+    """Localize a failure of ``graph`` the campaign has the result of: ``fail_accuracy`` with ``op``
+    and ``diverged`` when a value diverges, ``pass`` when none does. It does not run the graph as
+    it is again."""
+
+    name: str
+    graph: str
+    capture: str = "fx"
+    imports: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = ()) -> LocalizeTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports)
+
+    def __call__(self, worker: WorkerContext) -> Result:
+        return localize(FuzzGraph.from_json(self.graph), worker.target, self.name, self.capture, worker.progress)
