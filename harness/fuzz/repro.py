@@ -2,8 +2,8 @@
 
 The script embeds the input builder (``harness/fuzz/values.py``, torch only), the input
 descriptions and the graph source; it runs eager, the float64 reference and the target
-(through ``torch.compile``), prints per output where they disagree, and exits 1 while the
-finding reproduces, 0 once it is fixed.
+(through ``torch.compile``; on ``crucible-sim`` under the simulator's memory checks), prints per
+output where they disagree, and exits 1 while the finding reproduces, 0 once it is fixed.
 """
 
 from __future__ import annotations
@@ -73,6 +73,15 @@ def describe(name, eager, got, ref):
             f"eager {rmse(e):.3g}")
 
 
+def checked():
+    """crucible-sim: the kernels run under the simulator's memory checks, as the fuzzer ran them."""
+    if not CHECKED:
+        return contextlib.nullcontext()
+    from simulator.session import checking
+
+    return checking()
+
+
 def main():
     inputs = [make_input(d, DEVICE) for d in INPUTS]
     fresh = lambda: [make_input(d, DEVICE) for d in INPUTS]
@@ -83,7 +92,8 @@ def main():
         ref = None
     compiled = torch.compile(build(False), backend=BACKEND, options=OPTIONS, dynamic=False)
     try:
-        got = compiled(*inputs)
+        with checked():
+            got = compiled(*inputs)
     except Exception as exc:
         print(f"target {TARGET} raised {type(exc).__name__}: {exc}")
         return 1
@@ -120,8 +130,8 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         header.append(f"# raised at: {where}")
     header.append("# Run: python repro.py  (exit 1 while it reproduces; needs torch and the target)")
     body = [
-        "import math", "import sys", "", "import torch", "", _values_source().strip(), "",
-        f"TARGET = {target!r}", f"BACKEND = {backend!r}",
+        "import contextlib", "import math", "import sys", "", "import torch", "", _values_source().strip(), "",
+        f"TARGET = {target!r}", f"BACKEND = {backend!r}", f"CHECKED = {t.checked!r}",
         f"OPTIONS = {dict(t.options) or None!r}", f"DEVICE = {t.device!r}",
         f"EXPECTED = {'outputs as eager computes them (NaN/inf positions, integers exact, float error no worse than eager)'!r}",
         # Python literals (repr): JSON's false/true are no Python names

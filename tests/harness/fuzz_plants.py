@@ -87,3 +87,30 @@ def gpu_exp_misspelled() -> None:
     from compiler.ir import Op
 
     renderer.PRECISE_FP32[Op.EXP] = "libdevice.exp_no_such_function"
+
+
+def loads_past_the_end(source: str) -> str:
+    """Triton kernel source whose loads read one lane past ``xnumel`` (stores stay masked): an
+    out-of-bounds read the interpreter does not notice (the values land in lanes never stored) and
+    the simulator's bounds checks report. Pointwise kernels only (their loads are ``mask=xmask,``)."""
+    return (source.replace("    xmask = xindex < xnumel\n", "    xmask = xindex < xnumel\n    lmask = xindex <= xnumel\n")
+            .replace("mask=xmask,", "mask=lmask,"))
+
+
+def planted_render(render: Any) -> Any:
+    """``TritonRenderer.render`` with ``loads_past_the_end`` applied to what it renders (for a
+    monkeypatch in this process, or ``kernel_loads_past_the_end`` in a worker)."""
+    import dataclasses
+
+    def planted(self: Any, kernel: Any) -> Any:
+        out = render(self, kernel)
+        return dataclasses.replace(out, source=loads_past_the_end(out.source))
+
+    return planted
+
+
+def kernel_loads_past_the_end() -> None:
+    """Every generated Triton kernel reads one element past its inputs (``loads_past_the_end``)."""
+    from compiler.codegen.triton import TritonRenderer
+
+    TritonRenderer.render = planted_render(TritonRenderer.render)
