@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.utils._pytree as pytree
 
 from harness.engine import Context, Grade, execute
 from harness.minify.case import GraphCase
@@ -73,6 +74,23 @@ def _ir_reference(gm: torch.fx.GraphModule, failing: Target) -> Callable[..., An
     return lambda *inputs: reference_graph(gm, list(inputs), codegen=codegen, extern=extern)
 
 
+def flat_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, pytree.TreeSpec | None]:
+    """``gm`` returning one flat tuple, as Dynamo hands a backend its graphs (AOTAutograd, under
+    Inductor and aot_eager, fails on nested outputs: "output spec mismatch"), and the spec that
+    nests its results again; ``(gm, None)`` when its outputs are flat already."""
+    output = next(n for n in reversed(gm.graph.nodes) if n.op == "output")
+    value = output.args[0]
+    if isinstance(value, (tuple, list)) and all(isinstance(v, torch.fx.Node) for v in value):
+        return gm, None
+    leaves, nesting = pytree.tree_flatten(value)
+    graph, env = torch.fx.Graph(), {}
+    for node in gm.graph.nodes:
+        if node.op != "output":
+            env[node] = graph.node_copy(node, lambda n: env[n])
+    graph.output(tuple(env[v] if isinstance(v, torch.fx.Node) else v for v in leaves))
+    return torch.fx.GraphModule(gm, graph), nesting
+
+
 class CaseSubject:
     """A ``GraphCase`` as the engine runs it: a pure function of its real inputs."""
 
@@ -105,12 +123,15 @@ class CaseSubject:
         return None  # an ATen graph already: nothing to analyse
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
-        gm, inputs = self.case.gm, self.case.inputs
+        inputs = self.case.inputs
         if ctx.target.name == IR_REFERENCE_TARGET:
-            fn = _ir_reference(gm, parse_target(self.case.target))
-        else:
-            fn = ctx.target.compile(gm, inputs, capture="fx")
-        return lambda: fn(*_clone(inputs))
+            fn = _ir_reference(self.case.gm, parse_target(self.case.target))
+            return lambda: fn(*_clone(inputs))
+        gm, nesting = flat_outputs(self.case.gm)
+        fn = ctx.target.compile(gm, inputs, capture="fx")
+        if nesting is None:
+            return lambda: fn(*_clone(inputs))
+        return lambda: pytree.tree_unflatten(list(fn(*_clone(inputs))), nesting)
 
     def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
         return grade_outputs(self.case.dtype, eager, compiled, reference, self.case.tolerance)

@@ -263,6 +263,18 @@ def test_minify_any_dynamo_backend(planted: CheckWorker, tmp_path: Path) -> None
     assert report.localization.stage is None  # stages are Crucible's
 
 
+def test_dynamo_backend_gets_a_graph_with_flat_outputs() -> None:
+    """Regression: handed to a Dynamo backend directly, a graph returning nested outputs (var_mean's
+    tuple inside the output tuple) failed in AOTAutograd ("output spec mismatch") on the GPU runner's
+    Inductor check; the backend now gets the graph with flat outputs, as from Dynamo, and the results
+    are nested again."""
+    from harness.minify.check import check_case
+
+    inputs = _inputs()
+    result = check_case(GraphCase(compiler.trace_aten(_model, *inputs), inputs, "aot_eager"))
+    assert result.status == "pass", result.error
+
+
 def test_repro_script_inlines_small_inputs_and_keeps_large_ones_beside_it(tmp_path: Path) -> None:
     import runpy
 
