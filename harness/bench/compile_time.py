@@ -52,10 +52,12 @@ def first_call(name: str, target_name: str) -> dict[str, float]:
     """Seconds of one cold first call of entry ``name`` on ``target_name``, split as the docstring says."""
     import torch
 
+    import contextlib
+
     from compiler.report import collect_reports
     from corpus.registry import catalog
-    from harness.targets import compile_model, parse_target
-    from simulator.session import for_entry
+    from harness.targets import parse_target
+    from simulator.session import checking
 
     entry = next((e for e in catalog().entries if e.name == name), None)
     if entry is None:
@@ -65,16 +67,13 @@ def first_call(name: str, target_name: str) -> dict[str, float]:
     model = built.model.eval()
     torch._dynamo.reset()
     seconds: Counter = Counter()
-    simulation = for_entry(target_name, lambda phase: None)  # crucible-sim: launches checked, as in a run
-    try:
-        with torch.no_grad(), _timing_graph_capture(seconds), collect_reports() as reports:
-            compiled = compile_model(target, model)
-            start = time.perf_counter()
-            compiled(*built.inputs, **built.kwargs)
-            seconds["first call"] = time.perf_counter() - start
-    finally:
-        if simulation is not None:
-            simulation.close({})
+    # crucible-sim: launches checked, as in a run
+    simulation = checking() if target.checked else contextlib.nullcontext()
+    with simulation, torch.no_grad(), _timing_graph_capture(seconds), collect_reports() as reports:
+        compiled = target.compile(model)
+        start = time.perf_counter()
+        compiled(*built.inputs, **built.kwargs)
+        seconds["first call"] = time.perf_counter() - start
     for graph in reports.graphs:
         for pass_name, s in graph.pass_seconds.items():
             seconds[pass_name] += s
