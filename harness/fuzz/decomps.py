@@ -172,6 +172,12 @@ def _agrees_with_reference(d: torch.Tensor, r: Any) -> torch.Tensor:
 
 
 def reason_kind(status: str, reason: str) -> str:
+    """The error part of a rule finding's signature: the oracle's criterion, the exception type, or
+    for a worker that died the signal (``crucible fuzz``'s ``error_kind`` says the same)."""
+    if status in ("timeout", "oom"):
+        return str(status)
+    if status == "crash":
+        return reason.split(" during ")[0].removeprefix("worker died from ")
     for marker, kind in (("NaN positions", "nan_positions"), ("inf positions", "inf_positions"),
                          ("integer/bool", "integer_values"), ("shape:", "shape"), ("dtype:", "dtype"),
                          ("structure:", "structure"), ("worse than the op", "error"), ("value:", "value")):

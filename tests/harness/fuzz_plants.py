@@ -114,3 +114,17 @@ def kernel_loads_past_the_end() -> None:
     from compiler.codegen.triton import TritonRenderer
 
     TritonRenderer.render = planted_render(TritonRenderer.render)
+
+
+def hardshrink_rule_aborts() -> None:
+    """The hardshrink decomposition rule aborts its process (a rule that crashes its worker)."""
+    import os
+
+    from compiler.decompositions import RULES, DecompRule
+
+    name = "torch:aten::hardshrink"
+
+    def abort(x: torch.Tensor, lambd: float = 0.5) -> torch.Tensor:
+        os.abort()
+
+    RULES[name] = DecompRule(name, aten.hardshrink.default, abort, "torch")

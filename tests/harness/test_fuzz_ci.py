@@ -77,15 +77,18 @@ def test_decomposition_fuzzer_finds_a_planted_rule_and_passes_the_real_one(cli, 
     assert good.returncode == 0 and "no findings" in good.stdout, good.stdout + good.stderr[-2000:]
 
 
-def test_decomposition_fuzzer_on_workers_finds_the_planted_rule(cli, tmp_path) -> None:
-    """fuzz-decomps -j 2: rules run as tasks on isolated workers (the plant is imported there); the
-    planted rule is the one finding, the other rule passes."""
+def test_decomposition_fuzzer_on_workers_finds_the_planted_rules(cli, tmp_path) -> None:
+    """fuzz-decomps -j 2: rules run as tasks on isolated workers (the plants are imported there); the
+    wrong rule is a finding, the rule that aborts its worker is one too (the run goes on), the other
+    rule passes."""
     out = cli("fuzz-decomps", "-j", "2", "--rule", "torch:aten::hardsigmoid", "--rule", "torch:aten::hardtanh",
-              "--examples", "20", "--db", str(tmp_path / "d.sqlite"),
-              "--import", "tests.harness.fuzz_plants:hardsigmoid_rule_off_by_a_bit", timeout=300)
+              "--rule", "torch:aten::hardshrink", "--examples", "20", "--db", str(tmp_path / "d.sqlite"),
+              "--import", "tests.harness.fuzz_plants:hardsigmoid_rule_off_by_a_bit",
+              "--import", "tests.harness.fuzz_plants:hardshrink_rule_aborts", timeout=300)
     assert out.returncode == 1, out.stdout + out.stderr[-2000:]
-    assert "rules checked 2 of 2" in out.stdout, out.stdout
-    assert re.findall(r"NEW +(\S+ \| \S+)", out.stdout) == ["fail_accuracy | torch:aten::hardsigmoid"], out.stdout
+    assert "rules checked 3 of 3" in out.stdout, out.stdout
+    assert sorted(re.findall(r"NEW +(\S+ \| \S+ \| \S+)", out.stdout)) == [
+        "crash | torch:aten::hardshrink | SIGABRT", "fail_accuracy | torch:aten::hardsigmoid | error"], out.stdout
 
 
 def test_gpu_build_check_finds_a_gpu_only_bug_and_passes_the_real_compiler(cli, tmp_path, monkeypatch) -> None:
