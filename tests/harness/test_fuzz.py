@@ -103,6 +103,29 @@ def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_command_lines_are_shell_quoted_and_repro_headers_stay_comments() -> None:
+    """The command a campaign was found by and the report command it prints are shell-quoted; text
+    embedded in a repro's header (an error, that command) cannot end its comment lines."""
+    import shlex
+
+    from harness.fuzz.cli import how_found, report_command
+    from harness.fuzz.repro import write_repro
+
+    request = CampaignRequest(target="crucible-interpret:extern=none", seed=3, ops="*pool*,sum.*", examples=5,
+                              imports=("plug; rm -rf x",))
+    assert shlex.split(how_found(request, jobs=2)) == [
+        "crucible", "fuzz", "--target", "crucible-interpret:extern=none", "--seed", "3", "--ops", "*pool*,sum.*",
+        "--examples", "5", "-j", "2", "--import", "plug; rm -rf x"]
+    assert shlex.split(report_command("run $(x)", "my db.sqlite")) == ["crucible", "report", "run $(x)", "--db",
+                                                                       "my db.sqlite"]
+    graph = FuzzGraph([{"shape": [2], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0}],
+                      [], ["x0"])
+    script = write_repro(graph, "eager", None, _result(Status.FAIL_RUN, op="input", error="E: one\nraise SystemExit(7)"),
+                         "crucible fuzz\nraise SystemExit(8)")
+    header = script.split("\nimport contextlib\n")[0].splitlines()
+    assert all(line.startswith("#") for line in header) and "# raise SystemExit(7)" in header, header
+
+
 @pytest.mark.parametrize("args, message", [
     (["fuzz", "--target", "no-such-backend", "--examples", "1"], "unknown target"),
     (["fuzz", "--target", "crucible-cpp:extern=bogus", "--examples", "1"], "extern must be one of"),
