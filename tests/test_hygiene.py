@@ -1,12 +1,14 @@
-"""Project hygiene: one module reads the environment, the README's tables match config, one cache root.
+"""Project hygiene: one module reads the environment, every variable is validated, one cache root,
+packages import only downward.
 
-These tests read source text and the README; they import no Dynamo and run in milliseconds.
+These tests read source text; they import no Dynamo and run in milliseconds. The docs' tables of
+options, variables and debug levels are checked against ``compiler/config.py`` by
+``tests/test_docs.py``, which reuses ``variables_config_reads`` from here.
 """
 
 from __future__ import annotations
 
 import ast
-import dataclasses
 import os
 from pathlib import Path
 
@@ -61,52 +63,6 @@ def variables_config_reads() -> set[str]:
                 and getattr(node.value, "attr", None) == "environ":
             names.add(node.slice.value)
     return names
-
-
-def readme_table(header: str) -> dict[str, str]:
-    """First column (backticks stripped) -> second column of the README table whose header row
-    starts with ``| header |``."""
-    lines = (REPO / "README.md").read_text().splitlines()
-    start = next((i for i, line in enumerate(lines[:-1])
-                  if line.startswith(f"| {header} |") and lines[i + 1].startswith("|---")), None)
-    assert start is not None, f"README has no table headed {header!r}"
-    rows = {}
-    for line in lines[start + 2:]:
-        if not line.startswith("|"):
-            break
-        cells = [c.strip() for c in line.strip("|").split("|")]
-        rows[cells[0].strip("`")] = cells[1]
-    return rows
-
-
-def test_readme_environment_table_matches_config() -> None:
-    documented = set(readme_table("variable"))
-    read = variables_config_reads()
-    assert {"CRUCIBLE_DEBUG", "CRUCIBLE_CACHE_DIR", "CXX"} <= read  # the source scan found the reads
-    assert documented == read, (f"README's environment table and compiler/config.py disagree: "
-                                f"undocumented {sorted(read - documented)}, not read {sorted(documented - read)}")
-    table = readme_table("variable")  # the defaults it states are config's
-    assert f"`{' '.join(config.DEFAULT_CPP_TUNING_FLAGS)}`" in table["CRUCIBLE_CPP_FLAGS"]
-    assert f"at most {config.MAX_DEFAULT_COMPILE_THREADS}" in table["CRUCIBLE_COMPILE_THREADS"]
-
-
-def test_readme_options_table_matches_config() -> None:
-    documented = set(readme_table("option"))
-    assert documented == {f.name for f in dataclasses.fields(config.Options)}
-    for name in documented:  # every documented option is accepted, and unknown ones are named
-        config.Options.parse({name: None if name in ("codegen", "extern") else False})
-    with pytest.raises(ValueError, match=r"unknown crucible option\(s\) \['nope'\]; known: codegen, strict, cudagraphs, extern, fold_weights, layout"):
-        config.Options.parse({"nope": 1})
-
-
-def _squash(text: str) -> str:
-    return " ".join(text.split())
-
-
-def test_readme_debug_levels_match_config() -> None:
-    documented = readme_table("`CRUCIBLE_DEBUG`")
-    assert {int(k): _squash(v) for k, v in documented.items()} == \
-        {k: _squash(v) for k, v in config.DEBUG_LEVELS.items()}
 
 
 def test_code_uses_only_documented_debug_levels() -> None:
