@@ -21,7 +21,7 @@ from tabulate import tabulate
 
 from corpus.entry import TIERS
 from harness.selection import add_selection, selected_entries
-from harness.store import DEFAULT_DB, ResultStore, StoreError, export_json
+from harness.store import DEFAULT_DB, ResultStore, StoreError, check_usable, export_json
 from harness.targets import MODES, REFERENCE_CHOICES
 from harness.validation import UsageError, positive, writable_output
 
@@ -159,18 +159,8 @@ def _check_run_settings(args: argparse.Namespace) -> None:
         writable_output("--expected", args.expected)
     if args.resume and args.rerun_failed:
         raise UsageError("--resume continues a run and --rerun-failed starts one: give one of them")
-    check_store(args.db)
+    check_usable(args.db)
     environment()
-
-
-def check_store(path: str) -> None:
-    """A damaged, foreign or newer ``--db`` fails now, before any entry runs; a new one must be creatable.
-    Nothing is written: the file is created when the run starts."""
-    if Path(path).exists():
-        with ResultStore(path, read_only=True):
-            pass
-    else:
-        writable_output("--db", path)
 
 
 def _rerun_failed(ref: str, db: str, entries: list) -> list:

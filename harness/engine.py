@@ -31,7 +31,7 @@ import torch
 
 from harness.errors import SubjectFailed, SubjectSkipped, classify, describe_error, failed_pass
 from harness.oracle import outputs_identical, working_precision
-from harness.result import Draft, Result
+from harness.result import FIELD_NAMES, Draft, Result
 from harness.status import Phase, Status
 from harness.targets import Target
 
@@ -257,11 +257,8 @@ def _simulation(target: Target, draft: Draft, on_phase: Callable[[str], None]) -
         try:
             yield phase
         finally:
-            summary = recorder.summary()
-            draft.update({k: summary[k] for k in _SIMULATION_FIELDS if summary.get(k) is not None})
-
-
-_SIMULATION_FIELDS = ("bytes_moved", "ideal_bytes", "est_h200_s", "traffic_ratio", "traffic_kernel", "memory_kernels")
+            # the recorder's totals are named as the result fields that hold them (bytes_moved, ...)
+            draft.update({k: v for k, v in recorder.summary().items() if k in FIELD_NAMES and v is not None})
 
 
 def _expected(result: Result, expectation: Expectation | None) -> Result:

@@ -23,6 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from harness.result import JSON_FIELDS, STORED_FIELDS, Result, field_type
+from harness.validation import writable_output
 
 DEFAULT_DB = "crucible-results.sqlite"
 
@@ -302,6 +303,17 @@ class ResultStore:
     def iter_all(self) -> Iterator[tuple[dict[str, Any], list[Result]]]:
         for run in self.runs():
             yield run, self.results(run["id"])
+
+
+def check_usable(path: str | Path, option: str = "--db") -> None:
+    """``path`` can be a results store: an existing file opens (read-only) as one this code reads (a
+    damaged, foreign or newer file fails now, before any work); a new one can be created there.
+    Nothing is written: a command creates the file when its work starts."""
+    if Path(path).exists():
+        with ResultStore(path, read_only=True):
+            pass
+    else:
+        writable_output(option, str(path))
 
 
 def _column_value(name: str, value: Any) -> Any:

@@ -15,7 +15,7 @@ from tabulate import tabulate
 
 from harness.runner import Progress
 from harness.status import Status
-from harness.store import DEFAULT_DB, ResultStore
+from harness.store import DEFAULT_DB, ResultStore, check_usable
 from harness.targets import CAPTURES
 from harness.validation import UsageError, environment, positive
 
@@ -101,12 +101,6 @@ def check_imports(imports: list[str]) -> None:
             raise UsageError(f"--import {spec}: no module {module!r} to import; check the name and PYTHONPATH")
 
 
-def check_db(db: str) -> None:
-    """``--db`` opens as a results store (a directory, a foreign or damaged file fails now)."""
-    with ResultStore(db):
-        pass
-
-
 def _check_fuzz_settings(args: argparse.Namespace) -> str:
     """Every setting of ``crucible fuzz``, before anything runs; the target's name."""
     from harness.fuzz.specs import select_specs
@@ -126,7 +120,7 @@ def _check_fuzz_settings(args: argparse.Namespace) -> str:
     select_specs(args.ops)  # a glob matching nothing is a usage error (ValueError)
     check_imports(args.imports)
     environment()
-    check_db(args.db)
+    check_usable(args.db)
     return target
 
 
@@ -293,8 +287,23 @@ def _check_decomp_settings(args: argparse.Namespace) -> list[Any]:
     rules = select_rules(args.rule)  # a glob matching no rule is a usage error (ValueError)
     if not args.list:
         environment()
-        check_db(args.db)
+        check_usable(args.db)
+        _check_opinfo_samples(rules)
     return rules
+
+
+def _check_opinfo_samples(rules: list[Any]) -> None:
+    """Rules outside the fuzzer's op table take their inputs from OpInfo samples, whose module needs
+    ``expecttest``: without it the capture failed with a traceback in the middle of the run."""
+    import importlib.util
+
+    from harness.fuzz.specs import OP_SPECS
+
+    sampled = [r for r in rules if str(r.op) not in OP_SPECS]
+    if sampled and importlib.util.find_spec("expecttest") is None:
+        raise UsageError(f"{len(sampled)} of the chosen rules (e.g. {sampled[0].name}) take their inputs from "
+                         f"torch's OpInfo samples, which need the expecttest package: pip install expecttest "
+                         f"(it comes with crucible[corpus]), or choose rules of the fuzzer's op table with --rule")
 
 
 def cmd_fuzz_decomps(args: argparse.Namespace) -> int:

@@ -167,6 +167,22 @@ def test_bad_usage_exits_2_with_one_line(args: list, message: str, capsys, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == ["taken"] and not list((tmp_path / "taken").iterdir())
 
 
+def test_fuzz_decomps_without_expecttest_is_a_usage_error(capsys, tmp_path, monkeypatch) -> None:
+    """Regression (the GPU image lacks expecttest): rules fed by OpInfo samples failed mid-run with a
+    traceback from torch's test utilities; the missing package is named before anything runs."""
+    import importlib.util
+
+    from harness.cli import main
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "expecttest" else real(name, *a))
+    monkeypatch.chdir(tmp_path)
+    assert main(["fuzz-decomps", "--rule", "core:aten::sspaddmm"]) == 2
+    err = capsys.readouterr().err
+    assert "need the expecttest package: pip install expecttest" in err and err.count("\n") == 1
+    assert not list(tmp_path.iterdir())
+
+
 def test_aot_eager_campaign_end_to_end(cli, tmp_path) -> None:
     """A real worker on aot_eager: graphs run, validity and the summary printed, exit 0."""
     out = cli("fuzz", "--target", "aot_eager", "--examples", "12", "--seed", "3", "--db", str(tmp_path / "f.sqlite"))
