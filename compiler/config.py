@@ -4,8 +4,8 @@ No other module of ``compiler/`` reads ``os.environ`` (``tests/test_hygiene.py``
 each variable has one function here, called when the value is needed (not cached at import,
 so tests and harness workers can set a variable before the compile that uses it).
 
-The README documents them in three tables (backend options, environment variables, debug
-levels); ``tests/test_hygiene.py`` checks those tables against this module: the options of
+``docs/compiler.md`` documents them in three tables (backend options, environment variables, debug
+levels); ``tests/test_docs.py`` checks those tables against this module: the options of
 ``Options``, the variables read here and ``DEBUG_LEVELS``. ``environment_problems()`` validates every
 variable at once (the harness calls it before a run).
 

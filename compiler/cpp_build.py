@@ -7,7 +7,7 @@ pointers and int64 sizes; this module turns that text into a loaded library::
     fn = lib.function("add_kernel", [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64])
     call_kernel(fn, x, out, x.numel())          # tensors are passed as data pointers
 
-Settings come from ``compiler/config.py`` (documented in the README): the compiler
+Settings come from ``compiler/config.py`` (documented in ``docs/compiler.md``): the compiler
 (``config.cxx()``, ``$CXX``, may include arguments such as ``ccache g++``; default the first of
 ``g++``, ``c++`` on PATH), the tuning flags (``config.cpp_tuning_flags()``; the semantic flags
 below are always passed) and the cache directory (``config.private_cache_dir("cpp")``).

@@ -175,7 +175,7 @@ def pick_smoke(
 
 
 def tier_of(m: Metadata, smoke: set[str]) -> str:
-    """The smallest suite an entry belongs to (see the README's corpus section)."""
+    """The smallest suite an entry belongs to (see ``docs/corpus.md``)."""
     if m.name in smoke:
         return "smoke"
     if m.status is None:  # never measured: parameter count is the only evidence

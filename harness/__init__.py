@@ -1,17 +1,22 @@
-"""Crucible's test harness: runs corpus entries through graph compilers and grades them.
+"""Crucible's test harness: runs subjects (corpus entries, generated graphs, minimizer cases) through
+graph compilers and grades them.
 
 Read in this order:
-  cli.py      the ``crucible`` command (list, run, report, diff, merge, corpus check)
-  runner.py   one run: selection, sharding, resume, metadata, progress
-  pool.py     isolation: spawned workers, deadlines, memory limits, crash/hang/OOM records
-  worker_process.py  one worker's lifecycle (spawn, log, tasks, crash/hang), shared by pool, fuzz, minify
-  execute.py  one entry on one target: build, eager x2, fp64 reference, capture, compile, run
-  model_runs.py  fresh model/input copies per run, seeded steps, the float64 reference runs
-  errors.py   what an exception means for a record: message, OOM, compile vs run error
-  capture.py  graphs, graph breaks (Dynamo's types) and capture coverage, measured
-  oracle.py   the parity oracle (fp64 reference, RMSE ratio vs eager, cosine fallback, float32 without TF32)
-  targets.py  eager, crucible-* and Dynamo-backend targets
-  status.py   the status taxonomy
-  store.py    the SQLite results store, JSON export, merge
-  report.py / diff.py   summaries, top breaks, failure clusters; regressions between runs
+  engine.py   one subject on one target: build, eager x2, float64 reference, capture, compile, run,
+              compare, checks; one error classifier (errors.py); the simulator's checks on crucible-sim
+  result.py   the Result record: its fields define the store's columns and every export
+  status.py   the status taxonomy (what counts against the compiler) and the phases
+  targets.py  eager, crucible-* and Dynamo-backend targets: validated once, one compile function
+  entry_subject.py  a corpus entry as a subject (model copies, train mode, dynamic sizes, capture)
+  tasks.py / pool.py / worker_process.py  picklable tasks on isolated workers: deadlines, memory
+              limits, crash/hang/OOM results
+  runner.py   one run: resume, metadata, progress, storing results as they arrive
+  cli.py      the ``crucible`` command; selection.py (which entries), validation.py (every setting
+              checked before work starts), expected.py (expected-results files)
+  store.py    the SQLite results store: schema version, migration, JSON export, merge
+  oracle.py   the parity oracle (fp64 reference, RMSE ratio vs eager, cosine fallback, no TF32)
+  capture.py  graphs, graph breaks (Dynamo's types) and capture coverage
+  report.py / html_report.py / junit.py / diff.py / reproduce.py   what a run says, for people and CI
+  fuzz/, minify/, corpus_check.py, pytest_plugin.py   the other ways in, on the same engine
+  bench/      benchmark scripts (they may import every layer)
 """

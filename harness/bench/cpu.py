@@ -1,6 +1,6 @@
 """CPU benchmark: eager vs Inductor (its C++ backend) vs Crucible's C++ codegen.
 
-    python -m harness.bench.cpu [--repeat N] [--only NAME ...] [--quick]
+    python -m harness.bench.cpu [--repeat N] [--only NAME ...]
 
 For each case: the median run time over ``--repeat`` timed calls after warmup, and the
 cold compile time (the first call, with fresh cache directories for both compilers and

@@ -31,7 +31,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--device", choices=("cpu", "cuda"), help="device for eager and Dynamo-backend targets")
     p.add_argument("--corpus", action="append", metavar="PATH", help="also load an external corpus directory")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
-                   help="import MODULE in the minimizer and every check worker (repeatable; see README)")
+                   help="import MODULE in the minimizer and every check worker (repeatable; see docs/minimizing.md)")
     p.add_argument("--time-limit", type=float, default=600.0, help="seconds of reduction per graph (default 600)")
     p.add_argument("--max-checks", type=int, default=5000, help="predicate checks per graph (default 5000)")
     p.add_argument("--check-timeout", type=float, default=300.0,
