@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import torch
 
-from harness.errors import SubjectFailed, SubjectSkipped, classify, describe_error, failed_pass
+from harness.errors import CALL, COMPILE, FIRST_CALL, SubjectFailed, SubjectSkipped, classify, describe_error, failed_pass
 from harness.oracle import outputs_identical, working_precision
 from harness.result import FIELD_NAMES, Draft, Result
 from harness.status import Phase, Status
@@ -177,9 +177,9 @@ def _sequence(subject: Subject, ctx: Context) -> None:
     ctx.phase(Phase.CAPTURE)
     subject.capture(ctx)
     ctx.phase(Phase.FORWARD if ctx.draft.get("mode") == "train" else Phase.COMPILE)
-    compiled = _step(ctx, lambda: subject.compile(ctx), compiling=True)
-    start = time.perf_counter()
-    first = _step(ctx, compiled, compiling=True)
+    start = time.perf_counter()  # compile_s: the compile step and the first call (Dynamo compiles lazily)
+    compiled = _step(ctx, lambda: subject.compile(ctx), COMPILE)
+    first = _step(ctx, compiled, FIRST_CALL)
     _synchronize(ctx.device)
     ctx.draft["compile_s"] = time.perf_counter() - start
     ctx.phase(Phase.RUN)
@@ -200,12 +200,12 @@ def _sequence(subject: Subject, ctx: Context) -> None:
         ctx.draft.update(status=Status.FAIL_ACCURACY, error=grade.reason)
 
 
-def _step(ctx: Context, step: Callable[[], Any], compiling: bool = False) -> Any:
+def _step(ctx: Context, step: Callable[[], Any], kind: str = CALL) -> Any:
     """Run one step; an exception decides the result (``classify``) and ends the sequence."""
     try:
         return step()
     except Exception as exc:  # noqa: BLE001 -- the subject's or the compiler's failure: a result
-        fail(ctx.draft, classify(exc, ctx.current, compiling), exc)
+        fail(ctx.draft, classify(exc, ctx.current, kind), exc)
         raise _Stop from None
 
 

@@ -26,7 +26,7 @@ from corpus.entry import Entry, EntryUnavailable
 from harness.capture import CaptureProbe, CaptureResult, analyze_capture, count_eager_ops
 from harness.compile_reasons import entry_fields
 from harness.engine import Context, Expectation, Grade, execute
-from harness.errors import SubjectFailed, SubjectSkipped, classify, describe_error
+from harness.errors import FIRST_CALL, SubjectFailed, SubjectSkipped, classify, describe_error
 from harness.model_runs import (DTYPES, ModelCopies, StepOutput, TRAIN_PARAMS, call_seeded, cast, fresh_inputs,
                                 identical, reference_runs, step)
 from harness.oracle import ParityOracle
@@ -257,7 +257,7 @@ class EntrySubject:
                        "grad_rmse_ratio": gfields.get("grad_rmse_ratio"), "error": graded.reason or None}
                 reason, detail = graded.reason, None
             except Exception as exc:  # noqa: BLE001
-                status = classify(exc, Phase.RUN, compiling=True)
+                status = classify(exc, Phase.RUN, FIRST_CALL)  # a new size may compile
                 reason, detail = describe_error(exc)
                 row = {"batch": variant.batch, "status": status, "error": reason}
             row["graphs"] = dynamo_counters()[0] - graphs_before

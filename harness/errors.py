@@ -69,7 +69,8 @@ def is_oom(exc: BaseException) -> bool:
 # Errors a backend raises while compiling a graph outside Dynamo's frame compilation: AOTAutograd
 # compiles a backward graph lazily, at the first backward call, so those errors are not wrapped in
 # Dynamo's BackendCompilerFailed.
-_BACKEND_COMPILE_ERRORS = ("CompilerError", "InductorError", "LoweringException")
+# Triton's CompilationError: a kernel that does not build at its first launch (the compile was lazy).
+_BACKEND_COMPILE_ERRORS = ("CompilerError", "InductorError", "LoweringException", "CompilationError")
 
 
 def is_compile_error(exc: BaseException) -> bool:
@@ -105,12 +106,18 @@ class SubjectFailed(Exception):
 _SUBJECT_PHASES = (Phase.LOAD, Phase.BUILD, Phase.EAGER)
 
 
-def classify(exc: BaseException, phase: Phase | str, compiling: bool = False) -> Status:
+# What a step of the engine is doing when it raises (``classify``'s ``step``).
+COMPILE, FIRST_CALL, CALL = "compile", "first_call", "call"
+
+
+def classify(exc: BaseException, phase: Phase | str, step: str = CALL) -> Status:
     """The status an exception raised in ``phase`` gives a result: the one classifier of the engine.
 
-    ``compiling``: raised by the compile step itself or by the first compiled call, where an error
-    of Dynamo or the backend is ``fail_compile`` (AOTAutograd compiles a backward graph at the first
-    backward: those errors arrive while running); any other error there is ``fail_run``."""
+    ``step``: ``COMPILE`` when the compile step itself raised (nothing has run yet: ``fail_compile``,
+    whatever the exception); ``FIRST_CALL`` when the first compiled call raised, where an error of
+    Dynamo or a backend compiling lazily is ``fail_compile`` and anything else ``fail_run`` (AOTAutograd
+    compiles a backward graph at the first backward: those errors arrive while running); ``CALL``
+    otherwise."""
     if isinstance(exc, SubjectFailed):
         return exc.status
     if _is_skip(exc):
@@ -121,7 +128,7 @@ def classify(exc: BaseException, phase: Phase | str, compiling: bool = False) ->
         return Status.EAGER_FAIL
     if is_memory_error(exc):
         return Status.FAIL_MEMORY
-    if compiling and is_compile_error(exc):
+    if step == COMPILE or (step == FIRST_CALL and is_compile_error(exc)):
         return Status.FAIL_COMPILE
     return Status.FAIL_RUN
 

@@ -40,13 +40,13 @@ def _entry_call(entry: Any, checked: bool) -> Callable[[], Any]:
     import torch
 
     from harness.model_runs import DTYPES, ModelCopies, cast
-    from harness.targets import compile_model, parse_target
+    from harness.targets import parse_target
 
     built = entry.build("small")
     dtype = DTYPES.get(entry.dtype)
     model = ModelCopies(entry, "small", built.model).fresh("cpu", dtype)
     args, kwargs = cast(built.inputs, "cpu", dtype), cast(built.kwargs, "cpu", dtype)
-    compiled = compile_model(parse_target("crucible-sim" if checked else "crucible-interpret"), model)
+    compiled = parse_target("crucible-sim" if checked else "crucible-interpret").compile(model)
 
     def call() -> Any:
         with torch.no_grad():
