@@ -1,6 +1,6 @@
 """``crucible corpus check``: build every entry once and run it in eager, through the engine.
 
-Each entry is a subject (``CorpusCheckSubject``) that stops after eager: built at scale "small" on
+Each entry is a subject (``harness.tasks.CorpusCheckSubject``) that stops after eager: built at scale "small" on
 the CPU, run three times (a warm-up, then two timed runs whose outputs must match bit for bit) in
 an isolated harness worker with one torch thread (``harness.pool``: deadline, memory limit, crash
 and hang recorded, a fresh worker replaces a dead one or one that ran ``--tasks-per-worker``
@@ -24,14 +24,10 @@ import importlib
 import os
 import sys
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from corpus import SOURCES
-from corpus.entry import EntryUnavailable
-from corpus.registry import Origin, find_entry
 from corpus.tiers import append_measurement, compact_measurements, load_catalog, load_measurements, write_catalog
-from harness.errors import SubjectSkipped
 from harness.result import Result
 from harness.status import Phase, Status
 from harness.validation import UsageError, positive
@@ -47,63 +43,6 @@ CHECK_MAX_PARAMS = 1_500_000_000
 TASKS_PER_WORKER = 25
 OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 STATUS_COLUMNS = ("ok", "build_fail", "eager_fail", "eager_nondeterministic", "timeout", "crash", "skipped")
-
-
-class CorpusCheckSubject:
-    """An entry built and run in eager only: the engine stops after the eager phase."""
-
-    last_phase = Phase.EAGER
-    eager_calls = 3  # a warm-up, then the two timed calls that must agree
-    stateless = False
-
-    def __init__(self, entry: Any) -> None:
-        self.entry, self.name = entry, entry.name
-        self.built: Any = None
-
-    def runs_on(self, device: str) -> str | None:
-        return None
-
-    def build(self, ctx: Any) -> None:
-        import torch  # here, not at the top: `crucible --help` builds this command's parser without torch
-
-        try:
-            self.built = self.entry.build("small")
-        except EntryUnavailable as exc:
-            raise SubjectSkipped(f"unavailable here: {exc}") from None
-        if isinstance(self.built.model, torch.nn.Module):
-            ctx.draft["params"] = sum(p.numel() for p in self.built.model.parameters())
-        ctx.draft["input_shapes"] = [list(t.shape) for t in _tensors([self.built.inputs, self.built.kwargs])][:8]
-
-    def eager(self, ctx: Any) -> Any:
-        out = self.built.model(*self.built.inputs, **self.built.kwargs)
-        tensors = [t.detach().clone() for t in _tensors(out)]
-        if not tensors:
-            raise ValueError("the output holds no tensor")
-        return tensors
-
-
-def _tensors(value: Any) -> list:
-    """Every tensor in a model output (tensors, tuples, lists, dicts, ModelOutput)."""
-    import torch
-
-    from harness.oracle import flatten_outputs
-
-    return [leaf for _, leaf in flatten_outputs(value) if isinstance(leaf, torch.Tensor)]
-
-
-@dataclass(frozen=True)
-class CorpusCheckTask:
-    """Check the entry ``name`` of the built-in source ``source`` in a worker."""
-
-    source: str
-    name: str
-    imports: tuple[str, ...] = ()
-
-    def __call__(self, worker: Any) -> Result:
-        from harness.engine import execute
-
-        entry = find_entry(self.name, Origin(SOURCES[self.source]))
-        return execute(CorpusCheckSubject(entry), worker.target, worker.progress, suite=self.source)
 
 
 def measurement(result: Result, source: str, torch_version: str) -> dict[str, Any]:
@@ -164,6 +103,7 @@ def run_checks(items: list[tuple[str, str]], jobs: int, timeout_s: float,
     import torch
 
     from harness.pool import WorkerConfig, WorkerPool
+    from harness.tasks import CorpusCheckTask
 
     counts: dict[str, int] = {}
     source_of = {name: source for source, name in items}

@@ -25,7 +25,7 @@ import contextlib
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
@@ -54,41 +54,66 @@ class Expectation:
     reason: str
 
 
-class Subject(Protocol):
-    """What the engine asks of a subject. Each method runs one step; raising is the step's failure."""
+class Subject:
+    """What the engine asks of a subject; the defaults suit a pure function with nothing to analyse.
+    Each method runs one step; raising is the step's failure (``harness.errors.classify``)."""
 
     name: str
     # phases after which the subject is done (a corpus check stops after eager)
-    last_phase: Phase
+    last_phase = Phase.COMPARE
     # eager calls: the last two must agree; the first one's output is the one graded against
-    eager_calls: int
+    eager_calls = 2
     # grade the second compiled call too (pure functions: graphs, cases); a model with state grades
     # the first call only, as a user sees it
-    stateless: bool
+    stateless = False
 
     def runs_on(self, device: str) -> str | None:
         """None when the subject runs on ``device``, else why not (the result is ``skipped``)."""
+        return None
 
     def build(self, ctx: Context) -> None:
         """Make the model or function and its inputs (raising ``SubjectSkipped`` skips the subject)."""
+        raise NotImplementedError
 
     def eager(self, ctx: Context) -> Any:
         """One eager call on fresh copies; returns its output."""
+        raise NotImplementedError
+
+    def identical(self, a: Any, b: Any) -> bool:
+        """Whether two eager outputs agree bit for bit (else the subject is nondeterministic)."""
+        return outputs_identical(a, b)
 
     def reference(self, ctx: Context) -> Any:
         """The float64 output, or None without one (never raises: no reference is not a failure)."""
+        return None
 
     def capture(self, ctx: Context) -> None:
         """The capture analysis, where it does not ride along the compile (information, never raises)."""
+        return None
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
         """Compile for ``ctx.target``; the callable runs the compiled code once on fresh inputs."""
+        raise NotImplementedError
 
     def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
         """The oracle's verdict on one compiled output."""
+        raise NotImplementedError
 
     def finish(self, ctx: Context) -> None:
         """After the sequence, whatever happened in it (a capture that did not ride along)."""
+        return None
+
+
+def optional_reference(ctx: Context, run: Callable[[], Any], where: str = "cpu") -> Any:
+    """``run()``, the float64 reference, or None when it cannot run (no float64 kernel for some op: the
+    oracle then judges against eager only); the result's ``reference`` says which."""
+    try:
+        out = run()
+    except Exception as exc:  # noqa: BLE001 -- any op may lack a float64 kernel
+        ctx.draft["reference"] = f"none: {type(exc).__name__}: {str(exc)[:200]}"
+        return None
+    ctx.draft["reference"] = where
+    return out
 
 
 class Context:
@@ -164,7 +189,7 @@ def _sequence(subject: Subject, ctx: Context) -> None:
         outputs.append(_step(ctx, lambda: subject.eager(ctx)))
         ctx.draft["eager_calls_s"] = [*ctx.draft.get("eager_calls_s", []), time.perf_counter() - start]
     _synchronize(ctx.device)
-    if len(outputs) > 1 and not _identical(subject, outputs[-2], outputs[-1]):
+    if len(outputs) > 1 and not subject.identical(outputs[-2], outputs[-1]):
         ctx.draft.update(status=Status.EAGER_NONDETERMINISTIC, error="two eager runs gave different outputs")
         raise _Stop
     eager = outputs[0]
@@ -219,11 +244,6 @@ def fail(draft: Draft, status: Status, exc: BaseException) -> None:
     where = failed_pass(exc)
     if where is not None:
         draft["failed_pass"] = where
-
-
-def _identical(subject: Subject, a: Any, b: Any) -> bool:
-    same = getattr(subject, "identical", None)
-    return same(a, b) if same is not None else outputs_identical(a, b)
 
 
 def _finish(subject: Subject, ctx: Context) -> None:

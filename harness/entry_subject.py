@@ -25,7 +25,7 @@ import torch
 from corpus.entry import Entry, EntryUnavailable
 from harness.capture import CaptureProbe, CaptureResult, analyze_capture, count_eager_ops
 from harness.compile_reasons import entry_fields
-from harness.engine import Context, Expectation, Grade, execute
+from harness.engine import Context, Expectation, Grade, Subject, execute
 from harness.errors import FIRST_CALL, SubjectFailed, SubjectSkipped, classify, describe_error
 from harness.model_runs import (DTYPES, ModelCopies, StepOutput, TRAIN_PARAMS, call_seeded, cast, fresh_inputs,
                                 identical, reference_runs, step)
@@ -47,10 +47,8 @@ class _Variant:
     raw: tuple  # (args, kwargs) as built, for the float64 reference
 
 
-class EntrySubject:
-    last_phase = Phase.COMPARE
-    eager_calls = 2
-    stateless = False  # a model may keep state between calls: the first compiled call is graded
+class EntrySubject(Subject):
+    # stateless stays False: a model may keep state between calls, the first compiled call is graded
 
     def __init__(self, entry: Entry, mode: str = "inference", dynamic: bool = False, reference: str = "auto",
                  capture: bool = True) -> None:

@@ -21,12 +21,11 @@ from typing import Any
 
 import torch
 
-from harness.engine import Context, Grade, execute
+from harness.engine import Context, Grade, Subject, execute
 from harness.fuzz.decomps import RedirectedAten, Rule, compare, to64, to64_rounded
 from harness.fuzz.graph import FuzzGraph, namespace
 from harness.fuzz.values import make_input
 from harness.result import Result
-from harness.status import Phase
 from harness.targets import Target
 
 Case = tuple  # ("graph", FuzzGraph) or ("call", index into the captured calls, profile | None, seed)
@@ -37,12 +36,10 @@ def case_text(case: Case) -> str:
     return case[1].to_json() if case[0] == "graph" else repr(case[1:])
 
 
-class DecompCaseSubject:
+class DecompCaseSubject(Subject):
     """``rule`` against its op on ``case`` (``captured``: the OpInfo calls a ``("call", i, ...)`` case indexes)."""
 
-    last_phase = Phase.COMPARE
-    eager_calls = 2
-    stateless = False  # grade the first call of the rule only: a rule is Python over eager ATen
+    # stateless stays False: the rule's first call is graded; it is Python over eager ATen, no compiled code
 
     def __init__(self, rule: Rule, case: Case, captured: list | None = None) -> None:
         self.rule, self.case, self.captured = rule, case, captured or []
@@ -73,9 +70,6 @@ class DecompCaseSubject:
             rounded = None
         return reference, rounded
 
-    def capture(self, ctx: Context) -> None:
-        return None
-
     def compile(self, ctx: Context) -> Callable[[], Any]:
         return self._thunks[1]  # nothing to compile: the rule runs as it is
 
@@ -83,9 +77,6 @@ class DecompCaseSubject:
         ref, rounded = reference if reference is not None else (None, None)
         reason = compare(eager, compiled, ref, rounded)
         return Grade(not reason, reason)
-
-    def finish(self, ctx: Context) -> None:
-        return None
 
 
 def run_case(rule: Rule, case: Case, captured: list | None, target: Target,

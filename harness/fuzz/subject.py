@@ -24,14 +24,13 @@ from typing import Any
 
 import torch
 
-from harness.engine import Context, Grade, execute
+from harness.engine import Context, Grade, Subject, execute, optional_reference
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.nan_sign import nan_sign_only
 from harness.fuzz.ties import near_tied_indices
 from harness.oracle import ParityOracle, ParityResult
 from harness.result import Result
-from harness.status import Phase
 from harness.targets import CAPTURES, Target
 
 # The oracle allowances (``compare_outputs``): the names a result's ``allowances`` counts, and the
@@ -61,12 +60,10 @@ def blamed_op(graph: FuzzGraph, text: str) -> str:
     return found or (graph.ops[-1] if graph.ops else "input")
 
 
-class GraphSubject:
+class GraphSubject(Subject):
     """One ``FuzzGraph`` on one target (``capture``: "fx", the ATen graph handed to the backend, or
     "dynamo", through ``torch.compile``)."""
 
-    last_phase = Phase.COMPARE
-    eager_calls = 2
     stateless = True  # a graph is a pure function: the second compiled call is graded too
 
     def __init__(self, graph: FuzzGraph, capture: str = "fx", name: str | None = None) -> None:
@@ -78,9 +75,6 @@ class GraphSubject:
         self._inputs: list[torch.Tensor] = []
         self._allowance_references: dict[str, Any] = {}  # compare_outputs' extra references, once each
 
-    def runs_on(self, device: str) -> str | None:
-        return None
-
     def build(self, ctx: Context) -> None:
         self._fn = self.graph.function()
         self._inputs = self.graph.make_inputs(ctx.device)
@@ -90,16 +84,8 @@ class GraphSubject:
         return self._fn(*self.graph.make_inputs(ctx.device))
 
     def reference(self, ctx: Context) -> Any:
-        try:
-            out = self.graph.function(reference=True)(*self.graph.make_inputs("cpu", reference=True))
-        except Exception as exc:  # noqa: BLE001 -- no float64 kernel for some op: judged against eager only
-            ctx.draft["reference"] = f"none: {type(exc).__name__}: {str(exc)[:200]}"
-            return None
-        ctx.draft["reference"] = "cpu"
-        return out
-
-    def capture(self, ctx: Context) -> None:
-        return None  # one graph by construction: nothing to analyse
+        return optional_reference(ctx, lambda: self.graph.function(reference=True)(
+            *self.graph.make_inputs("cpu", reference=True)))
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
         assert self._fn is not None

@@ -25,13 +25,13 @@ from typing import Any
 import torch
 import torch.utils._pytree as pytree
 
-from harness.engine import Context, Grade, execute
+from harness.engine import Context, Grade, Subject, execute, optional_reference
 from harness.minify.case import GraphCase
 from harness.oracle import ParityOracle, flatten_outputs
 from harness.pool import WorkerContext
 from harness.report import error_signature
 from harness.result import Result
-from harness.status import Phase, Status
+from harness.status import Status
 from harness.targets import Target, parse_target
 
 # A pseudo-target for localization: the graph as Crucible lowers and schedules it, every kernel
@@ -91,11 +91,9 @@ def flat_outputs(gm: torch.fx.GraphModule) -> tuple[torch.fx.GraphModule, pytree
     return torch.fx.GraphModule(gm, graph), nesting
 
 
-class CaseSubject:
+class CaseSubject(Subject):
     """A ``GraphCase`` as the engine runs it: a pure function of its real inputs."""
 
-    last_phase = Phase.COMPARE
-    eager_calls = 2
     stateless = True  # a graph is a pure function: the second compiled call is graded too
 
     def __init__(self, case: GraphCase) -> None:
@@ -111,16 +109,7 @@ class CaseSubject:
         return self.case.gm(*_clone(self.case.inputs))
 
     def reference(self, ctx: Context) -> Any:
-        try:
-            out = self.case.gm(*_float64(self.case.inputs))
-        except Exception as exc:  # noqa: BLE001 -- no float64 kernel: the oracle compares with eager only
-            ctx.draft["reference"] = f"none: {type(exc).__name__}: {str(exc)[:200]}"
-            return None
-        ctx.draft["reference"] = "cpu"
-        return out
-
-    def capture(self, ctx: Context) -> None:
-        return None  # an ATen graph already: nothing to analyse
+        return optional_reference(ctx, lambda: self.case.gm(*_float64(self.case.inputs)))
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
         inputs = self.case.inputs
@@ -135,9 +124,6 @@ class CaseSubject:
 
     def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
         return grade_outputs(self.case.dtype, eager, compiled, reference, self.case.tolerance)
-
-    def finish(self, ctx: Context) -> None:
-        return None
 
 
 def grade_outputs(dtype: str, eager: Any, out: Any, reference: Any, tolerance: Any = None) -> Grade:

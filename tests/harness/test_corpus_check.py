@@ -12,6 +12,7 @@ from harness import corpus_check
 from harness.cli import main
 from harness.engine import execute
 from harness.targets import parse_target
+from harness.tasks import CorpusCheckSubject
 
 
 def _boom(scale: str) -> Built:
@@ -54,7 +55,7 @@ def _no_tensor(scale: str) -> Built:
 )
 def test_check_statuses(factory, status: str, error: str | None) -> None:
     entry = Entry(name=f"fake/{factory.__name__}", source="fake", family="f", factory=factory)
-    result = execute(corpus_check.CorpusCheckSubject(entry), parse_target("eager"))
+    result = execute(CorpusCheckSubject(entry), parse_target("eager"))
     record = corpus_check.measurement(result, "fake", torch.__version__)
     assert record["status"] == status, record
     if error is None:
