@@ -53,6 +53,12 @@ def literal(value: object, dtype: torch.dtype) -> str:
             return "float('nan')"
         if math.isinf(v):
             return "float('inf')" if v > 0 else "float('-inf')"
+        if v == 0 and math.copysign(1.0, v) < 0:
+            # Triton turns every constant equal to 0 into +0.0 (scalar_constant's null value: 3.6 on the
+            # H200 and 3.8's interpreter; harness/FINDINGS.md), so -0.0 is made from its bit pattern
+            bits, width = ("-9223372036854775808", "tl.int64") if dtype == torch.float64 else ("-2147483648", "tl.int32")
+            real = "tl.float64" if dtype == torch.float64 else "tl.float32"
+            return f"tl.full([], {bits}, {width}).to({real}, bitcast=True)"
         if dtype == torch.float64 and torch.tensor(v, dtype=torch.float32).item() != v:
             # Triton types a Python float as fp32: pi/2 in a float64 kernel was 1.5707963705
             return f"tl.full([], {v!r}, tl.float64)"

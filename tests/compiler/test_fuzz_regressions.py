@@ -42,6 +42,20 @@ def test_asinh_of_huge_values_and_negative_zero(codegen: str, device: str) -> No
     assert torch.signbit(got[1])
 
 
+def test_a_negative_zero_constant_keeps_its_sign(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-sim, seed 13: ``signbit(clamp_min(x, -0.0))`` over a negative x gave False: the
+    Triton kernel's ``tl.where(x < -0.0, -0.0, x)`` stored +0.0, because Triton makes every constant
+    equal to zero +0.0 (harness/FINDINGS.md). The constant is now built from its bit pattern."""
+    for dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64):
+        x = torch.tensor([-1.0, 0.5, 0.0, -0.0, math.inf, -math.inf], dtype=dtype, device=device)
+        for fn in (lambda a: aten.clamp_min.default(a, -0.0), lambda a: aten.clamp_max.default(a, -0.0),
+                   lambda a: aten.add.Tensor(a * 0.0, -0.0), lambda a: aten.where.ScalarSelf(a < 0, -0.0, a)):
+            got, want = _compiled(fn, x, codegen=codegen)(x), fn(x)
+            torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+            numbers = ~torch.isnan(want)
+            assert torch.equal(torch.signbit(got)[numbers], torch.signbit(want)[numbers]), (dtype, got, want)
+
+
 def test_var_mean_over_an_empty_or_too_small_reduction(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 0: ``aten.var_mean.correction`` over a 0-size dim raised
     ZeroDivisionError in Triton's interpreter (a literal division by 0.0) and gave mean 0 where
