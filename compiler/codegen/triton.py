@@ -30,6 +30,7 @@ from compiler.codegen.shared import (
 )
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
+from compiler.codegen.triton_literals import literal
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
@@ -44,28 +45,6 @@ INT32_LIMIT = 2**31 - 1
 
 def next_pow2(n: int) -> int:
     return 1 << max(0, (max(n, 1) - 1).bit_length())
-
-
-def literal(value: object, dtype: torch.dtype) -> str:
-    if dtype.is_floating_point:
-        v = float(value)  # type: ignore[arg-type]
-        if math.isnan(v):
-            return "float('nan')"
-        if math.isinf(v):
-            return "float('inf')" if v > 0 else "float('-inf')"
-        if v == 0 and math.copysign(1.0, v) < 0:
-            # Triton turns every constant equal to 0 into +0.0 (scalar_constant's null value: 3.6 on the
-            # H200 and 3.8's interpreter; harness/FINDINGS.md), so -0.0 is made from its bit pattern
-            bits, width = ("-9223372036854775808", "tl.int64") if dtype == torch.float64 else ("-2147483648", "tl.int32")
-            real = "tl.float64" if dtype == torch.float64 else "tl.float32"
-            return f"tl.full([], {bits}, {width}).to({real}, bitcast=True)"
-        if dtype == torch.float64 and torch.tensor(v, dtype=torch.float32).item() != v:
-            # Triton types a Python float as fp32: pi/2 in a float64 kernel was 1.5707963705
-            return f"tl.full([], {v!r}, tl.float64)"
-        return repr(v)
-    if dtype == torch.bool:
-        return "True" if value else "False"  # int1, so `mask & True` stays a mask
-    return str(int(value))  # type: ignore[call-overload]
 
 
 def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:

@@ -82,7 +82,8 @@ def test_plugin_collects_runs_and_stores(tmp_path: Path, make_corpus) -> None:
     assert "SKIPPED" in out and "eager_fail: ValueError: planted eager failure" in out
     assert "XFAIL" in out and "expected fail_accuracy (planted bug)" in out
     # the reproduce command names the external corpus, quoted, so that it finds the entry when pasted
-    (line,) = [ln for ln in out.splitlines() if ln.startswith("reproduce: ")]
+    # (pytest may print a failure's text twice: in the failures section and, with -rA, in the summary)
+    (line,) = {ln for ln in out.splitlines() if ln.startswith("reproduce: ")}
     assert shlex.split(line.removeprefix("reproduce: ")) == [
         "crucible", "run", "--entry", "plug/sin", "--target", "planted_off_by_one", "--corpus", str(corpus)]
     with ResultStore(tmp_path / "r.sqlite") as store:
