@@ -15,6 +15,7 @@ The model under test is never changed by the eager or reference runs: every run 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,7 @@ class EntrySubject(Subject):
         self._captured = False
         self._eager_ops: int | None = None
         self._counters = (0, 0)
+        self._compiled: Any = None  # the compiled model: --dynamic runs it again at the further sizes
 
     @property
     def dtype(self) -> torch.dtype | None:
@@ -306,20 +308,13 @@ def _grade(entry: Entry, eager: StepOutput, compiled: StepOutput, reference: Ste
 
 
 def _compile_reports(target: Target) -> Any:
-    """Crucible's compile reports (kernels, extern ops with reasons, fallbacks, refused fusions)."""
+    """Crucible's compile reports (kernels, extern ops with reasons, fallbacks, refused fusions);
+    other backends publish none."""
     if not target.is_crucible:
-        return _NoReports()
+        return contextlib.nullcontext()
     from compiler.report import collect_reports
 
     return collect_reports()
-
-
-class _NoReports:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def run_entry(entry: Entry, target: Target, on_phase: Callable[[str], None] = lambda phase: None,
