@@ -257,22 +257,29 @@ def lower_logical_not(ctx: GraphLowering, node: Any, x: Any) -> Lazy:
 
 # --- binary ------------------------------------------------------------------
 
-def _alpha(b: V, alpha: Any) -> V:
-    return b if alpha in (None, 1) else b * alpha
+def _plus_scaled(x: V, y: V, alpha: Any) -> V:
+    """``x + alpha * y`` as ATen computes it: one fused multiply-add for floats (its kernels' fmadd), so
+    the product alone may overflow where the sum does not (fuzzer, crucible-interpret, seed 21:
+    ``sub(x, x, alpha=2)`` at -finfo.max gave inf, eager finfo.max); integers wrap the same either way."""
+    if x.e.dtype.is_floating_point:
+        return V(ir.fma(y.e, ir.const(alpha, y.e.dtype), x.e))
+    return x + y * alpha
 
 
 @register(aten.add)
 def lower_add(ctx: GraphLowering, node: Any, a: Any, b: Any, alpha: Any = None) -> Lazy:
     if promote(a, b) == torch.bool:
         return pointwise(node, lambda x, y: V(ir.binary(Op.OR, x.e, y.e)), a, b)
-    return pointwise(node, lambda x, y: x + _alpha(y, alpha), a, b, device=ctx.graph.device)
+    return pointwise(node, lambda x, y: x + y if alpha in (None, 1) else _plus_scaled(x, y, alpha), a, b,
+                     device=ctx.graph.device)
 
 
 @register(aten.sub, aten.rsub)
 def lower_sub(ctx: GraphLowering, node: Any, a: Any, b: Any, alpha: Any = None) -> Lazy:
     if node.target.overloadpacket is aten.rsub:
         a, b = b, a
-    return pointwise(node, lambda x, y: x - _alpha(y, alpha), a, b, device=ctx.graph.device)
+    return pointwise(node, lambda x, y: x - y if alpha in (None, 1) else _plus_scaled(x, y, -alpha), a, b,
+                     device=ctx.graph.device)
 
 
 @register(aten.mul)

@@ -56,6 +56,21 @@ def test_a_negative_zero_constant_keeps_its_sign(codegen: str, device: str) -> N
             assert torch.equal(torch.signbit(got)[numbers], torch.signbit(want)[numbers]), (dtype, got, want)
 
 
+def test_add_and_sub_with_alpha_fuse_the_product(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 21: ``aten.sub.Tensor(x, x, alpha=2)`` at x = -finfo.max gave
+    +inf: the lowering rounded ``2 * x`` (overflow) before subtracting, where ATen's kernels compute
+    ``x - 2 * x`` as one fused multiply-add (finfo.max)."""
+    big = torch.finfo(torch.float32).max
+    for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int32):
+        values = [-big, 1.0, 3e38, 0.3, math.nan, math.inf] if dtype == torch.float32 else [-7, 1, 3, 0, 5, -2]
+        x = torch.tensor(values, device=device).to(dtype)
+        for fn in (lambda a, b: aten.sub.Tensor(a, b, alpha=2), lambda a, b: aten.add.Tensor(a, b, alpha=-3),
+                   lambda a, b: aten.rsub.Tensor(a, b, alpha=3)):
+            for y in (x, x.flip(0)):  # y = x: the shrunk graph, x - 2 * x
+                got, want = _compiled(fn, x, y, codegen=codegen)(x, y), fn(x, y)
+                torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
 def test_var_mean_over_an_empty_or_too_small_reduction(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 0: ``aten.var_mean.correction`` over a 0-size dim raised
     ZeroDivisionError in Triton's interpreter (a literal division by 0.0) and gave mean 0 where
