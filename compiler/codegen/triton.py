@@ -296,6 +296,11 @@ class _KernelWriter:
                 return self.tmp(e, f"tl.where(({a[0]} {cmp} {a[1]}) | ({a[0]} != {a[0]}), {a[0]}, {a[1]})")
             return self.tmp(e, f"tl.where({a[0]} {cmp} {a[1]}, {a[0]}, {a[1]})")
         if op is Op.WHERE:
+            if cdt == torch.int64 and all(s.op is Op.CONST for s in e.src[1:]):
+                # Triton types Python ints as int32: a select of two literals (sign's where(x < 0, -1, 0))
+                # computed in int32 what the graph computes in int64 (wrapped sums; an int64 identity
+                # out of range; fuzzer, crucible-interpret, seed 23)
+                a = [a[0], *typed_operands(e, a, cdt)[1:]]
             return self.tmp(e, f"tl.where({a[0]}, {a[1]}, {a[2]})")
         if op is Op.FMA:
             x, y, z = typed_operands(e, a, cdt)

@@ -71,6 +71,19 @@ def test_add_and_sub_with_alpha_fuse_the_product(codegen: str, device: str) -> N
                 torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
 
 
+def test_int64_select_of_literals_stays_int64(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 23: ``max.dim(sign(x), 2)`` over int64 failed to build (Triton
+    typed sign's ``where(x < 0, -1, 0)`` as int32, and the int64 identity was out of its range), and
+    ``sign(x) * (2**31 - 1) + (2**31 - 1)`` wrapped at 32 bits where the graph computes in int64."""
+    x = torch.tensor([[[[3], [-2]]], [[[0], [5]]]], dtype=torch.int64, device=device)
+    for fn in (lambda a: aten.max.dim(aten.sign.default(a), 2, False),
+               lambda a: aten.min.dim(aten.sign.default(a), 2, False),
+               lambda a: aten.add.Tensor(aten.mul.Tensor(aten.sign.default(a), 2**31 - 1), 2**31 - 1)):
+        got, want = _compiled(fn, x, codegen=codegen)(x), fn(x)
+        for g, w in zip(got if isinstance(got, (tuple, list)) else [got], want if isinstance(want, tuple) else [want]):
+            assert torch.equal(g, w), (g, w)
+
+
 def test_var_mean_over_an_empty_or_too_small_reduction(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 0: ``aten.var_mean.correction`` over a 0-size dim raised
     ZeroDivisionError in Triton's interpreter (a literal division by 0.0) and gave mean 0 where
