@@ -157,11 +157,17 @@ KNOWN_FINDINGS: list[KnownFinding] = [
 ]
 
 
+# Targets that run another target's kernels (with checks around them): its known findings are theirs.
+RUNS_THE_KERNELS_OF = {"crucible-sim": "crucible-interpret"}
+
+
 def match_known(target: str, result: Result) -> str | None:
     """The reason of the known finding ``result`` matches, or None."""
     error = result.diverged or result.error or ""
+    base, _, options = target.partition(":")
+    names = {target, RUNS_THE_KERNELS_OF.get(base, base) + (f":{options}" if options else "")}
     for known in KNOWN_FINDINGS:
-        if (fnmatch.fnmatchcase(target, known.target) and result.status == known.status
+        if (any(fnmatch.fnmatchcase(name, known.target) for name in names) and result.status == known.status
                 and fnmatch.fnmatchcase(result.op or "", known.op)
                 and known.error.lower() in error.lower() and error.split(":")[0].endswith(known.output)):
             return known.reason
