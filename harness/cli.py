@@ -20,6 +20,7 @@ from typing import Any
 from tabulate import tabulate
 
 from corpus.entry import TIERS
+from harness.cluster import check_cluster_settings, cluster_options
 from harness.selection import add_selection, selected_entries
 from harness.store import DEFAULT_DB, ResultStore, StoreError, check_usable, export_json
 from harness.targets import MODES, REFERENCE_CHOICES
@@ -54,6 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-j", "--jobs", type=int, default=None,
                    help="parallel worker processes (default: CPU cores up to 8 on CPU targets, one per GPU on CUDA)")
     p.add_argument("--shard", metavar="i/n", help="run shard i of n (1-based, deterministic)")
+    cluster_options(p)
     p.add_argument("--resume", action="store_true", help="continue the latest unfinished matching run")
     p.add_argument("--run-id", help="name the run (shards of one run share an id; merge joins them)")
     p.add_argument("--rerun-failed", metavar="RUN",
@@ -151,6 +153,9 @@ def _check_run_settings(args: argparse.Namespace) -> None:
     positive("--mem-limit-mb", args.mem_limit_mb, integer=True)
     if args.shard:
         parse_shard(args.shard)
+    check_cluster_settings(args)
+    if args.cluster and args.jobs is not None:
+        raise UsageError("-j sizes the single-host pool; a --cluster run has the cluster's workers (local:N starts N)")
     for option in ("json", "html", "junit"):
         writable_output(f"--{option}", getattr(args, option))
     if args.expected and not args.update_expected and not Path(args.expected).is_file():
@@ -202,13 +207,16 @@ def cmd_run(args: argparse.Namespace) -> int:
         from harness.pool import visible_gpus
 
         gpus = visible_gpus()
+    if args.cluster and args.cluster.startswith("local:"):
+        args.jobs = int(args.cluster.partition(":")[2])  # for the default memory limit per worker
     if args.jobs is None:  # on CUDA one worker per GPU
         args.jobs = max(1, len(gpus)) if gpus else min(8, os.cpu_count() or 1)
     expected_path = Path(args.expected) if args.expected else expected_files.default_path(
         args.suite, target_name, target.device)
     expected = (expected_files.load(expected_path, args.suite, target_name, target.device)
                 if expected_path.is_file() else expected_files.ExpectedResults(args.suite, target_name, target.device))
-    print(f"running {len(entries)} entries of suite {args.suite} on {target_name} with {args.jobs} worker(s)"
+    where = f"on the cluster {args.cluster}" if args.cluster else f"with {args.jobs} worker(s)"
+    print(f"running {len(entries)} entries of suite {args.suite} on {target_name} {where}"
           + (f"; expected results: {expected_path} ({len(expected.rows)} known failures)"
              if expected_path.is_file() else ""), file=sys.stderr)
     request = RunRequest(
@@ -218,7 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         device=args.device, capture=not args.no_capture, reference=args.reference, mode=args.mode,
         dynamic=args.dynamic, gpus=gpus, maxfail=args.maxfail, expected=expected.rows,
         expected_file=str(expected_path) if expected_path.is_file() else None,
-        corpus=[str(Path(p).resolve()) for p in args.corpus or []])
+        corpus=[str(Path(p).resolve()) for p in args.corpus or []], cluster=args.cluster,
+        mixed_versions=args.mixed_versions)
     try:
         outcome = execute_run(request)
     except KeyboardInterrupt:
@@ -258,6 +267,11 @@ def _run_status(args: argparse.Namespace, outcome: Any) -> int:
     """0 when nothing failed against the compiler (expected failures aside), else 1 (and say which)."""
     if outcome.stopped:
         print(outcome.stopped, file=sys.stderr)
+    if outcome.missing:
+        print(f"FAILED: the count check: {len(outcome.missing)} planned entr{'y has' if len(outcome.missing) == 1 else 'ies have'} "
+              f"no result: {', '.join(outcome.missing[:10])}{' ...' if len(outcome.missing) > 10 else ''}; "
+              "run them with --resume", file=sys.stderr)
+        return EXIT_FAILED
     failures, improved = outcome.failures, outcome.improved
     if improved:
         print(f"{len(improved)} expected failure(s) now pass (xpass): "
@@ -274,7 +288,7 @@ def _run_status(args: argparse.Namespace, outcome: Any) -> int:
 
 def _update_expected(expected: Any, path: Path, outcome: Any) -> int:
     from harness import expected as expected_files
-    from harness.runner import installed_versions
+    from harness.versions import installed_versions
 
     new, changes = expected_files.updated(expected, outcome.results, installed_versions())
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -376,9 +390,33 @@ def cmd_merge(args: argparse.Namespace) -> int:
     writable_output("merge output", args.output)
     with ResultStore(args.output) as out:
         merged = merge(out, args.inputs)
-    for run_id, n in merged.items():
-        print(f"{run_id}: {n} results")
+        problems = []
+        for run_id, n in merged.items():
+            print(f"{run_id}: {n} results")
+            problems += [f"{run_id}: {line}" for line in count_check(out.run(run_id), out.finished_names(run_id))]
+    if problems:  # each shard ran what it was given, and every shard is here
+        print("FAILED: the count check:\n  " + "\n  ".join(problems), file=sys.stderr)
+        return EXIT_FAILED
     return EXIT_OK
+
+
+def count_check(run: dict, names: set[str]) -> list[str]:
+    """What a merged run lacks: shards of ``i/n`` that are not among those merged, and planned
+    entries without a result (per shard)."""
+    from harness.store import missing_entries
+
+    problems = []
+    shards = run["metadata"].get("shards") or []
+    counts = {shard.partition("/")[2] for shard in shards}
+    if len(counts) == 1:
+        total = int(counts.pop())
+        absent = [f"{i}/{total}" for i in range(1, total + 1) if f"{i}/{total}" not in shards]
+        if absent:
+            problems.append(f"shard(s) {', '.join(absent)} of {total} not merged")
+    for shard, missing in missing_entries(run, names).items():
+        problems.append(f"shard {shard}: {len(missing)} planned entries have no result: {', '.join(missing[:10])}"
+                        + (" ..." if len(missing) > 10 else ""))
+    return problems
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,7 @@ from typing import Any
 
 from corpus import SOURCES
 from corpus.tiers import append_measurement, compact_measurements, load_catalog, load_measurements, write_catalog
+from harness.cluster import check_cluster_settings, cluster_options
 from harness.result import Result
 from harness.status import Phase, Status
 from harness.validation import UsageError, positive
@@ -98,11 +99,14 @@ def todo(sources: list[str], match: list[str] | None, recheck: bool, limit: int 
 
 
 def run_checks(items: list[tuple[str, str]], jobs: int, timeout_s: float,
-               tasks_per_worker: int = TASKS_PER_WORKER) -> dict[str, int]:
-    """Check entries on ``jobs`` isolated workers (one torch thread each); returns status counts."""
+               tasks_per_worker: int = TASKS_PER_WORKER, cluster: str | None = None,
+               mixed_versions: bool = False) -> dict[str, int]:
+    """Check entries on ``jobs`` isolated workers (one torch thread each), or on a cluster's workers;
+    returns status counts."""
     import torch
 
-    from harness.pool import WorkerConfig, WorkerPool
+    from harness.cluster import open_executor
+    from harness.pool import WorkerConfig
     from harness.tasks import CorpusCheckTask
 
     counts: dict[str, int] = {}
@@ -120,7 +124,8 @@ def run_checks(items: list[tuple[str, str]], jobs: int, timeout_s: float,
 
     config = WorkerConfig(target="eager", device="cpu", timeout_s=timeout_s, jobs=jobs, threads=1,
                           max_tasks=tasks_per_worker)
-    WorkerPool(config, jobs).run([CorpusCheckTask(s, n) for s, n in items], finish)
+    with open_executor(config, cluster, mixed_versions) as executor:
+        executor.run([CorpusCheckTask(s, n) for s, n in items], finish)
     return counts
 
 
@@ -171,6 +176,7 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--match", action="append", help="only entries whose name matches this glob (repeatable)")
     p.add_argument("-j", "--jobs", type=int, default=max(1, (os.cpu_count() or 2)), help="worker processes")
     p.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="seconds per entry")
+    cluster_options(p)
     p.add_argument("--tasks-per-worker", type=int, default=TASKS_PER_WORKER,
                    help="replace a worker after this many entries (raise it for cheap op entries)")
     p.add_argument("--limit", type=int, help="check at most this many entries")
@@ -187,6 +193,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
     positive("--timeout", args.timeout)
     positive("--tasks-per-worker", args.tasks_per_worker, integer=True)
     positive("--limit", args.limit, integer=True)
+    check_cluster_settings(args)
     if sum((args.catalog, args.report, args.compact)) > 1:
         raise UsageError("choose one of --catalog, --report, --compact")
     sources = args.source or list(CHECKED_SOURCES)
@@ -201,6 +208,7 @@ def cmd_corpus(args: argparse.Namespace) -> int:
         return 0
     if not args.report:
         items = todo(sources, args.match, args.recheck, args.limit)
-        print(f"checking {len(items)} entries with {args.jobs} workers, {args.timeout:.0f} s each", flush=True)
-        run_checks(items, args.jobs, args.timeout, args.tasks_per_worker)
+        where = f"on the cluster {args.cluster}" if args.cluster else f"with {args.jobs} workers"
+        print(f"checking {len(items)} entries {where}, {args.timeout:.0f} s each", flush=True)
+        run_checks(items, args.jobs, args.timeout, args.tasks_per_worker, args.cluster, args.mixed_versions)
     return report(sources)

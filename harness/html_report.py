@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.compile_reasons import top_extern_ops
-from harness.report import (error_signature, expected_rows, failure_clusters, is_failure, summary_rows,
-                            top_break_reasons)
+from harness.report import (error_signature, expected_rows, failure_clusters, is_failure, machine_rows,
+                            missing_lines, summary_rows, top_break_reasons)
 from harness.reproduce import reproduce_command
 from harness.result import Result
 from harness.status import Status
@@ -243,7 +243,10 @@ def render_html(run: dict[str, Any], results: list[Result],
     externs = top_extern_ops(results)
     compile_times = [r.compile_s for r in results if r.compile_s is not None]
     clusters = failure_clusters(results)
-    body = [header, "<h2>Summary</h2>", summary, "<h2>History</h2>", trends,
+    machines = machine_rows(results)
+    missing = missing_lines(run, results)
+    body = [header, f"<pre class=missing>{_e(missing)}</pre>" if missing else "", "<h2>Summary</h2>", summary,
+            "<h2>History</h2>", trends,
             "<h2>Statuses per source</h2>", _status_bars(results),
             "<h2>Top graph-break reasons</h2>",
             _table(["breaks", "entries", "category", "reason", "example"], breaks, numeric={0, 1})
@@ -252,6 +255,9 @@ def render_html(run: dict[str, Any], results: list[Result],
             _table(["entries", "calls", "op", "reason", "example"], externs, numeric={0, 1})
             if externs else '<p class="empty">no extern reasons recorded in this run</p>',
             "<h2>Compile time</h2>", _histogram(compile_times),
+            *(["<h2>Machines (cluster run)</h2>",
+               _table(["machine", "workers", "entries", "statuses", "worker s"], machines, numeric={1, 2, 4})]
+              if machines else []),
             "<h2>Failures by signature</h2>",
             _table(["status", "entries", "signature", "example entry"], clusters, numeric={1})
             if clusters else '<p class="empty">no failures</p>',

@@ -19,6 +19,7 @@ from harness.errors import raised_at
 from harness.reproduce import reproduce_command
 from harness.result import Result
 from harness.status import Kind, Status
+from harness.store import missing_entries
 
 
 def error_signature(error: str | None) -> str:
@@ -151,6 +152,25 @@ def worst_traffic(results: list[Result], limit: int = 10) -> list[list[Any]]:
              _fmt(None if r.est_h200_s is None else r.est_h200_s * 1e6, ".1f")] for r in rows[:limit]]
 
 
+def machine_rows(results: list[Result]) -> list[list[Any]]:
+    """Cluster runs: per machine, its workers, entries, statuses and the seconds its workers spent."""
+    groups: dict[str, list[Result]] = defaultdict(list)
+    for r in results:
+        if r.worker_host:
+            groups[r.worker_host.partition(" ")[0]].append(r)
+    return [[host, len({r.worker_host for r in items}), len(items), status_counts(items),
+             f"{sum(r.wall_s or 0.0 for r in items):.1f}"] for host, items in sorted(groups.items())]
+
+
+def missing_lines(run: dict[str, Any], results: list[Result]) -> str:
+    """The count check's report line: planned entries (per shard) without a result, or ""."""
+    planned = run.get("metadata", {}).get("planned") or {}
+    lines = [f"  {shard}: {len(missing)} of {len(planned[shard])} planned entries have no result: "
+             f"{', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}"
+             for shard, missing in missing_entries(run, {r.name for r in results}).items()]
+    return "COUNT CHECK FAILED\n" + "\n".join(lines) if lines else ""
+
+
 def _reproduce_lines(run: dict[str, Any], results: list[Result]) -> str:
     """The command that reruns each failure cluster's example entry, one per cluster in table order."""
     return "".join(f"\n  reproduce: {reproduce_command(run, items[0])}" for _, _, items in clusters(results))
@@ -166,6 +186,8 @@ def render_report(run: dict[str, Any], results: list[Result]) -> str:
     if meta.get("sources_unavailable"):
         parts.append("unavailable sources:\n" + "\n".join(f"  {k}: {v}" for k, v in
                                                            meta["sources_unavailable"].items()))
+    if missing_lines(run, results):
+        parts.append(missing_lines(run, results))
     parts.append(tabulate(summary_rows(results), headers=[
         "suite", "target", "entries", "eager ok", "full graph", "breaks", "coverage", "pass rate", "statuses"]))
     sections = [
@@ -181,6 +203,7 @@ def render_report(run: dict[str, Any], results: list[Result]) -> str:
          expected_rows(results, Status.XPASS), ["entry", "expected", "why", "now"]),
         ("expected failures (xfail)", expected_rows(results, Status.XFAIL), ["entry", "expected", "why", "error"]),
         ("kernels with memory errors", memory_error_kernels(results), ["kernel", "entries", "example entry", "error"]),
+        ("machines (cluster run)", machine_rows(results), ["machine", "workers", "entries", "statuses", "worker s"]),
         ("worst traffic ratios (bytes moved / ideal bytes, run phase)", worst_traffic(results),
          ["entry", "kernel", "ratio", "> 1.5x", "bytes moved", "est. H200 us"]),
     ]

@@ -95,6 +95,8 @@ class Result:
     input_shapes: list | None = _f("shapes of the first input tensors")
     worker_threads: int | None = _f("torch threads of the worker that ran it")
     worker_gpu: str | None = _f("the CUDA device the worker was pinned to")
+    worker_host: str | None = _f("cluster runs: the machine that ran it, and its worker's address")
+    worker_build: str | None = _f("cluster runs: the worker's commit, sources digest, torch and triton")
     # -- generated graphs, minimizer cases and decomposition rules
     op: str | None = _f("the op a failure is charged to")
     diverged: str | None = _f("the first value that diverges when every intermediate is an output, and why")

@@ -6,22 +6,23 @@ import errno
 import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable
 from typing import TextIO
 
 from corpus.entry import Entry
 from corpus.registry import Catalog
+from harness.cluster import ClusterError, open_executor
 from harness.engine import Expectation
-from harness.pool import WorkerConfig, WorkerPool, gpu_for_worker, threads_per_worker
+from harness.pool import WorkerConfig, gpu_for_worker, threads_per_worker
 from harness.result import Result
 from harness.status import Status
 from harness.store import ResultStore, StoreError
 from harness.tasks import EntryTask
+from harness.versions import git_commit, triton_version
 
 # Cost assumed for entries without a measured eager time when balancing shards.
 _DEFAULT_EAGER_MS = 100.0
@@ -55,47 +56,46 @@ def shard_entries(entries: list[Entry], index: int, count: int) -> list[Entry]:
     return [e for e in entries if owner[e.name] == index - 1]
 
 
-def _git_commit() -> str | None:
-    """HEAD's commit, with ``-dirty`` when tracked files differ from it (results then came from
-    code no commit holds)."""
-    root = Path(__file__).resolve().parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
-                              timeout=10, check=False)
-        changed = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
-                                 capture_output=True, text=True, timeout=30, check=False)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    commit = head.stdout.strip()
-    if not commit:
-        return None
-    return f"{commit}-dirty" if changed.returncode == 0 and changed.stdout.strip() else commit
+def entry_costs(entries: list[Entry], history: dict[str, float]) -> dict[str, float]:
+    """Seconds each entry is expected to take on the run's target, to order a run longest first.
+
+    An entry's own last time on the target (``ResultStore.durations``: compile and run included);
+    without one, the median of its family's times there; without those, its eager time scaled by
+    the median ratio of target time to eager time over the entries that have both (a compile can
+    take 50x the eager run, so eager time alone misorders a run that has a history)."""
+    by_family: dict[str, list[float]] = {}
+    ratios = []
+    for e in entries:
+        if e.name in history:
+            by_family.setdefault(e.family, []).append(history[e.name])
+            if e.eager_ms:
+                ratios.append(history[e.name] / (e.eager_ms / 1000))
+    scale = _median(ratios) if ratios else 1.0
+    costs = {}
+    for e in entries:
+        if e.name in history:
+            costs[e.name] = history[e.name]
+        elif e.family in by_family:
+            costs[e.name] = _median(by_family[e.family])
+        else:
+            costs[e.name] = (e.eager_ms or _DEFAULT_EAGER_MS) / 1000 * scale
+    return costs
 
 
-def _triton_version() -> str | None:
-    try:
-        import triton
-    except Exception:  # noqa: BLE001 -- triton is optional off Linux
-        return None
-    return triton.__version__
-
-
-def installed_versions() -> str:
-    """"torch X, triton Y": what results were made with (expected-results files record it)."""
-    import torch
-
-    return f"torch {torch.__version__}, triton {_triton_version() or 'none'}"
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def run_metadata(suite: str, target: str, seed: int | None, shard: str | None,
                  unavailable: dict[str, str]) -> dict:
     import torch
 
-    triton_version = _triton_version()
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"suite": suite, "target": target, "torch": torch.__version__, "triton": triton_version,
+    return {"suite": suite, "target": target, "torch": torch.__version__, "triton": triton_version(),
             "python": platform.python_version(), "platform": platform.platform(), "gpu": gpu,
-            "git_commit": _git_commit(), "seed": seed, "shard": shard, "sources_unavailable": unavailable}
+            "git_commit": git_commit(), "seed": seed, "shard": shard, "sources_unavailable": unavailable}
 
 
 @dataclass
@@ -114,6 +114,7 @@ class Progress:
     counts: Counter = field(default_factory=Counter)
     running: dict = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    extra: Callable[[], str] | None = None  # more to show (a cluster's workers and what each runs)
 
     def __post_init__(self) -> None:
         if self.stream is None:
@@ -140,8 +141,10 @@ class Progress:
     def _line(self) -> str:
         status = " ".join(f"{k}={v}" for k, v in sorted(self.counts.items()))
         current = ", ".join(f"{n} [{p}]" for n, p in list(self.running.items())[:2])
-        return (f"[{self.done}/{self.total}] {_duration(time.monotonic() - self.started)}{self.eta()} {status}"
-                f" | {current}")
+        elapsed = time.monotonic() - self.started
+        rate = f" {60 * self.done / elapsed:.1f}/min" if self.done and elapsed > 0 else ""
+        extra = f" | {self.extra()}" if self.extra else ""
+        return f"[{self.done}/{self.total}] {_duration(elapsed)}{self.eta()}{rate} {status}{extra} | {current}"
 
     def _draw(self) -> None:
         if not self.live:
@@ -197,6 +200,8 @@ class RunRequest:
     expected: dict[str, Expectation] = field(default_factory=dict)
     expected_file: str | None = None
     corpus: list[str] = field(default_factory=list)  # external corpus directories (absolute), for repro commands
+    cluster: str | None = None  # run on a Dask cluster (harness.cluster): local:N or a scheduler's address
+    mixed_versions: bool = False  # use cluster workers of another build, their results labelled
 
 
 @dataclass
@@ -206,6 +211,7 @@ class RunOutcome:
     run_id: str
     results: list[Result]
     stopped: str = ""  # why the run stopped before every entry ran (--maxfail), "" when it did not
+    missing: list[str] = field(default_factory=list)  # planned entries without a result (the count check)
 
     @property
     def failures(self) -> list[Result]:
@@ -284,9 +290,15 @@ class SafeRecorder:
                 f"{self.spill_path}`")
 
 
+def planned_key(shard: str | None) -> str:
+    """The key of a run's ``planned`` metadata a shard's entries are listed under."""
+    return shard or "all"
+
+
 def execute_run(request: RunRequest) -> RunOutcome:
     """Run the request's entries; every result is stored as it arrives."""
     jobs = max(1, request.jobs)
+    selected = {e.name for e in request.entries}
     with ResultStore(request.db) as store:
         run_id = resolve_run_id(store, request)
         existing = store.run(run_id) if run_id else None
@@ -297,11 +309,16 @@ def execute_run(request: RunRequest) -> RunOutcome:
                             device=request.device, reference=request.reference, capture=request.capture,
                             threads_per_worker=threads_per_worker(jobs), expected_file=request.expected_file,
                             worker_gpus=[gpu_for_worker(i, request.gpus) for i in range(jobs)]
-                            if request.gpus else None)
+                            if request.gpus and not request.cluster else None)
             if run_id:
                 store.create_run(run_id, request.suite, request.target, metadata)
             else:
                 run_id = store.create_unique_run(new_run_base(request), request.suite, request.target, metadata)
+        # What this run (this shard of it) is to run: the count check at the end, and at merge time.
+        metadata = store.run(run_id)["metadata"]
+        planned = metadata.setdefault("planned", {})
+        planned[planned_key(request.shard)] = sorted(set(planned.get(planned_key(request.shard), [])) | selected)
+        store.update_metadata(run_id, metadata)
         done = store.finished_names(run_id) if (request.resume or existing is not None) else set()
         todo = [e for e in request.entries if e.name not in done]
         if done:
@@ -321,18 +338,19 @@ def execute_run(request: RunRequest) -> RunOutcome:
 
         config = WorkerConfig(target=request.target, device=request.device, timeout_s=request.timeout_s,
                               mem_limit_mb=request.mem_limit_mb, jobs=jobs, gpus=request.gpus)
-        # Longest first: the slowest entries must not start last on an otherwise idle pool.
-        todo.sort(key=lambda e: -(e.eager_ms or _DEFAULT_EAGER_MS))
+        # Longest first (by this target's history in the store): the slowest entries must not start
+        # last on an otherwise idle pool.
+        costs = entry_costs(request.entries, store.durations(request.target, request.mode))
+        todo.sort(key=lambda e: (-costs[e.name], e.name))
         tasks = [EntryTask(e.name, request.catalog.origin_of(e.name), mode=request.mode, dynamic=request.dynamic,
                            reference=request.reference, capture=request.capture,
                            expectation=request.expected.get(e.name)) for e in todo]
         stop = (lambda: failures[0] >= request.maxfail) if request.maxfail else (lambda: False)
         try:
-            pool = WorkerPool(config, jobs)
-            pool.run(tasks, store_result, progress.phase, stop)
-            if pool.workers:  # what each worker reported at start-up: its GPU and torch threads
+            workers = _execute(request, config, tasks, store_result, progress, stop)
+            if workers:
                 metadata = store.run(run_id)["metadata"]
-                metadata["workers"] = [pool.workers[i] for i in sorted(pool.workers)]
+                metadata.update(workers)
                 store.update_metadata(run_id, metadata)
         finally:
             progress.close()
@@ -340,13 +358,27 @@ def execute_run(request: RunRequest) -> RunOutcome:
                 print(recorder.advice(), file=sys.stderr)
         if recorder.spilled:
             raise StoreError(recorder.advice())
-        finished = store.finished_names(run_id) & {e.name for e in request.entries}
+        finished = store.finished_names(run_id) & selected
         if len(finished) == len(request.entries):
             store.finish_run(run_id)
-        selected = {e.name for e in request.entries}
         results = [r for r in store.results(run_id) if r.name in selected]
         stopped = ""
         if len(finished) < len(request.entries) and request.maxfail and failures[0] >= request.maxfail:
             stopped = (f"stopped after {failures[0]} failure(s) (--maxfail {request.maxfail}); "
                        f"{len(request.entries) - len(finished)} entries not run: continue with --resume")
-        return RunOutcome(run_id, results, stopped)
+        missing = [] if stopped else sorted(selected - finished)
+        return RunOutcome(run_id, results, stopped, missing)
+
+
+def _execute(request: RunRequest, config: WorkerConfig, tasks: list[EntryTask], on_result: Callable[[Result], None],
+             progress: Progress, stop: Callable[[], bool]) -> dict:
+    """Run ``tasks`` on the single-host pool or on a cluster; returns what the run's metadata records
+    of the workers."""
+    stats: dict = {}
+    try:
+        with open_executor(config, request.cluster, request.mixed_versions, stats) as executor:
+            progress.extra = getattr(executor, "describe", None)
+            executor.run(tasks, on_result, progress.phase, stop)
+    except ClusterError as exc:
+        raise RunStopped(f"{exc}. Finished entries are stored; continue with `crucible run ... --resume`") from None
+    return stats

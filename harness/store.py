@@ -273,6 +273,18 @@ class ResultStore:
         return {r[0] for r in self.db.execute("SELECT name FROM results WHERE run_id = ?", (run_id,))}
 
     @_guarded
+    def durations(self, target: str, mode: str | None = None) -> dict[str, float]:
+        """Seconds each subject last took on ``target`` (dispatch to result: compile and run included),
+        over every run in the file: what the runner balances a new run by."""
+        if "results" not in self._tables or "wall_s" not in self._columns:
+            return {}
+        rows = self.db.execute(
+            "SELECT name, wall_s FROM results WHERE target = ? AND wall_s IS NOT NULL"
+            + (" AND (mode = ? OR mode IS NULL)" if mode else "") + " ORDER BY recorded",
+            (target, mode) if mode else (target,))
+        return {name: wall_s for name, wall_s in rows}
+
+    @_guarded
     def results(self, run_id: str) -> list[Result]:
         if "results" not in self._tables:
             return []
@@ -341,6 +353,14 @@ def export_json(store: ResultStore, run_id: str, names: set[str] | None = None) 
     return {"run": header, "entries": [r.to_dict() for r in store.results(run_id) if names is None or r.name in names]}
 
 
+def missing_entries(run: dict[str, Any], names: set[str]) -> dict[str, list[str]]:
+    """The count check: per shard of ``run`` (its metadata's ``planned`` lists, "all" for an unsharded
+    run), the planned entries that have no result among ``names``."""
+    planned = run.get("metadata", {}).get("planned") or {}
+    return {shard: sorted(set(listed) - names) for shard, listed in sorted(planned.items())
+            if set(listed) - names}
+
+
 def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
     """Copy every run of ``sources`` into ``into``; shards with the same run id become one run.
 
@@ -366,7 +386,10 @@ def merge(into: ResultStore, sources: list[str | Path]) -> dict[str, int]:
                 if existing["metadata"].get("shard"):
                     shards.add(existing["metadata"]["shard"])
                 metadata = {k: v for k, v in existing["metadata"].items() if k != "shard"}
-                into.update_metadata(run["id"], {**metadata, "shards": sorted(shards)})
+                planned = dict(existing["metadata"].get("planned") or {})
+                for shard, names in (run["metadata"].get("planned") or {}).items():
+                    planned[shard] = sorted(set(planned.get(shard, [])) | set(names))
+                into.update_metadata(run["id"], {**metadata, "shards": sorted(shards), "planned": planned})
                 for result in results:
                     into.record(run["id"], result)
                 for name, minimized in src.minimized(run["id"]).items():

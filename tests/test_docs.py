@@ -30,7 +30,7 @@ from tests.test_hygiene import variables_config_reads
 REPO = Path(__file__).resolve().parents[1]
 DOCS = REPO / "docs"
 README = REPO / "README.md"
-PAGES = ("compiler", "harness", "fuzzing", "minimizing", "simulator", "corpus", "benchmarks")
+PAGES = ("compiler", "harness", "fuzzing", "minimizing", "simulator", "corpus", "cluster", "benchmarks")
 PACKAGES = ("compiler", "harness", "simulator", "corpus")
 README_MAX_LINES = 200
 

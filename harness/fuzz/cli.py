@@ -8,11 +8,14 @@ import shlex
 import sys
 import time
 import uuid
+from contextlib import ExitStack, closing
 from dataclasses import dataclass
 from typing import Any
 
 from tabulate import tabulate
 
+from harness.cluster import ClusterError, check_cluster_settings, cluster_options, open_executor
+from harness.pool import WorkerConfig
 from harness.runner import Progress
 from harness.status import Status
 from harness.store import DEFAULT_DB, ResultStore, check_usable
@@ -32,6 +35,7 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("-j", "--jobs", type=int, default=1,
                    help="N campaigns side by side, one isolated worker each, seeds derived from --seed "
                         "(--examples is split between them; default 1)")
+    cluster_options(p)
     p.add_argument("--ops", help="only ops matching these globs, comma-separated (sum, aten.var*, *pool*)")
     p.add_argument("--max-nodes", type=int, default=6, help="ops per graph, at most (default 6)")
     p.add_argument("--shrink-seconds", type=float, default=120.0, help="time box per shrink (default 120)")
@@ -115,6 +119,9 @@ def _check_fuzz_settings(args: argparse.Namespace) -> str:
     positive("--max-findings", args.max_findings, integer=True)
     if args.jobs > 1 and args.in_process:
         raise UsageError("--in-process runs one campaign in this process; drop it or -j")
+    check_cluster_settings(args)
+    if args.cluster and args.in_process:
+        raise UsageError("--in-process runs graphs in this process; --cluster runs them on the cluster: give one")
     target = args.target or default_target()
     validate_target(target, args.device)
     select_specs(args.ops)  # a glob matching nothing is a usage error (ValueError)
@@ -142,7 +149,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                               in_process=args.in_process, max_findings=args.max_findings, capture=args.capture,
                               imports=tuple(args.imports))
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    return _run_and_store(request, run_id, args.db, args.jobs)
+    return _run_and_store(request, run_id, args.db, args.jobs, args.cluster, args.mixed_versions)
 
 
 def how_found(request: Any, jobs: int = 1) -> str:
@@ -165,11 +172,12 @@ def how_found(request: Any, jobs: int = 1) -> str:
     return shlex.join(words)
 
 
-def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1) -> int:
+def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: str | None = None,
+                   mixed_versions: bool = False) -> int:
     from harness.fuzz.campaign import run_campaign
     from harness.fuzz.parallel import run_parallel_campaign
     from harness.fuzz.repro import write_repro
-    from harness.fuzz.workers import make_runner
+    from harness.fuzz.workers import WorkerRunner, make_runner
     from harness.runner import run_metadata
 
     store = ResultStore(db)
@@ -188,25 +196,36 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1) -> int:
             "repro": write_repro(finding.graph, request.target, request.device, finding.record, how)})
 
     progress = FuzzProgress(total=0)
-    new_runner = lambda: make_runner(request.target, request.device, request.in_process,  # noqa: E731
-                                     request.timeout_s, None)
-    where = ("this process" if request.in_process else "an isolated worker" if jobs == 1
-             else f"{jobs} isolated workers")
+    where = ("this process" if request.in_process else f"the cluster {cluster}" if cluster
+             else "an isolated worker" if jobs == 1 else f"{jobs} isolated workers")
     print(f"fuzzing {request.target} (seed {request.seed}) in {where}", file=sys.stderr)
-    runner = new_runner() if jobs == 1 else None
+    stats: dict = {}
     try:
-        if runner is not None:
-            summary = run_campaign(request, runner, progress.update, save)
-        else:
-            summary = run_parallel_campaign(request, jobs, new_runner, progress.update, save)
+        with ExitStack() as stack:
+            if cluster:  # every campaign's graphs run on the cluster's workers
+                executor = stack.enter_context(open_executor(
+                    WorkerConfig(target=request.target, device=request.device, timeout_s=request.timeout_s),
+                    cluster, mixed_versions, stats))
+                new_runner = lambda: WorkerRunner(executor)  # noqa: E731
+            else:
+                new_runner = lambda: make_runner(request.target, request.device, request.in_process,  # noqa: E731
+                                                 request.timeout_s, None)
+            if jobs == 1:
+                runner = stack.enter_context(closing(new_runner()))
+                summary = run_campaign(request, runner, progress.update, save)
+            else:
+                summary = run_parallel_campaign(request, jobs, new_runner, progress.update, save)
     except KeyboardInterrupt:
         progress.close()
         print("\ninterrupted: findings so far are stored", file=sys.stderr)
         return 130
-    finally:
-        if runner is not None:
-            runner.close()
+    except ClusterError as exc:
         progress.close()
+        print(f"error: {exc}; findings so far are stored", file=sys.stderr)
+        return 3
+    finally:
+        progress.close()
+    metadata.update(stats)
     for finding in summary.findings.values():  # hit counts and shrunk graphs changed since first saved
         save(finding)
     metadata["fuzz"].update(fuzz_summary(summary))

@@ -14,7 +14,7 @@ and for debugging a finding under a debugger.
 from __future__ import annotations
 
 import time
-from typing import Protocol
+from typing import Any, Protocol
 
 from harness.pool import Task, WorkerConfig, WorkerPool, run_task
 from harness.result import Result
@@ -41,23 +41,25 @@ class InProcessRunner:
 
 
 class WorkerRunner:
-    """One persistent isolated worker (a ``keep=True`` pool of one) that runs tasks one at a time."""
+    """Runs tasks one at a time on an executor: a persistent isolated worker (a ``keep=True`` pool of
+    one, ``make_runner``), or a cluster's executor shared by every campaign thread (``harness.cluster``:
+    closing the runner leaves the cluster to its owner)."""
 
-    def __init__(self, config: WorkerConfig) -> None:
-        self._pool = WorkerPool(config, jobs=1, keep=True)
+    def __init__(self, executor: Any) -> None:
+        self._executor = executor
 
     def run(self, task: Task) -> Result:
         results: list[Result] = []
-        self._pool.run([task], results.append)
+        self._executor.run([task], results.append)
         return results[-1]
 
     def close(self) -> None:
-        self._pool.close()
+        self._executor.close()
 
 
 def make_runner(target: str, device: str | None, in_process: bool, timeout_s: float,
                 mem_limit_mb: int | None) -> ExampleRunner:
     if in_process:
         return InProcessRunner(target, device)
-    return WorkerRunner(WorkerConfig(target=target, device=device, timeout_s=timeout_s,
-                                     mem_limit_mb=mem_limit_mb, jobs=1))
+    return WorkerRunner(WorkerPool(WorkerConfig(target=target, device=device, timeout_s=timeout_s,
+                                                mem_limit_mb=mem_limit_mb, jobs=1), jobs=1, keep=True))

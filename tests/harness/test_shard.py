@@ -46,14 +46,14 @@ def test_run_metadata_marks_a_dirty_tree(monkeypatch) -> None:
     old commit id for new code)."""
     import subprocess
 
-    from harness import runner
+    from harness import versions
 
     def fake_run(cmd, **kwargs):
         out = "abc123\n" if cmd[1] == "rev-parse" else dirty
         return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
 
-    monkeypatch.setattr(runner.subprocess, "run", fake_run)
+    monkeypatch.setattr(versions.subprocess, "run", fake_run)
     dirty = " M compiler/lowering.py\n"
-    assert runner._git_commit() == "abc123-dirty"
+    assert versions.git_commit() == "abc123-dirty"
     dirty = ""
-    assert runner._git_commit() == "abc123"
+    assert versions.git_commit() == "abc123"
