@@ -12,12 +12,16 @@ in the graph. Before the writes were deferred to the end of the graph, an output
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
 
 import compiler
-from compiler.report import ExternReason, FusionReason
+from compiler.cudagraphs import capture_blocker
+from compiler.lowering import lower
+from compiler.report import CudaGraphStatus, ExternReason, FusionReason
+from compiler.scheduler import schedule
 from corpus.mutation import PATTERNS
 
 # training steps (forward and backward) of patterns that mutate state besides the gradients' path; the
@@ -102,3 +106,12 @@ def test_mutation_matches_eager_after_two_calls(name: str, codegen: str) -> None
 def test_mutation_in_training_matches_eager(name: str, codegen: str) -> None:
     """Forward and backward through a module that mutates its state (BatchNorm's running statistics)."""
     _compare_two_calls(name, codegen, train=True)
+
+
+def test_write_back_blocks_cuda_graph_capture() -> None:
+    """A kernel writing into a graph input: a replay would write a copied input, and the capture's extra
+    runs would apply the update more than once."""
+    gm = compiler.trace_aten(lambda buf, x: (buf.copy_(buf * 0.9 + x), x + 1)[1], torch.randn(8), torch.randn(8))
+    sched = dataclasses.replace(schedule(lower(gm, torch.device("cpu"))), device=torch.device("cuda"))
+    status, message = capture_blocker(sched)
+    assert status is CudaGraphStatus.INPUT_MUTATION and "arg0" in message
