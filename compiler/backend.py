@@ -5,7 +5,9 @@ through the ``torch_dynamo_backends`` entry point (and ``import compiler``
 registers it too). AOTAutograd decomposes with our table and hands us the
 inference graph, or the forward and the backward graphs when gradients are
 needed; each goes through ``GraphCompilation``, whose first pass applies the rules left out of
-capture (``compiler.late_decompositions``).
+capture (``compiler.late_decompositions``). Inference input mutations (a buffer's ``add_``,
+``self.weight.data *= mask``) stay in the graph, as Inductor asks for them, and the compiled graph
+writes them back (``compiler.lowerings.mutation``).
 
 Failure policy: an internal compiler error (or a graph we do not support, such
 as one with symbolic shapes) is reported on the graph's ``GraphReport`` and that
@@ -159,7 +161,7 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
     inference = functools.partial(compile_aten_graph, options=opts, kind="inference", dynamo_inputs=n,
                                   passes=passes)
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
-                                 inference_compiler=inference,
+                                 inference_compiler=inference, keep_inference_input_mutations=True,
                                  decompositions=_capture_table(gm, example_inputs))
 
 

@@ -14,7 +14,8 @@ batches: ~40 us of host time per launched step on the H200).
   what a call returned is never overwritten by a later replay.
 * Graphs that cannot be captured run as usual with a recorded ``CudaGraphStatus``: CPU graphs
   (accepted, not an error), CPU inputs, extern ops that sync with the host, extern calls that write
-  into an argument, a capture that raises.
+  into an argument, kernels that write into a graph input (an input mutation kept in the graph), a
+  capture that raises.
 """
 
 from __future__ import annotations
@@ -49,6 +50,13 @@ def capture_blocker(schedule: Schedule) -> tuple[CudaGraphStatus, str] | None:
         written = [a.name for a in getattr(schema, "arguments", ()) if a.alias_info is not None and a.alias_info.is_write]
         if written:
             return CudaGraphStatus.INPUT_MUTATION, f"{node.op} writes into its argument {', '.join(written)}"
+    # a write back into a graph input (``compiler.lowerings.mutation``): a copied input would not reach the
+    # caller, and the capture's extra runs of the wrapper would apply the update more than once
+    inputs = {b.name for b in schedule.inputs if b is not None}
+    for kernel in schedule.kernels:
+        written = [p.buffer for p in kernel.params if p.written and p.buffer in inputs]
+        if written:
+            return CudaGraphStatus.INPUT_MUTATION, f"{kernel.name} writes into graph input {', '.join(written)}"
     return None
 
 

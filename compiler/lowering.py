@@ -36,6 +36,7 @@ from compiler.lowerings.rules import (
     register,
 )
 from compiler.lowerings.library import bias_apart, extern_without_bias
+from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.pointwise import REDUCED_FLOATS
 from compiler.report import ExternReason
 
@@ -77,6 +78,8 @@ class GraphLowering:
         self.channels_last = layout == "channels_last"
         self.nhwc_buffers: set[str] = set()
         self.graph = LoweredGraph(inputs=[], device=device)
+        # writes into graph inputs, emitted after the outputs (``compiler.lowerings.mutation``)
+        self.mutations: list[InputMutation] = []
         self._counter = 0
         self.origin: str = ""
         # ATen ops whose computation is inlined in the node being lowered (its own op and the
@@ -98,11 +101,18 @@ class GraphLowering:
         shape = value.shape
         buf = Buffer(self.new_name(), value.dtype, shape, stride or self.natural_strides(shape, value.expr),
                      "computed")
-        order = self.loop_order(buf)
-        self.graph.nodes.append(ComputedNode(buf, (), _permute_xvars(value.expr, order),
-                                             self.origins_of(value.expr), order))
+        self.compute_into(buf, value.expr)
         self.note_layout(buf)
         return Strided(buf.name, shape, buf.stride, 0, value.dtype)
+
+    def compute_into(self, buf: Buffer, body: Expr, origin: str = "") -> None:
+        """A pointwise node storing ``body`` (over ``buf``'s dims) into ``buf``, walked along memory;
+        ``origin``: the ATen op storing it, when not the op that computed ``body``."""
+        order = self.loop_order(buf)
+        origins = self.origins_of(body)
+        if origin and origin not in origins:
+            origins = (*origins, origin)
+        self.graph.nodes.append(ComputedNode(buf, (), _permute_xvars(body, order), origins, order))
 
     def natural_strides(self, shape: tuple[int, ...], body: Expr) -> tuple[int, ...]:
         """Row-major, except in a channels-last graph for a 4-d value read from an NHWC buffer (eager's
@@ -205,6 +215,7 @@ class GraphLowering:
                 if self.graph.single_output:
                     outs, vals = [outs], [vals]
                 self.graph.outputs = [self.output_value(v, val) for v, val in zip(outs, vals)]
+                write_back(self)
             else:
                 raise NotImplementedError(f"FX node kind {node.op!r} ({node.name}) is not supported")
         return self.graph

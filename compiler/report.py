@@ -26,6 +26,7 @@ class ExternReason(str, enum.Enum):
     RANDOMNESS = "randomness"  # RNG ops keep ATen's generator semantics
     RENDERER_OP = "renderer_op"  # the chosen renderer cannot emit an IR op the lowering needs
     TEMPLATE_UNSUPPORTED = "template_unsupported"  # no kernel template covers these arguments
+    INPUT_STORAGE = "input_storage"  # set_ / shallow_copy_data_: an input takes another tensor's storage
 
 
 class FallbackReason(str, enum.Enum):
@@ -79,6 +80,7 @@ class FusionReason(str, enum.Enum):
     TOO_DEEP = "too_deep"  # the fused expression would pass the scheduler's depth limit
     TEMPLATE_EPILOGUE = "template_epilogue"  # not a pointwise consumer of a template's output
     TOO_MANY_BUFFERS = "too_many_buffers"  # the kernel would read or write more than MAX_KERNEL_BUFFERS
+    INPUT_WRITE_RACE = "input_write_race"  # writes a graph input the kernel reads at another element
 
 
 @dataclass(frozen=True)

@@ -191,6 +191,7 @@ class _KernelBuilder:
     produced: dict[str, tuple[Expr, Expr, Level]] = field(default_factory=dict)
     kept: set[str] = field(default_factory=set)
     buffers: set[str] = field(default_factory=set)  # read or written (parameters, at most)
+    written_inputs: set[str] = field(default_factory=set)  # graph inputs a store writes back into
     max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL
 
     is_reduction = Kernel.is_reduction
@@ -273,6 +274,8 @@ class Scheduler:
         outer, red, xmap, rmap = _canonical(node)
         deps = {e.arg for e in ir.loads(node.body)}
         earliest = max((self.producer.get(d, -1) for d in deps), default=-1)
+        if node.buffer.kind == "input":  # a write back into an input: after every step that reads it
+            earliest = max(earliest, self.last_reader(node.name))
         first_refusal = None
         for pos in range(len(self.steps) - 1, max(earliest, 0) - 1, -1):
             k = self.steps[pos]
@@ -291,6 +294,16 @@ class Scheduler:
         assert why is None, why
         self.steps.append(k)
         self.producer[node.name] = len(self.steps) - 1
+
+    def last_reader(self, name: str) -> int:
+        """The position of the last step that reads buffer ``name`` (-1: none)."""
+        for pos in range(len(self.steps) - 1, -1, -1):
+            if name in self.reads_of(self.steps[pos]):
+                return pos
+        return -1
+
+    def reads_of(self, step: _KernelBuilder | ExternNode) -> set[str]:
+        return step.buffers if isinstance(step, _KernelBuilder) else _views_in((step.args, step.kwargs))
 
     def try_fuse(self, k: _KernelBuilder, node: ComputedNode, outer: tuple[int, ...], red: tuple[int, ...],
                  xmap: dict[Expr, Expr], rmap: dict[Expr, Expr]) -> Refusal | None:
@@ -345,6 +358,8 @@ class Scheduler:
         if why:
             return why
         index = ir.from_affine(ir.to_affine(index)) if ir.to_affine(index) is not None else index
+        if why := _input_write_race(k, node, index, value):
+            return why
         if upgrade and k.stores:
             self.upgrade(k, outer, red)
         if red:
@@ -353,6 +368,8 @@ class Scheduler:
             k.ranges = outer
         k.stores.append(Store(node.name, index, value, level))
         k.buffers = touched
+        if node.buffer.kind == "input":
+            k.written_inputs.add(node.name)
         k.produced[node.name] = (index, value, level)
         k.node_names.append(node.name)
         k.origins.extend(o for o in node.origins if o)
@@ -451,9 +468,33 @@ class Scheduler:
             else:
                 needed.update(_views_in((step.args, step.kwargs)))
         needed.update(_views_in(self.graph.outputs))
+        needed.update(b.name for b in self.graph.inputs if b is not None)  # written back into an input
         for step in self.steps:
             if isinstance(step, _KernelBuilder):
                 step.kept = {s.buffer for s in step.stores if s.buffer in needed}
+
+
+def _input_write_race(k: _KernelBuilder, node: ComputedNode, index: Expr, value: Expr) -> Refusal | None:
+    """Why ``node`` (its store ``index`` and ``value`` in ``k``'s vars) cannot join kernel ``k`` without
+    a write into a graph input landing before a read of its old value: ``node`` writes an input that the
+    kernel or its own value reads at another element (another program, or a later iteration, may read it
+    after the write), or ``node`` reads the old value of an input ``k`` has already written (the value of
+    a node placed before the write, forwarded)."""
+    if node.buffer.kind == "input":
+        at = _affine(index)
+        for e in [e for s in k.stores for e in ir.loads(s.value)] + list(ir.loads(value)):
+            if e.arg == node.name and _affine(e.src[0]) != at:
+                return (FusionReason.INPUT_WRITE_RACE, f"writes input {node.name} at {ir.render_expr(index)}, "
+                        f"read at {ir.render_expr(e.src[0])}")
+    for e in ir.loads(value):
+        if e.arg in k.written_inputs:
+            return FusionReason.INPUT_WRITE_RACE, f"reads input {e.arg} after the kernel writes it"
+    return None
+
+
+def _affine(index: Expr) -> Expr:
+    """``index`` in the affine normal form (as is where it is not affine), for comparing indices."""
+    return ir.from_affine(ir.to_affine(index)) if ir.to_affine(index) is not None else index
 
 
 def _views_in(obj: object) -> set[str]:

@@ -122,7 +122,8 @@ class _WrapperWriter:
         for i, step in enumerate(self.schedule.steps):
             if isinstance(step, Kernel):
                 for s in step.live_stores():
-                    self.allocate(self.buffers[s.buffer])
+                    if self.buffers[s.buffer].kind != "input":  # a write back into the caller's tensor
+                        self.allocate(self.buffers[s.buffer])
                 r = self.rendered[step.name]
                 self.lines.append(f"launchers[{step.name!r}]({', '.join(r.args)})")
             else:

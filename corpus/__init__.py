@@ -10,6 +10,7 @@ from corpus.entry import TIERS, Built, Entry, ExpectedFailure, ToleranceOverride
 # One explicit registry of sources (no import-order magic): name -> module.
 SOURCES: dict[str, str] = {
     "zoo": "corpus.zoo",
+    "mutation": "corpus.mutation",
     "torchvision": "corpus.torchvision_models",
     "timm": "corpus.timm_models",
     "transformers": "corpus.transformers_models",

@@ -45,19 +45,22 @@ def expected_counts(entry: Entry, torch_version: str) -> tuple[int | None, int |
 
 def zoo(name: str, graphs: int, breaks: int, inputs: Callable[[], tuple] = lambda: (torch.randn(4, 8),),
         family: str = "dynamo-feature", dtype: str = "float32", tags: tuple[str, ...] = (),
-        expected_failures: tuple[ExpectedFailure, ...] = ()) -> Callable:
-    """Register a zoo entry; the decorated object is a function or an nn.Module class."""
+        expected_failures: tuple[ExpectedFailure, ...] = (), source: str = "zoo",
+        into: list[Entry] | None = None, wrap: Callable[[Any], Any] | None = None) -> Callable:
+    """Register a zoo entry; the decorated object is a function or an nn.Module class. ``source`` and
+    ``into``: another hand-written source's name and entry list (``corpus.mutation``); ``wrap``: what
+    the built model is run inside."""
 
     def register(obj: Any) -> Any:
         def factory(scale: str) -> Built:
             model = obj() if isinstance(obj, type) else obj
             if isinstance(model, nn.Module):
                 model.eval()
-            return Built(model, inputs())
+            return Built(model if wrap is None else wrap(model), inputs())
 
-        _ENTRIES.append(Entry(
-            name=f"zoo/{name}", source="zoo", family=family, factory=factory, tier="smoke",
-            tags=frozenset(("zoo", *tags)), dtype=dtype, expected_graphs=graphs, expected_breaks=breaks,
+        (_ENTRIES if into is None else into).append(Entry(
+            name=f"{source}/{name}", source=source, family=family, factory=factory, tier="smoke",
+            tags=frozenset(("zoo", source, *tags)), dtype=dtype, expected_graphs=graphs, expected_breaks=breaks,
             expected_failures=expected_failures, eager_ms=1.0,
             description=(obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else name))
         return obj

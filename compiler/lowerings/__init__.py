@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler.lowerings import indexing, pointwise, pooling, reductions, views  # noqa: F401
+from compiler.lowerings import indexing, mutation, pointwise, pooling, reductions, views  # noqa: F401
 from compiler.lowerings.rules import Unsupported, register
 from compiler.report import ExternReason
 

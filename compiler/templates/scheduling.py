@@ -18,7 +18,7 @@ import torch
 
 from compiler import ir
 from compiler.capabilities import ANY_RENDERER, Capabilities
-from compiler.graph import Buffer, ComputedNode, LoweredGraph, contiguous_strides, numel
+from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, contiguous_strides, numel
 from compiler.ir import Expr
 from compiler.report import FusionReason
 from compiler.scheduler import (
@@ -125,7 +125,13 @@ class TemplateScheduler(Scheduler):
                  xmap: dict[Expr, Expr], rmap: dict[Expr, Expr]) -> Refusal | None:
         if not isinstance(k, _TemplateBuilder):
             return super().try_fuse(k, node, outer, red, xmap, rmap)
+        if node.buffer.kind == "input":  # the template may read the input anywhere (an operand)
+            return FusionReason.INPUT_WRITE_RACE, f"{node.name} is written back into a graph input"
         return self.fuse_epilogue(k, node)
+
+    def reads_of(self, step: _KernelBuilder | ExternNode) -> set[str]:
+        reads = super().reads_of(step)
+        return reads | set(operand_buffers(step.template)) if isinstance(step, _TemplateBuilder) else reads
 
     def fuse_epilogue(self, k: _TemplateBuilder, node: ComputedNode) -> Refusal | None:
         if node.is_reduction or isinstance(node, TemplateNode):
