@@ -309,6 +309,15 @@ class _KernelWriter:
                 # product of float32s is exact, so one float64 sum and the cast round like an fma
                 wide = ", ".join(f"({v}).to(tl.float64)" for v in (x, y, z))
                 return self.tmp(e, f"tl.fma({wide}).to(tl.float32)")
+            if self.r.interpret and cdt == torch.float64:
+                # ... and in float64 nothing wider holds the product: where it overflows, a quarter of
+                # it (exact) plus a quarter of z, times 4, is finite where the fma's result is
+                # (lerp(1.0, -finfo.max, -0.5) gave inf where ATen's fma gives finfo.max / 2; fuzzer,
+                # crucible-interpret). The roundings stay two, not one.
+                product = self.tmp(e, f"{x} * {y}")
+                scaled = self.tmp(e, f"({x} * 0.25 * {y} + {z} * 0.25) * 4.0")
+                overflow = f"({product} == float('inf')) | ({product} == -float('inf'))"
+                return self.tmp(e, f"tl.where({overflow}, {scaled}, tl.fma({x}, {y}, {z}))")
             return self.tmp(e, f"tl.fma({x}, {y}, {z})")
         raise ValueError(f"triton renderer: no code for {op}")
 

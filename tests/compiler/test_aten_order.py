@@ -1,8 +1,10 @@
 """Regression tests for fuzzer findings where Crucible must evaluate as ATen's kernels do: the order of a
-window's sum (``test_fuzz_regressions.py`` has the older ones). Each docstring names the shrunk graph
-that exposed the bug."""
+window's sum, a fused multiply-add's product (``test_fuzz_regressions.py`` has the older ones). Each
+docstring names the shrunk graph that exposed the bug."""
 
 from __future__ import annotations
+
+import math
 
 import torch
 
@@ -10,6 +12,7 @@ import compiler
 
 aten = torch.ops.aten
 BIG32 = torch.finfo(torch.float32).max
+BIG64 = torch.finfo(torch.float64).max
 
 
 def _compiled(fn, *inputs, codegen: str):
@@ -63,3 +66,23 @@ def test_average_pooling_in_every_float_dtype_is_eagers_bit_for_bit(codegen: str
     x = torch.randn(1, 2, 7, 7, generator=gen)
     fn = lambda a: aten._adaptive_avg_pool2d.default(a, [1, 1])  # noqa: E731
     torch.testing.assert_close(_compiled(fn, x, codegen=codegen)(x), fn(x))
+
+
+def test_float64_lerp_fuses_its_product(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret:extern=none, seed 0: ``lerp.Scalar(x0, x1, -0.5)`` over float64 with
+    x1 = -finfo.max gave +inf where eager gives finfo.max / 2, and ``lerp.Tensor`` likewise (then NaN
+    downstream, lerp(x, x, inf - 1)): ATen computes fma(weight - 1, end - start, end), and Triton's
+    interpreter computes tl.fma as x * y + z (numpy), whose product overflows. Float32 already went
+    through float64; float64 has nothing wider."""
+    start = torch.tensor([1.0, -0.25, 2.0, 0.5, math.nan, 1.0, -3.0, 1e300], dtype=torch.float64, device=device)
+    end = torch.tensor([-BIG64, BIG64, -BIG64, BIG64, 1.0, math.inf, 2.0, -1e300], dtype=torch.float64, device=device)
+    weight = torch.tensor([-0.5, 1.5, 0.75, -1.0, 0.5, 0.25, 0.4, 3.0], dtype=torch.float64, device=device)
+    for fn, args in ((lambda a, b: aten.lerp.Scalar(a, b, -0.5), (start, end)),
+                     (lambda a, b, w: aten.lerp.Tensor(a, b, w), (start, end, weight)),
+                     (lambda a, b, w: aten.lerp.Tensor(a, a, aten.lerp.Tensor(a, b, w)), (start, end, weight))):
+        got, want = _compiled(fn, *args, codegen=codegen)(*args), fn(*args)
+        assert torch.equal(torch.isfinite(got), torch.isfinite(want)), (got, want)
+        torch.testing.assert_close(got, want, equal_nan=True)
+    got = _compiled(lambda a, b: aten.lerp.Scalar(a, b, -0.5), start, end, codegen=codegen)(start, end)
+    # 1.5 * finfo.max - finfo.max; the interpreter rounds twice (see the Triton renderer's FMA)
+    assert math.isclose(got[0].item(), BIG64 / 2, rel_tol=1e-15), got
