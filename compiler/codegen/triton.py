@@ -30,16 +30,11 @@ from compiler.codegen.shared import (
 )
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
-from compiler.codegen.triton_literals import literal
+from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, literal, typed_operands
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
 
-TL_DTYPE = {
-    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
-    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
-    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
-}
 INT32_LIMIT = 2**31 - 1
 
 
@@ -72,14 +67,6 @@ PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.EXP2: "libdevice.exp2", Op.LOG2: "li
 INTERPRETED_VIA_FP64 = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG, Op.SIN, Op.COS})
 COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard._prod_combine",
            ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
-
-
-def typed_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[str]:
-    """``e``'s operand codes with each literal as a 0-d tensor of ``dtype``: a bare literal is float32
-    to Triton, and libdevice picks its function by every operand's type (and a Python float has no
-    ``.to``)."""
-    return [f"tl.full([], {literal(operand.arg, dtype)}, {TL_DTYPE[dtype]})" if operand.op is Op.CONST else code
-            for operand, code in zip(e.src, codes)]
 
 
 SYMBOL_PLACEHOLDER = "__crucible_kernel__"
@@ -273,7 +260,7 @@ class _KernelWriter:
                 self.libdevice = True
                 # libdevice picks its function by both operands' types: a literal is float32 to Triton
                 # (fmod(float64, 2.0) raised KeyError (float64, float32) on the H200)
-                x, y = typed_operands(e, a, cdt)
+                x, y = libdevice_operands(e, a, cdt)
                 return self.tmp(e, f"libdevice.fmod({x}, {y})")
             return self.tmp(e, f"{a[0]} % {a[1]}")
         if op is Op.POW:  # CUDA's pow, literals typed (see fmod)
@@ -284,7 +271,7 @@ class _KernelWriter:
                 x, y = (f"({code}).to(tl.float64)" if operand.op is not Op.CONST else code
                         for operand, code in zip(e.src, typed_operands(e, a, torch.float64)))
                 return self.tmp(e, f"libdevice.pow({x}, {y}).to(tl.float32)")
-            x, y = typed_operands(e, a, cdt)
+            x, y = libdevice_operands(e, a, cdt)
             return self.tmp(e, f"libdevice.pow({x}, {y})")
         if op is Op.FLOORDIV:
             q = self.tmp(e, f"{a[0]} // {a[1]}")
@@ -296,10 +283,11 @@ class _KernelWriter:
                 return self.tmp(e, f"tl.where(({a[0]} {cmp} {a[1]}) | ({a[0]} != {a[0]}), {a[0]}, {a[1]})")
             return self.tmp(e, f"tl.where({a[0]} {cmp} {a[1]}, {a[0]}, {a[1]})")
         if op is Op.WHERE:
-            if cdt == torch.int64 and all(s.op is Op.CONST for s in e.src[1:]):
-                # Triton types Python ints as int32: a select of two literals (sign's where(x < 0, -1, 0))
-                # computed in int32 what the graph computes in int64 (wrapped sums; an int64 identity
-                # out of range; fuzzer, crucible-interpret, seed 23)
+            if cdt in (torch.int64, torch.float64) and all(s.op is Op.CONST for s in e.src[1:]):
+                # Triton types Python ints as int32 and floats as float32: a select of two literals
+                # (sign's where(x < 0, -1, 0)) computed in int32 what the graph computes in int64
+                # (wrapped sums; an int64 identity out of range; fuzzer, crucible-interpret, seed 23),
+                # and a float64 sign(x) was float32 (see ``libdevice_operands``)
                 a = [a[0], *typed_operands(e, a, cdt)[1:]]
             return self.tmp(e, f"tl.where({a[0]}, {a[1]}, {a[2]})")
         if op is Op.FMA:
@@ -309,6 +297,15 @@ class _KernelWriter:
                 # product of float32s is exact, so one float64 sum and the cast round like an fma
                 wide = ", ".join(f"({v}).to(tl.float64)" for v in (x, y, z))
                 return self.tmp(e, f"tl.fma({wide}).to(tl.float32)")
+            if self.r.interpret and cdt == torch.float64:
+                # ... and in float64 nothing wider holds the product: where it overflows, a quarter of
+                # it (exact) plus a quarter of z, times 4, is finite where the fma's result is
+                # (lerp(1.0, -finfo.max, -0.5) gave inf where ATen's fma gives finfo.max / 2; fuzzer,
+                # crucible-interpret). The roundings stay two, not one.
+                product = self.tmp(e, f"{x} * {y}")
+                scaled = self.tmp(e, f"({x} * 0.25 * {y} + {z} * 0.25) * 4.0")
+                overflow = f"({product} == float('inf')) | ({product} == -float('inf'))"
+                return self.tmp(e, f"tl.where({overflow}, {scaled}, tl.fma({x}, {y}, {z}))")
             return self.tmp(e, f"tl.fma({x}, {y}, {z})")
         raise ValueError(f"triton renderer: no code for {op}")
 

@@ -3,7 +3,9 @@
 Two Triton behaviours shape them. Triton turns every constant equal to 0 into +0.0
 (``semantic.scalar_constant`` returns the type's null value: 3.6 on the H200 and 3.8's interpreter;
 ``harness/FINDINGS.md``), so -0.0 is built from its bit pattern. And it types a Python float as
-float32, so a float64 constant that float32 cannot hold is a float64 ``tl.full``.
+float32, so a float64 constant that float32 cannot hold is a float64 ``tl.full``, and an operation's
+literal operands are typed where Triton's typing would narrow them (``typed_operands``,
+``libdevice_operands``).
 """
 
 from __future__ import annotations
@@ -12,6 +14,13 @@ import math
 
 import torch
 
+from compiler.ir import Expr, Op
+
+TL_DTYPE = {
+    torch.float32: "tl.float32", torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16",
+    torch.float64: "tl.float64", torch.int8: "tl.int8", torch.int16: "tl.int16", torch.int32: "tl.int32",
+    torch.int64: "tl.int64", torch.uint8: "tl.uint8", torch.bool: "tl.int1",
+}
 NEGATIVE_ZERO_F32 = "tl.full([], -2147483648, tl.int32).to(tl.float32, bitcast=True)"
 NEGATIVE_ZERO_F64 = "tl.full([], -9223372036854775808, tl.int64).to(tl.float64, bitcast=True)"
 
@@ -32,3 +41,22 @@ def literal(value: object, dtype: torch.dtype) -> str:
     if dtype == torch.bool:
         return "True" if value else "False"  # int1, so `mask & True` stays a mask
     return str(int(value))  # type: ignore[call-overload]
+
+
+def typed_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[str]:
+    """``e``'s operand codes with each literal as a 0-d tensor of ``dtype``: a bare literal is float32
+    to Triton, and libdevice picks its function by every operand's type (and a Python float has no
+    ``.to``)."""
+    return [f"tl.full([], {literal(operand.arg, dtype)}, {TL_DTYPE[dtype]})" if operand.op is Op.CONST else code
+            for operand, code in zip(e.src, codes)]
+
+
+def libdevice_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[str]:
+    """``e``'s operands for a libdevice call computing in ``dtype``: literals typed (``typed_operands``)
+    and every other operand cast to ``dtype``. libdevice has no mixed-type overloads (KeyError
+    (fp32, fp64)), and an operand's Triton type can be narrower than its IR dtype: a select of float
+    literals is float32 (fuzzer, crucible-triton on the H200: floor division of a float64 ``sign(x)``,
+    which is ``where(x > 0, 1.0, ...)``, by a float16 tensor called libdevice.fmod with float32 and
+    float64 operands). The cast of an operand already of ``dtype`` is no operation."""
+    return [code if operand.op is Op.CONST else f"({code}).to({TL_DTYPE[dtype]})"
+            for operand, code in zip(e.src, typed_operands(e, codes, dtype))]

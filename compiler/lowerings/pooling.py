@@ -5,6 +5,13 @@ A pooled element is a reduction over the window (the RVARs) of the input read at
 read a clamped, valid address and are replaced by the reduction's identity
 (``-inf`` for max, ``0`` for sums), so nothing reads out of bounds. Producers
 (batch norm, ReLU) inline into the window read like into any reduction.
+
+Average pooling sums a window of up to ``SUMMED_IN_ORDER`` elements as ATen's CPU and CUDA kernels
+do, one element after another in row-major order, as a pointwise expression rather than a
+reduction: a reduction's tree order absorbs other elements into a partial sum near finfo.max than
+ATen's order does, and then cancels it differently (fuzzer, crucible-interpret and crucible-cpp:
+the adaptive mean of a 7x3 window holding +-3.4e38 was 0.0657 and 0.0743, eager's and float64's
+0.0650). Larger windows (global pooling) stay reductions.
 """
 
 from __future__ import annotations
@@ -162,12 +169,34 @@ def _avg_pool(ctx: GraphLowering, node: Any, x: TensorValue, kernel: tuple[int, 
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "integer average pooling")
     win = Window(x, out_shape, kernel, stride, padding)
     acc = acc_dtype_for(x.dtype)
-    total = ctx.reduce_body(out_shape, win.rranges, win.value(0, acc), ReduceOp.SUM, acc, acc)
+    total = _window_sum(ctx, win, acc)
     if divisor_override:
         divisor: Expr = ir.const(divisor_override, acc)
     else:
         divisor = ir.cast(_window_count(win, stride, padding, kernel, count_include_pad), acc)
-    return Lazy(out_shape, out_dtype, ir.cast(ir.binary(Op.DIV, as_expr(total), divisor), out_dtype))
+    return Lazy(out_shape, out_dtype, ir.cast(ir.binary(Op.DIV, total, divisor), out_dtype))
+
+
+# Windows of at most this many elements are summed in ATen's order (see the module docstring):
+# each element is a load of its own, so this bounds a pooled element's loads. It covers the usual
+# 2x2, 3x3 and 5x5 windows and the fuzzer's largest adaptive window (9x3); global pooling
+# (7x7 and up) stays a reduction.
+SUMMED_IN_ORDER = 32
+
+
+def _window_sum(ctx: GraphLowering, win: Window, acc: torch.dtype) -> Expr:
+    """The sum of each window in ``acc``: from 0, one element after another in row-major order as
+    ATen's kernels add them (padded positions add 0, which changes no sum), or a reduction over a
+    window larger than ``SUMMED_IN_ORDER``."""
+    body = win.value(0, acc)
+    if math.prod(win.kernel) > SUMMED_IN_ORDER:
+        return as_expr(ctx.reduce_body(win.out_shape, win.rranges, body, ReduceOp.SUM, acc, acc))
+    total = ir.const(0, acc)  # 0 + -0.0 is +0.0: a window of -0.0 sums to +0.0, as in ATen
+    for i in range(win.kernel[0]):
+        for j in range(win.kernel[1]):
+            at = {v: c64(k) for v, k in ((win.kh, i), (win.kw, j)) if v.op is not Op.CONST}
+            total = ir.binary(Op.ADD, total, ir.substitute(body, at) if at else body)
+    return total
 
 
 def _window_count(win: Window, stride: tuple[int, int], padding: tuple[int, int], kernel: tuple[int, int],
@@ -203,4 +232,13 @@ def lower_adaptive_avg_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, out
     if out_h == 0 or out_w == 0 or height % out_h or width % out_w:
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, "adaptive pooling with uneven windows")
     kernel = (height // out_h, width // out_w)
-    return _avg_pool(ctx, node, x, kernel, kernel, (0, 0), True, None)
+    out_shape, out_dtype = out_meta(node)
+    if not x.dtype.is_floating_point:
+        raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "integer average pooling")
+    win = Window(x, out_shape, kernel, kernel, (0, 0))
+    acc = acc_dtype_for(x.dtype)
+    # ATen divides the window's sum by its height, then by its width (avg_pool2d: by their product)
+    mean = _window_sum(ctx, win, acc)
+    for extent in kernel:
+        mean = ir.binary(Op.DIV, mean, ir.const(extent, acc))
+    return Lazy(out_shape, out_dtype, ir.cast(mean, out_dtype))

@@ -81,6 +81,14 @@ GPU_ONLY_FAILURES.update({
                                              aten.pow.Scalar(3.0, b)),
                                lambda: (torch.rand(9) + 0.5, torch.randn(9))),
 })
+# H200 fuzz campaign (crucible-triton): KeyError (fp32, fp64) in libdevice.fmod; float64 sign(x) is a
+# select of float literals, which Triton typed float32
+GPU_ONLY_FAILURES.update({
+    "floor_division_of_a_float64_sign": (
+        lambda a, b: (aten.div.Tensor_mode(aten.sign.default(a), b, rounding_mode="floor"),
+                      aten.remainder.Tensor(aten.sign.default(a), b), aten.pow.Tensor_Tensor(aten.sign.default(a), b)),
+        lambda: (torch.randn(4, dtype=torch.float64), torch.randn(3, 1, dtype=torch.float16).expand(3, 4))),
+})
 
 
 def rendered_templates(fn, *inputs, monkeypatch):
