@@ -234,7 +234,7 @@ def test_stop_cancels_what_has_not_started(local_cluster) -> None:
 
 # -- whole runs through the command line ---------------------------------------
 
-def test_cluster_run_gives_the_statuses_of_the_pool(tmp_path: Path, make_corpus, spawn_cli) -> None:
+def test_cluster_run_gives_the_statuses_of_the_pool(tmp_path: Path, make_corpus, spawn_cli, cli) -> None:
     """The same entries (pass, a segfault, a hang, a model that raises) on the pool and on a local
     cluster of 3 workers, side by side: the same status for each; the cluster's report names the
     machine and the worker of every result."""
@@ -254,6 +254,8 @@ def test_cluster_run_gives_the_statuses_of_the_pool(tmp_path: Path, make_corpus,
     assert by_cluster["st/pass_a"]["status"] == "pass" and by_cluster["st/raise"]["status"] == "eager_fail"
     assert all(e["worker_host"] and " tcp://127.0.0.1:" in e["worker_host"] for e in by_cluster.values())
     assert all(e["worker_host"] is None for e in by_pool.values())
+    report = cli("report", "--db", "cluster.sqlite")
+    assert "machines (cluster run)" in report.stdout and "COUNT CHECK" not in report.stdout
     run = json.loads((tmp_path / "cluster.json").read_text())["run"]
     assert run["cluster"] == "local:3" and run["allowed_failures"] == 1 and len(run["workers"]) == 3
     assert run["planned"] == {"all": sorted(by_pool)}
@@ -274,6 +276,42 @@ def test_a_worker_killed_mid_run_loses_no_entry(tmp_path: Path, make_corpus, spa
     names = [name for name, _ in _builds(corpus_dir)]
     assert names.count(victim) == 2, "the killed worker's entry was re-queued once"
     assert doc["by_name"][f"slow/{victim}"]["worker_host"].rpartition(" ")[2] != ""
+
+
+def test_an_entry_that_kills_its_worker_twice_is_a_crash_naming_the_worker(tmp_path: Path, make_corpus, cli,
+                                                                            load_json) -> None:
+    """Re-queued once after the first death; the second death records ``crash`` with the worker named,
+    and the other entries still run."""
+    killer = SLOW.replace("time.sleep(seconds)", "time.sleep(seconds)\n            if name == 'e0':\n"
+                                                  "                os.kill(os.getppid(), 9)  # its cluster worker")
+    corpus_dir = make_corpus(tmp_path / "slow", {"slow.py": killer.replace("2.0)", "0.1)")})
+    out = cli("run", "--corpus", str(corpus_dir), "--suite", "slow", "--target", "eager", "--no-capture",
+              "--cluster", "local:2", "--db", "r.sqlite", "--json", "r.json", "--timeout", "120", timeout=300)
+    doc = load_json(tmp_path / "r.json")
+    assert sorted(doc["by_name"]) == [f"slow/e{i}" for i in range(6)], out.stderr[-3000:]
+    killed = doc["by_name"]["slow/e0"]
+    assert killed["status"] == "crash" and "the cluster worker tcp://127.0.0.1:" in killed["error"]
+    assert "re-queued 1 time" in killed["error"] and killed["worker_host"]
+    assert [name for name, _ in _builds(corpus_dir)].count("e0") == 2
+    assert all(doc["by_name"][f"slow/e{i}"]["status"] == "pass" for i in range(1, 6))
+    assert out.returncode == 1  # a crash counts against the compiler: the entry took its worker down
+
+
+def test_fuzz_and_corpus_checks_run_on_a_cluster(tmp_path: Path, cli, monkeypatch) -> None:
+    from corpus import tiers
+    from harness import corpus_check
+
+    out = cli("fuzz", "--target", "eager", "--cluster", "local:2", "-j", "2", "--examples", "6", "--db", "f.sqlite")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert "in the cluster local:2" in out.stderr and "statuses: pass 6" in out.stdout
+    with sqlite3.connect(tmp_path / "f.sqlite") as conn:
+        metadata = json.loads(conn.execute("SELECT metadata FROM runs").fetchone()[0])
+    assert metadata["cluster"] == "local:2" and sum(w["entries"] for w in metadata["workers"]) == 6
+
+    monkeypatch.setattr(tiers, "MEASURED_DIR", tmp_path)
+    names = ["opinfo/add-float32-0", "opinfo/sum-float32-0"]
+    assert corpus_check.run_checks([("opinfo", n) for n in names], jobs=1, timeout_s=60, cluster="local:2") == {"ok": 2}
+    assert sorted(tiers.load_measurements("opinfo")) == names
 
 
 def test_a_killed_submitter_resumes_with_each_entry_once(tmp_path: Path, make_corpus, spawn_cli, cli,
