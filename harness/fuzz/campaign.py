@@ -318,8 +318,9 @@ def _replay(stored: list[StoredFinding], request: CampaignRequest, runner: Any, 
 
 def _invalid(result: Result) -> bool:
     """A graph that is not a valid example: eager could not run it (or ran it twice differently, or
-    died running it); a skipped one (a target this machine lacks) is neither valid nor invalid."""
-    return not result.counts and result.status != Status.SKIPPED
+    died running it); a skipped one (a target this machine lacks) is neither valid nor invalid, and
+    one failing in a layer below the target (``fail_upstream``) is valid, but no finding."""
+    return not result.counts and result.status not in (Status.SKIPPED, Status.FAIL_UPSTREAM)
 
 
 def _seen(sig: str, summary: CampaignSummary, foreign: set[str], found_elsewhere: Callable[[str], bool]) -> bool:
