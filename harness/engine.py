@@ -8,12 +8,19 @@ after eager). The sequence is the same for every one of them:
     build -> eager (twice: different outputs are ``eager_nondeterministic``) -> float64 reference
     -> capture analysis (entries) -> compile (and the first compiled call) -> run (the second call)
     -> compare (the parity oracle) -> checks (the simulator's, on ``crucible-sim``)
+    -> attribute (a failure of the target: which layer of the stack it is in)
 
 and every exception goes through one classifier (``harness.errors.classify``). The subject says
 how to do each step (its ``Subject`` methods); the engine says when, times each phase, tells the
 caller where it is (``on_phase``, so the worker's parent knows where a crash or hang happened),
 runs the simulator's memory checks wherever the target is ``crucible-sim``, and applies what was
 expected of the subject (an expected-results file, an entry's ``ExpectedFailure``).
+
+Attribution: a failure of a Dynamo-backend target is compiled and graded again on the Dynamo
+backends that stop after each layer below the target (``eager``: capture only; ``aot_eager``: capture
+and AOTAutograd), in the same worker, within a time box. The first layer failing with the same status
+is the failing layer (``Result.failing_layer``); a failure in capture or AOTAutograd becomes
+``fail_upstream``, which is not charged to the target.
 
 Model and compiler code can raise anything, and every exception is a result to record, not an
 engine bug: hence the broad ``except Exception`` clauses.
@@ -22,6 +29,9 @@ engine bug: hence the broad ``except Exception`` clauses.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import signal
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,7 +42,7 @@ import torch
 from harness.errors import CALL, COMPILE, FIRST_CALL, SubjectFailed, SubjectSkipped, classify, describe_error, failed_pass
 from harness.oracle import outputs_identical, working_precision
 from harness.result import FIELD_NAMES, Draft, Result
-from harness.status import Phase, Status
+from harness.status import Layer, Phase, Status, against_compiler
 from harness.targets import Target
 
 
@@ -103,6 +113,11 @@ class Subject:
         """After the sequence, whatever happened in it (a capture that did not ride along)."""
         return None
 
+    def layers(self, target: Target) -> tuple[Layer, ...]:
+        """The layers below ``target`` the subject passes through on it, in order (``Layer.CAPTURE``
+        when ``compile`` goes through Dynamo, ``Layer.AOT_AUTOGRAD``); () is never attributed."""
+        return ()
+
 
 def optional_reference(ctx: Context, run: Callable[[], Any], where: str = "cpu") -> Any:
     """``run()``, the float64 reference, or None when it cannot run (no float64 kernel for some op: the
@@ -123,6 +138,7 @@ class Context:
         self.target, self.draft, self._on_phase = target, draft, on_phase
         self._phase: Phase | None = None
         self._started = time.perf_counter()
+        self.graded: tuple[Any, Any] | None = None  # (eager, reference) outputs, kept for attribution
 
     @property
     def device(self) -> str:
@@ -165,6 +181,7 @@ def execute(subject: Subject, target: Target, on_phase: Callable[[str], None] = 
         draft.update(status=Status.SKIPPED, error=reason)
         return draft.freeze()
     torch._dynamo.reset()
+    started = time.perf_counter()
     try:
         with _simulation(target, draft, on_phase) as on_phase, torch.no_grad(), working_precision(allow_tf32):
             ctx = Context(target, draft, on_phase)
@@ -174,6 +191,7 @@ def execute(subject: Subject, target: Target, on_phase: Callable[[str], None] = 
                 pass
             finally:
                 _finish(subject, ctx)
+            _attribute(subject, ctx, time.perf_counter() - started, on_phase, expectation)
     finally:
         torch._dynamo.reset()
     return _expected(draft.freeze(), expectation)
@@ -199,6 +217,7 @@ def _sequence(subject: Subject, ctx: Context) -> None:
         raise _Stop
     ctx.phase(Phase.REFERENCE)
     reference = subject.reference(ctx)
+    ctx.graded = (eager, reference)
     ctx.phase(Phase.CAPTURE)
     subject.capture(ctx)
     ctx.phase(Phase.FORWARD if ctx.draft.get("mode") == "train" else Phase.COMPILE)
@@ -251,6 +270,101 @@ def _finish(subject: Subject, ctx: Context) -> None:
         subject.finish(ctx)
     except Exception as exc:  # noqa: BLE001 -- after the verdict: information lost, verdict kept
         ctx.draft.setdefault("capture_error", f"finishing failed: {describe_error(exc)[0]}")
+
+
+# The Dynamo backend that stops right after each layer: "eager" runs the captured graph as it is,
+# "aot_eager" runs AOTAutograd's functional ATen graph with ATen's kernels.
+LAYER_BACKENDS = {Layer.CAPTURE: "eager", Layer.AOT_AUTOGRAD: "aot_eager"}
+# failures a re-run can tell apart (a dead worker's result is made by the parent, with nothing to re-run)
+ATTRIBUTED = (Status.FAIL_ACCURACY, Status.FAIL_COMPILE, Status.FAIL_RUN)
+# the re-runs' time box: the subject's own time so far, within these bounds (a Dynamo eager compile of a
+# corpus model takes 0.5-5 s on 2 cores; the box keeps a slow one from costing its task's deadline)
+ATTRIBUTION_MIN_S, ATTRIBUTION_MAX_S = 10.0, 60.0
+
+
+class _OutOfTime(BaseException):
+    """The attribution's time box is spent (a BaseException: compiler code catching Exception lets it by)."""
+
+
+def _attribute(subject: Subject, ctx: Context, elapsed: float, on_phase: Callable[[str], None],
+               expectation: Expectation | None) -> None:
+    """Record which layer a failure of the target is in; a failure in capture or AOTAutograd becomes
+    ``fail_upstream`` (not charged to the target). Not for a target that is itself one of the layers'
+    backends (``eager``, ``aot_eager``: the layers are what it tests), nor for an expected failure."""
+    draft = ctx.draft
+    status = draft.get("status")
+    if (status not in ATTRIBUTED or ctx.graded is None or not against_compiler(status, draft.get("phase"))
+            or ctx.target.backend in LAYER_BACKENDS.values()
+            or (expectation is not None and status == expectation.status)):
+        return
+    below = subject.layers(ctx.target)
+    if not below:
+        return
+    on_phase(Phase.ATTRIBUTE.value)  # a death in here is the re-runs', and the parent must know it
+    eager, reference = ctx.graded
+    layer, start = Layer.TARGET, time.perf_counter()
+    try:
+        with _time_box(min(ATTRIBUTION_MAX_S, max(ATTRIBUTION_MIN_S, elapsed))):
+            for candidate in below:
+                backend = LAYER_BACKENDS[candidate]
+                target = dataclasses.replace(ctx.target, name=f"dynamo-{backend}", backend=backend, options={})
+                if _layer_failure(subject, target, eager, reference) == _failure(draft):
+                    layer = candidate
+                    break
+    except _OutOfTime:
+        layer = Layer.UNKNOWN
+    finally:
+        torch._dynamo.reset()
+    draft.update(failing_layer=layer.value, attribution_s=time.perf_counter() - start)
+    if layer in LAYER_BACKENDS:
+        draft["error"] = f"{draft['status']} on {LAYER_BACKENDS[layer]} too: {draft.get('error') or ''}"
+        draft["status"] = Status.FAIL_UPSTREAM
+
+
+def _failure(draft: Draft) -> tuple[Status, str]:
+    """What "failing the same way" compares: the status, and for an error the exception's type (a
+    layer raising something else, or a target that could not even be set up, is no match)."""
+    status = draft["status"]
+    return status, "" if status == Status.FAIL_ACCURACY else (draft.get("error") or "").split(":")[0].strip()
+
+
+def _layer_failure(subject: Subject, target: Target, eager: Any, reference: Any) -> tuple[Status, str]:
+    """How ``subject`` ends compiled for ``target`` (a layer's backend), graded as the target was."""
+    ctx = Context(target, Draft(name=subject.name, target=target.name, status=None), lambda phase: None)
+    torch._dynamo.reset()
+    try:
+        ctx.phase(Phase.COMPILE)
+        compiled = _step(ctx, lambda: subject.compile(ctx), COMPILE)
+        first = _step(ctx, compiled, FIRST_CALL)
+        ctx.phase(Phase.RUN)
+        second = _step(ctx, compiled) if subject.stateless else None
+        ctx.phase(Phase.COMPARE)
+        grade = _step(ctx, lambda: subject.grade(ctx, eager, first, reference))
+        if grade.passed and second is not None:
+            grade = _step(ctx, lambda: subject.grade(ctx, eager, second, reference))
+    except _Stop:
+        return _failure(ctx.draft)
+    return (Status.PASS if grade.passed else Status.FAIL_ACCURACY), ""
+
+
+@contextlib.contextmanager
+def _time_box(seconds: float) -> Iterator[None]:
+    """Raise ``_OutOfTime`` in this thread after ``seconds`` (a timer signal: the main thread of a
+    worker); elsewhere (a cluster's worker thread) the task's own deadline is the only bound."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _OutOfTime
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _synchronize(device: str) -> None:

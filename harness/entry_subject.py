@@ -33,7 +33,7 @@ from harness.model_runs import (DTYPES, ModelCopies, StepOutput, TRAIN_PARAMS, c
 from harness.oracle import ParityOracle
 from harness.result import Result
 from harness.shapes import dynamo_counters, size_variants
-from harness.status import Phase, Status
+from harness.status import Layer, Phase, Status
 from harness.targets import MODES, REFERENCE_CHOICES, Target
 from harness.training import NoGradient
 
@@ -196,10 +196,15 @@ class EntrySubject(Subject):
                          break_reasons=[{"reason": b.reason, "category": b.category, "frame": b.frame}
                                         for b in cap.breaks])
 
+    def layers(self, target: Target) -> tuple[Layer, ...]:
+        return (Layer.CAPTURE, Layer.AOT_AUTOGRAD) if target.backend is not None else ()
+
     def compile(self, ctx: Context) -> Callable[[], StepOutput]:
         target = ctx.target
+        # the capture probe rides along the target's compile only, not the attribution's re-runs
+        probe = self._probe if target.is_crucible else None
         compiled = target.compile(self._model(ctx.device, self.dtype), capture="dynamo", dynamic=self.dynamic,
-                                  wrap=self._probe.wrap if self._probe is not None else None)
+                                  wrap=probe.wrap if probe is not None else None)
         first = self.variants[0]
         calls = [0]
 
@@ -215,8 +220,8 @@ class EntrySubject(Subject):
                 finally:  # graphs compiled before a failure still count
                     if reports is not None:  # counts, extern ops and their reasons, fallbacks, refusals
                         ctx.draft.update(entry_fields(reports))
-            if self._probe is not None:  # the capture is the first call's: later calls do not count
-                self._probe.finish()
+            if probe is not None:  # the capture is the first call's: later calls do not count
+                probe.finish()
             if self.mode != "inference":
                 ctx.draft["backward_graphs"] = out.backward_graphs
             return out

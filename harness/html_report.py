@@ -259,10 +259,10 @@ def render_html(run: dict[str, Any], results: list[Result],
                _table(["machine", "workers", "entries", "statuses", "worker s"], machines, numeric={1, 2, 4})]
               if machines else []),
             "<h2>Failures by signature</h2>",
-            _table(["status", "entries", "signature", "example entry"], clusters, numeric={1})
+            _table(["status", "entries", "layer", "signature", "example entry"], clusters, numeric={1})
             if clusters else '<p class="empty">no failures</p>',
             "<h2>Failures</h2>", _failures(run, results, compiler=True),
-            "<h2>Eager failures (not counted against the compiler)</h2>", _failures(run, results, compiler=False),
+            "<h2>Not counted against the compiler (eager failures, failures below the target)</h2>", _failures(run, results, compiler=False),
             "<h2>Improved (xpass): expected to fail, now pass</h2>",
             _expected(results, Status.XPASS, "none (update the expected file with crucible run --update-expected)"),
             "<h2>Expected failures (xfail)</h2>", _expected(results, Status.XFAIL, "none")]

@@ -41,9 +41,9 @@ def expectation_of(result: Result) -> tuple[str, str]:
 
 
 def is_failure(result: Result) -> bool:
-    """A failure to look at: the compiler's, or the model's own (eager failed, or it died eager-side).
-    Passes, expected failures and skips are not."""
-    return result.status.kind in (Kind.FAILED, Kind.MODEL)
+    """A failure to look at: the compiler's, a layer's below it, or the model's own (eager failed, or it
+    died eager-side). Passes, expected failures and skips are not."""
+    return result.status.kind in (Kind.FAILED, Kind.UPSTREAM, Kind.MODEL)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -113,12 +113,22 @@ def clusters(results: list[Result], limit: int = 20) -> list[tuple[Status, str, 
 
 
 def failure_clusters(results: list[Result], limit: int = 20) -> list[list[Any]]:
-    """Rows (status, entries, signature, example entry and its minimized repro) of ``clusters``."""
+    """Rows (status, entries, failing layer, signature, example entry and its minimized repro) of
+    ``clusters``; the layer column counts the entries per layer where they differ ("-": not attributed)."""
     rows = []
     for status, signature, items in clusters(results, limit):
         repro = next(((r.minimized or {}).get("repro") for r in items if r.minimized), None)
-        rows.append([status.value, len(items), signature, items[0].name + (f" ({repro})" if repro else "")])
+        rows.append([status.value, len(items), failing_layers(items), signature,
+                     items[0].name + (f" ({repro})" if repro else "")])
     return rows
+
+
+def failing_layers(items: list[Result]) -> str:
+    """"target", or "aot_autograd 3, target 1" when a cluster's entries failed in several layers."""
+    layers = Counter(r.failing_layer or "-" for r in items)
+    if len(layers) == 1:
+        return next(iter(layers))
+    return ", ".join(f"{layer} {n}" for layer, n in layers.most_common())
 
 
 def expected_rows(results: list[Result], status: Status) -> list[list[Any]]:
@@ -197,7 +207,8 @@ def render_report(run: dict[str, Any], results: list[Result]) -> str:
         ("graphs that fell back to eager", fallback_reasons(results),
          ["entries", "graphs", "reason", "failed pass", "example"]),
         ("top refused fusions", top_refused_fusions(results), ["entries", "refusals", "reason", "example"]),
-        ("failures by error signature", failure_clusters(results), ["status", "entries", "signature", "example entry"],
+        ("failures by error signature", failure_clusters(results), ["status", "entries", "layer", "signature",
+                                                                          "example entry"],
          _reproduce_lines(run, results)),
         ("improved (xpass): expected to fail, now pass; update the expected file (crucible run --update-expected)",
          expected_rows(results, Status.XPASS), ["entry", "expected", "why", "now"]),

@@ -39,6 +39,9 @@ class Result:
     expected: str | None = _f("for xfail and xpass: the status that was expected, and why")
     error: str | None = _f("the one-line error, or why the oracle failed it")
     error_detail: str | None = _f("the traceback's tail, or a crashed worker's log")
+    failing_layer: str | None = _f("failures of the target: the layer it is in, capture, aot_autograd, target or "
+                                   "unknown (harness.status.Layer)", junit=True)
+    attribution_s: float | None = _f("seconds re-running the failure on the layers below the target")
     # -- capture analysis
     graphs: int | None = _f("graphs Dynamo captured", junit=True)
     graph_breaks: int | None = _f("graph breaks", junit=True)

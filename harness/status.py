@@ -21,6 +21,7 @@ class Kind(Enum):
     PASSED = "passed"
     FAILED = "failed"  # a failure of the compiler under test
     MODEL = "model"  # the model's own problem (eager fails or is nondeterministic): never counted
+    UPSTREAM = "upstream"  # a layer below the compiler under test (Dynamo's capture, AOTAutograd): never counted
     EXPECTED = "expected"  # failed as an expected-results file or the entry says
     SKIPPED = "skipped"  # does not run here
 
@@ -39,6 +40,9 @@ class Status(str, Enum):
     TIMEOUT = ("timeout", Kind.FAILED, "#7d5ba6", "the worker passed its deadline and was killed")
     CRASH = ("crash", Kind.FAILED, "#3b3b3b", "the worker died from a signal (segfault, abort, ...)")
     OOM = ("oom", Kind.FAILED, "#8c564b", "out of memory (allocation refused, or killed by the OOM killer)")
+    FAIL_UPSTREAM = ("fail_upstream", Kind.UPSTREAM, "#b07aa1",
+                     "it fails the same way on Dynamo's eager or aot_eager backend: the failure is in capture or "
+                     "AOTAutograd, not the target (failing_layer says which)")
     EAGER_FAIL = ("eager_fail", Kind.MODEL, "#9fb3c8", "building or running the model in eager failed")
     EAGER_NONDETERMINISTIC = ("eager_nondeterministic", Kind.MODEL, "#c7d3e0", "two eager runs differ")
     XFAIL = ("xfail", Kind.EXPECTED, "#bcbd22",
@@ -70,6 +74,21 @@ class Status(str, Enum):
 _WORKER_DEATHS = (Status.TIMEOUT, Status.CRASH, Status.OOM)
 
 
+class Layer(str, Enum):
+    """The layer of the stack a failure of the target is in (``harness.engine`` re-runs a failing
+    subject on the Dynamo backends that stop after each layer below the target)."""
+
+    CAPTURE = "capture"  # fails the same way on Dynamo's ``eager`` backend: TorchDynamo's capture
+    AOT_AUTOGRAD = "aot_autograd"  # passes on ``eager``, fails the same way on ``aot_eager``
+    TARGET = "target"  # every layer below passes (or fails otherwise): the target's own code
+    UNKNOWN = "unknown"  # the re-runs passed their time box
+
+    def __str__(self) -> str:
+        return self.value
+
+    __format__ = str.__format__
+
+
 class Phase(str, Enum):
     """Where a subject was when its result was decided (in order of the engine's sequence)."""
 
@@ -84,6 +103,7 @@ class Phase(str, Enum):
     RUN = "run"  # the second call
     COMPARE = "compare"
     CHECKS = "checks"
+    ATTRIBUTE = "attribute"  # a failure re-run on the layers below the target (harness.engine)
     LOCALIZE = "localize"  # the fuzzer's localization task
     HARNESS = "harness"  # the harness itself failed on this subject
 
@@ -99,9 +119,10 @@ class Phase(str, Enum):
 
 
 def counts(status: Status | str, phase: Phase | str | None) -> bool:
-    """True when the result counts in pass rates: its eager run worked and it ran here."""
+    """True when the result counts in pass rates: its eager run worked, it ran here, and the layers
+    below the target handed it a graph they run correctly themselves."""
     status = Status(status)
-    if status.kind in (Kind.MODEL, Kind.SKIPPED):
+    if status.kind in (Kind.MODEL, Kind.SKIPPED, Kind.UPSTREAM):
         return False
     return not (status in _WORKER_DEATHS and phase is not None and _phase(phase).eager_side)
 

@@ -312,6 +312,21 @@ class ResultStore:
                                "signature", (run_id,)).fetchall()
         return [dict(r) for r in rows]
 
+    @_guarded
+    def latest_findings(self, target: str, kind: str = "graph", limit: int | None = None) -> list[dict[str, Any]]:
+        """The newest stored finding of each signature ``target`` has (the target string as given,
+        options included) across every run of this file, newest first, at most ``limit``: what a
+        campaign replays before it generates (``harness.fuzz.replay``). Only findings with a graph."""
+        if "fuzz_findings" not in self._tables:
+            return []
+        # SQLite: a bare column next to MAX() comes from the row holding the maximum
+        rows = self.db.execute(
+            "SELECT run_id, signature, known, graph, MAX(recorded) AS recorded FROM fuzz_findings "
+            "WHERE kind = ? AND target = ? AND graph IS NOT NULL AND graph != '' GROUP BY signature "
+            "ORDER BY recorded DESC, signature" + (" LIMIT ?" if limit is not None else ""),
+            (kind, target, limit) if limit is not None else (kind, target)).fetchall()
+        return [dict(r) for r in rows]
+
     def iter_all(self) -> Iterator[tuple[dict[str, Any], list[Result]]]:
         for run in self.runs():
             yield run, self.results(run["id"])

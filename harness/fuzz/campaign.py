@@ -20,6 +20,11 @@ whether it is new.
 
 Signature = (status, the op the failure is charged to, the error kind): the exception type for
 errors, the oracle's criterion (NaN positions, integer values, RMSE, ...) for accuracy failures.
+
+Before the first round, the findings the results file holds for the target are replayed
+(``harness.fuzz.replay``): each stored graph runs once and is triaged like a generated failure; one
+failing with its stored signature is a hit of that signature (a finding of this campaign too, never
+shrunk again), one failing otherwise is a finding under its new signature, one passing is fixed.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from hypothesis import seed as hypothesis_seed
 from harness.fuzz.builder import GraphLimits, graphs
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.known import match_known
+from harness.fuzz.replay import ReplayOutcome, StoredFinding
 from harness.fuzz.specs import select_specs
 from harness.fuzz.subject import blamed_op
 from harness.fuzz.tasks import GraphTask, LocalizeTask
@@ -80,6 +86,7 @@ class Finding:
     record: Result
     hits: int = 1
     known: str | None = None  # the documented reason when it matches harness.fuzz.known
+    replayed: str | None = None  # the run that stored it, when this campaign found it by replaying it
 
     @property
     def key(self) -> str:
@@ -123,6 +130,8 @@ class CampaignSummary:
     # spread" (within the rounding-noise references' error), "float64 order-dependent" (outputs
     # not compared): shown in the summary, so a campaign says how much it could not judge strictly
     allowances: Counter = field(default_factory=Counter)
+    # the stored findings replayed before generating (harness.fuzz.replay); None: replay was off
+    replay: ReplayOutcome | None = None
 
     @property
     def valid(self) -> int:
@@ -134,6 +143,12 @@ class CampaignSummary:
 
     @property
     def new_findings(self) -> list[Finding]:
+        """Findings generation made that are not on the known list."""
+        return [f for f in self.findings.values() if f.known is None and f.replayed is None]
+
+    @property
+    def open_findings(self) -> list[Finding]:
+        """Findings not on the known list: the new ones and stored ones that still fail (the exit status)."""
         return [f for f in self.findings.values() if f.known is None]
 
 
@@ -163,19 +178,24 @@ def run_campaign(request: CampaignRequest, runner: Any,
                  on_finding: Callable[[Finding], None] = lambda f: None,
                  claim: Callable[[Finding], bool] = lambda f: True,
                  should_stop: Callable[[], bool] = lambda: False,
-                 found_elsewhere: Callable[[str], bool] = lambda sig: False) -> CampaignSummary:
+                 found_elsewhere: Callable[[str], bool] = lambda sig: False,
+                 replay: list[StoredFinding] | None = None) -> CampaignSummary:
     """Fuzz ``request.target`` through ``runner`` (``harness.fuzz.workers``) until the budget is spent.
 
     ``claim``, ``found_elsewhere`` and ``should_stop`` let campaigns run side by side
     (``harness.fuzz.parallel``): ``claim(finding)`` is False when another campaign found that
     signature first, and a failure whose signature is ``found_elsewhere`` is not shrunk here:
-    both count as hits of the other campaign's finding; ``should_stop()`` ends the campaign."""
+    both count as hits of the other campaign's finding; ``should_stop()`` ends the campaign.
+    ``replay``: stored findings to re-run first (``harness.fuzz.replay``); None when replay is off."""
     foreign: set[str] = set()
     if request.seconds is None and request.examples is None:
         raise ValueError("give a budget: seconds or examples")
     specs = select_specs(request.ops)
     limits = GraphLimits(max_nodes=request.max_nodes)
     summary = CampaignSummary(ops_selected=len(specs))
+    if replay is not None:
+        summary.replay = _replay(replay, request, runner, summary, on_finding, claim, foreign)
+        on_progress(summary)
     start = time.monotonic()
     stop_at = start + request.seconds if request.seconds is not None else float("inf")
 
@@ -259,10 +279,48 @@ def run_campaign(request: CampaignRequest, runner: Any,
     return summary
 
 
+def _replay(stored: list[StoredFinding], request: CampaignRequest, runner: Any, summary: CampaignSummary,
+            on_finding: Callable[[Finding], None], claim: Callable[[Finding], bool],
+            foreign: set[str]) -> ReplayOutcome:
+    """Run each stored finding's graph once, triage a failure as a generated one is triaged, and
+    record it as a finding of this campaign (not shrunk: the stored graph was)."""
+    outcome = ReplayOutcome(replayed=len(stored))
+    start = time.monotonic()
+    for item in stored:
+        graph = FuzzGraph.from_json(item.graph)
+        record = runner.run(_graph_task(graph, request))
+        summary.executions += 1
+        if not record.against_compiler:
+            if record.status.passed:
+                outcome.fixed.append(item.signature)
+            else:  # eager cannot run it any more (an op's contract changed), or it is skipped here
+                outcome.not_run[item.signature] = f"{record.status}: {(record.error or '').splitlines()[0][:120]}"
+            continue
+        record = _localized(record, graph, request, runner, summary)
+        sig = signature(record)
+        if sig == item.signature:
+            outcome.still_failing.append(sig)
+        else:
+            outcome.changed[item.signature] = sig
+        if _seen(sig, summary, foreign, lambda s: False):
+            continue
+        finding = Finding(sig, record.status, record.op or "?", record.error or "", graph, record,
+                          known=match_known(request.target, record), replayed=item.run_id)
+        if claim(finding):
+            summary.findings[sig] = finding
+            on_finding(finding)
+        else:
+            foreign.add(sig)
+            summary.foreign_hits[sig] += 1
+    outcome.seconds = time.monotonic() - start
+    return outcome
+
+
 def _invalid(result: Result) -> bool:
     """A graph that is not a valid example: eager could not run it (or ran it twice differently, or
-    died running it); a skipped one (a target this machine lacks) is neither valid nor invalid."""
-    return not result.counts and result.status != Status.SKIPPED
+    died running it); a skipped one (a target this machine lacks) is neither valid nor invalid, and
+    one failing in a layer below the target (``fail_upstream``) is valid, but no finding."""
+    return not result.counts and result.status not in (Status.SKIPPED, Status.FAIL_UPSTREAM)
 
 
 def _seen(sig: str, summary: CampaignSummary, foreign: set[str], found_elsewhere: Callable[[str], bool]) -> bool:

@@ -40,6 +40,8 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--max-nodes", type=int, default=6, help="ops per graph, at most (default 6)")
     p.add_argument("--shrink-seconds", type=float, default=120.0, help="time box per shrink (default 120)")
     p.add_argument("--max-findings", type=int, help="stop after N new findings (default: run the whole budget)")
+    p.add_argument("--no-replay", dest="replay", action="store_false",
+                   help="do not re-run the findings stored for this target in --db before generating")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per graph before it is a hang (default 120)")
     p.add_argument("--capture", choices=CAPTURES, default="fx",
                    help="hand graphs to the compiler directly (fx, default) or through torch.compile (dynamo)")
@@ -87,9 +89,10 @@ class FuzzProgress(Progress):
             return "starting the worker..."
         elapsed = time.monotonic() - self.started
         new = len(s.new_findings)
+        replayed = sum(f.replayed is not None for f in s.findings.values())
         statuses = " ".join(f"{k}={v}" for k, v in sorted(s.statuses.items()))
         return (f"{s.graphs} graphs ({s.graphs / max(elapsed, 1e-9):.2f}/s) {elapsed:.0f}s | findings {new}"
-                f" new, {len(s.findings) - new} known | {statuses}")
+                f" new, {replayed} replayed, {len(s.findings) - new - replayed} known | {statuses}")
 
 
 def check_imports(imports: list[str]) -> None:
@@ -149,7 +152,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                               in_process=args.in_process, max_findings=args.max_findings, capture=args.capture,
                               imports=tuple(args.imports))
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    return _run_and_store(request, run_id, args.db, args.jobs, args.cluster, args.mixed_versions)
+    return _run_and_store(request, run_id, args.db, args.jobs, args.cluster, args.mixed_versions, args.replay)
 
 
 def how_found(request: Any, jobs: int = 1) -> str:
@@ -173,14 +176,16 @@ def how_found(request: Any, jobs: int = 1) -> str:
 
 
 def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: str | None = None,
-                   mixed_versions: bool = False) -> int:
+                   mixed_versions: bool = False, replay: bool = True) -> int:
     from harness.fuzz.campaign import run_campaign
     from harness.fuzz.parallel import run_parallel_campaign
+    from harness.fuzz.replay import REPLAY_CAP, stored_findings
     from harness.fuzz.repro import write_repro
     from harness.fuzz.workers import WorkerRunner, make_runner
     from harness.runner import run_metadata
 
     store = ResultStore(db)
+    stored = stored_findings(store, request.target, REPLAY_CAP) if replay else None  # before this run's own
     metadata = run_metadata("fuzz", request.target, request.seed, None, {})
     metadata["fuzz"] = {"ops": request.ops, "examples": request.examples, "seconds": request.seconds,
                         "capture": request.capture, "max_nodes": request.max_nodes, "jobs": jobs}
@@ -212,9 +217,9 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
                                                  request.timeout_s, None)
             if jobs == 1:
                 runner = stack.enter_context(closing(new_runner()))
-                summary = run_campaign(request, runner, progress.update, save)
+                summary = run_campaign(request, runner, progress.update, save, replay=stored)
             else:
-                summary = run_parallel_campaign(request, jobs, new_runner, progress.update, save)
+                summary = run_parallel_campaign(request, jobs, new_runner, progress.update, save, replay=stored)
     except KeyboardInterrupt:
         progress.close()
         print("\ninterrupted: findings so far are stored", file=sys.stderr)
@@ -234,7 +239,7 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
     store.close()
     print(render_summary(summary))
     print(f"results: {db} (run {run_id}); repros: {report_command(run_id, db)} --repro KEY", file=sys.stderr)
-    return 1 if summary.new_findings else 0
+    return 1 if summary.open_findings else 0
 
 
 def report_command(run_id: str, db: str) -> str:
@@ -247,7 +252,8 @@ def fuzz_summary(summary: Any) -> dict[str, Any]:
             "ops_covered": len(summary.ops_covered), "ops_selected": summary.ops_selected,
             "elapsed_s": summary.elapsed_s, "graphs_per_s": summary.graphs / max(summary.elapsed_s, 1e-9),
             "statuses": dict(summary.statuses), "spec_rejections": summary.spec_rejections,
-            "invalid": dict(summary.invalid.most_common(20)), "allowances": dict(summary.allowances)}
+            "invalid": dict(summary.invalid.most_common(20)), "allowances": dict(summary.allowances),
+            "replay": summary.replay.as_dict() if summary.replay is not None else None}
 
 
 def render_summary(summary: Any) -> str:
@@ -261,13 +267,30 @@ def render_summary(summary: Any) -> str:
     if s["invalid"]:  # the op specs' gaps: graphs that are not valid by construction
         lines.append("invalid graphs (eager failed), by op and error:\n" +
                      "\n".join(f"  {n:4d}  {what}" for what, n in list(s["invalid"].items())[:8]))
+    lines += replay_lines(summary.replay)
     if summary.findings:
-        rows = [[f.key, f.signature, f.hits, len(f.graph.nodes), f.known or "NEW"]
+        rows = [[f.key, f.signature, f.hits, len(f.graph.nodes), f.known or ("REPLAYED" if f.replayed else "NEW")]
                 for f in sorted(summary.findings.values(), key=lambda f: (f.known is not None, f.signature))]
         lines.append("findings by signature\n" + tabulate(rows, headers=["key", "signature", "hits", "nodes", "known"]))
     else:
         lines.append("no findings")
     return "\n".join(lines)
+
+
+def replay_lines(replay: Any) -> list[str]:
+    """The summary's lines on the stored findings replayed (``harness.fuzz.replay``)."""
+    from harness.fuzz.replay import REPLAY_CAP
+
+    if replay is None:
+        return ["stored findings not replayed (--no-replay)"]
+    lines = [f"replayed {replay.replayed} stored findings of this target (newest of each signature, at most "
+             f"{REPLAY_CAP}) in {replay.seconds:.0f}s: {len(replay.still_failing)} still fail, "
+             f"{len(replay.changed)} fail otherwise, {len(replay.fixed)} fixed, {len(replay.not_run)} no longer run"]
+    lines += [f"  still fails: {sig}" for sig in replay.still_failing]
+    lines += [f"  fails otherwise: {old} -> now {new}" for old, new in replay.changed.items()]
+    lines += [f"  fixed: {sig}" for sig in replay.fixed]
+    lines += [f"  no longer runs: {sig} ({why})" for sig, why in replay.not_run.items()]
+    return lines
 
 
 @dataclass

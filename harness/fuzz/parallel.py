@@ -7,7 +7,8 @@ drives each campaign from a thread of this process; the threads spend their time
 their worker's pipe, so they cost the parent little. ``--examples`` is split between the
 campaigns (each campaign's share is deterministic, so the merged run is too); a time box
 applies to each. A signature one campaign has already found is not shrunk again by another:
-it counts as a hit. Findings are merged by signature (hits summed, the smallest graph kept);
+it counts as a hit. Stored findings are replayed by campaign 0 before it generates
+(``harness.fuzz.replay``); the others start generating at once. Findings are merged by signature (hits summed, the smallest graph kept);
 progress and findings reach the caller from the calling thread only (SQLite stores are not
 shared across threads).
 """
@@ -22,6 +23,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.fuzz.campaign import CampaignRequest, CampaignSummary, Finding, run_campaign
+from harness.fuzz.replay import StoredFinding
 
 
 def campaign_seed(seed: int, index: int) -> int:
@@ -48,6 +50,7 @@ def merge_summaries(summaries: list[CampaignSummary], elapsed_s: float) -> Campa
         merged.statuses.update(statuses)
         merged.ops_covered |= set(s.ops_covered)
         merged.spec_rejections += s.spec_rejections
+        merged.replay = merged.replay or s.replay
         for f in findings.values():
             _merge_finding(merged.findings, f)
         for sig, hits in foreign.items():
@@ -70,8 +73,10 @@ def _merge_finding(findings: dict[str, Finding], f: Finding) -> None:
 
 def run_parallel_campaign(request: CampaignRequest, jobs: int, make_runner: Callable[[], Any],
                           on_progress: Callable[[CampaignSummary], None] = lambda s: None,
-                          on_finding: Callable[[Finding], None] = lambda f: None) -> CampaignSummary:
-    """Run ``jobs`` campaigns of ``request`` (``make_runner()`` gives each its worker); merged summary."""
+                          on_finding: Callable[[Finding], None] = lambda f: None,
+                          replay: list[StoredFinding] | None = None) -> CampaignSummary:
+    """Run ``jobs`` campaigns of ``request`` (``make_runner()`` gives each its worker); merged summary.
+    ``replay``: the stored findings campaign 0 re-runs first (None: replay is off)."""
     import time
 
     if jobs < 1:
@@ -87,7 +92,7 @@ def run_parallel_campaign(request: CampaignRequest, jobs: int, make_runner: Call
 
     def new_count() -> int:
         with lock:
-            return sum(1 for f in found.values() if f.known is None)
+            return sum(1 for f in found.values() if f.known is None and f.replayed is None)
 
     def claim(finding: Finding) -> bool:
         """Record a campaign's finding; False when another campaign had it first."""
@@ -106,7 +111,7 @@ def run_parallel_campaign(request: CampaignRequest, jobs: int, make_runner: Call
             summaries[k] = run_campaign(
                 sub, runner, on_progress=lambda s: (live.__setitem__(k, s), events.put(("progress", k))),
                 on_finding=lambda f: events.put(("finding", f)), claim=claim, should_stop=stop.is_set,
-                found_elsewhere=lambda sig: sig in found)
+                found_elsewhere=lambda sig: sig in found, replay=replay if k == 0 else None)
         except BaseException as exc:  # noqa: BLE001 -- re-raised in the calling thread
             errors.append(exc)
             stop.set()

@@ -31,6 +31,7 @@ from harness.fuzz.nan_sign import nan_sign_only
 from harness.fuzz.ties import near_tied_indices
 from harness.oracle import ParityOracle, ParityResult
 from harness.result import Result
+from harness.status import Layer
 from harness.targets import CAPTURES, Target
 
 # The oracle allowances (``compare_outputs``): the names a result's ``allowances`` counts, and the
@@ -86,6 +87,12 @@ class GraphSubject(Subject):
     def reference(self, ctx: Context) -> Any:
         return optional_reference(ctx, lambda: self.graph.function(reference=True)(
             *self.graph.make_inputs("cpu", reference=True)))
+
+    def layers(self, target: Target) -> tuple[Layer, ...]:
+        """An ATen graph handed over directly (fx) skips Dynamo: only AOTAutograd is below the target."""
+        if target.backend is None:
+            return ()
+        return (Layer.CAPTURE, Layer.AOT_AUTOGRAD) if self.via == "dynamo" else (Layer.AOT_AUTOGRAD,)
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
         assert self._fn is not None

@@ -128,3 +128,37 @@ def hardshrink_rule_aborts() -> None:
         os.abort()
 
     RULES[name] = DecompRule(name, aten.hardshrink.default, abort, "torch")
+
+
+def aot_exp_as_expm1(aot_module_simplified: Any) -> Any:
+    """``aot_module_simplified`` handing its forward compiler a graph with every ``exp`` turned into
+    ``expm1``: a wrong graph from AOTAutograd's layer, which the compiler under test and ``aot_eager``
+    both run as given and Dynamo's ``eager`` backend never sees."""
+
+    def wrong_graph(compile_graph: Any) -> Any:
+        def compile_wrong(graph: Any, inputs: Any) -> Any:
+            for node in graph.graph.nodes:
+                if node.target is aten.exp.default:
+                    node.target = aten.expm1.default
+            graph.recompile()
+            return compile_graph(graph, inputs)
+
+        return compile_wrong
+
+    def planted(gm: Any, example_inputs: Any, **kw: Any) -> Any:
+        for key in ("fw_compiler", "inference_compiler"):
+            if kw.get(key) is not None:
+                kw[key] = wrong_graph(kw[key])
+        return aot_module_simplified(gm, example_inputs, **kw)
+
+    return planted
+
+
+def aot_layer_rewrites_exp() -> None:
+    """``aot_exp_as_expm1`` in every caller of AOTAutograd (the crucible backend, aot_eager, Inductor)."""
+    import torch._dynamo.backends.common as common
+    import torch._functorch.aot_autograd as aot
+
+    planted = aot_exp_as_expm1(aot.aot_module_simplified)
+    aot.aot_module_simplified = planted
+    common.aot_module_simplified = planted

@@ -150,7 +150,7 @@ def test_report_groups_failures_by_minimized_signature(tmp_path: Path) -> None:
                                                 "repro": f"/x/{name}/repro.py"})
         rows = failure_clusters(store.results("r1"))
     assert [r[1] for r in rows] == [2, 1]
-    assert rows[0][2] == "minimized: fail_accuracy @ aten.cat.default"
+    assert rows[0][3] == "minimized: fail_accuracy @ aten.cat.default"
 
 
 PLANTED_CORPUS = '''
