@@ -30,6 +30,11 @@ class LocalizeSubject(GraphSubject):
     def __init__(self, graph: FuzzGraph, capture: str = "fx", name: str | None = None) -> None:
         super().__init__(graph.prefix(len(graph.nodes)), capture, name)
 
+    def layers(self, target: Target) -> tuple:
+        """None: localization says where a difference starts; the graph's verdict, attributed already,
+        stands."""
+        return ()
+
     def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
         full = self.graph
         failing, reason, fields = compare_outputs(full, full.outputs, eager, compiled, reference,

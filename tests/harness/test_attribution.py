@@ -70,3 +70,17 @@ def test_a_planted_compiler_bug_is_charged_to_the_target(monkeypatch: pytest.Mon
 def test_passing_subjects_and_plain_eager_are_not_attributed() -> None:
     result = _run(GraphSubject)
     assert result.status == Status.PASS and result.failing_layer is None and result.attribution_s is None
+
+
+def test_a_target_bug_does_not_hide_behind_an_unrelated_layer_failure(aot_plant: None,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """AOTAutograd hands over expm1 for exp (aot_eager fails), and the compiler computes that expm1
+    wrongly on top (as a sine): both differ from eager, each its own way, so the failure stays the
+    target's. Matching on the status alone charged it to aot_autograd."""
+    import compiler.lowerings  # noqa: F401  (register every rule before patching)
+    from compiler.lowering import LOWERINGS
+
+    monkeypatch.setitem(LOWERINGS, aten.expm1, LOWERINGS[aten.sin])  # registered per overload packet
+    result = _run(GraphSubject)
+    assert result.status == Status.FAIL_ACCURACY and result.failing_layer == Layer.TARGET, result
+    assert result.against_compiler
