@@ -363,6 +363,20 @@ def substitute(expr: Expr, mapping: dict[Expr, Expr]) -> Expr:
 _LOADS: weakref.WeakKeyDictionary[Expr, tuple[Expr, ...]] = weakref.WeakKeyDictionary()
 
 
+
+def affine_normal(index: Expr) -> Expr:
+    """``index`` in the affine normal form (as is where it is not affine), for comparing indices."""
+    affine = to_affine(index)
+    return from_affine(affine) if affine is not None else index
+
+
+def permute_xvars(body: Expr, order: tuple[int, ...]) -> Expr:
+    """``body`` over a node's own XVARs when its XVAR(j) walks buffer dim ``order[j]``."""
+    if not order:
+        return body
+    return substitute(body, {xvar(d): xvar(j) for j, d in enumerate(order)})
+
+
 def loads(expr: Expr) -> list[Expr]:
     found = _LOADS.get(expr)
     if found is None:

@@ -112,7 +112,7 @@ class GraphLowering:
         origins = self.origins_of(body)
         if origin and origin not in origins:
             origins = (*origins, origin)
-        self.graph.nodes.append(ComputedNode(buf, (), _permute_xvars(body, order), origins, order))
+        self.graph.nodes.append(ComputedNode(buf, (), ir.permute_xvars(body, order), origins, order))
 
     def natural_strides(self, shape: tuple[int, ...], body: Expr) -> tuple[int, ...]:
         """Row-major, except in a channels-last graph for a 4-d value read from an NHWC buffer (eager's
@@ -174,7 +174,7 @@ class GraphLowering:
         self.note_layout(buf)
         order = self.loop_order(buf)
         origins = self.origins_of(body)
-        body = _permute_xvars(body, order)
+        body = ir.permute_xvars(body, order)
         is_arg = op in (ir.ReduceOp.ARGMAX, ir.ReduceOp.ARGMIN)
         if math.prod(rranges) == 1:
             # a window of one element (pooling with kernel 1): the element itself, a pointwise node
@@ -416,13 +416,6 @@ class GraphLowering:
                 and not same_layout(value.shape, value.stride, want):
             return self.realize(Lazy(value.shape, value.dtype, as_expr(value)), want)
         return self.realize_viewable(value)
-
-
-def _permute_xvars(body: Expr, order: tuple[int, ...]) -> Expr:
-    """``body`` over a node's own XVARs when its XVAR(j) walks buffer dim ``order[j]``."""
-    if not order:
-        return body
-    return ir.substitute(body, {ir.xvar(d): ir.xvar(j) for j, d in enumerate(order)})
 
 
 def _conv2d(val: Any, args: tuple) -> bool:

@@ -33,6 +33,7 @@ import torch
 from compiler import ir, reshapes
 from compiler.capabilities import ANY_RENDERER, MAX_KERNEL_BUFFERS, MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, numel
+from compiler.input_writes import input_write_race
 from compiler.ir import Expr, Op
 from compiler.loop_merging import _resite, merge_loops
 from compiler.report import FusionReason, FusionRefusal
@@ -357,8 +358,8 @@ class Scheduler:
         value, why = self.forward_locals(k, value)
         if why:
             return why
-        index = ir.from_affine(ir.to_affine(index)) if ir.to_affine(index) is not None else index
-        if why := _input_write_race(k, node, index, value):
+        index = ir.affine_normal(index)
+        if why := input_write_race([s.value for s in k.stores], k.written_inputs, node, index, value):
             return why
         if upgrade and k.stores:
             self.upgrade(k, outer, red)
@@ -472,29 +473,6 @@ class Scheduler:
         for step in self.steps:
             if isinstance(step, _KernelBuilder):
                 step.kept = {s.buffer for s in step.stores if s.buffer in needed}
-
-
-def _input_write_race(k: _KernelBuilder, node: ComputedNode, index: Expr, value: Expr) -> Refusal | None:
-    """Why ``node`` (its store ``index`` and ``value`` in ``k``'s vars) cannot join kernel ``k`` without
-    a write into a graph input landing before a read of its old value: ``node`` writes an input that the
-    kernel or its own value reads at another element (another program, or a later iteration, may read it
-    after the write), or ``node`` reads the old value of an input ``k`` has already written (the value of
-    a node placed before the write, forwarded)."""
-    if node.buffer.kind == "input":
-        at = _affine(index)
-        for e in [e for s in k.stores for e in ir.loads(s.value)] + list(ir.loads(value)):
-            if e.arg == node.name and _affine(e.src[0]) != at:
-                return (FusionReason.INPUT_WRITE_RACE, f"writes input {node.name} at {ir.render_expr(index)}, "
-                        f"read at {ir.render_expr(e.src[0])}")
-    for e in ir.loads(value):
-        if e.arg in k.written_inputs:
-            return FusionReason.INPUT_WRITE_RACE, f"reads input {e.arg} after the kernel writes it"
-    return None
-
-
-def _affine(index: Expr) -> Expr:
-    """``index`` in the affine normal form (as is where it is not affine), for comparing indices."""
-    return ir.from_affine(ir.to_affine(index)) if ir.to_affine(index) is not None else index
 
 
 def _views_in(obj: object) -> set[str]:

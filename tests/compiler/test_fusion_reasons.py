@@ -25,6 +25,14 @@ def _realized(*xs: torch.Tensor) -> torch.Tensor:
     return xs[0] + xs[1] + xs[2] + xs[3] + xs[4]
 
 
+def _swap(a: torch.Tensor, b: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """Two inputs exchange values in place: the second write may not join the first's kernel."""
+    old = a.clone()
+    a.copy_(b)
+    b.copy_(old * 2)
+    return x * a + b
+
+
 CASES = {
     FusionReason.REDUCTION_MISMATCH: (lambda a: (a.sum(0), a.sum(1)), [(6, 9)]),
     FusionReason.PROLOGUE_SHAPE: (lambda *x: (y := _realized(*x[:5]), y * 2, x[5].sum(-1)),
@@ -40,6 +48,7 @@ CASES = {
     FusionReason.TEMPLATE_EPILOGUE: (lambda a, b: (a @ b).sum(-1), [(6, 9), (9, 4)], "none"),
     # 300 outputs of one pointwise value: a kernel takes MAX_KERNEL_BUFFERS buffers at most
     FusionReason.TOO_MANY_BUFFERS: (lambda a: (a.exp() * 2).split(1), [(300,)]),
+    FusionReason.INPUT_WRITE_RACE: (_swap, [(8,)] * 3),
 }
 
 
