@@ -235,11 +235,11 @@ def test_stop_cancels_what_has_not_started(local_cluster) -> None:
 # -- whole runs through the command line ---------------------------------------
 
 def test_cluster_run_gives_the_statuses_of_the_pool(tmp_path: Path, make_corpus, spawn_cli, cli) -> None:
-    """The same entries (pass, a segfault, a hang, a model that raises) on the pool and on a local
+    """The same entries (pass, a segfault, a hang past 15 s, a model that raises) on the pool and on a local
     cluster of 3 workers, side by side: the same status for each; the cluster's report names the
     machine and the worker of every result."""
     corpus_dir = make_corpus(tmp_path / "st", {"st.py": STATUSES})
-    common = ["run", "--corpus", str(corpus_dir), "--suite", "st", "--target", "eager", "--timeout", "25",
+    common = ["run", "--corpus", str(corpus_dir), "--suite", "st", "--target", "eager", "--timeout", "15",
               "--no-capture"]
     pool = spawn_cli(*common, "-j", "2", "--db", "pool.sqlite", "--json", "pool.json")
     cluster = spawn_cli(*common, "--cluster", "local:3", "--db", "cluster.sqlite", "--json", "cluster.json")
