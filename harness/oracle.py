@@ -10,7 +10,7 @@ reference, fall back to cosine similarity with eager plus an allclose check.
 Non-finite values are compared explicitly: NaN and +-Inf must sit at the same
 positions as in eager; the metrics use the finite positions only.
 
-With ``bias=True`` a 16-bit or float32 output of at least ``BIAS_MIN_ELEMENTS`` values is also
+With ``bias=True`` a 16-bit output of at least ``BIAS_MIN_ELEMENTS`` values is also
 checked for systematic error (``signed_error_ulps``): a cast that truncates where eager rounds is
 within every RMSE ratio (its error is at most one ulp) but is half an ulp toward zero on average,
 which a mean over hundreds of values shows many standard errors away from eager's.
@@ -36,7 +36,11 @@ HUGE_NUMEL = 50_000_000
 # distinct finite, nonzero reference values. Below ~256 values a mean of rounding errors (each within half an
 # ulp, standard deviation ~0.29 ulp) has a standard error above 0.02 ulp, and one correlated
 # intermediate dominates it.
-BIAS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+# float32 is left out: Crucible's float32 math written from primitives is biased by a fraction of an ulp
+# where ATen's (Sleef) is not (fuzzer, crucible-cpp, seed 1: acos as atan2(sqrt((1-x)(1+x)), x), +0.33
+# ulp on average against eager's +0.02 over 705 values), a quality difference rounding to 16 bits hides;
+# the check is for conversions that truncate.
+BIAS_DTYPES = (torch.float16, torch.bfloat16)
 BIAS_MIN_ELEMENTS = 256
 # Fail when the compiled mean signed error exceeds eager's by more than this many standard errors.
 # Rounding to nearest gives a mean near 0; truncation gives -0.5 ulp, 20+ standard errors at 256
