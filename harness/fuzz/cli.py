@@ -204,7 +204,8 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
             "status": str(finding.status), "op": finding.op, "error": finding.error,
             "error_detail": finding.record.error_detail, "known": finding.known, "hits": finding.hits,
             "nodes": len(finding.graph.nodes), "graph": finding.graph.to_json(),
-            "repro": write_repro(finding.graph, request.target, request.device, finding.record, how)})
+            "repro": write_repro(finding.graph, request.target, request.device, finding.record, how,
+                                  request.oracle_tiers)})
 
     progress = FuzzProgress(total=0)
     where = ("this process" if request.in_process else f"the cluster {cluster}" if cluster

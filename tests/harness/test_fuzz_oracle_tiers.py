@@ -132,3 +132,21 @@ def test_the_real_compiler_passes_the_tiers() -> None:
     for graph in (CAST, SIN_CAST):
         assert _verdicts(graph, "crucible-cpp") == ("", "")
     assert _verdicts(ABS, "crucible-interpret") == ("", "")
+
+
+def test_a_repro_checks_the_tiers_too() -> None:
+    """A finding of the tiers must still reproduce in its standalone repro (which imports no harness)."""
+    from harness.fuzz.repro import write_repro
+    from harness.result import Result
+
+    record = Result(name="x", target="eager", status="fail_accuracy", error="x")
+    for graph, message in ((CAST, "bit for bit"), (SIN_CAST, "biased")):
+        ns: dict = {"__name__": "repro"}
+        exec(compile(write_repro(graph, "eager", None, record), "repro.py", "exec"), ns)  # noqa: S102
+        eager = graph.function()(*graph.make_inputs())[0]
+        ref = graph.function(reference=True)(*graph.make_inputs(reference=True))[0]
+        assert not ns["describe"]("v0" if graph is CAST else "v1", eager, eager, ref)
+        assert message in ns["describe"]("v0" if graph is CAST else "v1", eager, _truncated(ref), ref)
+        ns = {"__name__": "repro"}
+        exec(compile(write_repro(graph, "eager", None, record, tiers=False), "repro.py", "exec"), ns)  # noqa: S102
+        assert not ns["describe"]("v0" if graph is CAST else "v1", eager, _truncated(ref), ref)
