@@ -58,10 +58,10 @@ def error_kind(result: Result) -> str:
     """The error part of a signature: what went wrong, without the values."""
     error = result.error or ""
     if result.status == Status.FAIL_ACCURACY:
-        for marker, kind in (("exact tier", "exact"), ("biased", "bias"), ("NaN positions", "nan_positions"), ("Inf positions", "inf_positions"),
+        for marker, kind in (("NaN positions", "nan_positions"), ("Inf positions", "inf_positions"),
                              ("integer/bool values", "integer_values"), ("shape differs", "shape"),
                              ("dtype differs", "dtype"), ("structure differs", "structure"),
-                             ("RMSE", "rmse"), ("cosine", "cosine")):
+                             ("RMSE", "rmse"), ("cosine", "cosine"), ("exact tier", "exact"), ("biased", "bias")):
             if marker in error:
                 return kind
         return "accuracy"

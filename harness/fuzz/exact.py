@@ -21,6 +21,7 @@ import torch
 
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.values import DTYPES
+from harness.oracle import nonfinite_mismatch
 
 
 class Exact(enum.Enum):
@@ -124,7 +125,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 
 
 def bitwise_mismatch(eager: torch.Tensor, compiled: torch.Tensor) -> str:
-    """How ``compiled`` differs from ``eager`` bit for bit, or "" (a NaN equals any NaN)."""
+    """How ``compiled`` differs from ``eager`` bit for bit, or "" (a NaN equals any NaN). NaN/inf
+    positions and integer values are named as the tolerance check names them (signatures and the
+    known list match on those words), the rest "exact tier"."""
     e, c = eager.detach().cpu(), compiled.detach().cpu()
     if e.shape != c.shape:
         return f"shape differs: eager {tuple(e.shape)}, compiled {tuple(c.shape)}"
@@ -137,5 +140,9 @@ def bitwise_mismatch(eager: torch.Tensor, compiled: torch.Tensor) -> str:
     if not count:
         return ""
     first = tuple(int(i) for i in differs.nonzero()[0])
-    return (f"exact tier: {count} of {e.numel()} values differ from eager bit for bit "
-            f"(first at {list(first)}: eager {e[first].item()!r}, compiled {c[first].item()!r})")
+    detail = (f"exact tier: {count} of {e.numel()} values differ from eager bit for bit "
+              f"(first at {list(first)}: eager {e[first].item()!r}, compiled {c[first].item()!r})")
+    if not e.is_floating_point():
+        return f"integer/bool values differ from eager ({detail})"
+    nonfinite = nonfinite_mismatch(e, c)
+    return f"{nonfinite} ({detail})" if nonfinite else detail

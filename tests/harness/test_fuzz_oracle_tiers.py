@@ -66,6 +66,19 @@ def test_bitwise_mismatch_tells_zero_signs_apart_and_not_nan_payloads() -> None:
     assert bitwise_mismatch(a.bfloat16(), a.bfloat16().nextafter(torch.tensor(2.0, dtype=torch.bfloat16)))
 
 
+def test_tier_failures_keep_the_wording_signatures_and_known_entries_match() -> None:
+    from harness.fuzz.campaign import error_kind
+    from harness.result import Result
+    from harness.status import Status
+
+    nan = bitwise_mismatch(torch.tensor([1.0, 2.0]), torch.tensor([float("nan"), 2.0]))
+    ints = bitwise_mismatch(torch.tensor([1, 2]), torch.tensor([1, 3]))
+    ulp = bitwise_mismatch(torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.0]).nextafter(torch.tensor(3.0)))
+    kinds = [error_kind(Result(name="g", target="t", status=Status.FAIL_ACCURACY, error=f"v0: {text}"))
+             for text in (nan, ints, ulp, "biased: mean signed error vs fp64 -0.5 ulp")]
+    assert kinds == ["nan_positions", "integer_values", "exact", "bias"]
+
+
 def _truncated(x: torch.Tensor) -> torch.Tensor:
     return (x.float().view(torch.int32) & ~0xFFFF).view(torch.float32).bfloat16()
 
