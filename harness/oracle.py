@@ -9,6 +9,11 @@ reference, fall back to cosine similarity with eager plus an allclose check.
 
 Non-finite values are compared explicitly: NaN and +-Inf must sit at the same
 positions as in eager; the metrics use the finite positions only.
+
+With ``bias=True`` a 16-bit output of at least ``BIAS_MIN_ELEMENTS`` values is also
+checked for systematic error (``signed_error_ulps``): a cast that truncates where eager rounds is
+within every RMSE ratio (its error is at most one ulp) but is half an ulp toward zero on average,
+which a mean over hundreds of values shows many standard errors away from eager's.
 """
 
 from __future__ import annotations
@@ -26,6 +31,26 @@ from corpus.entry import ToleranceOverride
 
 # Above this many elements per output the oracle uses the cosine fallback.
 HUGE_NUMEL = 50_000_000
+
+# The bias check (``ParityOracle(bias=True)``): outputs of these dtypes with at least this many
+# distinct finite, nonzero reference values. Below ~256 values a mean of rounding errors (each within half an
+# ulp, standard deviation ~0.29 ulp) has a standard error above 0.02 ulp, and one correlated
+# intermediate dominates it.
+# float32 is left out: Crucible's float32 math written from primitives is biased by a fraction of an ulp
+# where ATen's (Sleef) is not (fuzzer, crucible-cpp, seed 1: acos as atan2(sqrt((1-x)(1+x)), x), +0.33
+# ulp on average against eager's +0.02 over 705 values), a quality difference rounding to 16 bits hides;
+# the check is for conversions that truncate.
+BIAS_DTYPES = (torch.float16, torch.bfloat16)
+BIAS_MIN_ELEMENTS = 256
+# Fail when the compiled mean signed error exceeds eager's by more than this many standard errors.
+# Rounding to nearest gives a mean near 0; truncation gives -0.5 ulp, 20+ standard errors at 256
+# values. 5 keeps a normal tail's chance below 1e-6 per output; four clean 120 s campaigns (3747 graphs,
+# crucible-cpp and crucible-interpret) had no failure (harness/RESULTS.md).
+BIAS_SIGMAS = 5.0
+# The rounding-noise references perturb each rounded value by a unit roundoff, half an ulp; a
+# compiled intermediate may legitimately be a whole ulp off (a sum rounded after another order), and
+# an intermediate every element reads (a broadcast sum) makes that error common to all of them.
+BIAS_SPREAD_FACTOR = 2.0
 
 
 @dataclass(frozen=True)
@@ -104,6 +129,10 @@ class ParityResult:
     unjudged_outputs: int = 0
     # failed on NaN/inf positions only eager's overflow did not excuse: what ``rounded_steps`` may
     needs_rounded_steps: bool = False
+    # mean signed error vs fp64 in ulps toward larger magnitude (``signed_error_ulps``) of the
+    # compiled and the eager output, worst output by excess; None when no output was checked
+    bias: float | None = None
+    eager_bias: float | None = None
 
 
 def flatten_outputs(value: Any, prefix: str = "out") -> list[tuple[str, Any]]:
@@ -224,12 +253,38 @@ def _cosine(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.flatten() @ b.flatten()).item() / (na * nb))
 
 
+def signed_error_ulps(x: torch.Tensor, reference: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Each error of ``x`` against ``reference`` (float64 values) in ulps of ``dtype`` at the
+    reference's magnitude, positive away from zero: a truncation toward zero is negative everywhere,
+    rounding to nearest averages 0 whatever the signs. Only where both are finite and the reference
+    is nonzero."""
+    keep = torch.isfinite(x) & torch.isfinite(reference) & (reference != 0)
+    x, r = x[keep].double(), reference[keep].double()
+    info = torch.finfo(dtype)
+    _, exponent = torch.frexp(r)  # r = m * 2^exponent, 0.5 <= |m| < 1: one ulp is eps * 2^(exponent - 1)
+    ulp = torch.ldexp(torch.full_like(r, info.eps), exponent - 1).clamp_min(info.smallest_normal * info.eps)
+    return (x - r) * torch.sign(r) / ulp
+
+
+def mean_and_standard_error(z: torch.Tensor, groups: torch.Tensor | None = None) -> tuple[float, float]:
+    """The mean of ``z`` and its standard error; with ``groups`` (a group index per value), of the
+    group means: values of one group share their errors (copies of one value broadcast), so a group
+    counts once."""
+    if groups is not None:
+        count = int(groups.max()) + 1 if groups.numel() else 0
+        z = torch.zeros(count, dtype=z.dtype).index_add_(0, groups, z) / torch.bincount(groups, minlength=count)
+    n = z.numel()
+    return z.mean().item(), (z.std().item() / math.sqrt(n) if n > 1 else math.inf)
+
+
 class ParityOracle:
     """Compare a compiled run's outputs with eager's and the float64 reference."""
 
-    def __init__(self, dtype: str = "float32", override: ToleranceOverride | None = None) -> None:
+    def __init__(self, dtype: str = "float32", override: ToleranceOverride | None = None,
+                 bias: bool = False) -> None:
         self.dtype = dtype
         self.tol = tolerance_for(dtype, override)
+        self.bias = bias  # also the bias check (``_bias``)
 
     def compare(self, eager: Any, compiled: Any, reference: Any = None, spread: list[Any] | None = None,
                 order_dependent: bool = False, rounded_steps: Any = None) -> ParityResult:
@@ -345,11 +400,47 @@ class ParityOracle:
         ratio = rmse_compiled / max(bound, floor)
         result.rmse_ratio = ratio if result.rmse_ratio is None else max(result.rmse_ratio, ratio)
         if close or rmse_compiled <= self.tol.rmse_ratio * bound + floor:
-            return ""
+            return self._bias(result, et.dtype, c64, e64, r64, spread, finite, et.shape) if self.bias else ""
         result.needs_spread = noise is None
         spread_text = "" if noise is None else f", rounding spread {noise:.3g}"
         return (f"RMSE vs fp64 {rmse_compiled:.3g} > {self.tol.rmse_ratio} x eager's {rmse_eager:.3g}{spread_text} "
                 f"(+{floor:.2g}); max abs err vs eager {max_abs:.3g}")
+
+    def _bias(self, result: ParityResult, dtype: torch.dtype, c64: torch.Tensor, e64: torch.Tensor,
+              r64: torch.Tensor, spread: list[Any], finite: torch.Tensor, shape: torch.Size) -> str:
+        """Whether the compiled mean signed error (``signed_error_ulps``) is further from 0 than eager's
+        by more than ``BIAS_SIGMAS`` standard errors of the difference: "" when not, or when the output
+        is not checked. With ``spread``, the rounding-noise references' mean signed error (times
+        ``BIAS_SPREAD_FACTOR``) may stand in for eager's, as for the RMSE."""
+        if dtype not in BIAS_DTYPES or c64.shape != e64.shape or c64.shape != r64.shape:
+            return ""
+        keep = torch.isfinite(c64) & torch.isfinite(r64) & (r64 != 0)
+        # equal reference values are one sample (an expanded input holds one value 512 times, and a
+        # kernel one ulp off there is off everywhere)
+        distinct, groups = torch.unique(r64[keep], return_inverse=True)
+        if distinct.numel() < BIAS_MIN_ELEMENTS:
+            return ""
+        c64, e64, r64 = c64[keep], e64[keep], r64[keep]
+        mean_c, se_c = mean_and_standard_error(signed_error_ulps(c64, r64, dtype), groups)
+        mean_e, se_e = mean_and_standard_error(signed_error_ulps(e64, r64, dtype), groups)
+        bound, noise_text = abs(mean_e), ""
+        noise = []
+        for s in spread:
+            st = _as_tensor(s)
+            if st is not None and st.shape == shape and st.is_floating_point() and not st.is_complex():
+                noise.append(abs(mean_and_standard_error(signed_error_ulps(st.cpu()[finite].double()[keep], r64,
+                                                                           dtype))[0]))
+        if noise:
+            bound = max(bound, BIAS_SPREAD_FACTOR * max(noise))
+            noise_text = f", rounding spread's {max(noise):.3g}"
+        excess, se = abs(mean_c) - bound, math.hypot(se_c, se_e)
+        if result.bias is None or excess > abs(result.bias) - abs(result.eager_bias or 0.0):
+            result.bias, result.eager_bias = mean_c, mean_e
+        if excess <= BIAS_SIGMAS * se:
+            return ""
+        result.needs_spread = not noise
+        return (f"biased: mean signed error vs fp64 {mean_c:+.3g} ulp (eager's {mean_e:+.3g}{noise_text}) over "
+                f"{distinct.numel()} distinct values, {excess / se:.1f} standard errors beyond (> {BIAS_SIGMAS:g})")
 
     @staticmethod
     def _spread(spread: list[Any], finite: torch.Tensor, shape: torch.Size, r64: torch.Tensor) -> float | None:

@@ -280,7 +280,9 @@ class _KernelWriter:
         if op in (Op.MAX, Op.MIN):
             cmp = ">" if op is Op.MAX else "<"
             if cdt.is_floating_point:
-                return self.tmp(e, f"tl.where(({a[0]} {cmp} {a[1]}) | ({a[0]} != {a[0]}), {a[0]}, {a[1]})")
+                # NaN propagates; nested selects, not `(a > b) | (a != a)`: a 1-element input loads as a
+                # scalar, and the interpreter's `block | (scalar != scalar)` raises (as for and/or above)
+                return self.tmp(e, f"tl.where({a[0]} != {a[0]}, {a[0]}, tl.where({a[0]} {cmp} {a[1]}, {a[0]}, {a[1]}))")
             return self.tmp(e, f"tl.where({a[0]} {cmp} {a[1]}, {a[0]}, {a[1]})")
         if op is Op.WHERE:
             if cdt in (torch.int64, torch.float64) and all(s.op is Op.CONST for s in e.src[1:]):

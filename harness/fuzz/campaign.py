@@ -61,7 +61,7 @@ def error_kind(result: Result) -> str:
         for marker, kind in (("NaN positions", "nan_positions"), ("Inf positions", "inf_positions"),
                              ("integer/bool values", "integer_values"), ("shape differs", "shape"),
                              ("dtype differs", "dtype"), ("structure differs", "structure"),
-                             ("RMSE", "rmse"), ("cosine", "cosine")):
+                             ("RMSE", "rmse"), ("cosine", "cosine"), ("exact tier", "exact"), ("biased", "bias")):
             if marker in error:
                 return kind
         return "accuracy"
@@ -109,6 +109,7 @@ class CampaignRequest:
     max_findings: int | None = None  # stop once this many new (not known) findings are in
     capture: str = "fx"  # harness.targets.CAPTURES
     imports: tuple[str, ...] = ()
+    oracle_tiers: bool = True  # the exact tier and bias check (harness.fuzz.subject.compare_outputs)
 
 
 @dataclass
@@ -166,11 +167,11 @@ class _Found(Exception):
 
 
 def _graph_task(graph: FuzzGraph, request: CampaignRequest) -> GraphTask:
-    return GraphTask.of(graph, request.capture, request.imports)
+    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers)
 
 
 def _localize_task(graph: FuzzGraph, request: CampaignRequest) -> LocalizeTask:
-    return LocalizeTask.of(graph, request.capture, request.imports)
+    return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers)
 
 
 def run_campaign(request: CampaignRequest, runner: Any,

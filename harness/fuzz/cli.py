@@ -45,6 +45,9 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per graph before it is a hang (default 120)")
     p.add_argument("--capture", choices=CAPTURES, default="fx",
                    help="hand graphs to the compiler directly (fx, default) or through torch.compile (dynamo)")
+    p.add_argument("--oracle-tiers", choices=("on", "off"), default="on",
+                   help="the exact tier (outputs of exact ops equal eager's bit for bit) and the bias check "
+                        "(default on; off: the tolerance check alone)")
     p.add_argument("--in-process", action="store_true",
                    help="run graphs in this process (no isolation: a crash ends the campaign)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE[:FUNCTION]",
@@ -150,7 +153,7 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                               seed=args.seed, ops=args.ops, max_nodes=args.max_nodes,
                               shrink_seconds=args.shrink_seconds, timeout_s=args.timeout,
                               in_process=args.in_process, max_findings=args.max_findings, capture=args.capture,
-                              imports=tuple(args.imports))
+                              imports=tuple(args.imports), oracle_tiers=args.oracle_tiers == "on")
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     return _run_and_store(request, run_id, args.db, args.jobs, args.cluster, args.mixed_versions, args.replay)
 
@@ -166,6 +169,8 @@ def how_found(request: Any, jobs: int = 1) -> str:
         words += ["--max-nodes", str(request.max_nodes)]
     if request.capture != "fx":
         words += ["--capture", request.capture]
+    if not request.oracle_tiers:
+        words += ["--oracle-tiers", "off"]
     if request.examples is not None:
         words += ["--examples", str(request.examples)]
     if jobs > 1:
@@ -188,7 +193,8 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
     stored = stored_findings(store, request.target, REPLAY_CAP) if replay else None  # before this run's own
     metadata = run_metadata("fuzz", request.target, request.seed, None, {})
     metadata["fuzz"] = {"ops": request.ops, "examples": request.examples, "seconds": request.seconds,
-                        "capture": request.capture, "max_nodes": request.max_nodes, "jobs": jobs}
+                        "capture": request.capture, "max_nodes": request.max_nodes, "jobs": jobs,
+                        "oracle_tiers": request.oracle_tiers}
     store.create_run(run_id, "fuzz", request.target, metadata)
     how = how_found(request, jobs)
 
@@ -198,7 +204,8 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
             "status": str(finding.status), "op": finding.op, "error": finding.error,
             "error_detail": finding.record.error_detail, "known": finding.known, "hits": finding.hits,
             "nodes": len(finding.graph.nodes), "graph": finding.graph.to_json(),
-            "repro": write_repro(finding.graph, request.target, request.device, finding.record, how)})
+            "repro": write_repro(finding.graph, request.target, request.device, finding.record, how,
+                                  request.oracle_tiers)})
 
     progress = FuzzProgress(total=0)
     where = ("this process" if request.in_process else f"the cluster {cluster}" if cluster

@@ -27,8 +27,8 @@ from harness.targets import Target
 class LocalizeSubject(GraphSubject):
     """``graph`` with every intermediate an output; its grade charges the first diverging value."""
 
-    def __init__(self, graph: FuzzGraph, capture: str = "fx", name: str | None = None) -> None:
-        super().__init__(graph.prefix(len(graph.nodes)), capture, name)
+    def __init__(self, graph: FuzzGraph, capture: str = "fx", name: str | None = None, tiers: bool = True) -> None:
+        super().__init__(graph.prefix(len(graph.nodes)), capture, name, tiers)
 
     def layers(self, target: Target) -> tuple:
         """None: localization says where a difference starts; the graph's verdict, attributed already,
@@ -38,7 +38,8 @@ class LocalizeSubject(GraphSubject):
     def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
         full = self.graph
         failing, reason, fields = compare_outputs(full, full.outputs, eager, compiled, reference,
-                                                  rounding_spread=True, references=self._allowance_references)
+                                                  rounding_spread=True, references=self._allowance_references,
+                                                  tiers=self.tiers)
         if not failing:
             return Grade(True, "", fields)
         op, diverged = divergence(full, failing, reason, eager, compiled, reference)
@@ -47,24 +48,25 @@ class LocalizeSubject(GraphSubject):
 
 
 def localize(graph: FuzzGraph, target: Target, name: str | None = None, capture: str = "fx",
-             on_phase: Callable[[str], None] = lambda phase: None) -> Result:
+             on_phase: Callable[[str], None] = lambda phase: None, tiers: bool = True) -> Result:
     """``fail_accuracy`` (phase ``localize``) with ``op`` and ``diverged`` when a value of ``graph``
     with every intermediate an output diverges, ``pass`` when none does (the failure needs the
     original fusion to show); any other status when that graph does not even run (the campaign then
     keeps the failure as it was)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        result = execute(LocalizeSubject(graph, capture, name), target, on_phase)
+        result = execute(LocalizeSubject(graph, capture, name, tiers), target, on_phase)
     if result.status in (Status.PASS, Status.FAIL_ACCURACY):
         result = result.replace(phase=Phase.LOCALIZE)
     return result
 
 
-def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx") -> tuple[str, str]:
+def localize_divergence(graph: FuzzGraph, target: Target, capture: str = "fx",
+                        tiers: bool = True) -> tuple[str, str]:
     """(op, reason) of the first node whose value diverges when every intermediate is a graph
     output, the reason naming that value ("v2_1: NaN positions ..."); ("", "") when none does, or
     when that graph fails otherwise (localization is best effort: the verdict stands)."""
-    result = localize(graph, target, capture=capture)
+    result = localize(graph, target, capture=capture, tiers=tiers)
     if result.status != Status.FAIL_ACCURACY or not result.op:
         return "", ""
     return result.op, result.diverged or ""

@@ -11,7 +11,9 @@ from __future__ import annotations
 import inspect
 
 from harness.errors import raised_at
+from harness import oracle
 from harness.fuzz import values
+from harness.fuzz.exact import exact_cone
 from harness.fuzz.graph import FuzzGraph
 from harness.result import Result
 from harness.targets import parse_target
@@ -35,6 +37,13 @@ def describe(name, eager, got, ref):
     got = got.cpu()
     if got.shape != eager.shape or got.dtype != eager.dtype:
         return f"{name}: eager {eager.dtype}{list(eager.shape)}, target {got.dtype}{list(got.shape)}"
+    if name in EXACT:  # every op it depends on is exact: it must equal eager bit for bit (a NaN any NaN)
+        bits = {8: torch.int64, 4: torch.int32, 2: torch.int16}.get(eager.element_size())
+        same = ((eager.contiguous().view(bits) == got.contiguous().view(bits)) | (eager.isnan() & got.isnan())
+                if eager.is_floating_point() else eager == got)
+        bad = (~same).nonzero()
+        return (f"{name}: {len(bad)} values differ from eager bit for bit (exact ops), first at {bad[0].tolist()}: "
+                f"eager {eager[tuple(bad[0])].item()!r}, target {got[tuple(bad[0])].item()!r}") if len(bad) else ""
     if not eager.is_floating_point():
         bad = (got != eager).nonzero()
         return f"{name}: {len(bad)} integer/bool values differ, first at {bad[0].tolist()}" if len(bad) else ""
@@ -68,9 +77,24 @@ def describe(name, eager, got, ref):
     # the harness's criterion: RMSE against float64 within 2x (3x for 16-bit types) eager's, plus a floor
     ratio = 3.0 if eager.dtype in (torch.float16, torch.bfloat16) else 2.0
     if rmse(g) <= ratio * rmse(e) + 1e-5 + 1e-6 * r.abs().mean().item():
-        return ""
+        return biased(name, eager.dtype, g, e, r) if BIAS else ""
     return (f"{name}: max abs err vs eager {err:.3g}; RMSE vs float64: target {rmse(g):.3g}, "
             f"eager {rmse(e):.3g}")
+
+
+def biased(name, dtype, g, e, r):
+    """The harness's bias check (without its rounding-spread allowance): the target's mean signed error
+    vs float64 in ulps, over distinct float64 values, further from 0 than eager's by BIAS_SIGMAS
+    standard errors."""
+    keep = torch.isfinite(g) & torch.isfinite(r) & (r != 0)
+    distinct, groups = torch.unique(r[keep], return_inverse=True)
+    if dtype not in BIAS_DTYPES or distinct.numel() < BIAS_MIN_ELEMENTS:
+        return ""
+    mean_g, se_g = mean_and_standard_error(signed_error_ulps(g[keep], r[keep], dtype), groups)
+    mean_e, se_e = mean_and_standard_error(signed_error_ulps(e[keep], r[keep], dtype), groups)
+    if abs(mean_g) - abs(mean_e) <= BIAS_SIGMAS * math.hypot(se_g, se_e):
+        return ""
+    return f"{name}: biased: mean signed error vs float64 {mean_g:+.3g} ulp, eager's {mean_e:+.3g}"
 
 
 def checked():
@@ -116,9 +140,11 @@ def _values_source() -> str:
     return source.split("from __future__ import annotations\n", 1)[1].replace("import torch\n", "", 1)
 
 
-def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Result, how_found: str = "") -> str:
+def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Result, how_found: str = "",
+                tiers: bool = True) -> str:
     """The text of a standalone repro script for ``graph`` failing on ``target`` as ``record`` says;
-    ``how_found``: the command line that found it (shell-quoted by the caller)."""
+    ``how_found``: the command line that found it (shell-quoted by the caller); ``tiers``: with the
+    oracle's exact tier and bias check (``harness.fuzz.subject.compare_outputs``)."""
     t = parse_target(target, device)
     backend = t.backend or "eager"
     header = [f"# Crucible fuzz finding on {target}: {record.status} at {record.op}",
@@ -136,6 +162,10 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         f"EXPECTED = {'outputs as eager computes them (NaN/inf positions, integers exact, float error no worse than eager)'!r}",
         # Python literals (repr): JSON's false/true are no Python names
         f"INPUTS = {graph.inputs!r}", f"OUTPUTS = {graph.outputs!r}",
+        f"EXACT = {[o for o in graph.outputs if exact_cone(graph, o)] if tiers else []!r}", f"BIAS = {tiers!r}",
+        f"BIAS_DTYPES = ({''.join(f'torch.{d}, '.replace('torch.torch.', 'torch.') for d in oracle.BIAS_DTYPES)})",
+        f"BIAS_MIN_ELEMENTS = {oracle.BIAS_MIN_ELEMENTS!r}", f"BIAS_SIGMAS = {oracle.BIAS_SIGMAS!r}", "",
+        inspect.getsource(oracle.signed_error_ulps), inspect.getsource(oracle.mean_and_standard_error),
         f"SOURCE = '''\n{graph.source()}'''", _RUNNER,
     ]
     return "\n".join(header) + "\n" + "\n".join(body)

@@ -26,6 +26,7 @@ import torch
 
 from harness.engine import Context, Grade, Subject, execute, optional_reference
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
+from harness.fuzz.exact import bitwise_mismatch, exact_cone
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.nan_sign import nan_sign_only
 from harness.fuzz.ties import near_tied_indices
@@ -67,10 +68,11 @@ class GraphSubject(Subject):
 
     stateless = True  # a graph is a pure function: the second compiled call is graded too
 
-    def __init__(self, graph: FuzzGraph, capture: str = "fx", name: str | None = None) -> None:
+    def __init__(self, graph: FuzzGraph, capture: str = "fx", name: str | None = None, tiers: bool = True) -> None:
         if capture not in CAPTURES:
             raise ValueError(f"capture={capture!r}: choose one of {', '.join(CAPTURES)}")
         self.graph, self.via = graph, capture
+        self.tiers = tiers  # compare_outputs' exact tier and bias check
         self.name = name or graph_name(graph)
         self._fn: Callable[..., Any] | None = None
         self._inputs: list[torch.Tensor] = []
@@ -107,7 +109,8 @@ class GraphSubject(Subject):
 
     def grade(self, ctx: Context, eager: Any, compiled: Any, reference: Any) -> Grade:
         failing, reason, fields = compare_outputs(self.graph, self.graph.outputs, eager, compiled, reference,
-                                                  rounding_spread=True, references=self._allowance_references)
+                                                  rounding_spread=True, references=self._allowance_references,
+                                                  tiers=self.tiers)
         if not failing:
             return Grade(True, "", fields)
         fields.update(op=self.graph.output_ops()[failing], failing_outputs=[self.graph.outputs.index(failing)])
@@ -121,19 +124,20 @@ class GraphSubject(Subject):
 
 
 def run_graph(graph: FuzzGraph, target: Target, on_phase: Callable[[str], None] = lambda phase: None,
-              capture: str = "fx", name: str | None = None) -> Result:
-    """Run ``graph`` on ``target`` in this process (what a worker does with a ``GraphTask``).
+              capture: str = "fx", name: str | None = None, tiers: bool = True) -> Result:
+    """Run ``graph`` on ``target`` in this process (what a worker does with a ``GraphTask``);
+    ``tiers``: the oracle's exact tier and bias check (``compare_outputs``).
 
     Warnings are silenced: generated graphs call ops in every corner of their domains, and a
     campaign's log would be nothing else."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return execute(GraphSubject(graph, capture, name), target, on_phase)
+        return execute(GraphSubject(graph, capture, name, tiers), target, on_phase)
 
 
 def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: tuple,
                     reference: tuple | None, rounding_spread: bool = False,
-                    references: dict[str, Any] | None = None) -> tuple[str, str, dict[str, Any]]:
+                    references: dict[str, Any] | None = None, tiers: bool = True) -> tuple[str, str, dict[str, Any]]:
     """(failing output name or "", reason, result fields) judging each output by its own dtype.
 
     The fields: ``max_abs_err``, ``rmse_ratio`` and ``rounding_spread`` (the worst over the outputs),
@@ -151,7 +155,12 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     A float64 output downstream of an accumulating op (a reduction, scan or nn op) that inputs near
     the top of float64's range reach is not compared (``ParityOracle.compare``'s ``order_dependent``):
     its overflow and cancellation depend on the evaluation order.
-    ``references``: a dict keeping the extra references between calls (a subject grades two calls)."""
+    ``references``: a dict keeping the extra references between calls (a subject grades two calls).
+
+    ``tiers`` (the default): an output whose every upstream op is exact (``harness.fuzz.exact``) must
+    equal eager's bit for bit, whatever its error (only the sign of a NaN is excused there), and
+    every other 16-bit or float32 output is also checked for bias (``ParityOracle(bias=True)``);
+    ``tiers=False`` is the tolerance check alone (``crucible fuzz --oracle-tiers off``)."""
     references = {} if references is None else references
     metrics: dict[str, Any] = {}
     allowed: dict[str, int] = {}
@@ -162,8 +171,17 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     for i, name in enumerate(names):
         e = eager[i]
         dtype = str(e.dtype).removeprefix("torch.") if isinstance(e, torch.Tensor) else "float32"
-        oracle = ParityOracle(dtype if dtype in ("float16", "bfloat16", "float64") else "float32")
+        oracle = ParityOracle(dtype if dtype in ("float16", "bfloat16", "float64") else "float32", bias=tiers)
         ref = None if reference is None else reference[i]
+        if tiers and isinstance(e, torch.Tensor) and isinstance(compiled[i], torch.Tensor) and exact_cone(graph, name):
+            mismatch = bitwise_mismatch(e, compiled[i])
+            if mismatch and nan_sign_only(graph, name, e, compiled[i]):
+                mismatch = ""
+                allow(NAN_SIGN)
+            if mismatch:
+                metrics["allowances"] = allowed or None
+                return name, f"{name}: {mismatch}", metrics
+            continue
         parity = oracle.compare(e, compiled[i], ref)
         # every allowance is looked for only after a strict failure (none costs a passing graph)
         unjudged = not parity.passed and dtype == "float64" and order_dependent(graph, name)

@@ -28,16 +28,17 @@ class GraphTask:
     capture: str = "fx"
     localize: bool = False
     imports: tuple[str, ...] = ()
+    tiers: bool = True  # the oracle's exact tier and bias check (harness.fuzz.subject.compare_outputs)
 
     @classmethod
-    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = ()) -> GraphTask:
-        return cls(graph_name(graph), graph.to_json(), capture, imports=imports)
+    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = (), tiers: bool = True) -> GraphTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports=imports, tiers=tiers)
 
     def __call__(self, worker: WorkerContext) -> Result:
         graph = FuzzGraph.from_json(self.graph)
-        result = run_graph(graph, worker.target, worker.progress, self.capture, self.name)
+        result = run_graph(graph, worker.target, worker.progress, self.capture, self.name, self.tiers)
         if self.localize and result.status == Status.FAIL_ACCURACY and len(graph.nodes) > 1:
-            op, diverged = localize_divergence(graph, worker.target, self.capture)
+            op, diverged = localize_divergence(graph, worker.target, self.capture, self.tiers)
             if op:
                 result = result.replace(op=op, diverged=diverged)
         return result
@@ -53,10 +54,13 @@ class LocalizeTask:
     graph: str
     capture: str = "fx"
     imports: tuple[str, ...] = ()
+    tiers: bool = True
 
     @classmethod
-    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = ()) -> LocalizeTask:
-        return cls(graph_name(graph), graph.to_json(), capture, imports)
+    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = (),
+           tiers: bool = True) -> LocalizeTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports, tiers)
 
     def __call__(self, worker: WorkerContext) -> Result:
-        return localize(FuzzGraph.from_json(self.graph), worker.target, self.name, self.capture, worker.progress)
+        return localize(FuzzGraph.from_json(self.graph), worker.target, self.name, self.capture, worker.progress,
+                        self.tiers)

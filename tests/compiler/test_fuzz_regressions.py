@@ -200,6 +200,18 @@ def _norm(order):
     return lambda a: aten.linalg_vector_norm.default(a, order, [0], False)
 
 
+def test_maximum_of_an_expanded_one_element_input(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret, seed 5 (an A/B campaign of the oracle tiers): ``aten.maximum.default(x1,
+    x0)`` with x1 a [1, 1] value expanded to [1, 2] raised TypeError in Triton's interpreter: x1 loads as
+    a scalar, and ``(t0 > t1) | (t0 != t0)`` met numpy's bitwise_or; max/min are nested selects now."""
+    b = torch.tensor([[0.5, -2.0]], device=device)
+    for value in (0.0, 1.5, math.nan):
+        a = torch.tensor([[value]], device=device).expand(1, 2)
+        for op in (aten.maximum.default, aten.minimum.default):
+            fn = _binary(op)
+            torch.testing.assert_close(_compiled(fn, a, b, codegen=codegen)(a, b), fn(a, b), equal_nan=True)
+
+
 def test_logical_and_with_a_one_element_operand(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 1: ``aten.logical_and.default(x0, x1)`` with x1 of shape
     [1, 1] (loaded as a scalar) raised TypeError in Triton's interpreter: its comparison of 0-d

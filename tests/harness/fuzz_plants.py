@@ -162,3 +162,39 @@ def aot_layer_rewrites_exp() -> None:
     planted = aot_exp_as_expm1(aot.aot_module_simplified)
     aot.aot_module_simplified = planted
     common.aot_module_simplified = planted
+
+
+# float32 -> bfloat16 by dropping the low 16 bits (toward zero) instead of rounding to nearest even:
+# an immediately called C++ lambda, so it renders where ``crucible::float_to_bf16`` would.
+TRUNCATING_BF16 = "[](float v) { return uint16_t(crucible::float_to_bits(v) >> 16); }"
+
+
+def bf16_cast_truncates() -> None:
+    """Generated C++ converts float32 to bfloat16 by truncation (casts and 16-bit stores alike): at
+    most one ulp off, within every RMSE ratio, but half an ulp toward zero on average."""
+    from compiler.codegen import cpp_lang
+
+    cpp_lang.FROM_FLOAT[torch.bfloat16] = TRUNCATING_BF16
+
+
+def abs_off_by_an_ulp_rule() -> Any:
+    """An abs lowering giving |x| * (1 + 2^-23) where 1 < |x| < 2^100 (float32; not near the top, where
+    it would overflow into inf, which the tolerance check sees): one or two ulp off for some inputs,
+    within the tolerance check, not equal to eager's exact result."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowerings import pointwise as pw
+    from compiler.lowerings.formulas import sel, vabs
+
+    def off(x: Any) -> Any:
+        if x.e.dtype != torch.float32:
+            return vabs(x)
+        return sel(vabs(x) > 1, sel(vabs(x) < 2.0 ** 100, vabs(x) * (1 + 2.0 ** -23), vabs(x)), vabs(x))
+
+    return pw._unary_same(off)
+
+
+def abs_off_by_an_ulp() -> None:
+    """abs lowered by ``abs_off_by_an_ulp_rule``."""
+    from compiler.lowering import LOWERINGS
+
+    LOWERINGS[aten.abs] = abs_off_by_an_ulp_rule()
