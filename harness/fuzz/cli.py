@@ -221,7 +221,7 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
                 new_runner = lambda: WorkerRunner(executor)  # noqa: E731
             else:
                 new_runner = lambda: make_runner(request.target, request.device, request.in_process,  # noqa: E731
-                                                 request.timeout_s, None)
+                                                 request.timeout_s, None, campaigns=jobs)
             if jobs == 1:
                 runner = stack.enter_context(closing(new_runner()))
                 summary = run_campaign(request, runner, progress.update, save, replay=stored)
