@@ -92,6 +92,30 @@ EXACT_OPS: dict[str, tuple[Exact, str]] = {
 }
 
 
+# Ops that pick one of several values comparing equal: between +0.0 and -0.0 (equal under IEEE
+# comparison) either is a right answer, and ATen's vectorized and scalar loops pick differently
+# (amax of round(x) over [+0.0, -0.0]: eager +0.0; fuzzer, crucible-cpp, seed 41).
+EQUAL_VALUE_CHOICE = frozenset({
+    "aten.maximum.default", "aten.minimum.default", "aten.fmax.default", "aten.fmin.default",
+    "aten.clamp.default", "aten.clamp.Tensor", "aten.clamp_min.default", "aten.clamp_max.default",
+    "aten.hardtanh.default", "aten.relu.default", "aten.threshold.default", "aten.amax.default",
+    "aten.amin.default", "aten.max.default", "aten.min.default", "aten.max.dim", "aten.min.dim",
+    "aten.cummax.default", "aten.sort.stable", "aten.topk.default", "aten.max_pool2d_with_indices.default"})
+
+
+def zero_sign_choice(graph: FuzzGraph, name: str, eager: torch.Tensor, compiled: torch.Tensor) -> bool:
+    """Whether ``compiled`` differs from ``eager`` only in the sign of zeros, downstream of an op that
+    chooses between equal values (``EQUAL_VALUE_CHOICE``): the "sign of a zero" allowance."""
+    if not eager.is_floating_point() or eager.shape != compiled.shape or eager.dtype != compiled.dtype:
+        return False
+    upstream = graph.upstream([name])
+    if not any(n.op in EQUAL_VALUE_CHOICE for n in graph.nodes if any(o in upstream for o in n.outputs)):
+        return False
+    e, c = eager.detach().cpu(), compiled.detach().cpu()
+    differs = (_bits(e) != _bits(c)) & ~(torch.isnan(e) & torch.isnan(c))
+    return bool(differs.any()) and bool(((e == 0) & (c == 0))[differs].all())
+
+
 def _integral(dtype_name: str) -> bool:
     dtype = DTYPES.get(dtype_name)
     return dtype is not None and not dtype.is_floating_point and not dtype.is_complex

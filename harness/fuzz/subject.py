@@ -26,7 +26,7 @@ import torch
 
 from harness.engine import Context, Grade, Subject, execute, optional_reference
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
-from harness.fuzz.exact import bitwise_mismatch, exact_cone
+from harness.fuzz.exact import bitwise_mismatch, exact_cone, zero_sign_choice
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.nan_sign import nan_sign_only
 from harness.fuzz.ties import near_tied_indices
@@ -42,6 +42,7 @@ ROUNDED_STEPS = "rounded steps"
 ILL_CONDITIONED = "ill-conditioned accumulation"
 NEAR_TIES = "near-tied indices"
 NAN_SIGN = "sign of a NaN"
+ZERO_SIGN = "sign of a zero"
 ORDER_DEPENDENT = "float64 order-dependent"
 
 NOISE_SAMPLES = 2  # rounding-noise references per judged output (the larger spread counts)
@@ -158,8 +159,8 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     ``references``: a dict keeping the extra references between calls (a subject grades two calls).
 
     ``tiers`` (the default): an output whose every upstream op is exact (``harness.fuzz.exact``) must
-    equal eager's bit for bit, whatever its error (only the sign of a NaN is excused there), and
-    every other 16-bit or float32 output is also checked for bias (``ParityOracle(bias=True)``);
+    equal eager's bit for bit, whatever its error (only the sign of a NaN, and of a zero chosen among
+    equal values, are excused there), and every other 16-bit or float32 output is also checked for bias (``ParityOracle(bias=True)``);
     ``tiers=False`` is the tolerance check alone (``crucible fuzz --oracle-tiers off``)."""
     references = {} if references is None else references
     metrics: dict[str, Any] = {}
@@ -178,6 +179,9 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
             if mismatch and nan_sign_only(graph, name, e, compiled[i]):
                 mismatch = ""
                 allow(NAN_SIGN)
+            if mismatch and zero_sign_choice(graph, name, e, compiled[i]):
+                mismatch = ""
+                allow(ZERO_SIGN)
             if mismatch:
                 metrics["allowances"] = allowed or None
                 return name, f"{name}: {mismatch}", metrics

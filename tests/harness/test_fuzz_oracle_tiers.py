@@ -163,3 +163,22 @@ def test_a_repro_checks_the_tiers_too() -> None:
         ns = {"__name__": "repro"}
         exec(compile(write_repro(graph, "eager", None, record, tiers=False), "repro.py", "exec"), ns)  # noqa: S102
         assert not ns["describe"]("v0" if graph is CAST else "v1", eager, _truncated(ref), ref)
+
+
+def test_the_sign_of_a_zero_chosen_among_equal_values_is_allowed() -> None:
+    """Fuzzer, crucible-cpp, seed 41: amax of round(x) over [+0.0, -0.0] is +0.0 in eager and -0.0
+    compiled; both are right (the two compare equal). A zero's sign that no choice explains (a
+    movement op) is still a finding."""
+    from harness.fuzz.exact import zero_sign_choice
+    from harness.fuzz.graph import FuzzGraph, Node
+
+    x = {"shape": [2, 1], "dtype": "float32", "profile": "normal", "seed": 2}
+    chosen = FuzzGraph([x], [Node("aten.round.default", "aten.round.default(x0)", ["v0"], [([2, 1], "f32")]),
+                             Node("aten.amax.default", "aten.amax.default(v0, [0], False)", ["v1"], [([1], "f32")])],
+                       ["v1"])
+    moved = FuzzGraph([x], [Node("aten.flip.default", "aten.flip.default(x0, [0])", ["v1"], [([2, 1], "f32")])],
+                      ["v1"])
+    plus, minus = torch.tensor([0.0]), torch.tensor([-0.0])
+    assert zero_sign_choice(chosen, "v1", plus, minus)
+    assert not zero_sign_choice(moved, "v1", plus, minus)
+    assert not zero_sign_choice(chosen, "v1", torch.tensor([1.0]), torch.tensor([-1.0]))
