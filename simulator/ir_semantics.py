@@ -87,7 +87,7 @@ def _unravel(flat: torch.Tensor, sizes: tuple[int, ...]) -> list[torch.Tensor]:
 
 
 _UNARY: dict[Op, Callable[[torch.Tensor], torch.Tensor]] = {
-    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.LOG2: torch.log2, Op.LOG: torch.log, Op.SQRT: torch.sqrt,
+    Op.NEG: torch.neg, Op.ABS: torch.abs, Op.EXP: torch.exp, Op.EXP2: torch.exp2, Op.LOG2: torch.log2, Op.LOG10: torch.log10, Op.LOG: torch.log, Op.SQRT: torch.sqrt,
     Op.RSQRT: torch.rsqrt, Op.SIN: torch.sin, Op.COS: torch.cos, Op.ERF: torch.erf, Op.FLOOR: torch.floor,
     Op.CEIL: torch.ceil,
 }

@@ -27,7 +27,7 @@ FROM_FLOAT = {torch.float16: "crucible::float_to_half", torch.bfloat16: "crucibl
 
 INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
          Op.GT: ">", Op.GE: ">=", Op.AND: "&", Op.OR: "|", Op.BITAND: "&", Op.BITOR: "|", Op.BITXOR: "^"}
-CALL = {Op.EXP: "std::exp", Op.EXP2: "std::exp2", Op.LOG2: "std::log2", Op.LOG: "std::log", Op.SQRT: "std::sqrt", Op.SIN: "std::sin", Op.COS: "std::cos",
+CALL = {Op.EXP: "std::exp", Op.EXP2: "std::exp2", Op.LOG2: "std::log2", Op.LOG10: "std::log10", Op.LOG: "std::log", Op.SQRT: "std::sqrt", Op.SIN: "std::sin", Op.COS: "std::cos",
         Op.ERF: "std::erf", Op.FLOOR: "std::floor", Op.CEIL: "std::ceil"}
 INT_CALL = {Op.FLOORDIV: "crucible::div_floor", Op.SHL: "crucible::shift_left", Op.SHR: "crucible::shift_right"}
 FOLD = {ReduceOp.SUM: "crucible::fold_sum", ReduceOp.PROD: "crucible::fold_prod", ReduceOp.MAX: "crucible::fold_max",

@@ -43,7 +43,7 @@ SPLIT_MIN_RNUMEL = 1 << 16
 SPLIT_MAX_CHUNKS = 64
 SPLIT_MAX_XNUMEL = 8
 # xr-level values worth keeping in a row buffer rather than recomputing in a later pass
-EXPENSIVE = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.SQRT, Op.RSQRT, Op.DIV})
+EXPENSIVE = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG10, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.SQRT, Op.RSQRT, Op.DIV})
 ROW_BUFFER_BYTES = 64 * 1024  # on the stack of each thread, per buffered value
 # Fewer outer points than this leave threads idle, so a long innermost dim is tiled. A constant,
 # not the thread count: the source (and the cache key) must not depend on the thread setting.

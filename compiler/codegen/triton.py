@@ -62,7 +62,7 @@ UNARY_CALL = {Op.EXP: "tl.exp", Op.EXP2: "tl.exp2", Op.LOG2: "tl.log2", Op.LOG: 
 # libdevice's (CUDA's expf, logf, ...: what ATen's CUDA kernels call) and the IEEE square root; 16-bit
 # results, computed in float32, keep the fast ones (their error is far under a 16-bit ulp), and so
 # does the interpreter (numpy's).
-PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.EXP2: "libdevice.exp2", Op.LOG2: "libdevice.log2", Op.LOG: "libdevice.log", Op.SIN: "libdevice.sin", Op.COS: "libdevice.cos",
+PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.EXP2: "libdevice.exp2", Op.LOG2: "libdevice.log2", Op.LOG10: "libdevice.log10", Op.LOG: "libdevice.log", Op.SIN: "libdevice.sin", Op.COS: "libdevice.cos",
                 Op.SQRT: "tl.sqrt_rn", Op.RSQRT: "libdevice.rsqrt"}
 INTERPRETED_VIA_FP64 = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG, Op.SIN, Op.COS})
 COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard._prod_combine",
@@ -89,8 +89,8 @@ class TritonRenderer(Renderer):
 
     def __init__(self, interpret: bool) -> None:
         self.interpret = interpret
-        if interpret:  # the interpreter has no libdevice.pow: lowering writes pow as a formula
-            self.OPS = frozenset(Op) - {Op.POW}
+        if interpret:  # the interpreter has no libdevice.pow or log10: lowering writes them as formulas
+            self.OPS = frozenset(Op) - {Op.POW, Op.LOG10}
 
     @property
     def capabilities(self) -> Capabilities:
@@ -228,6 +228,9 @@ class _KernelWriter:
             return self.tmp(e, f"{UNARY_CALL[op]}({x}).to(tl.float32)")  # a literal has no .to
         if op in UNARY_CALL:
             return self.tmp(e, f"{UNARY_CALL[op]}({a[0]})")
+        if op is Op.LOG10:  # Triton has no log10 of its own: CUDA's (16-bit results, computed in float32)
+            self.libdevice = True
+            return self.tmp(e, f"libdevice.log10({a[0]})")
         if op is Op.NEG:
             if cdt.is_floating_point:
                 # Triton before 3.7 compiles unary minus to 0 - x: -(+0.0) came out +0.0 (atan2 of a

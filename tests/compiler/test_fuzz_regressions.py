@@ -948,3 +948,16 @@ def test_a_node_with_a_thousand_outputs_is_cut_into_kernels(codegen: str, device
     assert len(kernels) >= 1025 // MAX_KERNEL_BUFFERS
     refusals = [r for g in report.graphs for r in g.refused_fusions]
     assert any(r.reason == FusionReason.TOO_MANY_BUFFERS for r in refusals)
+
+
+def test_log10_is_exact_at_powers_of_ten(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 41: log10 was log(x) * (1 / log(10)), an ulp off at powers of ten
+    (log10(1000) 2.9999999999999996), and frac(log10(x)) then 1 off. C++ and CUDA call log10; the
+    interpreter, which has none, rewrites it as log2(x) * log10(2) (exact at these)."""
+    for dtype in (torch.float64, torch.float32):
+        x = torch.tensor([10.0, 100.0, 1000.0, 1e-5, 1e5, 0.001, 1e22, 1e15, 2.5, 0.0, -1.0, math.inf],
+                         dtype=dtype, device=device)
+        got = _compiled(lambda a: (aten.log10.default(a), aten.frac.default(aten.log10.default(a))), x,
+                        codegen=codegen)(x)
+        torch.testing.assert_close(got[0], torch.log10(x), equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(got[1], torch.frac(torch.log10(x)), equal_nan=True, rtol=0, atol=0)
