@@ -255,12 +255,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
             if known is not None:  # documented upstream finding: counted, never shrunk
                 finding = Finding(tsig, triaged.status, triaged.op or "?", triaged.error or "", graph, triaged,
                                   known=known)
-                if claim(finding):
-                    summary.findings[tsig] = finding
-                    on_finding(finding)
-                else:
-                    foreign.add(tsig)
-                    summary.foreign_hits[tsig] += 1
+                _report(finding, summary, on_finding, claim, foreign)
                 return
             state.update(target=sig, shrink_until=time.monotonic() + request.shrink_seconds)
             _remember(state, record, graph)
@@ -307,12 +302,7 @@ def _replay(stored: list[StoredFinding], request: CampaignRequest, runner: Any, 
             continue
         finding = Finding(sig, record.status, record.op or "?", record.error or "", graph, record,
                           known=match_known(request.target, record), replayed=item.run_id)
-        if claim(finding):
-            summary.findings[sig] = finding
-            on_finding(finding)
-        else:
-            foreign.add(sig)
-            summary.foreign_hits[sig] += 1
+        _report(finding, summary, on_finding, claim, foreign)
     outcome.seconds = time.monotonic() - start
     return outcome
 
@@ -432,10 +422,17 @@ def _conclude(found: _Found, request: CampaignRequest, runner: Any, summary: Cam
         return
     finding = Finding(sig, record.status, record.op or "?", record.error or "", graph, record,
                       known=match_known(request.target, record))
-    if not claim(finding):  # a parallel campaign found it first: its finding gets the hit
-        if foreign is not None:
-            foreign.add(sig)
-        summary.foreign_hits[sig] += 1
+    _report(finding, summary, on_finding, claim, foreign)
+
+
+def _report(finding: Finding, summary: CampaignSummary, on_finding: Callable[[Finding], None],
+            claim: Callable[[Finding], bool], foreign: set[str] | None) -> None:
+    """A new finding is this campaign's, unless a parallel campaign claimed its signature first:
+    then that one's finding gets the hit."""
+    if claim(finding):
+        summary.findings[finding.signature] = finding
+        on_finding(finding)
         return
-    summary.findings[sig] = finding
-    on_finding(finding)
+    if foreign is not None:
+        foreign.add(finding.signature)
+    summary.foreign_hits[finding.signature] += 1
