@@ -1,9 +1,10 @@
 """Runs tasks on a cluster of Dask's distributed engine: ``--cluster local:N`` or ``--cluster ADDRESS``.
 
 The engine schedules, the harness isolates. Each task (an entry, a fuzz graph, a corpus check) is
-one Dask task whose function (``run_on_worker``) runs on a Dask worker and hands the task to a
-``harness.pool.WorkerPool`` of one, kept warm in that worker: the same spawned process, deadline,
-memory limit and crash/hang/OOM statuses as the single-host pool. Dask adds what one host cannot:
+one Dask task whose function (``harness.cluster_worker.run_on_worker``) runs on a Dask worker and
+hands the task to a ``harness.pool.WorkerPool`` of one, kept warm in that worker (``WarmPools``, a
+worker plugin): the same spawned process, deadline, memory limit and crash/hang/OOM statuses as the
+single-host pool. Dask adds what one host cannot:
 workers on many machines, per-task resources (a CUDA target's task asks for ``GPU=1``; a GPU worker
 declares ``--resources GPU=1`` and sees one device), and rescheduling when a worker dies. The
 scheduler re-queues a task whose worker died once (``allowed-failures`` = 1); a second death records
@@ -26,15 +27,13 @@ other address) and stops them after it; they also end when the submitting proces
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -52,6 +51,13 @@ _POLL_S = 0.2
 _REFRESH_S = 2.0
 _ADDRESS = re.compile(r"^(tcp|tls|ucx|inproc)://[^\s/]+:\d+$|^[\w.\-]+:\d+$")
 INSTALL_HINT = "install it with: python -m pip install 'crucible[cluster]' (Dask's distributed)"
+
+
+def cluster_worker() -> Any:
+    """``harness.cluster_worker``, imported when a cluster runs (it imports Dask's distributed)."""
+    import harness.cluster_worker
+
+    return harness.cluster_worker
 
 
 class ClusterError(RuntimeError):
@@ -91,47 +97,6 @@ def check_cluster_settings(args: argparse.Namespace) -> None:
         raise UsageError("--mixed-versions applies to --cluster runs")
     if args.cluster:
         check_cluster_option(args.cluster)
-
-
-# -- the worker side ---------------------------------------------------------
-
-_POOLS: dict[int, tuple[WorkerConfig, WorkerPool]] = {}  # per worker thread: its warm pool
-
-
-def worker_build() -> Build:
-    """The build of the Dask worker this runs in (``Client.run`` asks each worker for it)."""
-    return this_build()
-
-
-def _host_of(address: str) -> str:
-    return address.rpartition("://")[2].rpartition(":")[0]
-
-
-def run_on_worker(task: Task, config: WorkerConfig, expected: Build | None,
-                  workers_per_host: dict[str, int]) -> tuple[str, Any]:
-    """Run ``task`` in an isolated process of this Dask worker: ("done", Result), or ("refused",
-    this worker's Build) when its build differs from ``expected``, or ("unusable", why)."""
-    from distributed import get_worker
-
-    build = this_build()
-    if expected is not None and expected.differences(build):
-        return "refused", build
-    if multiprocessing.current_process().daemon:
-        return "unusable", ("the Dask worker runs as a daemonic process, which may not start the isolated "
-                            "process each task runs in: start workers with DASK_DISTRIBUTED__WORKER__DAEMON=False "
-                            "in their environment (docs/cluster.md)")
-    address = get_worker().address
-    if config.threads is None:  # torch threads: this machine's cores shared by its workers
-        config = replace(config, jobs=max(1, workers_per_host.get(_host_of(address), 1)))
-    key = threading.get_ident()
-    kept = _POOLS.get(key)
-    if kept is None or kept[0] != config:
-        if kept is not None:
-            kept[1].close()
-        kept = _POOLS[key] = (config, WorkerPool(config, 1, keep=True))
-    results: list[Result] = []
-    kept[1].run([task], results.append)
-    return "done", results[-1].replace(worker_host=f"{build.host} {address}", worker_build=build.label())
 
 
 # -- the submitting side -----------------------------------------------------
@@ -261,6 +226,8 @@ class ClusterExecutor:
         self._refreshed = 0.0
         self._per_host: dict[str, int] = {}
         self._resources: dict[str, dict] = {}
+        pools = cluster_worker().WarmPools()
+        cluster.client.register_plugin(pools, name=pools.name)  # each worker's warm processes
 
     # -- the workers --------------------------------------------------------
     def refresh(self, force: bool = False) -> None:
@@ -274,7 +241,7 @@ class ClusterExecutor:
             new = [address for address in info if address not in self.workers]
             if new:
                 try:
-                    builds = client.run(worker_build, workers=new, on_error="return")
+                    builds = client.run(cluster_worker().worker_build, workers=new, on_error="return")
                 except Exception as exc:  # noqa: BLE001 -- a worker that left meanwhile: asked again next time
                     builds = {address: exc for address in new}
                 for address, build in builds.items():
@@ -286,7 +253,8 @@ class ClusterExecutor:
                 worker.in_flight = len(processing.get(address, ()))
             self._per_host = {}
             for address in info:
-                self._per_host[_host_of(address)] = self._per_host.get(_host_of(address), 0) + 1
+                host = cluster_worker().host_of(address)
+                self._per_host[host] = self._per_host.get(host, 0) + 1
             self._resources = {address: w.get("resources") or {} for address, w in info.items()}
 
     def _admit(self, address: str, build: Build) -> None:
@@ -337,7 +305,7 @@ class ClusterExecutor:
     def _submit(self, pending: _Pending, only: list[str] | None = None) -> Any:
         expected = None if self.mixed_versions else self.build
         return self.cluster.client.submit(
-            run_on_worker, pending.task, self.config, expected, dict(self._per_host),
+            cluster_worker().run_on_worker, pending.task, self.config, expected, dict(self._per_host),
             # one task group ("crucible"), so the scheduler queues the tasks and hands each worker
             # one at a time in priority order (a group per task would be assigned to workers at once)
             key=f"crucible-{uuid.uuid4().hex}", pure=False, priority=pending.priority,
@@ -401,9 +369,8 @@ class ClusterExecutor:
             return None
         kind, payload = future.result()
         if kind == "refused":
-            address = next((a for a, w in self.workers.items() if w.build == payload), None)
-            if address is None:
-                self.refresh(force=True)
+            if not any(w.build == payload for w in self.workers.values()):
+                self.refresh(force=True)  # a worker that joined since: learn (and refuse) it
             pending.refusals += 1
             accepted = self.accepted()
             if not accepted or pending.refusals > 3:

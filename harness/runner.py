@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import platform
+import statistics
 import sys
 import time
 from collections import Counter
@@ -70,22 +71,16 @@ def entry_costs(entries: list[Entry], history: dict[str, float]) -> dict[str, fl
             by_family.setdefault(e.family, []).append(history[e.name])
             if e.eager_ms:
                 ratios.append(history[e.name] / (e.eager_ms / 1000))
-    scale = _median(ratios) if ratios else 1.0
+    scale = statistics.median(ratios) if ratios else 1.0
     costs = {}
     for e in entries:
         if e.name in history:
             costs[e.name] = history[e.name]
         elif e.family in by_family:
-            costs[e.name] = _median(by_family[e.family])
+            costs[e.name] = statistics.median(by_family[e.family])
         else:
             costs[e.name] = (e.eager_ms or _DEFAULT_EAGER_MS) / 1000 * scale
     return costs
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    middle = len(ordered) // 2
-    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
 def run_metadata(suite: str, target: str, seed: int | None, shard: str | None,
