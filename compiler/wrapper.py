@@ -164,6 +164,11 @@ class _WrapperWriter:
             if buf is None or buf.name not in read:
                 continue
             src = f"{node.name}[{i}]" if node.result_is_sequence else node.name
+            if node.op not in FAST_EXTERNS:
+                # an ATen kernel may return another dtype than its fake tensor traced: the CPU batch
+                # norm of bfloat16 input with float32 weights saves float32 statistics where the trace
+                # says bfloat16; kernels reading them as traced read garbage (-3e31 gradients)
+                src = f"{src}.to({buf.dtype})"
             if buf.is_contiguous:
                 self.lines.append(f"{buf.name} = {src}.contiguous()")
             elif is_channels_last(buf.shape, buf.stride):

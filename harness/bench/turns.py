@@ -83,12 +83,17 @@ class Turns:
         self.state = "timing"
 
 
-def worker_command(lock: str | None, argv: list[str]) -> list[str]:
-    """The command line of a worker: ``turns_worker.py`` as a script (the shared hold first, then
-    the benchmark), or ``python -m harness.bench.models`` without a lock."""
+BENCHMARKS = ("models", "training")  # the benchmarks whose rows run through turns (``harness.bench.<name>``)
+
+
+def worker_command(lock: str | None, argv: list[str], bench: str = "models") -> list[str]:
+    """The command line of a worker of ``harness.bench.<bench>``: ``turns_worker.py`` as a script
+    (the shared hold first, then the benchmark), or ``python -m harness.bench.<bench>`` without a lock."""
+    if bench not in BENCHMARKS:
+        raise ValueError(f"bench={bench!r}: expected one of {', '.join(BENCHMARKS)}")
     if lock is None:
-        return [sys.executable, "-m", "harness.bench.models", *argv]
-    return [sys.executable, str(Path(__file__).resolve().with_name("turns_worker.py")), lock, *argv]
+        return [sys.executable, "-m", f"harness.bench.{bench}", *argv]
+    return [sys.executable, str(Path(__file__).resolve().with_name("turns_worker.py")), lock, bench, *argv]
 
 
 def run_worker(cmd: list[str], timeout: float, env: dict[str, str] | None = None) -> tuple[int | None, str, str]:

@@ -20,11 +20,27 @@ class ModelSpec:
     family: str  # "timm" | "transformers"
     tiny_name: str  # the stand-in built with ``tiny``
 
-    def build(self, dtype: torch.dtype, device: str, tiny: bool) -> tuple[torch.nn.Module, tuple]:
-        """The model in inference mode (eval, no grad needed) and its example inputs."""
+    def build(self, dtype: torch.dtype, device: str, tiny: bool, train: bool = False) -> tuple[torch.nn.Module, tuple]:
+        """The model in inference mode (eval, no grad needed) and its example inputs; with ``train``,
+        in training mode with gradients and every dropout off (a training step is then deterministic,
+        so compiled steps can be compared with eager's)."""
         maker = _timm if self.family == "timm" else _TRANSFORMERS[self.name]
         with torch.device(device):  # weights initialized where they run (a ~1B model on a CPU core: seconds)
             model, inputs = maker(self, tiny)
+        if train:
+            for module in model.modules():
+                if isinstance(module, torch.nn.Dropout):
+                    module.p = 0.0
+            for attr in ("attention_probs_dropout_prob", "attn_pdrop", "attention_dropout"):
+                config = getattr(getattr(model, "model", None), "config", None)
+                if config is not None and hasattr(config, attr):
+                    setattr(config, attr, 0.0)
+            for module in model.modules():  # attention modules keep their own copy of the rate
+                for attr in ("dropout_prob", "attention_dropout"):
+                    if isinstance(getattr(module, attr, None), float):
+                        setattr(module, attr, 0.0)
+            return model.train().requires_grad_(True).to(device=device, dtype=dtype), \
+                tuple(t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype) for t in inputs)
         model = model.eval().requires_grad_(False).to(device=device, dtype=dtype)
         inputs = tuple(t.to(device=device, dtype=dtype if t.is_floating_point() else t.dtype) for t in inputs)
         return model, inputs

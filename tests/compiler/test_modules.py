@@ -105,3 +105,25 @@ def test_cpu_scalar_tensor_in_a_cuda_graph() -> None:
     x = torch.randn(4, 8, device="cuda")
     scale = torch.tensor(3.0)
     check_parity(lambda a, s: a * s + 1, (x, scale), "triton")
+
+
+def test_an_extern_result_of_another_dtype_than_traced_is_converted(codegen: str) -> None:
+    """Regression (training benchmark, test_resnet under bfloat16 autocast: NaN weights after one
+    step): the CPU batch norm of bfloat16 input with float32 weights returns float32 saved
+    statistics where the trace (torch's decomposition) says bfloat16; the backward kernels read the
+    float32 bytes as bfloat16 (weight gradients -inf and -3e31). The wrapper converts such results."""
+    import compiler  # noqa: F401  (registers the backend)
+
+    def f(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return nn.functional.batch_norm(x, torch.zeros(4), torch.ones(4), w, b, training=True)
+
+    x = torch.randn(2, 4, 5, 5, generator=torch.Generator().manual_seed(0)).bfloat16()
+    g = torch.randn(2, 4, 5, 5, generator=torch.Generator().manual_seed(1)).bfloat16()
+    grads = []
+    for fn in (f, torch.compile(f, backend="crucible", dynamic=False, options={"codegen": codegen})):
+        xi, w, b = x.clone().requires_grad_(), torch.ones(4, requires_grad=True), torch.zeros(4, requires_grad=True)
+        fn(xi, w, b).backward(g)
+        grads.append((xi.grad.float(), w.grad))
+    (x_ref, w_ref), (x_got, w_got) = grads
+    torch.testing.assert_close(w_got, w_ref, atol=0.1, rtol=0.02)  # statistics rounded to bfloat16, as traced
+    torch.testing.assert_close(x_got, x_ref, atol=0.1, rtol=0.05)
