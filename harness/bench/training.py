@@ -250,20 +250,22 @@ RATIOS = (("crucible/inductor", "inductor", "crucible"), ("crucible/eager", "eag
 
 
 def render(results: list[dict], backends: tuple[str, ...]) -> str:
+    """Three tables: step times with ratios; peak memory, first step and parity; geomeans."""
     from tabulate import tabulate
 
     shown = [b for b in backends if any(b in r["backends"] for r in results)]
-    heads = ["model", "dtype", *[f"{b} ms" for b in shown], *[r[0] for r in RATIOS],
-             *[f"{b} peak MB" for b in shown], *[f"{b} first s" for b in shown if b != "eager"],
-             *[f"{b} update err" for b in shown if b != "eager"]]
-    rows = []
-    for r in results:
-        rows.append([r["model"], r["dtype"], *[_fmt(_get(r, b, "ms"), ".2f") for b in shown],
-                     *[_fmt(_ratio(r, slow, fast)) for _, slow, fast in RATIOS],
-                     *[_fmt(_get(r, b, "peak_mb"), ".0f") for b in shown],
-                     *[_fmt(_get(r, b, "first_step_s"), ".1f") for b in shown if b != "eager"],
-                     *[_fmt(_get(r, b, "update_err"), ".2g") for b in shown if b != "eager"]])
-    text = [tabulate(rows, headers=heads, tablefmt="github")]
+    compiled = [b for b in shown if b != "eager"]
+    speed = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "ms"), ".2f") for b in shown],
+              *[_fmt(_ratio(r, slow, fast)) for _, slow, fast in RATIOS]] for r in results]
+    text = ["step time (ms, median):\n" + tabulate(
+        speed, headers=["model", "dtype", *shown, *[r[0] for r in RATIOS]], tablefmt="github")]
+    rest = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "peak_mb"), ".0f") for b in shown],
+             *[_fmt(_get(r, b, "first_step_s"), ".1f") for b in compiled],
+             *[_fmt(_get(r, b, "update_err"), ".2g") for b in compiled]] for r in results]
+    text.append("peak MB above the held state, first step s (cold compile), update err after "
+                f"{PARITY_STEPS} steps:\n" + tabulate(
+                    rest, headers=["model", "dtype", *[f"{b} MB" for b in shown], *[f"{b} first" for b in compiled],
+                                   *[f"{b} err" for b in compiled]], tablefmt="github"))
     geo = [[dtype, *[_fmt(geomean([x for r in results if r["dtype"] == dtype and (x := _ratio(r, s, f))]))
                      for _, s, f in RATIOS]] for dtype in DTYPES if any(r["dtype"] == dtype for r in results)]
     text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +

@@ -1,0 +1,43 @@
+"""The training benchmark (``harness.bench.training``) on a CPU: its parity measure, and one tiny row
+end to end (eager against Crucible: step times, first step, parity within the fp32 limit)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness.bench import training
+
+
+def test_update_err_is_the_share_of_eager_s_update_that_differs() -> None:
+    start = [torch.zeros(4)]
+    reference = [torch.ones(4)]
+    assert training.update_err([torch.ones(4)], reference, start) == 0.0
+    assert training.update_err([torch.full((4,), 1.5)], reference, start) == pytest.approx(0.5)
+    assert training.update_err([torch.zeros(4)], [torch.zeros(4)], start) == 0.0
+    assert training.update_err([torch.ones(4)], [torch.zeros(4)], start) == float("inf")
+
+
+def test_a_parity_failure_is_listed() -> None:
+    rows = [{"model": "m", "dtype": "fp32", "backends": {"eager": {"ms": 1.0},
+                                                         "crucible": {"ms": 1.0, "update_err": 0.5, "loss_err": 0.1}}}]
+    (line,) = training.problems(rows)
+    assert "crucible: parity" in line and "limit 0.05" in line
+
+
+def test_a_tiny_row_on_the_cpu(capsys) -> None:
+    assert training.main(["--tiny", "--device", "cpu", "--models", "resnet50", "--dtypes", "fp32",
+                          "--backends", "eager", "crucible", "--steps", "1"]) == 0
+    out = capsys.readouterr().out
+    line = next(line for line in out.splitlines() if line.startswith("| resnet50"))  # the step-time table
+    assert "FAILED" not in out and "errors and parity failures" not in out, out
+    assert float(line.split("|")[3]) > 0 and float(line.split("|")[4]) > 0  # eager and crucible ms
+
+
+def test_bad_arguments_are_clear_errors(capsys) -> None:
+    with pytest.raises(SystemExit):
+        training.main(["--steps", "0", "--device", "cpu"])
+    assert "--steps 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        training.main(["--backends", "crucible", "eager", "--device", "cpu"])
+    assert "put eager first" in capsys.readouterr().err
