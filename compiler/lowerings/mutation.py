@@ -70,7 +70,20 @@ def lower_copy_into_input(ctx: GraphLowering, node: Any, dst: Any, src: Any, non
     return value  # what later nodes would read from the input: its new value
 
 
-@register(aten.set_.source_Tensor, aten.shallow_copy_data_.default)
+def existing_overloads(*names: str) -> tuple[Any, ...]:
+    """The ATen overloads ``"op.overload"`` this torch has: an op newer than the oldest supported
+    torch must not stop the compiler from importing (torch 2.11 has no shallow_copy_data_, which
+    ``.data =`` traces to on newer torch; importing the compiler failed on the GPU host)."""
+    found = []
+    for name in names:
+        op, _, overload = name.partition(".")
+        packet = getattr(aten, op, None)
+        if packet is not None and hasattr(packet, overload):
+            found.append(getattr(packet, overload))
+    return tuple(found)
+
+
+@register(*existing_overloads("set_.source_Tensor", "shallow_copy_data_.default"))
 def lower_storage_swap(ctx: GraphLowering, node: Any, dst: Any, src: Any) -> Any:
     name = _whole_input(ctx, dst)
     if name is None or not isinstance(src, (Lazy, Strided)):

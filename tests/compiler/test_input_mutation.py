@@ -115,3 +115,13 @@ def test_write_back_blocks_cuda_graph_capture() -> None:
     sched = dataclasses.replace(schedule(lower(gm, torch.device("cpu"))), device=torch.device("cuda"))
     status, message = capture_blocker(sched)
     assert status is CudaGraphStatus.INPUT_MUTATION and "arg0" in message
+
+
+def test_ops_newer_than_the_oldest_torch_are_registered_only_where_they_exist() -> None:
+    """Regression: registering ``aten.shallow_copy_data_`` unconditionally made ``import compiler``
+    fail on torch 2.11, which has no such op."""
+    from compiler.lowerings.mutation import existing_overloads
+
+    aten = torch.ops.aten
+    assert existing_overloads("set_.source_Tensor", "no_such_op_.default", "set_.no_such_overload") == \
+        (aten.set_.source_Tensor,)
