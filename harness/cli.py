@@ -1,4 +1,4 @@
-"""The ``crucible`` command: list, run, report, diff, merge, minify, fuzz, fuzz-decomps, corpus check.
+"""The ``crucible`` command: list, run, report, diff, merge, minify, fuzz, fuzz-decomps, mutate, corpus check.
 
 Every command checks its settings before it does anything (``harness.validation``): a bad one is
 one ``error:`` line and exit status 2, with nothing stored. ``crucible run`` exits 0 when no entry
@@ -111,9 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     from harness.corpus_check import add_parser as add_corpus_parser
     from harness.fuzz.cli import add_fuzz_parser
     from harness.minify.command import add_parser as add_minify_parser
+    from harness.mutate.command import add_parser as add_mutate_parser
 
     add_minify_parser(sub)
     add_fuzz_parser(sub)
+    add_mutate_parser(sub)
     add_corpus_parser(sub)
     return parser
 
@@ -428,9 +430,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.corpus_check import cmd_corpus
         from harness.fuzz.cli import cmd_fuzz, cmd_fuzz_decomps
         from harness.minify.command import cmd_minify
+        from harness.mutate.command import cmd_mutate
 
         commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge,
-                    "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps, "minify": cmd_minify, "corpus": cmd_corpus}
+                    "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps, "minify": cmd_minify, "corpus": cmd_corpus, "mutate": cmd_mutate}
         return commands[args.command](args)
     except (StoreError, ValueError) as exc:  # bad settings (UsageError, TargetError, ...), a bad --db
         print(f"error: {exc}", file=sys.stderr)

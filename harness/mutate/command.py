@@ -1,0 +1,154 @@
+"""``crucible mutate``: arguments, checks before any work, and the mutation score report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+from typing import Any
+
+from tabulate import tabulate
+
+from harness.cluster import check_cluster_settings, cluster_options
+from harness.mutate.operators import OPERATORS
+from harness.validation import UsageError, positive, writable_output
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser("mutate", help="mutation analysis: plant one bug at a time in a copy of a compiler's sources "
+                                      "and fuzz each; print the mutation score and the survivors")
+    p.add_argument("--package", default="compiler",
+                   help="the importable package (or module) to mutate, e.g. compiler or torch._inductor.lowering "
+                        "(default compiler)")
+    p.add_argument("--paths", help="only these files, globs relative to the package, comma-separated "
+                                   "(lowerings/*,codegen/*)")
+    p.add_argument("--campaign", default="fuzz",
+                   help="fuzz (crucible fuzz's campaign on each target) or MODULE:FUNCTION, called with a Budget "
+                        "and returning failure signatures (default fuzz)")
+    p.add_argument("--targets", default="crucible-cpp",
+                   help="fuzz targets, comma-separated: a mutant is fuzzed on the first whose baseline reaches "
+                        "its line (default crucible-cpp)")
+    budget = p.add_mutually_exclusive_group()
+    budget.add_argument("--budget-s", type=float,
+                        help="seconds of fuzzing per mutant, on one core (default 120)")
+    budget.add_argument("--budget-graphs", type=int, help="graphs generated per mutant instead of seconds")
+    p.add_argument("--mutants", type=int, default=100, help="mutants to sample from the covered sites (default 100)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the campaigns and of the sample (default 0)")
+    p.add_argument("--operators", help=f"only these operators, comma-separated ({', '.join(OPERATORS)})")
+    p.add_argument("--ops", help="fuzz only ops matching these globs (as crucible fuzz --ops)")
+    p.add_argument("-j", "--jobs", type=int, default=1, help="mutants side by side, one core each (default 1)")
+    cluster_options(p)
+    p.add_argument("--coverage-file", metavar="FILE",
+                   help="the lines to mutate from FILE ({file: [lines]} or coverage.py's JSON report) instead of "
+                        "tracing the baseline")
+    p.add_argument("--out", default="crucible-mutate.jsonl",
+                   help="results file, one JSON line per mutant as it finishes; a rerun with the same settings "
+                        "resumes it (default crucible-mutate.jsonl)")
+    p.add_argument("--workdir", help="where mutants' copies and caches live while they run (default: the temp dir)")
+    p.add_argument("--list", action="store_true", help="print the mutants that would run (after the baseline) and exit")
+
+
+def _request(args: argparse.Namespace) -> Any:
+    from harness.fuzz.specs import select_specs
+    from harness.mutate.analysis import MutateRequest
+    from harness.targets import validate_target
+
+    positive("--budget-s", args.budget_s)
+    positive("--budget-graphs", args.budget_graphs, integer=True)
+    positive("--mutants", args.mutants, integer=True)
+    positive("-j/--jobs", args.jobs, integer=True)
+    check_cluster_settings(args)
+    if args.cluster and args.jobs != 1:
+        raise UsageError("-j sizes the single-host pool; a --cluster run has the cluster's workers")
+    operators = tuple(o.strip() for o in args.operators.split(",")) if args.operators else OPERATORS
+    unknown = [o for o in operators if o not in OPERATORS]
+    if unknown:
+        raise UsageError(f"--operators: no operator {', '.join(unknown)}; choose from {', '.join(OPERATORS)}")
+    targets = tuple(t.strip() for t in args.targets.split(",") if t.strip())
+    if args.campaign == "fuzz":
+        for target in targets:
+            validate_target(target)
+        select_specs(args.ops)
+    elif ":" not in args.campaign:
+        raise UsageError(f"--campaign {args.campaign}: give fuzz or MODULE:FUNCTION")
+    else:
+        from harness.fuzz.cli import check_imports
+
+        check_imports([args.campaign])
+        targets = targets[:1]
+    if args.workdir and not __import__("os").path.isdir(args.workdir):
+        raise UsageError(f"--workdir {args.workdir}: no such directory")
+    writable_output("--out", args.out)
+    from harness.mutate.tasks import package_location
+
+    package_location(args.package)  # an unknown package is a usage error (ValueError)
+    seconds = None if args.budget_graphs else (args.budget_s or 120.0)
+    return MutateRequest(package=args.package, paths=tuple(p.strip() for p in (args.paths or "").split(",") if p.strip()),
+                         campaign=args.campaign, targets=targets, seed=args.seed, seconds=seconds,
+                         graphs=args.budget_graphs, mutants=args.mutants, operators=operators, ops=args.ops,
+                         jobs=args.jobs, cluster=args.cluster, mixed_versions=args.mixed_versions,
+                         coverage_file=args.coverage_file, out=args.out, workdir=args.workdir)
+
+
+def cmd_mutate(args: argparse.Namespace) -> int:
+    from harness.mutate.analysis import run_analysis
+
+    request = _request(args)
+    summary = run_analysis(request, log=lambda line: print(line, file=sys.stderr, flush=True), list_only=args.list)
+    if args.list:
+        for mutant, target in summary["chosen"]:
+            print(f"{mutant.id} {mutant.file}:{mutant.line} {mutant.operator} ({target}): "
+                  f"{mutant.original!r} -> {mutant.replacement!r}")
+        return 0
+    print(render(summary))
+    return 0
+
+
+# how a mutant was killed, by the status of its result (harness.mutate.tasks)
+_KILLED_BY = {"fail_run": "a failure", "timeout": "a hang", "crash": "a crash", "fail_compile": "no campaign (import failed)"}
+
+
+def render(summary: dict) -> str:
+    records = summary["records"]
+    lines = []
+    for label, chosen in (("", [r for r in records if not r["gpu_only"]]),
+                          ("GPU-only code ", [r for r in records if r["gpu_only"]])):
+        counts = Counter(r["verdict"] for r in chosen)
+        judged = counts["killed"] + counts["survived"]
+        if chosen or not label:
+            score = f"{100 * counts['killed'] / judged:.1f}%" if judged else "n/a"
+            lines.append(f"{label}mutation score {score}: {counts['killed']} killed, {counts['survived']} survived"
+                         f" of {judged} mutants" + (f" ({counts['error']} harness errors, not counted)"
+                                                   if counts["error"] else ""))
+    rows = []
+    for operator in OPERATORS:
+        mine = [r for r in records if r["operator"] == operator]
+        if mine:
+            killed = sum(r["verdict"] == "killed" for r in mine)
+            rows.append([operator, len(mine), killed, sum(r["verdict"] == "survived" for r in mine)])
+    if rows:
+        lines.append(tabulate(rows, headers=["operator", "mutants", "killed", "survived"]))
+    how = Counter(_KILLED_BY.get(r["status"], r["status"]) for r in records if r["verdict"] == "killed")
+    if how:
+        lines.append("killed by: " + ", ".join(f"{k} {v}" for k, v in how.most_common()))
+    timed = [r for r in records if r.get("campaign_s") is not None]
+    if timed:
+        mean = lambda key: sum(r[key] or 0 for r in timed) / len(timed)  # noqa: E731
+        lines.append(f"per mutant: copying sources {mean('copy_s'):.2f}s, child start (imports) {mean('import_s'):.1f}s,"
+                     f" campaign {mean('campaign_s'):.1f}s (cold kernel cache), {mean('wall_s'):.1f}s wall;"
+                     f" {sum(r['graphs'] or 0 for r in timed) / len(timed):.0f} graphs run")
+    for target, base in summary["baselines"].items():
+        lines.append(f"baseline {target}: {base['graphs'] if base['graphs'] is not None else '-'} graphs in {base['seconds']:.0f}s (traced, cold cache), "
+                     f"{len(base['signatures'])} failure signatures not counted as kills")
+    unreached = summary["reach"]["unreached"]
+    if unreached:
+        lines.append(f"not mutated: {sum(unreached.values())} sites on lines no baseline reached (GPU-only or "
+                     f"unreached code), by file: " + ", ".join(f"{f} {n}" for f, n in sorted(unreached.items())))
+    survivors = [r for r in records if r["verdict"] == "survived"]
+    if survivors:
+        lines.append(f"surviving mutants ({len(survivors)}):")
+        for r in sorted(survivors, key=lambda r: (r["file"], r["line"])):
+            lines.append(f"  {r['id']} {r['file']}:{r['line']} {r['operator']} on {r['target']} "
+                         f"({r['graphs'] or 0} graphs)\n" + "\n".join("    " + x for x in r["diff"].splitlines()))
+    lines.append(f"results: {summary['out']}")
+    return "\n".join(lines)
