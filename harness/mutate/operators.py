@@ -71,7 +71,7 @@ class Mutant:
         return source[: self.start] + self.replacement.encode() + source[self.end:]
 
     def diff(self, source: bytes) -> str:
-        """The unified diff of the file, three lines of context."""
+        """The unified diff of the file, one line of context."""
         before = source.decode().splitlines(keepends=True)
         after = self.apply(source).decode().splitlines(keepends=True)
         return "".join(difflib.unified_diff(before, after, f"a/{self.file}", f"b/{self.file}", n=1)).rstrip("\n")
@@ -151,8 +151,9 @@ def _find_token(site: _Site, start: int, end: int, token: str) -> tuple[int, int
     return start + len(gap[:i].encode()), start + len(gap[:j].encode())
 
 
-def _proposals(node: ast.AST, site: _Site) -> Iterator[tuple[str, int, int, str, ast.AST | None]]:
-    """(operator, start, end, replacement, the mutated node or None when the check is by parsing only)."""
+def _proposals(node: ast.AST, site: _Site) -> Iterator[tuple[str, int, int, str, ast.AST, ast.AST | None]]:
+    """(operator, start, end, replacement, the node replaced, the node that replaces it; None when
+    the check is by parsing only)."""
     if isinstance(node, ast.Compare):
         for i, op in enumerate(node.ops):
             left = node.left if i == 0 else node.comparators[i - 1]
@@ -163,54 +164,54 @@ def _proposals(node: ast.AST, site: _Site) -> Iterator[tuple[str, int, int, str,
                     if span:
                         new = copy.deepcopy(node)
                         new.ops[i] = table[type(op)]()
-                        yield family, span[0], span[1], _COMPARE_TEXT[table[type(op)]], new
+                        yield family, span[0], span[1], _COMPARE_TEXT[table[type(op)]], node, new
         if len(node.ops) == 1 and type(node.ops[0]) in _BOUNDARY:
             new = ast.Compare(left=node.comparators[0], ops=node.ops, comparators=[node.left])
-            yield "swap", site.start(node), site.end(node), ast.unparse(new), new
+            yield "swap", site.start(node), site.end(node), ast.unparse(new), node, new
     elif isinstance(node, ast.BinOp):
         if isinstance(node.op, _SWAPPABLE):
             new = ast.BinOp(left=node.right, op=node.op, right=node.left)
-            yield "swap", site.start(node), site.end(node), ast.unparse(new), new
+            yield "swap", site.start(node), site.end(node), ast.unparse(new), node, new
         if isinstance(node.op, _DROPPABLE):
-            yield "drop", site.start(node), site.end(node), ast.unparse(node.left), node.left
+            yield "drop", site.start(node), site.end(node), ast.unparse(node.left), node, node.left
             if not isinstance(node.op, _DROP_RIGHT_ONLY):
-                yield "drop", site.start(node), site.end(node), ast.unparse(node.right), node.right
+                yield "drop", site.start(node), site.end(node), ast.unparse(node.right), node, node.right
     elif isinstance(node, ast.BoolOp):
         for i in range(len(node.values)):
             rest = node.values[:i] + node.values[i + 1:]
             new = rest[0] if len(rest) == 1 else ast.BoolOp(op=node.op, values=rest)
-            yield "drop", site.start(node), site.end(node), ast.unparse(new), new
+            yield "drop", site.start(node), site.end(node), ast.unparse(new), node, new
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
-        yield "negate", site.start(node), site.end(node), ast.unparse(node.operand), node.operand
+        yield "negate", site.start(node), site.end(node), ast.unparse(node.operand), node, node.operand
     elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _is_inf(node.operand):
-        yield "identity", site.start(node), site.end(node), ast.unparse(node.operand), node.operand
+        yield "identity", site.start(node), site.end(node), ast.unparse(node.operand), node, node.operand
     elif isinstance(node, ast.Constant) and type(node.value) is int:
         for value in (node.value + 1, node.value - 1):
             new = ast.Constant(value) if value >= 0 else ast.UnaryOp(op=ast.USub(), operand=ast.Constant(-value))
-            yield "constant", site.start(node), site.end(node), repr(value), new
+            yield "constant", site.start(node), site.end(node), repr(value), node, new
     elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "inf" in node.value:
         text = site.text(site.start(node), site.end(node))
         for old, new_text in (("'-inf'", "'inf'"), ('"-inf"', '"inf"'), ("'inf'", "'-inf'"), ('"inf"', '"-inf"')):
             if old in text:
                 swapped = text.replace(old, new_text, 1)
-                yield "identity", site.start(node), site.end(node), swapped, None
+                yield "identity", site.start(node), site.end(node), swapped, node, None
                 break
     elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "range" and node.args:
         stop = node.args[0] if len(node.args) == 1 else node.args[1]
         if not isinstance(stop, ast.Constant):  # a constant bound is the constant operator's
             for op in (ast.Add(), ast.Sub()):
                 new = ast.BinOp(left=stop, op=op, right=ast.Constant(1))
-                yield "loop_bound", site.start(stop), site.end(stop), ast.unparse(new), new
+                yield "loop_bound", site.start(stop), site.end(stop), ast.unparse(new), stop, new
     elif isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
         if node.value.id in _DTYPE_MODULES and node.attr in _DTYPE_SWAP:
             new = ast.Attribute(value=node.value, attr=_DTYPE_SWAP[node.attr], ctx=node.ctx)
-            yield "dtype", site.start(node), site.end(node), ast.unparse(new), new
+            yield "dtype", site.start(node), site.end(node), ast.unparse(new), node, new
         elif _is_inf(node):
             new = ast.UnaryOp(op=ast.USub(), operand=node)
-            yield "identity", site.start(node), site.end(node), ast.unparse(new), new
+            yield "identity", site.start(node), site.end(node), ast.unparse(new), node, new
     elif isinstance(node, ast.Attribute) and node.attr in ("min", "max") and _is_type_info(node.value):
         new = ast.Attribute(value=node.value, attr="max" if node.attr == "min" else "min", ctx=node.ctx)
-        yield "identity", site.start(node), site.end(node), ast.unparse(new), new
+        yield "identity", site.start(node), site.end(node), ast.unparse(new), node, new
 
 
 def _is_inf(node: ast.AST) -> bool:
@@ -290,13 +291,13 @@ def mutants_of(source: bytes, file: str, operators: tuple[str, ...] = OPERATORS,
                 continue
             if lines is not None and not lines.intersection(range(node.lineno, node.end_lineno + 1)):
                 continue
-            for family, start, end, replacement, new in _proposals(node, site):
+            for family, start, end, replacement, replaced, new in _proposals(node, site):
                 if family not in operators or site.text(start, end) == replacement:
                     continue
                 if lines is not None and not lines.intersection(range(site.line_of(start),
                                                                       site.line_of(max(start, end - 1)) + 1)):
                     continue
-                expected = _dump_with(statement, node, new, parents) if new is not None else None
+                expected = _dump_with(statement, replaced, new, parents) if new is not None else None
                 text = _checked(expected, statement, site, start, end, replacement)
                 if text is None:
                     continue

@@ -1,0 +1,208 @@
+"""``crucible mutate``: operators, line tracing, and whole runs over a tiny fake compiler package."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from harness.cli import main
+from harness.mutate.operators import mutants_of
+from harness.mutate.tracing import LineTracer, load_coverage_file
+
+SOURCE = textwrap.dedent('''\
+    import math
+    import torch
+
+
+    def rule(x: torch.dtype, n: int = 3) -> int:
+        """A docstring is never mutated."""
+        total = 0
+        for i in range(n):
+            if i < n and x == torch.float32:
+                total = total + i * 2
+        lowest = -math.inf if x.is_floating_point else torch.iinfo(x).min
+        code = "m = float('-inf')"
+        return a * (b - c), lowest, code, math.inf, not total
+    ''').encode()
+
+
+def _edits(operator: str) -> set[tuple[str, str]]:
+    return {(m.original, m.replacement) for m in mutants_of(SOURCE, "pkg/rules.py") if m.operator == operator}
+
+
+@pytest.mark.parametrize("operator,expected", [
+    ("boundary", {("<", "<=")}),
+    ("negate", {("==", "!="), ("not total", "total")}),
+    ("swap", {("b - c", "c - b"), ("i < n", "n < i")}),
+    ("drop", {("total + i * 2", "total"), ("total + i * 2", "i * 2"), ("i * 2", "i"), ("i * 2", "2"),
+              ("i < n and x == torch.float32", "i < n"), ("i < n and x == torch.float32", "x == torch.float32")}),
+    ("constant", {("0", "1"), ("0", "-1"), ("2", "3"), ("2", "1")}),
+    ("loop_bound", {("n", "n + 1"), ("n", "n - 1")}),
+    ("identity", {("-math.inf", "math.inf"), ("math.inf", "-math.inf"), ("torch.iinfo(x).min", "torch.iinfo(x).max"),
+                  ('"m = float(\'-inf\')"', '"m = float(\'inf\')"')}),
+    ("dtype", {("torch.float32", "torch.float64")}),
+])
+def test_each_operator_plants_the_intended_edit(operator: str, expected: set) -> None:
+    assert expected <= _edits(operator)
+
+
+def test_mutants_are_checked_deterministic_and_leave_annotations_alone() -> None:
+    mutants = mutants_of(SOURCE, "pkg/rules.py")
+    assert [m.id for m in mutants] == [m.id for m in mutants_of(SOURCE, "pkg/rules.py")]
+    assert len({m.id for m in mutants}) == len(mutants)
+    for m in mutants:
+        mutated = m.apply(SOURCE)
+        assert ast.dump(ast.parse(mutated)) != ast.dump(ast.parse(SOURCE)), m
+    # on the signature line only the default (code) is mutated, never the annotations
+    assert {(m.original, m.replacement) for m in mutants if m.line == 5} == {("3", "4"), ("3", "2")}
+    assert min(m.line for m in mutants) == 5
+    # a swap inside parentheses keeps them: the edit is the node's own span
+    swap = next(m for m in mutants if m.original == "b - c")
+    assert b"a * (c - b)" in swap.apply(SOURCE)
+    assert "-    return a * (b - c), lowest" in swap.diff(SOURCE) and "+    return a * (c - b), lowest" in swap.diff(SOURCE)
+
+
+def test_a_replacement_that_would_bind_differently_is_parenthesized() -> None:
+    source = b"y = not x + z\n"  # dropping z from x + z: "not x" is right; a lower-precedence term needs parens
+    drops = {m.replacement for m in mutants_of(source, "f.py") if m.operator == "drop"}
+    assert drops == {"x", "z"}
+    source = b"y = 2 * (a if c else b) + z\n"
+    for m in mutants_of(source, "f.py"):
+        ast.parse(m.apply(source))
+
+
+def test_only_covered_lines_are_mutated() -> None:
+    assert {m.line for m in mutants_of(SOURCE, "pkg/rules.py", lines={9})} == {9}
+    assert mutants_of(SOURCE, "pkg/rules.py", lines=set()) == []
+
+
+def test_line_tracer_records_the_package_files_and_threads_only(tmp_path: Path) -> None:
+    package = tmp_path / "tracedpkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("def f(x):\n    if x:\n        return 1\n    return 2\n")
+    (tmp_path / "other.py").write_text("def g():\n    return 3\n")
+    import sys
+
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import other
+        import tracedpkg
+
+        with LineTracer([str(package)]) as tracer:
+            tracedpkg.f(0)
+            other.g()
+            thread = threading.Thread(target=tracedpkg.f, args=(1,))
+            thread.start()
+            thread.join()
+    finally:
+        sys.path.remove(str(tmp_path))
+    file = os.path.realpath(package / "__init__.py")
+    assert set(tracer.lines) == {file}
+    assert {2, 3, 4} <= tracer.lines[file]  # line 3 only in the thread
+
+
+def test_coverage_file_ours_and_coverage_py(tmp_path: Path) -> None:
+    ours = tmp_path / "lines.json"
+    ours.write_text(json.dumps({"pkg/a.py": [1, 2]}))
+    theirs = tmp_path / "coverage.json"
+    theirs.write_text(json.dumps({"files": {str(tmp_path / "pkg" / "a.py"): {"executed_lines": [3]},
+                                            "/elsewhere/b.py": {"executed_lines": [1]}}}))
+    assert load_coverage_file(str(ours), str(tmp_path)) == {"pkg/a.py": {1, 2}}
+    assert load_coverage_file(str(theirs), str(tmp_path)) == {"pkg/a.py": {3}}
+    (tmp_path / "bad.json").write_text("[1, 2]")
+    with pytest.raises(ValueError, match="expected"):
+        load_coverage_file(str(tmp_path / "bad.json"), str(tmp_path))
+
+
+# -- whole runs over a fake compiler -----------------------------------------------------------------
+
+FAKE_PACKAGE = '''\
+def clamp_index(i, n):
+    if i >= n:
+        return n - 1
+    return i
+
+
+def magnitude(x):
+    if x >= 0:  # '>' is an equivalent mutant here: -0 is 0
+        return x
+    return -x
+
+
+def never_called(x):
+    return x < 3
+'''
+
+FAKE_CAMPAIGN = '''\
+import fakecc
+
+
+def run(budget):
+    failures = [f"clamp_index({i}, 4)" for i in range(6) if fakecc.clamp_index(i, 4) != min(i, 3)]
+    return failures + [f"magnitude({x})" for x in range(-3, 4) if fakecc.magnitude(x) != abs(x)]
+'''
+
+
+@pytest.fixture
+def fake_compiler(tmp_path: Path) -> Path:
+    (tmp_path / "fakecc").mkdir()
+    (tmp_path / "fakecc" / "__init__.py").write_text(FAKE_PACKAGE)
+    (tmp_path / "fakecampaign.py").write_text(FAKE_CAMPAIGN)
+    return tmp_path
+
+
+def _mutate(cli, fake: Path, out: Path, *extra: str):
+    import subprocess
+    import sys
+
+    from tests.harness.conftest import cli_env
+
+    env = cli_env()
+    env["PYTHONPATH"] = os.pathsep.join([str(fake), env["PYTHONPATH"]])
+    return subprocess.run([sys.executable, "-m", "harness", "mutate", "--package", "fakecc", "--campaign",
+                           "fakecampaign:run", "--targets", "eager", "--operators", "boundary", "--out", str(out),
+                           "-j", "2", *extra], cwd=fake, env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_kills_the_obvious_mutant_reports_the_equivalent_one_and_resumes(cli, fake_compiler: Path) -> None:
+    out = fake_compiler / "mutants.jsonl"
+    done = _mutate(cli, fake_compiler, out)
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    mutants = {r["line"]: r for r in records if r["kind"] == "mutant"}
+    # boundary sites on covered lines: clamp_index's i >= n (2) and magnitude's x >= 0 (8); never_called's
+    # x < 3 (14) is on a line the baseline campaign never runs, so it is not mutated
+    assert set(mutants) == {2, 8}
+    assert mutants[2]["verdict"] == "killed" and "clamp_index(4, 4)" in mutants[2]["how"]
+    assert mutants[8]["verdict"] == "survived"
+    assert "mutation score 50.0%: 1 killed, 1 survived of 2 mutants" in done.stdout
+    assert "fakecc/__init__.py:8 boundary" in done.stdout and "+    if x > 0:" in done.stdout
+    assert "1 sites on lines no baseline reached" in done.stdout
+    again = _mutate(cli, fake_compiler, out)
+    assert again.returncode == 0, again.stderr
+    assert "2 done in" in again.stderr and "0 to run" in again.stderr
+    assert out.read_text().count('"kind": "mutant"') == 2
+    assert "mutation score 50.0%" in again.stdout
+    other = _mutate(cli, fake_compiler, out, "--seed", "1")
+    assert other.returncode == 2 and "other settings" in other.stderr
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--paths", "nothing/*.py"], "matches no file"),
+    (["--operators", "boundary,typo"], "no operator typo"),
+    (["--package", "no_such_package_here"], "no such importable package"),
+    (["--budget-s", "0"], "--budget-s must be a positive number"),
+    (["--campaign", "justamodule"], "give fuzz or MODULE:FUNCTION"),
+])
+def test_bad_settings_are_one_line_errors_before_any_work(args: list[str], message: str, tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
+    code = main(["mutate", "--out", str(tmp_path / "m.jsonl"), *args])
+    assert code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "m.jsonl").exists()
