@@ -46,22 +46,26 @@ class MutateRequest:
     operators: tuple[str, ...] = OPERATORS
     ops: str | None = None
     max_nodes: int = 6
+    corpus_suite: str | None = None  # the corpus tier after the fuzz budget (harness.mutate.child)
+    corpus_entries: tuple[str, ...] = ()
     jobs: int = 1
     cluster: str | None = None
     mixed_versions: bool = False
     coverage_file: str | None = None
     out: str = "crucible-mutate.jsonl"
     workdir: str | None = None
+    cache: str = "warm"  # warm: each mutant's kernel cache starts as a copy of the baseline's; cold: empty
 
     def settings(self, target: str) -> dict:
         """A child campaign's settings (``harness.mutate.child``)."""
         return {"campaign": self.campaign, "target": target, "seed": self.seed, "seconds": self.seconds,
-                "graphs": self.graphs, "ops": self.ops, "max_nodes": self.max_nodes, "threads": 1}
+                "graphs": self.graphs, "ops": self.ops, "max_nodes": self.max_nodes, "threads": 1,
+                "corpus_suite": self.corpus_suite, "corpus_entries": list(self.corpus_entries)}
 
     def key(self, digest: str) -> str:
         """What a results file's mutants depend on: a session resumes only a file with this key."""
         fields = {k: v for k, v in asdict(self).items() if k not in ("jobs", "cluster", "mixed_versions", "out",
-                                                                       "workdir", "mutants")}
+                                                                       "workdir", "mutants", "cache")}
         return hashlib.sha1(json.dumps([fields, digest], sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -87,14 +91,20 @@ def sources_digest(base: str, files: list[str]) -> str:
     return digest.hexdigest()[:16]
 
 
+def baseline_cache(request: MutateRequest, target: str) -> str:
+    """Where the baseline's kernel cache of ``target`` is kept (beside the results file, for resuming)."""
+    return os.path.abspath(f"{request.out}.caches/{hashlib.sha1(target.encode()).hexdigest()[:12]}")
+
+
 def covered_lines(request: MutateRequest, target: str, location: str, base: str,
                   trace: bool = True) -> dict:
     """Run the baseline campaign of ``target`` on a pristine copy (with line tracing when ``trace``):
-    {"lines": {file: [lines]} or None, "signatures": [...], "graphs", "seconds"}. Raises when the
-    baseline cannot run: then no mutant could be judged."""
+    {"lines": {file: [lines]} or None, "signatures": [...], "graphs", "seconds"}; its kernel cache is
+    kept (``baseline_cache``). Raises when the baseline cannot run: then no mutant could be judged."""
     settings = dict(request.settings(target), trace=trace, stop_early=False)
     timeout = (request.seconds or 3600.0) * 4 + START_S
-    run = run_child(settings, request.package, location, base, None, timeout, request.workdir)
+    run = run_child(settings, request.package, location, base, None, timeout, request.workdir,
+                    keep_cache=baseline_cache(request, target))
     if run.status != "ok":
         raise RuntimeError(f"the baseline campaign on {target} did not finish ({run.status}); its output:\n{run.log}")
     return {"lines": run.lines, "signatures": sorted(f["signature"] for f in run.found), "graphs": run.graphs,
@@ -191,7 +201,8 @@ def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, lis
     tasks = [MutantTask(f"mutant/{m.id}", request.package, location, base,
                         Edit(m.file, m.start, m.end, m.replacement),
                         dict(request.settings(t), stop_early=True),
-                        tuple(results.baselines[t]["signatures"]), round_s, request.workdir) for m, t in todo]
+                        tuple(results.baselines[t]["signatures"]), round_s, request.workdir,
+                        baseline_cache(request, t) if request.cache == "warm" else None) for m, t in todo]
     started = time.monotonic()
 
     def record(result: Result) -> None:
@@ -201,7 +212,7 @@ def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, lis
                  "gpu_only": parse_target(target).device == "cuda", "verdict": verdict(result),
                  "status": str(result.status), "how": result.error, "graphs": result.cases,
                  "copy_s": result.build_s, "import_s": result.load_s, "campaign_s": result.run_s,
-                 "wall_s": result.wall_s, "diff": mutant.diff(source)}
+                 "wall_s": result.wall_s, "cache": request.cache, "diff": mutant.diff(source)}
         results.append(entry)
         results.done[mutant.id] = entry
         log(f"[{len(results.done)}/{len(chosen)}] {mutant.id} {mutant.file}:{mutant.line} {mutant.operator}: "

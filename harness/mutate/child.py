@@ -10,12 +10,14 @@ the graph of each (so the parent can check that the unmutated compiler passes it
 executed lines when asked (``harness.mutate.tracing``), and its import and campaign seconds.
 
 A campaign is ``fuzz`` (``crucible fuzz``'s campaign on a target, in process, no replay of stored
-findings, no shrinking) or ``MODULE:FUNCTION``, a function called with a ``Budget`` that returns
+findings, no shrinking; then, with ``corpus_suite``, the corpus tier: entries of that suite on the
+target) or ``MODULE:FUNCTION``, a function called with a ``Budget`` that returns
 the signatures of the failures it saw (for another compiler's tests, or a test's tiny campaign).
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -73,6 +75,29 @@ def _fuzz(settings: dict, exclude: set[str]) -> tuple[int, list[dict]]:
     return summary.graphs, found
 
 
+def _corpus(settings: dict, exclude: set[str]) -> list[dict]:
+    """The corpus tier: each entry of ``corpus_suite`` (``corpus_entries`` globs, when given) on the
+    target, in this process; an entry failing against the compiler is a failure ``corpus | NAME | STATUS``."""
+    from corpus.registry import catalog, select
+    from harness.pool import run_task
+    from harness.selection import select_by_name
+    from harness.targets import parse_target
+    from harness.tasks import EntryTask
+
+    cat = catalog()
+    entries = select_by_name(select(cat.entries, settings["corpus_suite"]), settings.get("corpus_entries") or None)
+    target = parse_target(settings["target"])
+    found: list[dict] = []
+    for entry in entries:
+        result = run_task(EntryTask(entry.name, cat.origin_of(entry.name), capture=False), target, lambda phase: None)
+        signature = f"corpus | {entry.name} | {result.status}"
+        if result.against_compiler and signature not in exclude:
+            found.append({"signature": signature, "graph": None})
+            if settings.get("stop_early", True):
+                break
+    return found
+
+
 def _plugin(settings: dict, exclude: set[str]) -> tuple[int | None, list[dict]]:
     module, _, function = settings["campaign"].partition(":")
     run = getattr(importlib.import_module(module), function)
@@ -97,11 +122,10 @@ def main(path: str) -> int:
     run = _fuzz if settings["campaign"] == "fuzz" else _plugin
     imported = time.monotonic()
     tracer = LineTracer([settings["trace"]]) if settings.get("trace") else None
-    if tracer is not None:
-        with tracer:
-            graphs, found = run(settings, exclude)
-    else:
+    with tracer if tracer is not None else contextlib.nullcontext():
         graphs, found = run(settings, exclude)
+        if settings.get("corpus_suite") and not (found and settings.get("stop_early", True)):
+            found += _corpus(settings, exclude)
     out = {"graphs": graphs, "found": found, "import_s": imported - started,
            "campaign_s": time.monotonic() - imported,
            "lines": relative_lines(tracer.lines, settings["root"]) if tracer is not None else None}

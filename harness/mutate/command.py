@@ -36,6 +36,11 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the campaigns and of the sample (default 0)")
     p.add_argument("--operators", help=f"only these operators, comma-separated ({', '.join(OPERATORS)})")
     p.add_argument("--ops", help="fuzz only ops matching these globs (as crucible fuzz --ops)")
+    p.add_argument("--corpus-suite", metavar="SUITE",
+                   help="after the fuzz budget, a corpus tier: the entries of SUITE on the mutant's target "
+                        "(fuzz campaigns; its time comes on top of the budget)")
+    p.add_argument("--corpus-entry", metavar="GLOBS",
+                   help="--corpus-suite: only these entries, names or globs, comma-separated")
     p.add_argument("-j", "--jobs", type=int, default=1, help="mutants side by side, one core each (default 1)")
     cluster_options(p)
     p.add_argument("--coverage-file", metavar="FILE",
@@ -44,6 +49,8 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="crucible-mutate.jsonl",
                    help="results file, one JSON line per mutant as it finishes; a rerun with the same settings "
                         "resumes it (default crucible-mutate.jsonl)")
+    p.add_argument("--cache", choices=("warm", "cold"), default="warm",
+                   help="each mutant's own kernel cache starts as a copy of the baseline's (warm, default) or empty")
     p.add_argument("--workdir", help="where mutants' copies and caches live while they run (default: the temp dir)")
     p.add_argument("--list", action="store_true", help="print the mutants that would run (after the baseline) and exit")
 
@@ -69,6 +76,9 @@ def _request(args: argparse.Namespace) -> Any:
         for target in targets:
             validate_target(target)
         select_specs(args.ops)
+        _check_corpus(args)
+    elif args.corpus_suite or args.corpus_entry:
+        raise UsageError("--corpus-suite is a tier of the fuzz campaign; a --campaign MODULE:FUNCTION runs its own")
     elif ":" not in args.campaign:
         raise UsageError(f"--campaign {args.campaign}: give fuzz or MODULE:FUNCTION")
     else:
@@ -86,8 +96,31 @@ def _request(args: argparse.Namespace) -> Any:
     return MutateRequest(package=args.package, paths=tuple(p.strip() for p in (args.paths or "").split(",") if p.strip()),
                          campaign=args.campaign, targets=targets, seed=args.seed, seconds=seconds,
                          graphs=args.budget_graphs, mutants=args.mutants, operators=operators, ops=args.ops,
+                         corpus_suite=args.corpus_suite, corpus_entries=_entries(args),
                          jobs=args.jobs, cluster=args.cluster, mixed_versions=args.mixed_versions,
-                         coverage_file=args.coverage_file, out=args.out, workdir=args.workdir)
+                         coverage_file=args.coverage_file, out=args.out, workdir=args.workdir, cache=args.cache)
+
+
+def _entries(args: argparse.Namespace) -> tuple[str, ...]:
+    return tuple(e.strip() for e in (args.corpus_entry or "").split(",") if e.strip())
+
+
+def _check_corpus(args: argparse.Namespace) -> None:
+    """--corpus-suite names a suite, and --corpus-entry globs match entries of it."""
+    if args.corpus_entry and not args.corpus_suite:
+        raise UsageError("--corpus-entry chooses entries of --corpus-suite; give the suite too")
+    if not args.corpus_suite:
+        return
+    from corpus.registry import catalog, select
+    from harness.selection import select_by_name
+
+    try:
+        entries = select(catalog().entries, args.corpus_suite)
+    except KeyError as exc:
+        raise UsageError(f"--corpus-suite: {exc.args[0]}") from None
+    chosen = select_by_name(entries, list(_entries(args)) or None, where=f"suite {args.corpus_suite}")
+    if not chosen:
+        raise UsageError(f"--corpus-suite {args.corpus_suite}: no entries to run")
 
 
 def cmd_mutate(args: argparse.Namespace) -> int:
@@ -135,15 +168,18 @@ def render(summary: dict) -> str:
     if timed:
         mean = lambda key: sum(r[key] or 0 for r in timed) / len(timed)  # noqa: E731
         lines.append(f"per mutant: copying sources {mean('copy_s'):.2f}s, child start (imports) {mean('import_s'):.1f}s,"
-                     f" campaign {mean('campaign_s'):.1f}s (cold kernel cache), {mean('wall_s'):.1f}s wall;"
+                     f" campaign {mean('campaign_s'):.1f}s ({timed[0].get('cache', 'cold')} kernel cache),"
+                     f" {mean('wall_s'):.1f}s wall (with the unmutated compiler's check of the killing graph);"
                      f" {sum(r['graphs'] or 0 for r in timed) / len(timed):.0f} graphs run")
     for target, base in summary["baselines"].items():
         lines.append(f"baseline {target}: {base['graphs'] if base['graphs'] is not None else '-'} graphs in {base['seconds']:.0f}s (traced, cold cache), "
                      f"{len(base['signatures'])} failure signatures not counted as kills")
     unreached = summary["reach"]["unreached"]
     if unreached:
+        top = sorted(unreached.items(), key=lambda item: -item[1])
         lines.append(f"not mutated: {sum(unreached.values())} sites on lines no baseline reached (GPU-only or "
-                     f"unreached code), by file: " + ", ".join(f"{f} {n}" for f, n in sorted(unreached.items())))
+                     f"unreached code); most in " + ", ".join(f"{f} {n}" for f, n in top[:8])
+                     + (f" and {len(top) - 8} more files" if len(top) > 8 else ""))
     survivors = [r for r in records if r["verdict"] == "survived"]
     if survivors:
         lines.append(f"surviving mutants ({len(survivors)}):")

@@ -5,7 +5,10 @@ campaign process; and the picklable task that runs it on a pool or cluster worke
 directory, applies the edit, and starts ``harness.mutate.child`` there with the copy first on its
 import path and every kernel cache pointed inside the working directory (``CRUCIBLE_CACHE_DIR``,
 ``TRITON_CACHE_DIR``, ``TORCHINDUCTOR_CACHE_DIR``): a mutant never loads another's kernels, nor
-leaves its own behind. The directory is removed afterwards.
+leaves its own behind. The directory is removed afterwards. The cache starts empty, or (``--cache
+warm``) as a private copy of the baseline's: entries are keyed by the digest of the kernel's source,
+flags and compiler, so a kernel the mutation changed is built afresh and an unchanged one is not
+(measured: 150 graphs on crucible-cpp took 34 s on a cold cache, 6 s on a warm one).
 
 ``MutantTask`` is what the single-host pool (``harness.pool.WorkerPool``) or the cluster executor
 runs: the child's campaign stops at the first failure the baseline did not have; for a fuzz
@@ -92,12 +95,18 @@ def package_location(package: str) -> tuple[str, str]:
 
 
 def run_child(settings: dict, package: str, location: str, base: str, edit: Edit | None, timeout_s: float,
-              workdir: str | None = None) -> ChildRun:
+              workdir: str | None = None, seed_cache: str | None = None, keep_cache: str | None = None) -> ChildRun:
     """Copy the package (``location``, under ``base``), apply ``edit``, run the campaign ``settings``
-    in a child process within ``timeout_s``; the working directory is removed afterwards."""
+    in a child process within ``timeout_s``; the working directory is removed afterwards.
+
+    ``seed_cache``: a kernel cache the child's own starts as a copy of (when it exists on this
+    machine); ``keep_cache``: where the child's cache is moved when it finished (the baseline's)."""
     work = tempfile.mkdtemp(prefix="crucible-mutant-", dir=workdir)
     try:
         started = time.monotonic()
+        cache = os.path.join(work, "cache")
+        if seed_cache and os.path.isdir(seed_cache):
+            shutil.copytree(seed_cache, cache, symlinks=True)
         root = os.path.join(work, "src")
         copy = os.path.join(root, os.path.relpath(location, base))
         os.makedirs(os.path.dirname(copy), exist_ok=True)
@@ -110,7 +119,6 @@ def run_child(settings: dict, package: str, location: str, base: str, edit: Edit
             source = Path(path).read_bytes()
             Path(path).write_bytes(source[: edit.start] + edit.replacement.encode() + source[edit.end:])
         copy_s = time.monotonic() - started
-        cache = os.path.join(work, "cache")
         out = os.path.join(work, "out.json")
         settings = dict(settings, out=out, root=root, trace=copy if settings.get("trace") else None)
         spec = os.path.join(work, "settings.json")
@@ -138,6 +146,10 @@ def run_child(settings: dict, package: str, location: str, base: str, edit: Edit
             return ChildRun("crash", copy_s=copy_s, log=f"signal {-code}\n{tail}")
         if code != 0 or not os.path.exists(out):
             return ChildRun("error", copy_s=copy_s, log=tail)
+        if keep_cache and os.path.isdir(cache):
+            shutil.rmtree(keep_cache, ignore_errors=True)
+            os.makedirs(os.path.dirname(keep_cache), exist_ok=True)
+            shutil.move(cache, keep_cache)
         doc = json.loads(Path(out).read_text())
         return ChildRun("ok", doc["found"], doc["graphs"], doc["lines"], copy_s, doc["import_s"], doc["campaign_s"],
                         tail)
@@ -169,6 +181,7 @@ class MutantTask:
     exclude: tuple[str, ...] = ()
     timeout_s: float = 600.0
     workdir: str | None = None
+    seed_cache: str | None = None  # the baseline's kernel cache, copied as this mutant's own (--cache warm)
     imports: tuple[str, ...] = ()
 
     def __call__(self, worker: WorkerContext) -> Result:
@@ -180,7 +193,8 @@ class MutantTask:
             settings = dict(self.settings, exclude=sorted(exclude))
             if seconds is not None:
                 settings["seconds"] = seconds - campaign_s
-            run = run_child(settings, self.package, self.location, self.base, self.edit, self.timeout_s, self.workdir)
+            run = run_child(settings, self.package, self.location, self.base, self.edit, self.timeout_s, self.workdir,
+                            self.seed_cache)
             copy_s, import_s, campaign_s = copy_s + run.copy_s, import_s + run.import_s, campaign_s + run.campaign_s
             graphs += run.graphs or 0
             if run.status != "ok":

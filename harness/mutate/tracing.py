@@ -63,11 +63,9 @@ class LineTracer:
 
     # -- Python 3.11: settrace, local tracing only in the package's frames
     def _call(self, frame: FrameType, event: str, arg: Any) -> Any:
-        file = self._file(frame.f_code.co_filename)
-        if file is None:
-            return None
-        self.lines[file].add(frame.f_lineno)
-        return self._line
+        # the call event's line is the ``def`` line, which runs when the module does, not on calls:
+        # not recorded, as sys.monitoring does not report it either
+        return None if self._file(frame.f_code.co_filename) is None else self._line
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line":

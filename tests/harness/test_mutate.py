@@ -206,3 +206,61 @@ def test_bad_settings_are_one_line_errors_before_any_work(args: list[str], messa
     assert code == 2
     assert message in capsys.readouterr().err
     assert not (tmp_path / "m.jsonl").exists()
+
+
+PROBE_CAMPAIGN = '''\
+import os
+
+import fakecc
+
+
+def probe(budget):
+    """Reports where fakecc came from, what it computes and what the kernel cache holds."""
+    cache = os.environ["CRUCIBLE_CACHE_DIR"]
+    seen = sorted(os.listdir(cache)) if os.path.isdir(cache) else []
+    os.makedirs(cache, exist_ok=True)
+    open(os.path.join(cache, "written-by-child"), "w").close()
+    return [f"file {fakecc.__file__}", f"clamp {fakecc.clamp_index(4, 4)}", f"cache {seen}", f"seed {budget.seed}"]
+'''
+
+
+def test_child_runs_the_mutated_copy_with_its_own_seeded_cache(fake_compiler: Path, monkeypatch) -> None:
+    from harness.mutate.tasks import Edit, package_location, run_child
+
+    (fake_compiler / "probecampaign.py").write_text(PROBE_CAMPAIGN)
+    monkeypatch.syspath_prepend(str(fake_compiler))
+    location, base = package_location("fakecc")
+    assert (location, base) == (str(fake_compiler / "fakecc"), str(fake_compiler))
+    source = (fake_compiler / "fakecc" / "__init__.py").read_bytes()
+    start = source.index(b"n - 1")
+    seed, kept = fake_compiler / "seed-cache", fake_compiler / "kept" / "cache"
+    seed.mkdir()
+    (seed / "from-baseline").write_text("")
+    settings = {"campaign": "probecampaign:probe", "target": "eager", "seed": 7, "seconds": 1.0, "graphs": None}
+    run = run_child(settings, "fakecc", location, base, Edit("fakecc/__init__.py", start, start + 5, "n + 1"), 60,
+                    str(fake_compiler), seed_cache=str(seed), keep_cache=str(kept))
+    assert run.status == "ok", run.log
+    found = {f["signature"].split(" ", 1)[0]: f["signature"].split(" ", 1)[1] for f in run.found}
+    assert "crucible-mutant-" in found["file"] and found["file"].endswith("src/fakecc/__init__.py")
+    assert found["clamp"] == "5"  # the edit, not the original's 3
+    assert found["cache"] == "['from-baseline']" and found["seed"] == "7"
+    assert sorted(os.listdir(kept)) == ["from-baseline", "written-by-child"]
+    assert sorted(os.listdir(seed)) == ["from-baseline"]  # the seed is copied, never written to
+    assert not list(fake_compiler.glob("crucible-mutant-*"))  # the mutant's directory is gone
+    assert (fake_compiler / "fakecc" / "__init__.py").read_bytes() == source
+
+
+def test_corpus_tier_reports_an_entry_the_mutation_breaks(monkeypatch) -> None:
+    from compiler.lowering import LOWERINGS
+    from harness.mutate.child import _corpus
+
+    settings = {"corpus_suite": "smoke", "corpus_entries": ["zoo/mlp"], "target": "crucible-cpp"}
+    assert _corpus(settings, set()) == []
+
+    def broken(*args, **kwargs):
+        raise KeyError("planted: no lowering")
+
+    for op in list(LOWERINGS):
+        monkeypatch.setitem(LOWERINGS, op, broken)
+    assert _corpus(settings, set()) == [{"signature": "corpus | zoo/mlp | fail_compile", "graph": None}]
+    assert _corpus(settings, {"corpus | zoo/mlp | fail_compile"}) == []  # a baseline failure is no kill
