@@ -54,18 +54,25 @@ class MutateRequest:
     coverage_file: str | None = None
     out: str = "crucible-mutate.jsonl"
     workdir: str | None = None
+    mem_limit_mb: int | None = None  # address space per mutant process beyond its start (None: no limit)
     cache: str = "warm"  # warm: each mutant's kernel cache starts as a copy of the baseline's; cold: empty
 
     def settings(self, target: str) -> dict:
-        """A child campaign's settings (``harness.mutate.child``)."""
-        return {"campaign": self.campaign, "target": target, "seed": self.seed, "seconds": self.seconds,
+        """A child campaign's settings (``harness.mutate.child``); a CUDA target's carry the GPUs this
+        process sees (the pool's workers, started for CPU work, hide them)."""
+        from harness.targets import parse_target
+
+        gpus = ({"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
+                if self.campaign == "fuzz" and parse_target(target).device == "cuda" else {})
+        return gpus | {"campaign": self.campaign, "target": target, "seed": self.seed, "seconds": self.seconds,
+                "mem_limit_mb": self.mem_limit_mb,
                 "graphs": self.graphs, "ops": self.ops, "max_nodes": self.max_nodes, "threads": 1,
                 "corpus_suite": self.corpus_suite, "corpus_entries": list(self.corpus_entries)}
 
     def key(self, digest: str) -> str:
         """What a results file's mutants depend on: a session resumes only a file with this key."""
         fields = {k: v for k, v in asdict(self).items() if k not in ("jobs", "cluster", "mixed_versions", "out",
-                                                                       "workdir", "mutants", "cache")}
+                                                                       "workdir", "mutants", "cache", "mem_limit_mb")}
         return hashlib.sha1(json.dumps([fields, digest], sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -116,6 +116,12 @@ def main(path: str) -> int:
         import torch
 
         torch.set_num_threads(threads)
+    if settings.get("mem_limit_mb"):
+        # as the pool's CPU workers: a mutant that allocates without bound gets MemoryError (an
+        # ``oom`` result, which kills it), not the machine's OOM killer among its neighbours
+        from harness.pool import _limit_memory
+
+        _limit_memory(settings["mem_limit_mb"])
     from harness.mutate.tracing import LineTracer, relative_lines
 
     exclude = set(settings.get("exclude", []))

@@ -51,6 +51,8 @@ def add_parser(sub: Any) -> None:
                         "resumes it (default crucible-mutate.jsonl)")
     p.add_argument("--cache", choices=("warm", "cold"), default="warm",
                    help="each mutant's own kernel cache starts as a copy of the baseline's (warm, default) or empty")
+    p.add_argument("--mem-limit-mb", type=int,
+                   help="address-space limit of each mutant's process (default: 80%% of RAM / jobs)")
     p.add_argument("--workdir", help="where mutants' copies and caches live while they run (default: the temp dir)")
     p.add_argument("--list", action="store_true", help="print the mutants that would run (after the baseline) and exit")
 
@@ -64,6 +66,7 @@ def _request(args: argparse.Namespace) -> Any:
     positive("--budget-graphs", args.budget_graphs, integer=True)
     positive("--mutants", args.mutants, integer=True)
     positive("-j/--jobs", args.jobs, integer=True)
+    positive("--mem-limit-mb", args.mem_limit_mb, integer=True)
     check_cluster_settings(args)
     if args.cluster and args.jobs != 1:
         raise UsageError("-j sizes the single-host pool; a --cluster run has the cluster's workers")
@@ -89,6 +92,7 @@ def _request(args: argparse.Namespace) -> Any:
     if args.workdir and not __import__("os").path.isdir(args.workdir):
         raise UsageError(f"--workdir {args.workdir}: no such directory")
     writable_output("--out", args.out)
+    from harness.cli import _default_mem_limit
     from harness.mutate.tasks import package_location
 
     package_location(args.package)  # an unknown package is a usage error (ValueError)
@@ -98,7 +102,8 @@ def _request(args: argparse.Namespace) -> Any:
                          graphs=args.budget_graphs, mutants=args.mutants, operators=operators, ops=args.ops,
                          corpus_suite=args.corpus_suite, corpus_entries=_entries(args),
                          jobs=args.jobs, cluster=args.cluster, mixed_versions=args.mixed_versions,
-                         coverage_file=args.coverage_file, out=args.out, workdir=args.workdir, cache=args.cache)
+                         coverage_file=args.coverage_file, out=args.out, workdir=args.workdir, cache=args.cache,
+                         mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else _default_mem_limit(args.jobs))
 
 
 def _entries(args: argparse.Namespace) -> tuple[str, ...]:

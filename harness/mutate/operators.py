@@ -116,7 +116,7 @@ class _Site:
 
 
 def _skipped_nodes(tree: ast.AST) -> set[int]:
-    """Nodes never mutated: annotations, docstrings, f-strings' parts (their spans are not their
+    """Nodes never mutated: annotations, decorators, f-strings' parts (their spans are not their
     text before 3.12), ``__all__``."""
     skip: set[int] = set()
 
@@ -125,6 +125,11 @@ def _skipped_nodes(tree: ast.AST) -> set[int]:
             skip.update(id(n) for n in ast.walk(node))
 
     for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            # decorators are configuration (``lru_cache(maxsize=4096)``): a mutant there was
+            # equivalent in every sample run
+            for decorator in node.decorator_list:
+                mark(decorator)
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             mark(node.returns)
         elif isinstance(node, ast.arg):

@@ -127,6 +127,11 @@ def run_child(settings: dict, package: str, location: str, base: str, edit: Edit
                    TORCHINDUCTOR_CACHE_DIR=os.path.join(cache, "inductor"), PYTHONDONTWRITEBYTECODE="1",
                    PYTHONPATH=os.pathsep.join(os.path.abspath(p) for p in sys.path))
         env.pop("CRUCIBLE_TUNING_CACHE", None)  # under the mutant's cache root
+        if "cuda_visible_devices" in settings:  # a CUDA target: the GPUs the pool's CPU worker hid
+            if settings["cuda_visible_devices"] is None:
+                env.pop("CUDA_VISIBLE_DEVICES", None)
+            else:
+                env["CUDA_VISIBLE_DEVICES"] = settings["cuda_visible_devices"]
         from harness.mutate.child import BOOTSTRAP
 
         log_path = os.path.join(work, "child.log")

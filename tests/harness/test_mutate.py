@@ -264,3 +264,32 @@ def test_corpus_tier_reports_an_entry_the_mutation_breaks(monkeypatch) -> None:
         monkeypatch.setitem(LOWERINGS, op, broken)
     assert _corpus(settings, set()) == [{"signature": "corpus | zoo/mlp | fail_compile", "graph": None}]
     assert _corpus(settings, {"corpus | zoo/mlp | fail_compile"}) == []  # a baseline failure is no kill
+
+
+def test_decorator_arguments_are_not_mutated() -> None:
+    source = b"import functools\n\n\n@functools.lru_cache(maxsize=4096)\ndef f(x):\n    return x + 1\n"
+    assert {m.line for m in mutants_of(source, "f.py")} == {6}
+
+
+def test_selection_is_deterministic_for_a_seed_and_covers_only_reached_lines(fake_compiler: Path, monkeypatch) -> None:
+    from harness.mutate.analysis import MutateRequest, ResultsFile, plan, source_files, sources_digest
+    from harness.mutate.tasks import package_location
+
+    monkeypatch.syspath_prepend(str(fake_compiler))
+    location, base = package_location("fakecc")
+    files = source_files(location, base, ())
+
+    def chosen(seed: int, mutants: int) -> list[str]:
+        request = MutateRequest(package="fakecc", campaign="fakecampaign:run", targets=("eager",), seed=seed,
+                                mutants=mutants, out=str(fake_compiler / f"plan-{seed}-{mutants}.jsonl"))
+        results = ResultsFile(request.out, request.key(sources_digest(base, files)))
+        # a stored baseline that reached clamp_index and magnitude (lines 1-10), not never_called
+        results.baselines["eager"] = {"signatures": [], "lines": {"fakecc/__init__.py": list(range(1, 11))}}
+        picked, reach = plan(request, results, location, base, files, lambda line: None)
+        assert reach["unreached"] == {"fakecc/__init__.py": 4}  # x < 3: boundary, negate... swap, constant +-1
+        assert all(m.line <= 10 and target == "eager" for m, target in picked)
+        return [m.id for m, _ in picked]
+
+    assert chosen(0, 5) == chosen(0, 5)
+    assert sorted(chosen(0, 100)) == sorted(chosen(1, 100))  # every candidate, in another order
+    assert chosen(0, 5) != chosen(1, 5)
