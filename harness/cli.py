@@ -135,14 +135,6 @@ def cmd_list(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _default_mem_limit(jobs: int) -> int | None:
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    return max(1024, int(total * 0.8 / max(1, jobs)) // (1024 * 1024))
-
-
 def _check_run_settings(args: argparse.Namespace) -> None:
     """Every number, path and environment value of ``crucible run``, before anything runs."""
     from harness.runner import parse_shard
@@ -179,6 +171,7 @@ def _rerun_failed(ref: str, db: str, entries: list) -> list:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness import expected as expected_files
+    from harness.pool import default_mem_limit
     from harness.runner import RunRequest, RunStopped, execute_run, parse_shard, shard_entries
     from harness.targets import default_target, validate_target
 
@@ -224,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     request = RunRequest(
         suite=args.suite, target=target_name, entries=entries, catalog=cat, db=args.db, run_id=args.run_id,
         resume=args.resume, jobs=args.jobs, shard=args.shard, timeout_s=args.timeout,
-        mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else _default_mem_limit(args.jobs),
+        mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else default_mem_limit(args.jobs),
         device=args.device, capture=not args.no_capture, reference=args.reference, mode=args.mode,
         dynamic=args.dynamic, gpus=gpus, maxfail=args.maxfail, expected=expected.rows,
         expected_file=str(expected_path) if expected_path.is_file() else None,

@@ -92,7 +92,7 @@ def _request(args: argparse.Namespace) -> Any:
     if args.workdir and not __import__("os").path.isdir(args.workdir):
         raise UsageError(f"--workdir {args.workdir}: no such directory")
     writable_output("--out", args.out)
-    from harness.cli import _default_mem_limit
+    from harness.pool import default_mem_limit
     from harness.mutate.tasks import package_location
 
     package_location(args.package)  # an unknown package is a usage error (ValueError)
@@ -103,7 +103,7 @@ def _request(args: argparse.Namespace) -> Any:
                          corpus_suite=args.corpus_suite, corpus_entries=_entries(args),
                          jobs=args.jobs, cluster=args.cluster, mixed_versions=args.mixed_versions,
                          coverage_file=args.coverage_file, out=args.out, workdir=args.workdir, cache=args.cache,
-                         mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else _default_mem_limit(args.jobs))
+                         mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else default_mem_limit(args.jobs))
 
 
 def _entries(args: argparse.Namespace) -> tuple[str, ...]:
