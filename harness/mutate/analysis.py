@@ -5,8 +5,8 @@
    ones a mutant is not killed by, its executed lines the only ones mutated (``covered_lines``;
    ``--coverage-file`` replaces the tracing).
 2. Selection: every mutant the operators propose on a covered line of the chosen files, sorted by
-   id, sampled with ``random.Random(seed)``: the same sources, coverage and seed give the same
-   mutants. Each goes to the first target whose baseline reaches its line; mutants only a CUDA
+   id, shuffled with ``random.Random(seed)``, the first ``--mutants``: the same sources, coverage and
+   seed give the same mutants, and a larger ``--mutants`` extends the sample. Each goes to the first target whose baseline reaches its line; mutants only a CUDA
    target reaches are counted apart (GPU-only code), and sites no target reaches are reported.
 3. Mutants run as ``harness.mutate.tasks.MutantTask`` on the single-host pool or the cluster
    executor (``harness.cluster.open_executor``). Each verdict is appended to the results file
@@ -182,8 +182,10 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
             else:
                 candidates.append((mutant, target))
     candidates.sort(key=lambda pair: pair[0].id)
-    chosen = random.Random(request.seed).sample(candidates, min(request.mutants, len(candidates)))
-    return chosen, {"candidates": len(candidates), "unreached": unreached}
+    # a shuffle, then the first N: a larger --mutants later keeps these and adds more (the resumed
+    # file's verdicts stay valid)
+    random.Random(request.seed).shuffle(candidates)
+    return candidates[: request.mutants], {"candidates": len(candidates), "unreached": unreached}
 
 
 def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, list_only: bool = False) -> dict:

@@ -132,7 +132,12 @@ def cmd_mutate(args: argparse.Namespace) -> int:
     from harness.mutate.analysis import run_analysis
 
     request = _request(args)
-    summary = run_analysis(request, log=lambda line: print(line, file=sys.stderr, flush=True), list_only=args.list)
+    try:
+        summary = run_analysis(request, log=lambda line: print(line, file=sys.stderr, flush=True),
+                               list_only=args.list)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: the verdicts so far are in {args.out}; the same command resumes", file=sys.stderr)
+        return 130
     if args.list:
         for mutant, target in summary["chosen"]:
             print(f"{mutant.id} {mutant.file}:{mutant.line} {mutant.operator} ({target}): "

@@ -94,6 +94,19 @@ def package_location(package: str) -> tuple[str, str]:
     return location, str(parent)
 
 
+def _die_with_parent() -> None:
+    """In the child before it runs: killed when the worker that started it dies (an interrupted or
+    timed-out analysis kills its workers; their children must not fuzz on for minutes). Linux only;
+    elsewhere the child ends with its own deadline."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def run_child(settings: dict, package: str, location: str, base: str, edit: Edit | None, timeout_s: float,
               workdir: str | None = None, seed_cache: str | None = None, keep_cache: str | None = None) -> ChildRun:
     """Copy the package (``location``, under ``base``), apply ``edit``, run the campaign ``settings``
@@ -137,7 +150,8 @@ def run_child(settings: dict, package: str, location: str, base: str, edit: Edit
         log_path = os.path.join(work, "child.log")
         with open(log_path, "wb") as log:
             process = subprocess.Popen([sys.executable, "-c", BOOTSTRAP, root, package, spec], cwd=root, env=env,
-                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                       stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                       preexec_fn=_die_with_parent)
             try:
                 code = process.wait(timeout=timeout_s)
             except subprocess.TimeoutExpired:

@@ -293,3 +293,29 @@ def test_selection_is_deterministic_for_a_seed_and_covers_only_reached_lines(fak
     assert chosen(0, 5) == chosen(0, 5)
     assert sorted(chosen(0, 100)) == sorted(chosen(1, 100))  # every candidate, in another order
     assert chosen(0, 5) != chosen(1, 5)
+    assert chosen(0, 8)[:5] == chosen(0, 5)  # a larger --mutants extends the sample
+
+
+def test_a_subpackage_is_resolved_to_the_mutated_copy(tmp_path: Path, monkeypatch) -> None:
+    """``--package outer.inner``: only the subpackage is copied; a finder resolves it to the copy while
+    ``outer`` stays the installed one."""
+    from harness.mutate.tasks import Edit, package_location, run_child
+
+    (tmp_path / "fakeouter" / "inner").mkdir(parents=True)
+    (tmp_path / "fakeouter" / "__init__.py").write_text("ORIGIN = 'outer'\n")
+    (tmp_path / "fakeouter" / "inner" / "__init__.py").write_text("def limit():\n    return 10\n")
+    (tmp_path / "innercampaign.py").write_text(
+        "import fakeouter\nimport fakeouter.inner\n\n\ndef run(budget):\n"
+        "    return [fakeouter.__file__, fakeouter.inner.__file__, str(fakeouter.inner.limit())]\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    location, base = package_location("fakeouter.inner")
+    source = (tmp_path / "fakeouter" / "inner" / "__init__.py").read_bytes()
+    mutant = next(m for m in mutants_of(source, "fakeouter/inner/__init__.py") if m.replacement == "11")
+    settings = {"campaign": "innercampaign:run", "target": "eager", "seed": 0, "seconds": 1.0, "graphs": None}
+    run = run_child(settings, "fakeouter.inner", location, base,
+                    Edit(mutant.file, mutant.start, mutant.end, mutant.replacement), 60, str(tmp_path))
+    assert run.status == "ok", run.log
+    outer, inner, limit = [f["signature"] for f in run.found]
+    assert outer == str(tmp_path / "fakeouter" / "__init__.py")
+    assert "crucible-mutant-" in inner and inner.endswith("src/fakeouter/inner/__init__.py")
+    assert limit == "11"
