@@ -62,10 +62,11 @@ class MutateRequest:
         process sees (the pool's workers, started for CPU work, hide them)."""
         from harness.targets import parse_target
 
-        gpus = ({"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")}
-                if self.campaign == "fuzz" and parse_target(target).device == "cuda" else {})
+        cuda = self.campaign == "fuzz" and parse_target(target).device == "cuda"
+        gpus = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")} if cuda else {}
         return gpus | {"campaign": self.campaign, "target": target, "seed": self.seed, "seconds": self.seconds,
-                "mem_limit_mb": self.mem_limit_mb,
+                # as the pool's: no address-space limit under CUDA (its driver reserves huge ranges)
+                "mem_limit_mb": None if cuda else self.mem_limit_mb,
                 "graphs": self.graphs, "ops": self.ops, "max_nodes": self.max_nodes, "threads": 1,
                 "corpus_suite": self.corpus_suite, "corpus_entries": list(self.corpus_entries)}
 
@@ -133,7 +134,7 @@ class ResultsFile:
             for record in records[1:]:
                 if record["kind"] == "baseline":
                     self.baselines[record["target"]] = record
-                elif record["kind"] == "mutant":
+                elif record["kind"] == "mutant" and record["verdict"] != "error":  # a harness error runs again
                     self.done[record["id"]] = record
         else:
             self.append({"kind": "config", "key": key})
