@@ -115,7 +115,7 @@ def covered_lines(request: MutateRequest, target: str, location: str, base: str,
                     keep_cache=baseline_cache(request, target))
     if run.status != "ok":
         raise RuntimeError(f"the baseline campaign on {target} did not finish ({run.status}); its output:\n{run.log}")
-    return {"lines": run.lines, "signatures": sorted(f["signature"] for f in run.found), "graphs": run.graphs,
+    return {"lines": run.lines, "calls": run.calls, "signatures": sorted(f["signature"] for f in run.found), "graphs": run.graphs,
             "seconds": run.campaign_s, "import_s": run.import_s, "copy_s": run.copy_s}
 
 
@@ -171,13 +171,23 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
     given = load_coverage_file(request.coverage_file, base) if request.coverage_file else None
     covered = {t: {f: set(n) for f, n in (given or results.baselines[t]["lines"] or {}).items()}
                for t in request.targets}
+    # lambdas that ran, per target; None (a coverage file): a lambda's line is enough
+    called = {t: None if given else {f: set(n) for f, n in (results.baselines[t].get("calls") or {}).items()}
+              for t in request.targets}
+
+    def reaches(target: str, mutant: Mutant) -> bool:
+        span = set(range(mutant.line, mutant.end_line + 1))
+        if not span & covered[target].get(mutant.file, set()):
+            return False
+        calls = called[target]
+        return mutant.lambda_line is None or calls is None or mutant.lambda_line in calls.get(mutant.file, set())
+
     candidates: list[tuple[Mutant, str]] = []
     unreached: dict[str, int] = {}
     for file in files:
         source = Path(base, file).read_bytes()
         for mutant in mutants_of(source, file, request.operators):
-            span = set(range(mutant.line, mutant.end_line + 1))
-            target = next((t for t in request.targets if span & covered[t].get(file, set())), None)
+            target = next((t for t in request.targets if reaches(t, mutant)), None)
             if target is None:
                 unreached[file] = unreached.get(file, 0) + 1
             else:

@@ -134,7 +134,8 @@ def main(path: str) -> int:
             found += _corpus(settings, exclude)
     out = {"graphs": graphs, "found": found, "import_s": imported - started,
            "campaign_s": time.monotonic() - imported,
-           "lines": relative_lines(tracer.lines, settings["root"]) if tracer is not None else None}
+           "lines": relative_lines(tracer.lines, settings["root"]) if tracer is not None else None,
+           "calls": relative_lines(tracer.calls, settings["root"]) if tracer is not None else None}
     with open(settings["out"], "w") as f:
         json.dump(out, f)
     return 0

@@ -66,6 +66,9 @@ class Mutant:
     end: int
     original: str
     replacement: str
+    # the first line of the innermost lambda around the edit, None outside one: a lambda's line runs
+    # when the lambda is made (a table of ``op: lambda x: ...`` at import), its body only when called
+    lambda_line: int | None = None
 
     def apply(self, source: bytes) -> bytes:
         return source[: self.start] + self.replacement.encode() + source[self.end:]
@@ -244,6 +247,16 @@ def _parents(tree: ast.AST) -> dict[int, tuple[ast.AST, str, int | None]]:
     return parents
 
 
+def _lambda_line(node: ast.AST, parents: dict) -> int | None:
+    """The line of the innermost ``lambda`` ``node`` is in (itself included), or None."""
+    while True:
+        if isinstance(node, ast.Lambda):
+            return node.lineno
+        if id(node) not in parents:
+            return None
+        node = parents[id(node)][0]
+
+
 def _dump_with(statement: ast.AST, node: ast.AST, new: ast.AST, parents: dict) -> str:
     """``ast.dump`` of the top-level ``statement`` with ``node`` replaced by ``new`` (put back afterwards)."""
     parent, name, index = parents[id(node)]
@@ -308,5 +321,6 @@ def mutants_of(source: bytes, file: str, operators: tuple[str, ...] = OPERATORS,
                     continue
                 digest = hashlib.sha1(f"{file}:{start}:{end}:{text}".encode()).hexdigest()[:12]
                 found.setdefault(digest, Mutant(digest, file, site.line_of(start), site.line_of(max(start, end - 1)),
-                                                family, start, end, site.text(start, end), text))
+                                                family, start, end, site.text(start, end), text,
+                                                _lambda_line(node, parents)))
     return sorted(found.values(), key=lambda m: (m.start, m.end, m.id))

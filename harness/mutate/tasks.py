@@ -64,6 +64,7 @@ class ChildRun:
     found: list = field(default_factory=list)
     graphs: int | None = None
     lines: dict | None = None
+    calls: dict | None = None  # first lines of the code objects that ran (harness.mutate.tracing)
     copy_s: float = 0.0
     import_s: float = 0.0
     campaign_s: float = 0.0
@@ -170,8 +171,8 @@ def run_child(settings: dict, package: str, location: str, base: str, edit: Edit
             os.makedirs(os.path.dirname(keep_cache), exist_ok=True)
             shutil.move(cache, keep_cache)
         doc = json.loads(Path(out).read_text())
-        return ChildRun("ok", doc["found"], doc["graphs"], doc["lines"], copy_s, doc["import_s"], doc["campaign_s"],
-                        tail)
+        return ChildRun("ok", doc["found"], doc["graphs"], doc["lines"], doc["calls"], copy_s, doc["import_s"],
+                        doc["campaign_s"], tail)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -1,6 +1,7 @@
 """Which lines of the package under test a baseline campaign executes (only those are mutated).
 
-``LineTracer`` records the executed lines of files under given roots, in this process and its
+``LineTracer`` records the executed lines of files under given roots (and the first lines of the
+code objects that ran: a lambda counts as covered only when called), in this process and its
 threads (the compiler builds kernels on a thread pool): with ``sys.monitoring`` on Python 3.12+
 (each line reported once, then its event disabled; code outside the roots disabled at its first
 line), and with ``sys.settrace`` on 3.11, whose global function returns None for frames of other
@@ -32,6 +33,9 @@ class LineTracer:
     def __init__(self, roots: list[str]) -> None:
         self.roots = tuple(os.path.realpath(r) for r in roots)
         self.lines: dict[str, set[int]] = defaultdict(set)
+        # first lines of the code objects that ran (functions, lambdas, comprehensions): a lambda's
+        # body shares its line with the code that makes it, so a line alone does not say it ran
+        self.calls: dict[str, set[int]] = defaultdict(set)
         self._wanted: dict[str, str | None] = {}
         self._tool: int | None = None
 
@@ -55,6 +59,7 @@ class LineTracer:
             monitoring = sys.monitoring  # type: ignore[attr-defined]
             monitoring.set_events(self._tool, 0)
             monitoring.register_callback(self._tool, monitoring.events.LINE, None)
+            monitoring.register_callback(self._tool, monitoring.events.PY_START, None)
             monitoring.free_tool_id(self._tool)
             self._tool = None
         else:
@@ -65,7 +70,11 @@ class LineTracer:
     def _call(self, frame: FrameType, event: str, arg: Any) -> Any:
         # the call event's line is the ``def`` line, which runs when the module does, not on calls:
         # not recorded, as sys.monitoring does not report it either
-        return None if self._file(frame.f_code.co_filename) is None else self._line
+        file = self._file(frame.f_code.co_filename)
+        if file is None:
+            return None
+        self.calls[file].add(frame.f_code.co_firstlineno)
+        return self._line
 
     def _line(self, frame: FrameType, event: str, arg: Any) -> Any:
         if event == "line":
@@ -89,8 +98,15 @@ class LineTracer:
                 self.lines[file].add(line)
             return disable
 
+        def on_start(code: Any, offset: int) -> Any:
+            file = self._file(code.co_filename)
+            if file is not None:
+                self.calls[file].add(code.co_firstlineno)
+            return disable
+
         monitoring.register_callback(tool, monitoring.events.LINE, on_line)
-        monitoring.set_events(tool, monitoring.events.LINE)
+        monitoring.register_callback(tool, monitoring.events.PY_START, on_start)
+        monitoring.set_events(tool, monitoring.events.LINE | monitoring.events.PY_START)
         monitoring.restart_events()
         self._tool = tool
 

@@ -319,3 +319,63 @@ def test_a_subpackage_is_resolved_to_the_mutated_copy(tmp_path: Path, monkeypatc
     assert outer == str(tmp_path / "fakeouter" / "__init__.py")
     assert "crucible-mutant-" in inner and inner.endswith("src/fakeouter/inner/__init__.py")
     assert limit == "11"
+
+
+def test_resumed_file_runs_harness_errors_again(tmp_path: Path) -> None:
+    from harness.mutate.analysis import ResultsFile
+
+    path = tmp_path / "m.jsonl"
+    ResultsFile(str(path), "k")
+    for verdict in ("killed", "error"):
+        with open(path, "a") as f:
+            f.write(json.dumps({"kind": "mutant", "id": verdict, "verdict": verdict}) + "\n")
+    assert set(ResultsFile(str(path), "k").done) == {"killed"}
+
+
+def test_a_compiler_mutant_is_fuzzed_in_its_copy_and_killed(tmp_path: Path) -> None:
+    """The real path on Crucible's compiler: pow(x, 2)'s lowering (square's, once decomposed) with a
+    factor dropped (x * x -> x), chosen through a coverage file, is killed on crucible-cpp and the kill is checked on the
+    unmutated compiler."""
+    from tests.harness.conftest import run_cli
+
+    line = next(i for i, text in enumerate((Path(__file__).parents[2] / "compiler/lowerings/pointwise.py")
+                                           .read_text().splitlines(), 1)
+                if "return pointwise(node, lambda x: x * x, a, compute=common)" in text)
+    coverage = tmp_path / "lines.json"
+    coverage.write_text(json.dumps({"compiler/lowerings/pointwise.py": [line]}))
+    out = tmp_path / "m.jsonl"
+    done = run_cli(["mutate", "--paths", "lowerings/pointwise.py", "--operators", "drop", "--coverage-file",
+                    str(coverage), "--ops", "square", "--budget-graphs", "4", "--targets", "crucible-cpp",
+                    "--out", str(out)], tmp_path)
+    assert done.returncode == 0, done.stderr
+    mutant = next(json.loads(r) for r in out.read_text().splitlines() if '"mutant"' in r)
+    assert (mutant["original"], mutant["replacement"], mutant["line"]) == ("x * x", "x", line)
+    assert mutant["verdict"] == "killed" and "aten.square" in mutant["how"], mutant
+    assert "mutation score 100.0%: 1 killed, 0 survived of 1 mutants" in done.stdout
+
+
+def test_a_lambda_counts_as_reached_only_when_it_ran(tmp_path: Path, monkeypatch) -> None:
+    """A table of lambdas runs its line at import; only the lambdas called are mutated."""
+    from harness.mutate.analysis import MutateRequest, ResultsFile, plan, source_files, sources_digest
+    from harness.mutate.tasks import package_location
+
+    (tmp_path / "faketable").mkdir()
+    source = "TABLE = {\n    'double': lambda x: x * 2,\n    'triple': lambda x: x * 3,\n}\n"
+    (tmp_path / "faketable" / "__init__.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with LineTracer([str(tmp_path / "faketable")]) as tracer:
+        import faketable
+
+        faketable.TABLE["double"](1)
+    file = os.path.realpath(tmp_path / "faketable" / "__init__.py")
+    assert tracer.lines[file] >= {1, 2, 3} and 2 in tracer.calls[file] and 3 not in tracer.calls[file]
+    assert {m.lambda_line for m in mutants_of(source.encode(), "faketable/__init__.py")} == {2, 3}
+
+    location, base = package_location("faketable")
+    files = source_files(location, base, ())
+    request = MutateRequest(package="faketable", campaign="x:y", targets=("eager",), out=str(tmp_path / "m.jsonl"))
+    results = ResultsFile(request.out, request.key(sources_digest(base, files)))
+    results.baselines["eager"] = {"signatures": [], "lines": {"faketable/__init__.py": [1, 2, 3, 4]},
+                                  "calls": {"faketable/__init__.py": [1, 2]}}
+    picked, reach = plan(request, results, location, base, files, lambda line: None)
+    assert {m.line for m, _ in picked} == {2} and reach["unreached"]["faketable/__init__.py"] > 0
