@@ -196,5 +196,5 @@ def render(summary: dict) -> str:
         for r in sorted(survivors, key=lambda r: (r["file"], r["line"])):
             lines.append(f"  {r['id']} {r['file']}:{r['line']} {r['operator']} on {r['target']} "
                          f"({r['graphs'] or 0} graphs)\n" + "\n".join("    " + x for x in r["diff"].splitlines()))
-    lines.append(f"results: {summary['out']}")
+    lines.append(f"results: {summary['out']} (this session: {summary['wall_s']:.0f}s wall)")
     return "\n".join(lines)
