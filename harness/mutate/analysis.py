@@ -209,12 +209,12 @@ def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, lis
     files = source_files(location, base, request.paths)
     results = ResultsFile(request.out, request.key(sources_digest(base, files)))
     chosen, reach = plan(request, results, location, base, files, log)
-    if list_only:
-        return {"chosen": chosen, "reach": reach}
     todo = [(m, t) for m, t in chosen if m.id not in results.done]
     log(f"{len(chosen)} mutants selected of {reach['candidates']} on covered lines "
         f"({sum(reach['unreached'].values())} sites on lines no campaign reaches); {len(chosen) - len(todo)} done "
         f"in {request.out}, {len(todo)} to run on {request.cluster or f'{request.jobs} worker(s)'}")
+    if list_only:
+        return {"chosen": chosen, "reach": reach}
     round_s = (request.seconds if request.seconds is not None else
                3 * max(b["seconds"] for b in results.baselines.values())) + START_S
     mutants = {m.id: (m, t) for m, t in todo}
