@@ -177,10 +177,13 @@ def render(summary: dict) -> str:
     timed = [r for r in records if r.get("campaign_s") is not None]
     if timed:
         mean = lambda key: sum(r[key] or 0 for r in timed) / len(timed)  # noqa: E731
+        fuzz = any(r["graphs"] for r in timed)  # a fuzz campaign (a MODULE:FUNCTION one counts no graphs)
         lines.append(f"per mutant: copying sources {mean('copy_s'):.2f}s, child start (imports) {mean('import_s'):.1f}s,"
-                     f" campaign {mean('campaign_s'):.1f}s ({timed[0].get('cache', 'cold')} kernel cache),"
-                     f" {mean('wall_s'):.1f}s wall (with the unmutated compiler's check of the killing graph);"
-                     f" {sum(r['graphs'] or 0 for r in timed) / len(timed):.0f} graphs run")
+                     f" campaign {mean('campaign_s'):.1f}s"
+                     + (f" ({timed[0].get('cache', 'cold')} kernel cache)" if fuzz else "")
+                     + f", {mean('wall_s'):.1f}s wall"
+                     + (f" (with the killing graph's check on the unmutated compiler); {mean('graphs'):.0f} graphs run"
+                        if fuzz else ""))
     for target, base in summary["baselines"].items():
         lines.append(f"baseline {target}: {base['graphs'] if base['graphs'] is not None else '-'} graphs in {base['seconds']:.0f}s (traced, cold cache), "
                      f"{len(base['signatures'])} failure signatures not counted as kills")

@@ -157,23 +157,19 @@ def fake_compiler(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _mutate(cli, fake: Path, out: Path, *extra: str):
-    import subprocess
-    import sys
-
-    from tests.harness.conftest import cli_env
-
-    env = cli_env()
-    env["PYTHONPATH"] = os.pathsep.join([str(fake), env["PYTHONPATH"]])
-    return subprocess.run([sys.executable, "-m", "harness", "mutate", "--package", "fakecc", "--campaign",
-                           "fakecampaign:run", "--targets", "eager", "--operators", "boundary", "--out", str(out),
-                           "-j", "2", *extra], cwd=fake, env=env, capture_output=True, text=True, timeout=300)
+def _mutate(capsys: pytest.CaptureFixture, out: Path, *extra: str) -> tuple[int, str, str]:
+    code = main(["mutate", "--package", "fakecc", "--campaign", "fakecampaign:run", "--targets", "eager",
+                 "--operators", "boundary", "--out", str(out), *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
-def test_kills_the_obvious_mutant_reports_the_equivalent_one_and_resumes(cli, fake_compiler: Path) -> None:
+def test_kills_the_obvious_mutant_reports_the_equivalent_one_and_resumes(fake_compiler: Path, monkeypatch,
+                                                                         capsys: pytest.CaptureFixture) -> None:
+    monkeypatch.syspath_prepend(str(fake_compiler))  # the pool's workers and the children inherit it
     out = fake_compiler / "mutants.jsonl"
-    done = _mutate(cli, fake_compiler, out)
-    assert done.returncode == 0, done.stderr
+    code, stdout, stderr = _mutate(capsys, out)
+    assert code == 0, stderr
     records = [json.loads(line) for line in out.read_text().splitlines()]
     mutants = {r["line"]: r for r in records if r["kind"] == "mutant"}
     # boundary sites on covered lines: clamp_index's i >= n (2) and magnitude's x >= 0 (8); never_called's
@@ -181,16 +177,16 @@ def test_kills_the_obvious_mutant_reports_the_equivalent_one_and_resumes(cli, fa
     assert set(mutants) == {2, 8}
     assert mutants[2]["verdict"] == "killed" and "clamp_index(4, 4)" in mutants[2]["how"]
     assert mutants[8]["verdict"] == "survived"
-    assert "mutation score 50.0%: 1 killed, 1 survived of 2 mutants" in done.stdout
-    assert "fakecc/__init__.py:8 boundary" in done.stdout and "+    if x > 0:" in done.stdout
-    assert "1 sites on lines no baseline reached" in done.stdout
-    again = _mutate(cli, fake_compiler, out)
-    assert again.returncode == 0, again.stderr
-    assert "2 done in" in again.stderr and "0 to run" in again.stderr
+    assert "mutation score 50.0%: 1 killed, 1 survived of 2 mutants" in stdout
+    assert "fakecc/__init__.py:8 boundary" in stdout and "+    if x > 0:" in stdout
+    assert "1 sites on lines no baseline reached" in stdout
+    code, stdout, stderr = _mutate(capsys, out)
+    assert code == 0, stderr
+    assert "2 done in" in stderr and "0 to run" in stderr
     assert out.read_text().count('"kind": "mutant"') == 2
-    assert "mutation score 50.0%" in again.stdout
-    other = _mutate(cli, fake_compiler, out, "--seed", "1")
-    assert other.returncode == 2 and "other settings" in other.stderr
+    assert "mutation score 50.0%" in stdout
+    code, _, stderr = _mutate(capsys, out, "--seed", "1")
+    assert code == 2 and "other settings" in stderr
 
 
 @pytest.mark.parametrize("args,message", [
