@@ -49,8 +49,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--out", default="crucible-mutate.jsonl",
                    help="results file, one JSON line per mutant as it finishes; a rerun with the same settings "
                         "resumes it (default crucible-mutate.jsonl)")
-    p.add_argument("--cache", choices=("warm", "cold"), default="warm",
-                   help="each mutant's own kernel cache starts as a copy of the baseline's (warm, default) or empty")
+    p.add_argument("--cache", choices=("auto", "warm", "cold"), default="auto",
+                   help="each mutant's own kernel cache starts as a copy of the baseline's (warm) or empty (cold); "
+                        "auto (default): warm for Crucible's compiler, cold for other packages")
     p.add_argument("--mem-limit-mb", type=int,
                    help="address-space limit of each mutant's process (default: 80%% of RAM / jobs)")
     p.add_argument("--workdir", help="where mutants' copies and caches live while they run (default: the temp dir)")
@@ -102,8 +103,18 @@ def _request(args: argparse.Namespace) -> Any:
                          graphs=args.budget_graphs, mutants=args.mutants, operators=operators, ops=args.ops,
                          corpus_suite=args.corpus_suite, corpus_entries=_entries(args),
                          jobs=args.jobs, cluster=args.cluster, mixed_versions=args.mixed_versions,
-                         coverage_file=args.coverage_file, out=args.out, workdir=args.workdir, cache=args.cache,
+                         coverage_file=args.coverage_file, out=args.out, workdir=args.workdir, cache=_cache(args),
                          mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else default_mem_limit(args.jobs))
+
+
+def _cache(args: argparse.Namespace) -> str:
+    """``--cache auto``: warm only for Crucible's compiler, whose disk caches are keyed by the generated
+    kernel's source (a kernel the mutation changed misses). Another compiler's may be keyed by its
+    installed sources (Inductor's FX graph cache hashes torch/_inductor), which a mutant's copy does
+    not change: a warm copy would hand the mutant the baseline's compiled graphs."""
+    if args.cache != "auto":
+        return args.cache
+    return "warm" if args.package == "compiler" or args.package.startswith("compiler.") else "cold"
 
 
 def _entries(args: argparse.Namespace) -> tuple[str, ...]:

@@ -375,3 +375,17 @@ def test_a_lambda_counts_as_reached_only_when_it_ran(tmp_path: Path, monkeypatch
                                   "calls": {"faketable/__init__.py": [1, 2]}}
     picked, reach = plan(request, results, location, base, files, lambda line: None)
     assert {m.line for m, _ in picked} == {2} and reach["unreached"]["faketable/__init__.py"] > 0
+
+
+@pytest.mark.parametrize("package,cache,expected", [
+    ("compiler", "auto", "warm"), ("compiler.lowerings", "auto", "warm"),
+    # Inductor's FX graph cache is keyed by its installed sources: a warm copy would replay the baseline
+    ("torch._inductor.lowering", "auto", "cold"), ("torch._inductor.lowering", "warm", "warm"),
+    ("compiler", "cold", "cold"),
+])
+def test_a_warm_cache_is_the_default_only_for_crucible(package: str, cache: str, expected: str) -> None:
+    import argparse
+
+    from harness.mutate.command import _cache
+
+    assert _cache(argparse.Namespace(package=package, cache=cache)) == expected
