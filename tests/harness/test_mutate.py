@@ -389,3 +389,23 @@ def test_a_warm_cache_is_the_default_only_for_crucible(package: str, cache: str,
     from harness.mutate.command import _cache
 
     assert _cache(argparse.Namespace(package=package, cache=cache)) == expected
+
+
+def test_report_scores_gpu_only_mutants_apart_and_lists_survivors() -> None:
+    from harness.mutate.command import render
+
+    def record(i: int, verdict: str, gpu: bool, status: str = "fail_run") -> dict:
+        return {"id": f"m{i}", "file": "compiler/x.py", "line": i, "operator": "boundary", "target": "t",
+                "gpu_only": gpu, "verdict": verdict, "status": "pass" if verdict == "survived" else status,
+                "how": None, "graphs": 10, "copy_s": 0.1, "import_s": 2.0, "campaign_s": 5.0, "wall_s": 8.0,
+                "cache": "warm", "diff": f"-    if a < {i}:\n+    if a <= {i}:"}
+
+    records = [record(1, "killed", False), record(2, "survived", False), record(3, "killed", False, "crash"),
+               record(4, "survived", True), record(5, "error", False, "crash")]
+    text = render({"records": records, "reach": {"unreached": {"compiler/gpu.py": 7}}, "out": "m.jsonl",
+                   "wall_s": 12.0, "baselines": {"crucible-cpp": {"graphs": 100, "seconds": 60.0, "signatures": []}}})
+    assert "mutation score 66.7%: 2 killed, 1 survived of 3 mutants (1 harness errors, not counted)" in text
+    assert "GPU-only code mutation score 0.0%: 0 killed, 1 survived of 1 mutants" in text
+    assert "killed by: a failure 1, a crash 1" in text
+    assert "not mutated: 7 sites" in text and "compiler/gpu.py 7" in text
+    assert "m2 compiler/x.py:2 boundary" in text and "+    if a <= 2:" in text and "m4 compiler/x.py:4" in text
