@@ -328,26 +328,25 @@ def test_resumed_file_runs_harness_errors_again(tmp_path: Path) -> None:
     assert set(ResultsFile(str(path), "k").done) == {"killed"}
 
 
-def test_a_compiler_mutant_is_fuzzed_in_its_copy_and_killed(tmp_path: Path) -> None:
+def test_a_compiler_mutant_is_fuzzed_in_its_copy_and_killed(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
     """The real path on Crucible's compiler: pow(x, 2)'s lowering (square's, once decomposed) with a
-    factor dropped (x * x -> x), chosen through a coverage file, is killed on crucible-cpp and the kill is checked on the
-    unmutated compiler."""
-    from tests.harness.conftest import run_cli
-
+    factor dropped (x * x -> x), chosen through a coverage file, is killed on crucible-cpp, and the
+    kill is checked on the unmutated compiler."""
     line = next(i for i, text in enumerate((Path(__file__).parents[2] / "compiler/lowerings/pointwise.py")
                                            .read_text().splitlines(), 1)
                 if "return pointwise(node, lambda x: x * x, a, compute=common)" in text)
     coverage = tmp_path / "lines.json"
     coverage.write_text(json.dumps({"compiler/lowerings/pointwise.py": [line]}))
     out = tmp_path / "m.jsonl"
-    done = run_cli(["mutate", "--paths", "lowerings/pointwise.py", "--operators", "drop", "--coverage-file",
-                    str(coverage), "--ops", "square", "--budget-graphs", "4", "--targets", "crucible-cpp",
-                    "--out", str(out)], tmp_path)
-    assert done.returncode == 0, done.stderr
+    code = main(["mutate", "--paths", "lowerings/pointwise.py", "--operators", "drop", "--coverage-file",
+                 str(coverage), "--ops", "square", "--budget-graphs", "2", "--targets", "crucible-cpp",
+                 "--out", str(out)])
+    done = capsys.readouterr()
+    assert code == 0, done.err
     mutant = next(json.loads(r) for r in out.read_text().splitlines() if '"mutant"' in r)
     assert (mutant["original"], mutant["replacement"], mutant["line"]) == ("x * x", "x", line)
     assert mutant["verdict"] == "killed" and "aten.square" in mutant["how"], mutant
-    assert "mutation score 100.0%: 1 killed, 0 survived of 1 mutants" in done.stdout
+    assert "mutation score 100.0%: 1 killed, 0 survived of 1 mutants" in done.out
 
 
 def test_a_lambda_counts_as_reached_only_when_it_ran(tmp_path: Path, monkeypatch) -> None:
