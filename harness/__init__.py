@@ -18,5 +18,6 @@ Read in this order:
   capture.py  graphs, graph breaks (Dynamo's types) and capture coverage
   report.py / html_report.py / junit.py / diff.py / reproduce.py   what a run says, for people and CI
   fuzz/, minify/, corpus_check.py, pytest_plugin.py   the other ways in, on the same engine
+  mutate/     crucible mutate: mutation analysis of a compiler (mutants fuzzed in isolation)
   bench/      benchmark scripts (they may import every layer)
 """

@@ -1,4 +1,4 @@
-"""The ``crucible`` command: list, run, report, diff, merge, minify, fuzz, fuzz-decomps, corpus check.
+"""The ``crucible`` command: list, run, report, diff, merge, minify, fuzz, fuzz-decomps, mutate, corpus check.
 
 Every command checks its settings before it does anything (``harness.validation``): a bad one is
 one ``error:`` line and exit status 2, with nothing stored. ``crucible run`` exits 0 when no entry
@@ -111,9 +111,11 @@ def _parser() -> argparse.ArgumentParser:
     from harness.corpus_check import add_parser as add_corpus_parser
     from harness.fuzz.cli import add_fuzz_parser
     from harness.minify.command import add_parser as add_minify_parser
+    from harness.mutate.command import add_parser as add_mutate_parser
 
     add_minify_parser(sub)
     add_fuzz_parser(sub)
+    add_mutate_parser(sub)
     add_corpus_parser(sub)
     return parser
 
@@ -131,14 +133,6 @@ def cmd_list(args: argparse.Namespace) -> int:
              "-" if e.expected_breaks is None else e.expected_breaks] for e in entries]
     print(tabulate(rows, headers=["entry", "tier", "family", "tags", "dtype", "graphs", "breaks"]))
     return EXIT_OK
-
-
-def _default_mem_limit(jobs: int) -> int | None:
-    try:
-        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
-    return max(1024, int(total * 0.8 / max(1, jobs)) // (1024 * 1024))
 
 
 def _check_run_settings(args: argparse.Namespace) -> None:
@@ -177,6 +171,7 @@ def _rerun_failed(ref: str, db: str, entries: list) -> list:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from harness import expected as expected_files
+    from harness.pool import default_mem_limit
     from harness.runner import RunRequest, RunStopped, execute_run, parse_shard, shard_entries
     from harness.targets import default_target, validate_target
 
@@ -222,7 +217,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     request = RunRequest(
         suite=args.suite, target=target_name, entries=entries, catalog=cat, db=args.db, run_id=args.run_id,
         resume=args.resume, jobs=args.jobs, shard=args.shard, timeout_s=args.timeout,
-        mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else _default_mem_limit(args.jobs),
+        mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else default_mem_limit(args.jobs),
         device=args.device, capture=not args.no_capture, reference=args.reference, mode=args.mode,
         dynamic=args.dynamic, gpus=gpus, maxfail=args.maxfail, expected=expected.rows,
         expected_file=str(expected_path) if expected_path.is_file() else None,
@@ -428,9 +423,10 @@ def main(argv: list[str] | None = None) -> int:
         from harness.corpus_check import cmd_corpus
         from harness.fuzz.cli import cmd_fuzz, cmd_fuzz_decomps
         from harness.minify.command import cmd_minify
+        from harness.mutate.command import cmd_mutate
 
         commands = {"list": cmd_list, "run": cmd_run, "report": cmd_report, "diff": cmd_diff, "merge": cmd_merge,
-                    "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps, "minify": cmd_minify, "corpus": cmd_corpus}
+                    "fuzz": cmd_fuzz, "fuzz-decomps": cmd_fuzz_decomps, "minify": cmd_minify, "corpus": cmd_corpus, "mutate": cmd_mutate}
         return commands[args.command](args)
     except (StoreError, ValueError) as exc:  # bad settings (UsageError, TargetError, ...), a bad --db
         print(f"error: {exc}", file=sys.stderr)

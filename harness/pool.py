@@ -36,7 +36,7 @@ from harness.status import Phase, Status
 from harness.targets import Target, parse_target
 from harness.worker_process import WorkerProcess, death_status, serve
 
-__all__ = ["Task", "WorkerConfig", "WorkerContext", "WorkerPool", "available_cores", "death_status",
+__all__ = ["Task", "WorkerConfig", "WorkerContext", "WorkerPool", "available_cores", "death_status", "default_mem_limit",
            "gpu_for_worker", "load_plugin", "threads_per_worker", "visible_gpus", "worker_main"]
 
 
@@ -106,6 +106,15 @@ def visible_gpus() -> tuple[str, ...]:
     import torch
 
     return tuple(str(i) for i in range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
+
+
+def default_mem_limit(jobs: int) -> int | None:
+    """MB of address space per worker when none is given: 80% of the RAM shared by ``jobs`` workers."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+    return max(1024, int(total * 0.8 / max(1, jobs)) // (1024 * 1024))
 
 
 def _address_space_bytes() -> int:

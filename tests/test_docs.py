@@ -275,6 +275,7 @@ COMMAND_TABLES: dict[tuple[str, ...], tuple[str, tuple[str, ...]]] = {
     ("merge",): ("harness", ("`crucible merge` option",)),
     ("fuzz",): ("fuzzing", ("`crucible fuzz` option",)),
     ("fuzz-decomps",): ("fuzzing", ("`crucible fuzz-decomps` option",)),
+    ("mutate",): ("fuzzing", ("`crucible mutate` option",)),
     ("minify",): ("minimizing", ("`crucible minify` option",)),
     ("corpus", "check"): ("corpus", ("`crucible corpus check` option",)),
 }

@@ -1,0 +1,247 @@
+"""A mutation analysis: baseline, coverage, deterministic selection, mutants in parallel, resumable.
+
+1. Baseline: per target, the campaign runs once on a pristine copy of the package (same seed and
+   budget as every mutant, a cold cache too), with line tracing on: its failure signatures are the
+   ones a mutant is not killed by, its executed lines the only ones mutated (``covered_lines``;
+   ``--coverage-file`` replaces the tracing).
+2. Selection: every mutant the operators propose on a covered line of the chosen files, sorted by
+   id, shuffled with ``random.Random(seed)``, the first ``--mutants``: the same sources, coverage and
+   seed give the same mutants, and a larger ``--mutants`` extends the sample. Each goes to the first target whose baseline reaches its line; mutants only a CUDA
+   target reaches are counted apart (GPU-only code), and sites no target reaches are reported.
+3. Mutants run as ``harness.mutate.tasks.MutantTask`` on the single-host pool or the cluster
+   executor (``harness.cluster.open_executor``). Each verdict is appended to the results file
+   (JSON lines) as it arrives; a second session with the same settings skips the mutants done.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import json
+import os
+import random
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from harness.mutate.operators import OPERATORS, Mutant, mutants_of
+from harness.mutate.tasks import MAX_ROUNDS, START_S, Edit, MutantTask, package_location, run_child
+from harness.pool import WorkerConfig
+from harness.result import Result
+from harness.validation import UsageError
+
+
+@dataclass(frozen=True)
+class MutateRequest:
+    package: str = "compiler"
+    paths: tuple[str, ...] = ()  # globs relative to the package directory; () = every file
+    campaign: str = "fuzz"  # or MODULE:FUNCTION (harness.mutate.child)
+    targets: tuple[str, ...] = ("crucible-cpp",)
+    seed: int = 0
+    seconds: float | None = 120.0
+    graphs: int | None = None
+    mutants: int = 100
+    operators: tuple[str, ...] = OPERATORS
+    ops: str | None = None
+    max_nodes: int = 6
+    corpus_suite: str | None = None  # the corpus tier after the fuzz budget (harness.mutate.child)
+    corpus_entries: tuple[str, ...] = ()
+    jobs: int = 1
+    cluster: str | None = None
+    mixed_versions: bool = False
+    coverage_file: str | None = None
+    out: str = "crucible-mutate.jsonl"
+    workdir: str | None = None
+    mem_limit_mb: int | None = None  # address space per mutant process beyond its start (None: no limit)
+    cache: str = "warm"  # warm: each mutant's kernel cache starts as a copy of the baseline's; cold: empty
+
+    def settings(self, target: str) -> dict:
+        """A child campaign's settings (``harness.mutate.child``); a CUDA target's carry the GPUs this
+        process sees (the pool's workers, started for CPU work, hide them)."""
+        from harness.targets import parse_target
+
+        cuda = self.campaign == "fuzz" and parse_target(target).device == "cuda"
+        gpus = {"cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES")} if cuda else {}
+        return gpus | {"campaign": self.campaign, "target": target, "seed": self.seed, "seconds": self.seconds,
+                # as the pool's: no address-space limit under CUDA (its driver reserves huge ranges)
+                "mem_limit_mb": None if cuda else self.mem_limit_mb,
+                "graphs": self.graphs, "ops": self.ops, "max_nodes": self.max_nodes, "threads": 1,
+                "corpus_suite": self.corpus_suite, "corpus_entries": list(self.corpus_entries)}
+
+    def key(self, digest: str) -> str:
+        """What a results file's mutants depend on: a session resumes only a file with this key."""
+        fields = {k: v for k, v in asdict(self).items() if k not in ("jobs", "cluster", "mixed_versions", "out",
+                                                                       "workdir", "mutants", "cache", "mem_limit_mb")}
+        return hashlib.sha1(json.dumps([fields, digest], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def source_files(location: str, base: str, paths: tuple[str, ...]) -> list[str]:
+    """The package's .py files (relative to ``base``) matching ``paths`` (globs relative to the package)."""
+    if os.path.isfile(location):
+        return [os.path.relpath(location, base)]
+    files = sorted(str(p.relative_to(location)) for p in Path(location).rglob("*.py") if "__pycache__" not in p.parts)
+    chosen = files
+    if paths:
+        for glob in paths:
+            if not any(fnmatch.fnmatch(f, glob) for f in files):
+                raise UsageError(f"--paths {glob}: matches no file of the package (globs are relative to "
+                                 f"{location}, e.g. lowerings/*.py)")
+        chosen = [f for f in files if any(fnmatch.fnmatch(f, glob) for glob in paths)]
+    return [os.path.relpath(os.path.join(location, f), base) for f in chosen]
+
+
+def sources_digest(base: str, files: list[str]) -> str:
+    digest = hashlib.sha1()
+    for f in files:
+        digest.update(f.encode() + b"\0" + Path(base, f).read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def baseline_cache(request: MutateRequest, target: str) -> str:
+    """Where the baseline's kernel cache of ``target`` is kept (beside the results file, for resuming)."""
+    return os.path.abspath(f"{request.out}.caches/{hashlib.sha1(target.encode()).hexdigest()[:12]}")
+
+
+def covered_lines(request: MutateRequest, target: str, location: str, base: str,
+                  trace: bool = True) -> dict:
+    """Run the baseline campaign of ``target`` on a pristine copy (with line tracing when ``trace``):
+    {"lines": {file: [lines]} or None, "signatures": [...], "graphs", "seconds"}; its kernel cache is
+    kept (``baseline_cache``). Raises when the baseline cannot run: then no mutant could be judged."""
+    settings = dict(request.settings(target), trace=trace, stop_early=False)
+    timeout = (request.seconds or 3600.0) * 4 + START_S
+    run = run_child(settings, request.package, location, base, None, timeout, request.workdir,
+                    keep_cache=baseline_cache(request, target))
+    if run.status != "ok":
+        raise RuntimeError(f"the baseline campaign on {target} did not finish ({run.status}); its output:\n{run.log}")
+    return {"lines": run.lines, "calls": run.calls, "signatures": sorted(f["signature"] for f in run.found), "graphs": run.graphs,
+            "seconds": run.campaign_s, "import_s": run.import_s, "copy_s": run.copy_s}
+
+
+class ResultsFile:
+    """The JSON-lines results file: a ``config`` line, ``baseline`` lines, one ``mutant`` line each."""
+
+    def __init__(self, path: str, key: str) -> None:
+        self.path, self.key = path, key
+        self.baselines: dict[str, dict] = {}
+        self.done: dict[str, dict] = {}
+        if os.path.exists(path) and os.path.getsize(path):
+            records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+            if not records or records[0].get("kind") != "config" or records[0].get("key") != key:
+                raise UsageError(f"--out {path}: holds a mutation run with other settings or sources; give another "
+                                 f"--out (or delete it to start over)")
+            for record in records[1:]:
+                if record["kind"] == "baseline":
+                    self.baselines[record["target"]] = record
+                elif record["kind"] == "mutant" and record["verdict"] != "error":  # a harness error runs again
+                    self.done[record["id"]] = record
+        else:
+            self.append({"kind": "config", "key": key})
+
+    def append(self, record: dict) -> None:
+        with open(self.path, "a") as f:
+            f.write(json.dumps(record) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def verdict(result: Result) -> str:
+    """killed, survived, or error (the harness failed, counted nowhere)."""
+    if result.status.passed:
+        return "survived"
+    return "killed" if result.status.failed and result.phase == "run" else "error"
+
+
+def plan(request: MutateRequest, results: ResultsFile, location: str, base: str, files: list[str],
+         log: Callable[[str], None]) -> tuple[list[tuple[Mutant, str]], dict]:
+    """Baselines (stored or run), then the selected (mutant, target) pairs, and what was not reached."""
+    from harness.mutate.tracing import load_coverage_file
+
+    missing = [t for t in request.targets if t not in results.baselines]
+    if missing:
+        log(f"baseline campaign on {', '.join(missing)} (a pristine copy, line tracing on)...")
+        with ThreadPoolExecutor(max_workers=max(1, min(len(missing), request.jobs))) as threads:
+            runs = dict(zip(missing, threads.map(
+                lambda t: covered_lines(request, t, location, base, trace=request.coverage_file is None), missing)))
+        for target in missing:
+            record = {"kind": "baseline", "target": target, **runs[target]}
+            results.append(record)
+            results.baselines[target] = record
+    given = load_coverage_file(request.coverage_file, base) if request.coverage_file else None
+    covered = {t: {f: set(n) for f, n in (given or results.baselines[t]["lines"] or {}).items()}
+               for t in request.targets}
+    # lambdas that ran, per target; None (a coverage file): a lambda's line is enough
+    called = {t: None if given else {f: set(n) for f, n in (results.baselines[t].get("calls") or {}).items()}
+              for t in request.targets}
+
+    def reaches(target: str, mutant: Mutant) -> bool:
+        span = set(range(mutant.line, mutant.end_line + 1))
+        if not span & covered[target].get(mutant.file, set()):
+            return False
+        calls = called[target]
+        return mutant.lambda_line is None or calls is None or mutant.lambda_line in calls.get(mutant.file, set())
+
+    candidates: list[tuple[Mutant, str]] = []
+    unreached: dict[str, int] = {}
+    for file in files:
+        source = Path(base, file).read_bytes()
+        for mutant in mutants_of(source, file, request.operators):
+            target = next((t for t in request.targets if reaches(t, mutant)), None)
+            if target is None:
+                unreached[file] = unreached.get(file, 0) + 1
+            else:
+                candidates.append((mutant, target))
+    candidates.sort(key=lambda pair: pair[0].id)
+    # a shuffle, then the first N: a larger --mutants later keeps these and adds more (the resumed
+    # file's verdicts stay valid)
+    random.Random(request.seed).shuffle(candidates)
+    return candidates[: request.mutants], {"candidates": len(candidates), "unreached": unreached}
+
+
+def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, list_only: bool = False) -> dict:
+    """The whole analysis; returns the summary ``harness.mutate.command.render`` prints (``list_only``:
+    the baselines and the plan, ``{"chosen": [(mutant, target)]}``, no mutant run)."""
+    from harness.cluster import open_executor
+    from harness.targets import parse_target
+
+    location, base = package_location(request.package)
+    files = source_files(location, base, request.paths)
+    results = ResultsFile(request.out, request.key(sources_digest(base, files)))
+    chosen, reach = plan(request, results, location, base, files, log)
+    todo = [(m, t) for m, t in chosen if m.id not in results.done]
+    log(f"{len(chosen)} mutants selected of {reach['candidates']} on covered lines "
+        f"({sum(reach['unreached'].values())} sites on lines no campaign reaches); {len(chosen) - len(todo)} done "
+        f"in {request.out}, {len(todo)} to run on {request.cluster or f'{request.jobs} worker(s)'}")
+    if list_only:
+        return {"chosen": chosen, "reach": reach}
+    round_s = (request.seconds if request.seconds is not None else
+               3 * max(b["seconds"] for b in results.baselines.values())) + START_S
+    mutants = {m.id: (m, t) for m, t in todo}
+    tasks = [MutantTask(f"mutant/{m.id}", request.package, location, base,
+                        Edit(m.file, m.start, m.end, m.replacement),
+                        dict(request.settings(t), stop_early=True),
+                        tuple(results.baselines[t]["signatures"]), round_s, request.workdir,
+                        baseline_cache(request, t) if request.cache == "warm" else None) for m, t in todo]
+    started = time.monotonic()
+
+    def record(result: Result) -> None:
+        mutant, target = mutants[result.name.removeprefix("mutant/")]
+        source = Path(base, mutant.file).read_bytes()
+        entry = {"kind": "mutant", **mutant.to_dict(), "target": target,
+                 "gpu_only": parse_target(target).device == "cuda", "verdict": verdict(result),
+                 "status": str(result.status), "how": result.error, "graphs": result.cases,
+                 "copy_s": result.build_s, "import_s": result.load_s, "campaign_s": result.run_s,
+                 "wall_s": result.wall_s, "cache": request.cache, "diff": mutant.diff(source)}
+        results.append(entry)
+        results.done[mutant.id] = entry
+        log(f"[{len(results.done)}/{len(chosen)}] {mutant.id} {mutant.file}:{mutant.line} {mutant.operator}: "
+            f"{entry['verdict']}{' (' + result.error + ')' if result.error else ''}")
+
+    if tasks:
+        config = WorkerConfig(target="eager", timeout_s=MAX_ROUNDS * round_s + 60, jobs=request.jobs, threads=1)
+        with open_executor(config, request.cluster, request.mixed_versions) as executor:
+            executor.run(tasks, record)
+    chosen_ids = {m.id for m, _ in chosen}
+    return {"records": [r for i, r in results.done.items() if i in chosen_ids], "reach": reach,
+            "baselines": results.baselines, "wall_s": time.monotonic() - started, "out": request.out}
