@@ -21,6 +21,12 @@ whether it is new.
 Signature = (status, the op the failure is charged to, the error kind): the exception type for
 errors, the oracle's criterion (NaN positions, integer values, RMSE, ...) for accuracy failures.
 
+With ``coverage`` (package roots) every task reports the lines of the compiler it executed first in
+its worker (``harness.fuzz.coverage``); the summary merges them, and a generated graph that reached
+lines neither the seed corpus nor an earlier graph had is remembered as a new seed. With a seed
+corpus (``harness.fuzz.seeds``, an input of the campaign) examples are drawn from plain generation
+and from mutations of the seeds.
+
 Before the first round, the findings the results file holds for the target are replayed
 (``harness.fuzz.replay``): each stored graph runs once and is triaged like a generated failure; one
 failing with its stored signature is a hit of that signature (a finding of this campaign too, never
@@ -39,10 +45,12 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from harness.fuzz.builder import GraphLimits, graphs
+from harness.fuzz.builder import GraphLimits
+from harness.fuzz.coverage import CoverageMap
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.known import match_known
 from harness.fuzz.replay import ReplayOutcome, StoredFinding
+from harness.fuzz.seeds import SeedCorpus, corpus_graphs
 from harness.fuzz.specs import select_specs
 from harness.fuzz.subject import blamed_op
 from harness.fuzz.tasks import GraphTask, LocalizeTask
@@ -110,6 +118,8 @@ class CampaignRequest:
     capture: str = "fx"  # harness.targets.CAPTURES
     imports: tuple[str, ...] = ()
     oracle_tiers: bool = True  # the exact tier and bias check (harness.fuzz.subject.compare_outputs)
+    coverage: tuple[str, ...] = ()  # package roots whose executed lines are recorded (harness.fuzz.coverage)
+    seed_corpus: SeedCorpus | None = None  # seeds mutated besides plain generation (harness.fuzz.seeds)
 
 
 @dataclass
@@ -133,6 +143,10 @@ class CampaignSummary:
     allowances: Counter = field(default_factory=Counter)
     # the stored findings replayed before generating (harness.fuzz.replay); None: replay was off
     replay: ReplayOutcome | None = None
+    # with coverage: the lines every run executed, and (graph JSON, the lines it reached first) of each
+    # generated graph that reached lines neither the seed corpus nor an earlier graph had
+    coverage: CoverageMap = field(default_factory=CoverageMap)
+    seed_candidates: list = field(default_factory=list)
 
     @property
     def valid(self) -> int:
@@ -167,11 +181,24 @@ class _Found(Exception):
 
 
 def _graph_task(graph: FuzzGraph, request: CampaignRequest) -> GraphTask:
-    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers)
+    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage)
 
 
 def _localize_task(graph: FuzzGraph, request: CampaignRequest) -> LocalizeTask:
-    return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers)
+    return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage)
+
+
+def _run(task: Any, runner: Any, summary: CampaignSummary, graph: FuzzGraph | None = None) -> Result:
+    """Run one task; with coverage, merge the lines it reached, and keep a generated ``graph``
+    that reached lines first (``harness.fuzz.seeds.new_seeds`` then leaves out what the corpus had)."""
+    record = runner.run(task)
+    summary.executions += 1
+    if record.covered:
+        lines = CoverageMap.from_json(record.covered)
+        new = summary.coverage.merge(lines)
+        if graph is not None and len(new):
+            summary.seed_candidates.append((graph.to_json(), new))
+    return record
 
 
 def run_campaign(request: CampaignRequest, runner: Any,
@@ -215,7 +242,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                   phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False)
         @hypothesis_seed(request.seed * 1_000_003 + round_index)
-        @given(graphs(specs, limits))
+        @given(corpus_graphs(specs, limits, request.seed_corpus))
         def check(graph: FuzzGraph) -> None:
             shrinking = state["target"] is not None
             if shrinking and graph.to_json() in state["failed"]:
@@ -224,8 +251,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
                 return  # shrink time box spent: the smallest failing graph so far stands
             if not shrinking and not budget_left():
                 return
-            record = runner.run(_graph_task(graph, request))
-            summary.executions += 1
+            record = _run(_graph_task(graph, request), runner, summary, None if shrinking else graph)
             if not shrinking:
                 summary.graphs += 1
                 summary.statuses[record.status] += 1
@@ -284,8 +310,7 @@ def _replay(stored: list[StoredFinding], request: CampaignRequest, runner: Any, 
     start = time.monotonic()
     for item in stored:
         graph = FuzzGraph.from_json(item.graph)
-        record = runner.run(_graph_task(graph, request))
-        summary.executions += 1
+        record = _run(_graph_task(graph, request), runner, summary)
         if not record.against_compiler:
             if record.status.passed:
                 outcome.fixed.append(item.signature)
@@ -336,8 +361,7 @@ def _localized(record: Result, graph: FuzzGraph, request: CampaignRequest, runne
         return _error_localized(record, graph, request, runner, summary)
     if record.status != Status.FAIL_ACCURACY or len(graph.nodes) <= 1 or record.diverged:
         return record
-    found = runner.run(_localize_task(graph, request))
-    summary.executions += 1
+    found = _run(_localize_task(graph, request), runner, summary)
     if found.status != Status.FAIL_ACCURACY or not found.op:
         return record  # no intermediate diverges (the failure needs the fusion) or the run failed
     return record.replace(op=found.op, diverged=found.diverged or "")
@@ -353,8 +377,7 @@ def _error_localized(record: Result, graph: FuzzGraph, request: CampaignRequest,
     low, high, found = 1, len(graph.nodes), None  # the shortest failing prefix is in [low, high]
     while low <= high:
         mid = (low + high) // 2
-        got = runner.run(_graph_task(graph.prefix(mid), request))
-        summary.executions += 1
+        got = _run(_graph_task(graph.prefix(mid), request), runner, summary)
         if (got.status, error_kind(got)) == want:
             found, high = mid, mid - 1
         else:
@@ -383,8 +406,7 @@ def _pruned(graph: FuzzGraph, record: Result, request: CampaignRequest, runner: 
         cut = graph.pruned(outputs)
         if len(cut.nodes) >= len(graph.nodes) and len(cut.inputs) >= len(graph.inputs):
             continue
-        got = runner.run(_graph_task(cut, request))
-        summary.executions += 1
+        got = _run(_graph_task(cut, request), runner, summary)
         if not got.against_compiler:
             continue
         got = _localized(got, cut, request, runner, summary)

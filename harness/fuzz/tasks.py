@@ -4,12 +4,18 @@
 ``GraphTask`` runs one generated graph (``harness.fuzz.subject``), ``LocalizeTask`` finds where a
 failure the campaign already has starts (``harness.fuzz.localize``). The decomposition fuzzer's
 rule task is ``harness.fuzz.decomp_campaign.RuleTask``.
+
+With ``coverage`` (package roots, ``crucible fuzz --coverage``) a task runs under the worker's line
+tracer (``harness.fuzz.coverage``, started by the first such task and kept for the worker's life)
+and its result carries the lines the worker executed for the first time (``Result.covered``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from harness.fuzz.coverage import process_tracer
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.localize import localize, localize_divergence
 from harness.fuzz.subject import graph_name, run_graph
@@ -29,12 +35,17 @@ class GraphTask:
     localize: bool = False
     imports: tuple[str, ...] = ()
     tiers: bool = True  # the oracle's exact tier and bias check (harness.fuzz.subject.compare_outputs)
+    coverage: tuple[str, ...] = ()  # package roots whose executed lines the result reports
 
     @classmethod
-    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = (), tiers: bool = True) -> GraphTask:
-        return cls(graph_name(graph), graph.to_json(), capture, imports=imports, tiers=tiers)
+    def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = (), tiers: bool = True,
+           coverage: tuple[str, ...] = ()) -> GraphTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports=imports, tiers=tiers, coverage=coverage)
 
     def __call__(self, worker: WorkerContext) -> Result:
+        return _measured(self.coverage, lambda: self._run(worker))
+
+    def _run(self, worker: WorkerContext) -> Result:
         graph = FuzzGraph.from_json(self.graph)
         result = run_graph(graph, worker.target, worker.progress, self.capture, self.name, self.tiers)
         if self.localize and result.status == Status.FAIL_ACCURACY and len(graph.nodes) > 1:
@@ -55,12 +66,22 @@ class LocalizeTask:
     capture: str = "fx"
     imports: tuple[str, ...] = ()
     tiers: bool = True
+    coverage: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = (),
-           tiers: bool = True) -> LocalizeTask:
-        return cls(graph_name(graph), graph.to_json(), capture, imports, tiers)
+           tiers: bool = True, coverage: tuple[str, ...] = ()) -> LocalizeTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports, tiers, coverage)
 
     def __call__(self, worker: WorkerContext) -> Result:
-        return localize(FuzzGraph.from_json(self.graph), worker.target, self.name, self.capture, worker.progress,
-                        self.tiers)
+        return _measured(self.coverage, lambda: localize(FuzzGraph.from_json(self.graph), worker.target, self.name,
+                                                         self.capture, worker.progress, self.tiers))
+
+
+def _measured(roots: tuple[str, ...], run: Callable[[], Result]) -> Result:
+    """``run()``, and with ``roots`` the lines it executed first in this process (``Result.covered``)."""
+    if not roots:
+        return run()
+    tracer = process_tracer(roots)
+    result = run()
+    return result.replace(covered=tracer.take().to_json())
