@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
@@ -119,6 +120,7 @@ class CampaignRequest:
     imports: tuple[str, ...] = ()
     oracle_tiers: bool = True  # the exact tier and bias check (harness.fuzz.subject.compare_outputs)
     coverage: tuple[str, ...] = ()  # package roots whose executed lines are recorded (harness.fuzz.coverage)
+    coverage_session: str = ""  # set by run_campaign: the workers report lines per campaign
     seed_corpus: SeedCorpus | None = None  # seeds mutated besides plain generation (harness.fuzz.seeds)
 
 
@@ -181,11 +183,13 @@ class _Found(Exception):
 
 
 def _graph_task(graph: FuzzGraph, request: CampaignRequest) -> GraphTask:
-    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage)
+    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage,
+                        request.coverage_session)
 
 
 def _localize_task(graph: FuzzGraph, request: CampaignRequest) -> LocalizeTask:
-    return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage)
+    return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage,
+                           request.coverage_session)
 
 
 def _run(task: Any, runner: Any, summary: CampaignSummary, graph: FuzzGraph | None = None) -> Result:
@@ -218,6 +222,8 @@ def run_campaign(request: CampaignRequest, runner: Any,
     foreign: set[str] = set()
     if request.seconds is None and request.examples is None:
         raise ValueError("give a budget: seconds or examples")
+    if request.coverage and not request.coverage_session:
+        request = replace(request, coverage_session=uuid.uuid4().hex)
     specs = select_specs(request.ops)
     limits = GraphLimits(max_nodes=request.max_nodes)
     summary = CampaignSummary(ops_selected=len(specs))

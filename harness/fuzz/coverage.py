@@ -11,8 +11,9 @@ Two tracers record lines, one per Python version, behind one interface (``LineTr
   (``DISABLE``), so a line already seen, or any line outside the roots, costs nothing again.
 - Python 3.11: coverage.py's C tracer (a dependency on 3.11 only), restricted to the roots.
 
-A tracer reports lines *new to its process* (``take``): a worker sends each line once over the
-campaign's life, and the campaign merges them (``CoverageMap.merge``). A line counts as executable
+A tracer reports lines *new to its session* (``take``): a worker sends each line once over a
+campaign's life, and the campaign merges them (``CoverageMap.merge``); a task of another campaign
+(another session) starts the worker's record afresh. A line counts as executable
 when it belongs to a function body (a code object with ``CO_OPTIMIZED``, its ``def`` line excluded):
 module and class bodies run at import, before any campaign starts, so they are left out of both
 sides of covered/total.
@@ -175,7 +176,11 @@ class _MonitoringBackend:
             raise RuntimeError("every sys.monitoring tool id Crucible can use is taken (another tracer runs)")
         mon.register_callback(self.tool, mon.events.LINE, self._line)
         mon.set_events(self.tool, mon.events.LINE)
-        mon.restart_events()  # locations another collection disabled report again
+        self.restart()
+
+    def restart(self) -> None:
+        """Locations disabled so far (by this tracer or an earlier one) report again."""
+        sys.monitoring.restart_events()  # type: ignore[attr-defined]
 
     def _line(self, code: CodeType, line: int) -> Any:
         file = code.co_filename
@@ -213,6 +218,12 @@ class _CoveragePyBackend:
     def start(self) -> None:
         self.cov.start()
 
+    def restart(self) -> None:
+        """Forget what was recorded: the next flush reports only lines run from now on."""
+        self.cov.stop()
+        self.cov.erase()
+        self.cov.start()
+
     def flush(self) -> None:
         data = self.cov.get_data()
         for path in data.measured_files():
@@ -239,8 +250,8 @@ def check_tracer() -> None:
 
 class LineTracer:
     """Records the lines executed under ``roots`` in this process while started; ``take()`` returns
-    the lines not returned before. One tracer per process at a time (``sys.monitoring`` and
-    coverage.py both trace the whole process)."""
+    the lines not returned before in the current session. One tracer per process at a time
+    (``sys.monitoring`` and coverage.py both trace the whole process)."""
 
     def __init__(self, roots: tuple[str, ...]) -> None:
         self.roots = roots
@@ -249,6 +260,17 @@ class LineTracer:
             roots, self._seen)
         self._reported = CoverageMap()
         self.running = False
+        self.session = ""
+
+    def begin(self, session: str) -> None:
+        """Report to ``session`` from now on: a process serving several campaigns in turn (the
+        in-process runner, a cluster's worker) reports each campaign every line it runs, not only
+        lines the process had never run."""
+        if session != self.session:
+            self._backend.restart()
+            self._seen.clear()
+            self._reported = CoverageMap()
+            self.session = session
 
     def start(self) -> None:
         self._backend.start()
@@ -275,26 +297,30 @@ class LineTracer:
 _ACTIVE: list[LineTracer] = []
 
 
-def process_tracer(roots: tuple[str, ...]) -> LineTracer:
-    """The running tracer of this process for ``roots``, started on first use (a worker's)."""
-    if _ACTIVE and _ACTIVE[0].roots == roots:
-        return _ACTIVE[0]
+def process_tracer(roots: tuple[str, ...], session: str = "") -> LineTracer:
+    """The running tracer of this process for ``roots``, reporting to ``session``; started on first
+    use (a worker's) and kept until ``stop_process_tracer``."""
+    if not (_ACTIVE and _ACTIVE[0].roots == roots):
+        stop_process_tracer()
+        tracer = LineTracer(roots)
+        tracer.start()
+        _ACTIVE.append(tracer)
+    _ACTIVE[0].begin(session)
+    return _ACTIVE[0]
+
+
+def stop_process_tracer() -> None:
+    """Stop this process's tracer, if one runs (an in-process campaign's, when it closes)."""
     for tracer in _ACTIVE:
         tracer.stop()
     _ACTIVE.clear()
-    tracer = LineTracer(roots)
-    tracer.start()
-    _ACTIVE.append(tracer)
-    return tracer
 
 
 @contextmanager
 def collect(roots: tuple[str, ...]) -> Iterator[CoverageMap]:
     """Lines executed under ``roots`` inside the block, in this process; the map is filled when
     the block ends. Any tracer this process runs is stopped first (a worker's starts again fresh)."""
-    for tracer in _ACTIVE:
-        tracer.stop()
-    _ACTIVE.clear()
+    stop_process_tracer()
     covered = CoverageMap()
     tracer = LineTracer(roots)
     tracer.start()

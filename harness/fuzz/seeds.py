@@ -12,8 +12,9 @@ first (log2: a seed that opened 200 lines is picked about 8 times as often as on
 then mutated in one of two ways, both valid by construction:
 
 - **extend**: the seed's graph rebuilt (its values' metadata from meta tensors), then 1 to
-  ``max_nodes`` more nodes drawn from the op table, consuming the seed's values or fresh inputs:
-  the code a seed reached meets new consumers, attributes and dtypes downstream of it;
+  ``max_nodes`` more nodes drawn from the op table, consuming the seed's outputs (its frontier), each
+  other's, or fresh inputs: the code a seed reached meets new consumers, attributes and dtypes
+  downstream of it, and graphs grow past ``max_nodes`` by composing what reached new code;
 - **inputs**: every input keeps its shape and dtype (so every node's metadata stands) and may get
   another layout (contiguous, transposed, sliced, offset storage), another value profile of its
   kind and another value seed: the seed's lowering path meets strides and values it did not.
@@ -109,6 +110,10 @@ def extended(draw: Any, seeds: list[Seed], specs: list[Any], limits: GraphLimits
     seed = seeds[draw(st.sampled_from(_weighted(seeds)))]
     builder = rebuild(FuzzGraph.from_json(seed.graph), limits)
     assert builder is not None  # load_corpus keeps only seeds that rebuild
+    # grow from the frontier: the new nodes may consume what the seed returns (or fresh inputs), not
+    # its inputs and intermediates, so they compose with the code the seed reached
+    frontier = set(builder.graph.outputs)
+    builder.metas = {name: meta for name, meta in builder.metas.items() if name in frontier}
     for _ in range(draw(st.integers(1, limits.max_nodes))):
         builder.add_node(draw, draw(st.sampled_from(specs)))
     graph = builder.graph

@@ -7,7 +7,8 @@ rule task is ``harness.fuzz.decomp_campaign.RuleTask``.
 
 With ``coverage`` (package roots, ``crucible fuzz --coverage``) a task runs under the worker's line
 tracer (``harness.fuzz.coverage``, started by the first such task and kept for the worker's life)
-and its result carries the lines the worker executed for the first time (``Result.covered``).
+and its result carries the lines the worker executed for the first time for its campaign
+(``session``; ``Result.covered``).
 """
 
 from __future__ import annotations
@@ -36,14 +37,16 @@ class GraphTask:
     imports: tuple[str, ...] = ()
     tiers: bool = True  # the oracle's exact tier and bias check (harness.fuzz.subject.compare_outputs)
     coverage: tuple[str, ...] = ()  # package roots whose executed lines the result reports
+    session: str = ""  # the campaign the lines are reported to (harness.fuzz.coverage.LineTracer.begin)
 
     @classmethod
     def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = (), tiers: bool = True,
-           coverage: tuple[str, ...] = ()) -> GraphTask:
-        return cls(graph_name(graph), graph.to_json(), capture, imports=imports, tiers=tiers, coverage=coverage)
+           coverage: tuple[str, ...] = (), session: str = "") -> GraphTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports=imports, tiers=tiers, coverage=coverage,
+                   session=session)
 
     def __call__(self, worker: WorkerContext) -> Result:
-        return _measured(self.coverage, lambda: self._run(worker))
+        return _measured(self.coverage, self.session, lambda: self._run(worker))
 
     def _run(self, worker: WorkerContext) -> Result:
         graph = FuzzGraph.from_json(self.graph)
@@ -67,21 +70,22 @@ class LocalizeTask:
     imports: tuple[str, ...] = ()
     tiers: bool = True
     coverage: tuple[str, ...] = ()
+    session: str = ""
 
     @classmethod
     def of(cls, graph: FuzzGraph, capture: str = "fx", imports: tuple[str, ...] = (),
-           tiers: bool = True, coverage: tuple[str, ...] = ()) -> LocalizeTask:
-        return cls(graph_name(graph), graph.to_json(), capture, imports, tiers, coverage)
+           tiers: bool = True, coverage: tuple[str, ...] = (), session: str = "") -> LocalizeTask:
+        return cls(graph_name(graph), graph.to_json(), capture, imports, tiers, coverage, session)
 
     def __call__(self, worker: WorkerContext) -> Result:
-        return _measured(self.coverage, lambda: localize(FuzzGraph.from_json(self.graph), worker.target, self.name,
+        return _measured(self.coverage, self.session, lambda: localize(FuzzGraph.from_json(self.graph), worker.target, self.name,
                                                          self.capture, worker.progress, self.tiers))
 
 
-def _measured(roots: tuple[str, ...], run: Callable[[], Result]) -> Result:
-    """``run()``, and with ``roots`` the lines it executed first in this process (``Result.covered``)."""
+def _measured(roots: tuple[str, ...], session: str, run: Callable[[], Result]) -> Result:
+    """``run()``, and with ``roots`` the lines it executed first in ``session`` (``Result.covered``)."""
     if not roots:
         return run()
-    tracer = process_tracer(roots)
+    tracer = process_tracer(roots, session)
     result = run()
     return result.replace(covered=tracer.take().to_json())
