@@ -21,8 +21,9 @@ whether it is new.
 Signature = (status, the op the failure is charged to, the error kind): the exception type for
 errors, the oracle's criterion (NaN positions, integer values, RMSE, ...) for accuracy failures.
 
-With ``coverage`` (package roots) every task reports the lines of the compiler it executed first in
-its worker (``harness.fuzz.coverage``); the summary merges them, and a generated graph that reached
+With ``coverage`` (package roots) the replayed graphs and the sampled generated graphs (``_sampled``)
+run under the worker's tracer and report the lines of the compiler they executed first in the
+campaign (``harness.fuzz.coverage``); the summary merges them, and a generated graph that reached
 lines neither the seed corpus nor an earlier graph had is remembered as a new seed. With a seed
 corpus (``harness.fuzz.seeds``, an input of the campaign) examples are drawn from plain generation
 and from mutations of the seeds.
@@ -121,6 +122,7 @@ class CampaignRequest:
     oracle_tiers: bool = True  # the exact tier and bias check (harness.fuzz.subject.compare_outputs)
     coverage: tuple[str, ...] = ()  # package roots whose executed lines are recorded (harness.fuzz.coverage)
     coverage_session: str = ""  # set by run_campaign: the workers report lines per campaign
+    coverage_sample: int = 1  # trace 1 generated graph in N, and every graph with an op none traced had
     seed_corpus: SeedCorpus | None = None  # seeds mutated besides plain generation (harness.fuzz.seeds)
 
 
@@ -149,6 +151,8 @@ class CampaignSummary:
     # generated graph that reached lines neither the seed corpus nor an earlier graph had
     coverage: CoverageMap = field(default_factory=CoverageMap)
     seed_candidates: list = field(default_factory=list)
+    traced: int = 0  # generated graphs run under the tracer (all of them unless sampled)
+    traced_ops: set = field(default_factory=set)
 
     @property
     def valid(self) -> int:
@@ -182,14 +186,29 @@ class _Found(Exception):
         self.record, self.graph = record, graph
 
 
-def _graph_task(graph: FuzzGraph, request: CampaignRequest) -> GraphTask:
-    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage,
-                        request.coverage_session)
+def _graph_task(graph: FuzzGraph, request: CampaignRequest, traced: bool = False) -> GraphTask:
+    """A graph's task; ``traced``: under the coverage tracer (the re-runs of triage and shrinking are not:
+    they run the graph that was, or parts of it)."""
+    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers,
+                        request.coverage if traced else (), request.coverage_session)
 
 
 def _localize_task(graph: FuzzGraph, request: CampaignRequest) -> LocalizeTask:
-    return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers, request.coverage,
-                           request.coverage_session)
+    return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers)
+
+
+def _sampled(graph: FuzzGraph, request: CampaignRequest, summary: CampaignSummary) -> bool:
+    """Whether a generated graph runs under the tracer: with coverage, 1 graph in ``coverage_sample``
+    and every graph with an op no traced graph had (on Python 3.11 the tracer slows a graph about
+    1.75x: sampling is what keeps a campaign's throughput; harness.bench.fuzz_coverage)."""
+    if not request.coverage:
+        return False
+    ops = set(graph.ops)
+    if summary.graphs % request.coverage_sample and ops <= summary.traced_ops:
+        return False
+    summary.traced += 1
+    summary.traced_ops |= ops
+    return True
 
 
 def _run(task: Any, runner: Any, summary: CampaignSummary, graph: FuzzGraph | None = None) -> Result:
@@ -257,7 +276,8 @@ def run_campaign(request: CampaignRequest, runner: Any,
                 return  # shrink time box spent: the smallest failing graph so far stands
             if not shrinking and not budget_left():
                 return
-            record = _run(_graph_task(graph, request), runner, summary, None if shrinking else graph)
+            traced = not shrinking and _sampled(graph, request, summary)
+            record = _run(_graph_task(graph, request, traced), runner, summary, None if shrinking else graph)
             if not shrinking:
                 summary.graphs += 1
                 summary.statuses[record.status] += 1
@@ -316,7 +336,7 @@ def _replay(stored: list[StoredFinding], request: CampaignRequest, runner: Any, 
     start = time.monotonic()
     for item in stored:
         graph = FuzzGraph.from_json(item.graph)
-        record = _run(_graph_task(graph, request), runner, summary)
+        record = _run(_graph_task(graph, request, traced=bool(request.coverage)), runner, summary)
         if not record.against_compiler:
             if record.status.passed:
                 outcome.fixed.append(item.signature)

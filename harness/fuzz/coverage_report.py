@@ -18,7 +18,7 @@ def coverage_totals(covered: CoverageMap, roots: tuple[str, ...]) -> dict[str, A
     """What the run's metadata keeps: totals, the tracer, and the executed lines per file."""
     rows = file_coverage(covered, roots)
     return {"covered": sum(r.covered for r in rows), "total": sum(r.total for r in rows), "tracer": tracer_kind(),
-            "lines": {f: sorted(v) for f, v in sorted(covered.lines.items())}}
+            "roots": list(roots), "lines": {f: sorted(v) for f, v in sorted(covered.lines.items())}}
 
 
 def render_coverage(covered: CoverageMap, roots: tuple[str, ...], crucible: bool) -> list[str]:

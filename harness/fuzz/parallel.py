@@ -57,6 +57,7 @@ def merge_summaries(summaries: list[CampaignSummary], elapsed_s: float) -> Campa
         # coverage: sets copied one C call each, as the containers above
         merged.coverage.merge(CoverageMap({f: set(v) for f, v in list(s.coverage.lines.items())}))
         merged.seed_candidates += list(s.seed_candidates)
+        merged.traced += s.traced
         for f in findings.values():
             _merge_finding(merged.findings, f)
         for sig, hits in foreign.items():

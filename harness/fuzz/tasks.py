@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.fuzz.coverage import process_tracer
+from harness.fuzz.coverage import pause_process_tracer, process_tracer
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.localize import localize, localize_divergence
 from harness.fuzz.subject import graph_name, run_graph
@@ -85,6 +85,7 @@ class LocalizeTask:
 def _measured(roots: tuple[str, ...], session: str, run: Callable[[], Result]) -> Result:
     """``run()``, and with ``roots`` the lines it executed first in ``session`` (``Result.covered``)."""
     if not roots:
+        pause_process_tracer()  # a campaign's graph it does not sample runs at full speed
         return run()
     tracer = process_tracer(roots, session)
     result = run()

@@ -103,6 +103,46 @@ def test_a_process_tracer_reports_each_line_once_per_session(sample_package) -> 
         stop_process_tracer()
 
 
+def test_a_paused_tracer_records_nothing_until_the_next_measured_task(sample_package) -> None:
+    from cov_sample_pkg.box import Box
+
+    from harness.fuzz.coverage import pause_process_tracer
+
+    try:
+        tracer = process_tracer(sample_package, "a")
+        pause_process_tracer()  # a graph the campaign does not sample
+        Box().grow(2)
+        tracer = process_tracer(sample_package, "a")
+        assert not len(tracer.take())
+        Box().grow(2)
+        assert len(tracer.take()) == 6
+    finally:
+        stop_process_tracer()
+
+
+def test_sampling_traces_one_graph_in_n_and_every_graph_with_a_new_op() -> None:
+    from harness.result import Result
+    from harness.status import Status
+
+    class Recorder:
+        def __init__(self) -> None:
+            self.traced: list[list[str]] = []
+
+        def run(self, task):  # noqa: ANN001, ANN201
+            if task.coverage:
+                self.traced.append(FuzzGraph.from_json(task.graph).ops)
+            return Result(name=task.name, target="crucible-cpp", status=Status.PASS)
+
+    recorder = Recorder()
+    summary = run_campaign(CampaignRequest(target="crucible-cpp", examples=40, seed=3, ops=UNARY, max_nodes=2,
+                                           coverage=COMPILER, coverage_sample=10), recorder)
+    assert summary.traced == len(recorder.traced) and 4 <= summary.traced < 40
+    assert {op for ops in recorder.traced for op in ops} == {f"aten.{op}" for op in UNARY.split(",")}
+    off = Recorder()
+    run_campaign(CampaignRequest(target="crucible-cpp", examples=10, seed=3, ops=UNARY), off)
+    assert off.traced == []
+
+
 def test_coverage_maps_merge_and_serialize() -> None:
     a = CoverageMap({"compiler/ir.py": {1, 2}})
     new = a.merge(CoverageMap({"compiler/ir.py": {2, 3}, "compiler/graph.py": {7}}))
@@ -200,7 +240,7 @@ def test_isolated_workers_report_coverage_and_parallel_campaigns_merge_it(tmp_pa
     and the seed corpus."""
     db = tmp_path / "r.sqlite"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CRUCIBLE_CACHE_DIR": str(tmp_path / "cache")}
-    command = [sys.executable, "-m", "harness", "fuzz", "--target", "crucible-cpp", "--examples", "4", "-j", "2",
+    command = [sys.executable, "-m", "harness", "fuzz", "--target", "crucible-cpp", "--examples", "4", "-j", "2", "--coverage-sample", "1",
                "--ops", UNARY, "--max-nodes", "2", "--seed-corpus", "unary", "--db", str(db), "--no-replay"]
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert done.returncode == 0, done.stderr[-2000:]
