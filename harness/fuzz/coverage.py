@@ -108,7 +108,7 @@ def measured_packages(target: str, packages: list[str] | tuple[str, ...] = ()) -
                      f"--coverage-package (for inductor: torch._inductor)")
 
 
-def _file_key(path: str, roots: tuple[str, ...]) -> str | None:
+def file_key(path: str, roots: tuple[str, ...]) -> str | None:
     """``path`` relative to its root's parent, or None when it is under no root."""
     for root in roots:
         if path == root or path.startswith(root + os.sep):
@@ -123,17 +123,17 @@ def source_files(roots: tuple[str, ...]) -> dict[str, str]:
     for root in roots:
         paths = [Path(root)] if root.endswith(".py") else sorted(Path(root).rglob("*.py"))
         for path in paths:
-            key = _file_key(str(path), roots)
+            key = file_key(str(path), roots)
             if key is not None:
                 files[key] = str(path)
     return files
 
 
-def _code_objects(code: CodeType) -> Iterator[CodeType]:
+def code_objects(code: CodeType) -> Iterator[CodeType]:
     yield code
     for const in code.co_consts:
         if isinstance(const, CodeType):
-            yield from _code_objects(const)
+            yield from code_objects(const)
 
 
 @lru_cache(maxsize=1024)
@@ -145,7 +145,7 @@ def executable_lines(path: str) -> frozenset[int]:
     except (SyntaxError, OSError, UnicodeDecodeError):
         return frozenset()
     lines: set[int] = set()
-    for code in _code_objects(module):
+    for code in code_objects(module):
         if not code.co_flags & inspect.CO_OPTIMIZED:
             continue  # the module and class bodies: they run at import
         body = {line for _, _, line in code.co_lines() if line is not None}
@@ -187,7 +187,7 @@ class _MonitoringBackend:
         file = code.co_filename
         key = self.keys.get(file, "")
         if key == "":
-            key = self.keys[file] = _file_key(file, self.roots)
+            key = self.keys[file] = file_key(file, self.roots)
         if key is not None:
             self.sink.setdefault(key, set()).add(line)
         return sys.monitoring.DISABLE  # type: ignore[attr-defined]
@@ -247,7 +247,7 @@ class _CoveragePyBackend:
             data = self.cov.get_data()
             files = [(path, set(data.lines(path) or ())) for path in data.measured_files()]
         for path, lines in files:
-            key = _file_key(path, self.roots)
+            key = file_key(path, self.roots)
             if key is not None and lines:
                 self.sink.setdefault(key, set()).update(line for line in lines if isinstance(line, int))
 
@@ -282,6 +282,7 @@ class LineTracer:
         self._sizes: dict[str, int] = {}  # lines seen per file at the last take
         self.running = self.paused = False
         self.session = ""
+        self.tasks = 0  # tasks measured (harness.fuzz.tasks traces a tracer's first task whole)
 
     def begin(self, session: str) -> None:
         """Report to ``session`` from now on: a process serving several campaigns in turn (the

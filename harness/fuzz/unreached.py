@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from types import CodeType
 from typing import Any
 
-from harness.fuzz.coverage import CoverageMap, _code_objects, _file_key, executable_lines
+from harness.fuzz.coverage import CoverageMap, code_objects, file_key, executable_lines
 
 
 @dataclass(frozen=True)
@@ -65,10 +65,10 @@ def _span(fn: Any, roots: tuple[str, ...]) -> tuple[str, set[int]] | None:
     code: CodeType | None = getattr(fn, "__code__", None)
     if code is None:
         return None
-    key = _file_key(code.co_filename, roots)
+    key = file_key(code.co_filename, roots)
     if key is None:
         return None
-    lines = {line for c in _code_objects(code) for _, _, line in c.co_lines() if line is not None}
+    lines = {line for c in code_objects(code) for _, _, line in c.co_lines() if line is not None}
     return key, set(executable_lines(code.co_filename)) & lines
 
 
