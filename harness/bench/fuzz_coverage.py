@@ -3,6 +3,7 @@
     python -m harness.bench.fuzz_coverage [--targets crucible-cpp,crucible-interpret] [--examples 60] [--rounds 2]
         [--samples 1,3]
     python -m harness.bench.fuzz_coverage --guided --generations 4 [--examples 60] [--targets crucible-cpp]
+    python -m harness.bench.fuzz_coverage --union cov.sqlite     # every --coverage run of a file, together
 
 Overhead (default): per target and round, the same campaign (same seed and example count, so the
 same graphs) with coverage off and on (tracing every graph, and 1 in N: ``--samples``), in an order
@@ -107,6 +108,22 @@ def bench_guided(args: argparse.Namespace, roots: tuple[str, ...]) -> None:
                                   "seeds"]))
 
 
+def union(db: str, roots: tuple[str, ...]) -> None:
+    """The coverage report of the union of every ``--coverage`` fuzz run stored in ``db``."""
+    from harness.fuzz.coverage_report import render_coverage
+    from harness.store import ResultStore
+
+    covered = CoverageMap()
+    with ResultStore(db, read_only=True) as store:
+        for run in store.runs():
+            lines = run["metadata"].get("fuzz", {}).get("coverage", {}).get("lines")
+            if lines is not None:
+                covered.merge(CoverageMap({f: set(v) for f, v in lines.items()}))
+                fuzz = run["metadata"]["fuzz"]
+                print(f"{run['id']}: {fuzz['graphs']} graphs, {fuzz['coverage']['covered']} lines")
+    print("\n".join(render_coverage(covered, roots, crucible=True)))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--targets", default="crucible-cpp,crucible-interpret")
@@ -116,8 +133,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--guided", action="store_true", help="plain generation against a growing seed corpus")
     parser.add_argument("--generations", type=int, default=4, help="--guided: campaigns in a row")
+    parser.add_argument("--union", metavar="DB", help="print the coverage of every --coverage fuzz run in DB together")
     args = parser.parse_args(argv)
     roots = package_roots(["compiler"])
+    if args.union:
+        union(args.union, roots)
+        return
     (bench_guided if args.guided else bench_overhead)(args, roots)
 
 

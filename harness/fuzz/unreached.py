@@ -9,8 +9,9 @@ torch call can make it run, whatever a generator draws:
   autograd kernel: the dispatcher decomposes the op while AOTAutograd traces, before the table is
   consulted (``crucible:var_mean_to_var_and_mean``: ``aten.var_mean.dim`` becomes
   ``var_mean.correction``);
-- a lowering function all of whose ops are decomposed before lowering: by the dispatcher (as
-  above) or by the compiler's own decomposition table (``decomposition_table_for_compiler``; a
+- a lowering function all of whose ops are decomposed before lowering, or are scalar overloads only
+  Python knows (``aten.isfinite.float``): by the dispatcher (as above) or by the compiler's own
+  decomposition table (``decomposition_table_for_compiler``; a
   torch rule that declines a call with ``NotImplemented`` would leave it, so a dead lowering that a
   campaign did execute is reported as executed, never as dead).
 
@@ -47,8 +48,8 @@ def _decomposed_by_dispatcher(op: Any) -> bool:
     try:
         return has(name, "CompositeImplicitAutograd") and not any(
             has(name, key) for key in ("CPU", "CUDA", "Autograd", "CompositeExplicitAutograd"))
-    except RuntimeError:  # an overload only Python knows (aten.exp.int): not the dispatcher's to decompose
-        return False
+    except RuntimeError:  # an overload only Python knows (aten.isfinite.float, aten.exp.int): a scalar
+        return True  # call, never a tensor node of a graph to lower
 
 
 def _overloads(op: Any) -> list[Any]:

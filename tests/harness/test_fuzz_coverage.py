@@ -164,6 +164,7 @@ def test_dead_rules_are_told_apart_from_unreached_ones() -> None:
     var_mean = rows["crucible:var_mean_to_var_and_mean"]
     assert var_mean.dead and "CompositeImplicitAutograd" in var_mean.dead
     assert "decomposed before lowering" in rows["lower_transpose"].dead
+    assert rows["lower_isfinite"].dead  # isfinite.default decomposed; its other overloads are scalar ones
     assert rows["lower_cat"].dead is None and rows["lower_cat"].in_op_table
     # a dead rule a campaign did execute is reported as executed, never as dead
     file, span = rows["lower_transpose"].where.split(":")
@@ -235,7 +236,7 @@ def test_a_defect_only_grown_seeds_reach_is_found_with_a_seed_corpus_and_missed_
     assert not plain.findings
 
 
-def test_isolated_workers_report_coverage_and_parallel_campaigns_merge_it(tmp_path: Path) -> None:
+def test_isolated_workers_report_coverage_and_parallel_campaigns_merge_it(tmp_path: Path, capsys) -> None:
     """Through the CLI: two campaigns (-j 2), one worker each; the printed report, the run's metadata
     and the seed corpus."""
     db = tmp_path / "r.sqlite"
@@ -253,6 +254,10 @@ def test_isolated_workers_report_coverage_and_parallel_campaigns_merge_it(tmp_pa
     assert covered["covered"] > 100 and "compiler/lowerings/pointwise.py" in covered["lines"]
     assert 0 < len(seeds) == run["metadata"]["fuzz"]["seed_corpus"]["added"]
     assert sum(s["new_lines"] for s in seeds) == covered["covered"]  # the corpus started empty
+    from harness.bench.fuzz_coverage import union
+
+    union(str(db), COMPILER)  # the benchmark's report of several runs together
+    assert f"{covered['covered']}/" in capsys.readouterr().out
 
 
 def test_usage_errors_come_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
