@@ -199,8 +199,8 @@ def _localize_task(graph: FuzzGraph, request: CampaignRequest) -> LocalizeTask:
 
 def _sampled(graph: FuzzGraph, request: CampaignRequest, summary: CampaignSummary) -> bool:
     """Whether a generated graph runs under the tracer: with coverage, 1 graph in ``coverage_sample``
-    and every graph with an op no traced graph had (on Python 3.11 the tracer slows a graph about
-    1.75x: sampling is what keeps a campaign's throughput; harness.bench.fuzz_coverage)."""
+    and every graph with an op no traced graph had (on Python 3.11 tracing every graph cost 1.4x on
+    crucible-interpret; harness.bench.fuzz_coverage)."""
     if not request.coverage:
         return False
     ops = set(graph.ops)

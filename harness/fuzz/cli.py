@@ -58,7 +58,7 @@ def add_fuzz_parser(sub: Any) -> None:
                         "(repeatable; default for crucible-* targets: compiler)")
     p.add_argument("--coverage-sample", type=int, metavar="N",
                    help="with --coverage: trace 1 generated graph in N, and every graph with an op no traced graph "
-                        "had (default 1 on Python 3.12+; 3 on 3.11, where the tracer slows a graph ~1.75x)")
+                        "had (default 1 on Python 3.12+; 3 on 3.11, where tracing every graph cost 1.4x on crucible-interpret)")
     p.add_argument("--seed-corpus", metavar="NAME",
                    help="mutate the seeds of corpus NAME in --db besides plain generation, and add the graphs "
                         "that reach lines first to it (implies --coverage)")
@@ -143,7 +143,7 @@ def coverage_roots(args: argparse.Namespace, target: str) -> tuple[str, ...]:
 
 def coverage_sample(args: argparse.Namespace) -> int:
     """1 graph in N traced: as asked, else every graph where the tracer is cheap (sys.monitoring) and
-    1 in 3 under coverage.py (a graph ~1.75x slower traced: 1 in 3 keeps a campaign near 1.25x)."""
+    1 in 3 under coverage.py (tracing every graph cost 1.4x on crucible-interpret, 1 in 3 1.2x: harness/RESULTS.md)."""
     from harness.fuzz.coverage import tracer_kind
 
     if args.coverage_sample:
