@@ -22,7 +22,8 @@ from harness.status import Phase, Status, against_compiler, counts, status_of
 
 def _f(doc: str, *, junit: bool = False, stored: bool = True) -> Any:
     """A result field: None unless set; ``junit``: also a JUnit property and a pytest user property;
-    ``stored=False``: not a column of ``results`` (joined from another table when read)."""
+    ``stored=False``: not a column of ``results`` (joined from another table when read, or only
+    travelling from a worker to its campaign)."""
     return field(default=None, metadata={"doc": doc, "junit": junit, "stored": stored})
 
 
@@ -110,6 +111,9 @@ class Result:
     cases: int | None = _f("decomposition rules: valid generated cases")
     failing_case: str | None = _f("decomposition rules: the failing case, as text")
     repro: str | None = _f("decomposition rules: a standalone script reproducing the failure")
+    covered: str | None = _f("fuzz --coverage: the compiler lines this run executed first in its worker "
+                             "(harness.fuzz.coverage.CoverageMap JSON); merged into the campaign's map, never "
+                             "a column of results", stored=False)
     # -- joined from the store's ``minimized`` table (crucible minify), never a column of ``results``
     minimized: dict | None = _f("the minimized repro of this failure", stored=False)
 

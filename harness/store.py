@@ -2,7 +2,8 @@
 
 Tables: ``runs`` (one row per run: id, suite, target, metadata as JSON, finished flag),
 ``results`` (one row per run and entry: one column per field of ``harness.result.Result``, lists
-and dicts as JSON text), ``fuzz_findings`` and ``minimized``. A run killed half-way keeps the rows
+and dicts as JSON text), ``fuzz_findings``, ``minimized`` and ``fuzz_seeds`` (the seed corpora of
+``crucible fuzz --seed-corpus``: graphs that reached compiler lines first, ``harness.fuzz.seeds``). A run killed half-way keeps the rows
 it wrote; ``--resume`` continues it, skipping entries already present.
 
 The file carries a schema version (``PRAGMA user_version``). A file of an older version is
@@ -50,6 +51,10 @@ CREATE TABLE IF NOT EXISTS minimized (
     run_id TEXT NOT NULL, name TEXT NOT NULL, status TEXT, signature TEXT, repro TEXT, nodes_before REAL,
     nodes_after REAL, checks REAL, seconds REAL, first_divergent TEXT, stage TEXT, stage_evidence TEXT,
     message TEXT, recorded REAL, PRIMARY KEY (run_id, name)
+);
+CREATE TABLE IF NOT EXISTS fuzz_seeds (
+    corpus TEXT NOT NULL, run_id TEXT, target TEXT, graph TEXT NOT NULL, lines TEXT, new_lines INTEGER,
+    recorded REAL
 );
 """
 # Columns of ``minimized``: an entry's failure shrunk by ``crucible minify`` (harness.minify).
@@ -325,6 +330,24 @@ class ResultStore:
             "WHERE kind = ? AND target = ? AND graph IS NOT NULL AND graph != '' GROUP BY signature "
             "ORDER BY recorded DESC, signature" + (" LIMIT ?" if limit is not None else ""),
             (kind, target, limit) if limit is not None else (kind, target)).fetchall()
+        return [dict(r) for r in rows]
+
+    # -- seed corpora (harness.fuzz.seeds) -------------------------------------
+    @_guarded
+    def record_seeds(self, corpus: str, run_id: str, target: str, seeds: list[tuple[str, str, int]]) -> None:
+        """Add (graph JSON, lines it reached first as CoverageMap JSON, how many) rows to ``corpus``."""
+        with self.db:
+            self.db.executemany("INSERT INTO fuzz_seeds (corpus, run_id, target, graph, lines, new_lines, recorded) "
+                                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                [(corpus, run_id, target, g, lines, n, time.time()) for g, lines, n in seeds])
+
+    @_guarded
+    def seeds(self, corpus: str) -> list[dict[str, Any]]:
+        """The seeds of ``corpus`` in the order they were added (a campaign's input: the order matters)."""
+        if "fuzz_seeds" not in self._tables:
+            return []
+        rows = self.db.execute("SELECT graph, lines, new_lines, run_id, target FROM fuzz_seeds WHERE corpus = ? "
+                               "ORDER BY rowid", (corpus,)).fetchall()
         return [dict(r) for r in rows]
 
     def iter_all(self) -> Iterator[tuple[dict[str, Any], list[Result]]]:

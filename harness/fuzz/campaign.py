@@ -21,6 +21,13 @@ whether it is new.
 Signature = (status, the op the failure is charged to, the error kind): the exception type for
 errors, the oracle's criterion (NaN positions, integer values, RMSE, ...) for accuracy failures.
 
+With ``coverage`` (package roots) the replayed graphs and the sampled generated graphs (``_sampled``)
+run under the worker's tracer and report the lines of the compiler they executed first in the
+campaign (``harness.fuzz.coverage``); the summary merges them, and a generated graph that reached
+lines neither the seed corpus nor an earlier graph had is remembered as a new seed. With a seed
+corpus (``harness.fuzz.seeds``, an input of the campaign) examples are drawn from plain generation
+and from mutations of the seeds.
+
 Before the first round, the findings the results file holds for the target are replayed
 (``harness.fuzz.replay``): each stored graph runs once and is triaged like a generated failure; one
 failing with its stored signature is a hit of that signature (a finding of this campaign too, never
@@ -31,18 +38,21 @@ from __future__ import annotations
 
 import hashlib
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, settings
 from hypothesis import seed as hypothesis_seed
 
-from harness.fuzz.builder import GraphLimits, graphs
+from harness.fuzz.builder import GraphLimits
+from harness.fuzz.coverage import CoverageMap
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.known import match_known
 from harness.fuzz.replay import ReplayOutcome, StoredFinding
+from harness.fuzz.seeds import SeedCorpus, corpus_graphs
 from harness.fuzz.specs import select_specs
 from harness.fuzz.subject import blamed_op
 from harness.fuzz.tasks import GraphTask, LocalizeTask
@@ -110,6 +120,10 @@ class CampaignRequest:
     capture: str = "fx"  # harness.targets.CAPTURES
     imports: tuple[str, ...] = ()
     oracle_tiers: bool = True  # the exact tier and bias check (harness.fuzz.subject.compare_outputs)
+    coverage: tuple[str, ...] = ()  # package roots whose executed lines are recorded (harness.fuzz.coverage)
+    coverage_session: str = ""  # set by run_campaign: the workers report lines per campaign
+    coverage_sample: int = 1  # trace 1 generated graph in N, and every graph with an op none traced had
+    seed_corpus: SeedCorpus | None = None  # seeds mutated besides plain generation (harness.fuzz.seeds)
 
 
 @dataclass
@@ -133,6 +147,12 @@ class CampaignSummary:
     allowances: Counter = field(default_factory=Counter)
     # the stored findings replayed before generating (harness.fuzz.replay); None: replay was off
     replay: ReplayOutcome | None = None
+    # with coverage: the lines every run executed, and (graph JSON, the lines it reached first) of each
+    # generated graph that reached lines neither the seed corpus nor an earlier graph had
+    coverage: CoverageMap = field(default_factory=CoverageMap)
+    seed_candidates: list = field(default_factory=list)
+    traced: int = 0  # generated graphs run under the tracer (all of them unless sampled)
+    traced_ops: set = field(default_factory=set)
 
     @property
     def valid(self) -> int:
@@ -166,12 +186,42 @@ class _Found(Exception):
         self.record, self.graph = record, graph
 
 
-def _graph_task(graph: FuzzGraph, request: CampaignRequest) -> GraphTask:
-    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers)
+def _graph_task(graph: FuzzGraph, request: CampaignRequest, traced: bool = False) -> GraphTask:
+    """A graph's task; ``traced``: under the coverage tracer (the re-runs of triage and shrinking are not:
+    they run the graph that was, or parts of it)."""
+    return GraphTask.of(graph, request.capture, request.imports, request.oracle_tiers,
+                        request.coverage if traced else (), request.coverage_session)
 
 
 def _localize_task(graph: FuzzGraph, request: CampaignRequest) -> LocalizeTask:
     return LocalizeTask.of(graph, request.capture, request.imports, request.oracle_tiers)
+
+
+def _sampled(graph: FuzzGraph, request: CampaignRequest, summary: CampaignSummary) -> bool:
+    """Whether a generated graph runs under the tracer: with coverage, 1 graph in ``coverage_sample``
+    and every graph with an op no traced graph had (on Python 3.11 tracing every graph cost 1.4x on
+    crucible-interpret; harness.bench.fuzz_coverage)."""
+    if not request.coverage:
+        return False
+    ops = set(graph.ops)
+    if summary.graphs % request.coverage_sample and ops <= summary.traced_ops:
+        return False
+    summary.traced += 1
+    summary.traced_ops |= ops
+    return True
+
+
+def _run(task: Any, runner: Any, summary: CampaignSummary, graph: FuzzGraph | None = None) -> Result:
+    """Run one task; with coverage, merge the lines it reached, and keep a generated ``graph``
+    that reached lines first (``harness.fuzz.seeds.new_seeds`` then leaves out what the corpus had)."""
+    record = runner.run(task)
+    summary.executions += 1
+    if record.covered:
+        lines = CoverageMap.from_json(record.covered)
+        new = summary.coverage.merge(lines)
+        if graph is not None and len(new):
+            summary.seed_candidates.append((graph.to_json(), new))
+    return record
 
 
 def run_campaign(request: CampaignRequest, runner: Any,
@@ -191,6 +241,8 @@ def run_campaign(request: CampaignRequest, runner: Any,
     foreign: set[str] = set()
     if request.seconds is None and request.examples is None:
         raise ValueError("give a budget: seconds or examples")
+    if request.coverage and not request.coverage_session:
+        request = replace(request, coverage_session=uuid.uuid4().hex)
     specs = select_specs(request.ops)
     limits = GraphLimits(max_nodes=request.max_nodes)
     summary = CampaignSummary(ops_selected=len(specs))
@@ -215,7 +267,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                   phases=(Phase.generate, Phase.shrink), report_multiple_bugs=False)
         @hypothesis_seed(request.seed * 1_000_003 + round_index)
-        @given(graphs(specs, limits))
+        @given(corpus_graphs(specs, limits, request.seed_corpus))
         def check(graph: FuzzGraph) -> None:
             shrinking = state["target"] is not None
             if shrinking and graph.to_json() in state["failed"]:
@@ -224,8 +276,8 @@ def run_campaign(request: CampaignRequest, runner: Any,
                 return  # shrink time box spent: the smallest failing graph so far stands
             if not shrinking and not budget_left():
                 return
-            record = runner.run(_graph_task(graph, request))
-            summary.executions += 1
+            traced = not shrinking and _sampled(graph, request, summary)
+            record = _run(_graph_task(graph, request, traced), runner, summary, None if shrinking else graph)
             if not shrinking:
                 summary.graphs += 1
                 summary.statuses[record.status] += 1
@@ -284,8 +336,7 @@ def _replay(stored: list[StoredFinding], request: CampaignRequest, runner: Any, 
     start = time.monotonic()
     for item in stored:
         graph = FuzzGraph.from_json(item.graph)
-        record = runner.run(_graph_task(graph, request))
-        summary.executions += 1
+        record = _run(_graph_task(graph, request, traced=bool(request.coverage)), runner, summary)
         if not record.against_compiler:
             if record.status.passed:
                 outcome.fixed.append(item.signature)
@@ -336,8 +387,7 @@ def _localized(record: Result, graph: FuzzGraph, request: CampaignRequest, runne
         return _error_localized(record, graph, request, runner, summary)
     if record.status != Status.FAIL_ACCURACY or len(graph.nodes) <= 1 or record.diverged:
         return record
-    found = runner.run(_localize_task(graph, request))
-    summary.executions += 1
+    found = _run(_localize_task(graph, request), runner, summary)
     if found.status != Status.FAIL_ACCURACY or not found.op:
         return record  # no intermediate diverges (the failure needs the fusion) or the run failed
     return record.replace(op=found.op, diverged=found.diverged or "")
@@ -353,8 +403,7 @@ def _error_localized(record: Result, graph: FuzzGraph, request: CampaignRequest,
     low, high, found = 1, len(graph.nodes), None  # the shortest failing prefix is in [low, high]
     while low <= high:
         mid = (low + high) // 2
-        got = runner.run(_graph_task(graph.prefix(mid), request))
-        summary.executions += 1
+        got = _run(_graph_task(graph.prefix(mid), request), runner, summary)
         if (got.status, error_kind(got)) == want:
             found, high = mid, mid - 1
         else:
@@ -383,8 +432,7 @@ def _pruned(graph: FuzzGraph, record: Result, request: CampaignRequest, runner: 
         cut = graph.pruned(outputs)
         if len(cut.nodes) >= len(graph.nodes) and len(cut.inputs) >= len(graph.inputs):
             continue
-        got = runner.run(_graph_task(cut, request))
-        summary.executions += 1
+        got = _run(_graph_task(cut, request), runner, summary)
         if not got.against_compiler:
             continue
         got = _localized(got, cut, request, runner, summary)

@@ -9,7 +9,7 @@ import sys
 import time
 import uuid
 from contextlib import ExitStack, closing
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tabulate import tabulate
@@ -50,6 +50,18 @@ def add_fuzz_parser(sub: Any) -> None:
                         "(default on; off: the tolerance check alone)")
     p.add_argument("--in-process", action="store_true",
                    help="run graphs in this process (no isolation: a crash ends the campaign)")
+    p.add_argument("--coverage", action="store_true",
+                   help="record the compiler lines the campaign executes; print covered/total per file, the "
+                        "lines never executed and the rules no op reaches")
+    p.add_argument("--coverage-package", action="append", default=[], metavar="PACKAGE",
+                   help="with --coverage: a package (or directory) of the compiler under test to measure "
+                        "(repeatable; default for crucible-* targets: compiler)")
+    p.add_argument("--coverage-sample", type=int, metavar="N",
+                   help="with --coverage: trace 1 generated graph in N, and every graph with an op no traced graph "
+                        "had (default 1 on Python 3.12+; 3 on 3.11, where tracing every graph cost 1.4x on crucible-interpret)")
+    p.add_argument("--seed-corpus", metavar="NAME",
+                   help="mutate the seeds of corpus NAME in --db besides plain generation, and add the graphs "
+                        "that reach lines first to it (implies --coverage)")
     p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE[:FUNCTION]",
                    help="import MODULE in the worker first, and call FUNCTION of it (a plugin backend, or a "
                         "planted bug in tests)")
@@ -94,8 +106,9 @@ class FuzzProgress(Progress):
         new = len(s.new_findings)
         replayed = sum(f.replayed is not None for f in s.findings.values())
         statuses = " ".join(f"{k}={v}" for k, v in sorted(s.statuses.items()))
+        lines = f" | {len(s.coverage)} lines" if len(s.coverage) else ""
         return (f"{s.graphs} graphs ({s.graphs / max(elapsed, 1e-9):.2f}/s) {elapsed:.0f}s | findings {new}"
-                f" new, {replayed} replayed, {len(s.findings) - new - replayed} known | {statuses}")
+                f" new, {replayed} replayed, {len(s.findings) - new - replayed} known{lines} | {statuses}")
 
 
 def check_imports(imports: list[str]) -> None:
@@ -109,6 +122,33 @@ def check_imports(imports: list[str]) -> None:
             found = False
         if not found:
             raise UsageError(f"--import {spec}: no module {module!r} to import; check the name and PYTHONPATH")
+
+
+def coverage_roots(args: argparse.Namespace, target: str) -> tuple[str, ...]:
+    """The package roots ``--coverage`` (or ``--seed-corpus``) measures; () when coverage is off."""
+    from harness.fuzz.coverage import check_tracer, measured_packages, package_roots
+
+    for option, value in (("--coverage-package", args.coverage_package), ("--coverage-sample", args.coverage_sample)):
+        if value and not (args.coverage or args.seed_corpus):
+            raise UsageError(f"{option} says how --coverage measures: add --coverage")
+    positive("--coverage-sample", args.coverage_sample, integer=True)
+    if not (args.coverage or args.seed_corpus):
+        return ()
+    try:
+        check_tracer()
+        return package_roots(measured_packages(target, args.coverage_package))
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def coverage_sample(args: argparse.Namespace) -> int:
+    """1 graph in N traced: as asked, else every graph where the tracer is cheap (sys.monitoring) and
+    1 in 3 under coverage.py (tracing every graph cost 1.4x on crucible-interpret, 1 in 3 1.2x: harness/RESULTS.md)."""
+    from harness.fuzz.coverage import tracer_kind
+
+    if args.coverage_sample:
+        return args.coverage_sample
+    return 1 if tracer_kind() == "sys.monitoring" else 3
 
 
 def _check_fuzz_settings(args: argparse.Namespace) -> str:
@@ -132,6 +172,9 @@ def _check_fuzz_settings(args: argparse.Namespace) -> str:
     validate_target(target, args.device)
     select_specs(args.ops)  # a glob matching nothing is a usage error (ValueError)
     check_imports(args.imports)
+    coverage_roots(args, target)
+    if args.seed_corpus is not None and not args.seed_corpus.strip():
+        raise UsageError("--seed-corpus needs a name (any text: the corpus's key in --db)")
     environment()
     check_usable(args.db)
     return target
@@ -153,12 +196,14 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                               seed=args.seed, ops=args.ops, max_nodes=args.max_nodes,
                               shrink_seconds=args.shrink_seconds, timeout_s=args.timeout,
                               in_process=args.in_process, max_findings=args.max_findings, capture=args.capture,
-                              imports=tuple(args.imports), oracle_tiers=args.oracle_tiers == "on")
+                              imports=tuple(args.imports), oracle_tiers=args.oracle_tiers == "on",
+                              coverage=coverage_roots(args, target), coverage_sample=coverage_sample(args))
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
-    return _run_and_store(request, run_id, args.db, args.jobs, args.cluster, args.mixed_versions, args.replay)
+    return _run_and_store(request, run_id, args.db, args.jobs, args.cluster, args.mixed_versions, args.replay,
+                          args.seed_corpus)
 
 
-def how_found(request: Any, jobs: int = 1) -> str:
+def how_found(request: Any, jobs: int = 1, seed_corpus: str | None = None) -> str:
     """The command line of a campaign, shell-quoted (embedded in repros and reports)."""
     words = ["crucible", "fuzz", "--target", request.target, "--seed", str(request.seed)]
     if request.device:
@@ -167,6 +212,8 @@ def how_found(request: Any, jobs: int = 1) -> str:
         words += ["--ops", request.ops]
     if request.max_nodes != 6:
         words += ["--max-nodes", str(request.max_nodes)]
+    if request.coverage and not seed_corpus:
+        words += ["--coverage"]
     if request.capture != "fx":
         words += ["--capture", request.capture]
     if not request.oracle_tiers:
@@ -177,26 +224,35 @@ def how_found(request: Any, jobs: int = 1) -> str:
         words += ["-j", str(jobs)]
     for spec in request.imports:
         words += ["--import", spec]
+    if seed_corpus:
+        words += ["--seed-corpus", seed_corpus]
     return shlex.join(words)
 
 
 def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: str | None = None,
-                   mixed_versions: bool = False, replay: bool = True) -> int:
+                   mixed_versions: bool = False, replay: bool = True, seed_corpus: str | None = None) -> int:
     from harness.fuzz.campaign import run_campaign
+    from harness.fuzz.coverage_report import coverage_totals, render_coverage
     from harness.fuzz.parallel import run_parallel_campaign
     from harness.fuzz.replay import REPLAY_CAP, stored_findings
     from harness.fuzz.repro import write_repro
+    from harness.fuzz.seeds import load_corpus, new_seeds
     from harness.fuzz.workers import WorkerRunner, make_runner
     from harness.runner import run_metadata
 
     store = ResultStore(db)
     stored = stored_findings(store, request.target, REPLAY_CAP) if replay else None  # before this run's own
+    corpus = load_corpus(store, seed_corpus) if seed_corpus else None  # this campaign's input, as it stands now
+    request = replace(request, seed_corpus=corpus)
     metadata = run_metadata("fuzz", request.target, request.seed, None, {})
     metadata["fuzz"] = {"ops": request.ops, "examples": request.examples, "seconds": request.seconds,
                         "capture": request.capture, "max_nodes": request.max_nodes, "jobs": jobs,
                         "oracle_tiers": request.oracle_tiers}
+    if corpus is not None:
+        metadata["fuzz"]["seed_corpus"] = {"name": corpus.name, "seeds": len(corpus.seeds), "digest": corpus.digest,
+                                           "dropped": corpus.dropped}
     store.create_run(run_id, "fuzz", request.target, metadata)
-    how = how_found(request, jobs)
+    how = how_found(request, jobs, seed_corpus)
 
     def save(finding: Any) -> None:
         store.record_finding(run_id, {
@@ -211,6 +267,10 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
     where = ("this process" if request.in_process else f"the cluster {cluster}" if cluster
              else "an isolated worker" if jobs == 1 else f"{jobs} isolated workers")
     print(f"fuzzing {request.target} (seed {request.seed}) in {where}", file=sys.stderr)
+    if corpus is not None:
+        print(f"seed corpus {corpus.name!r}: {len(corpus.seeds)} seeds (digest {corpus.digest}), "
+              f"{len(corpus.lines)} lines reached" + (f"; {corpus.dropped} seeds no longer build, left out"
+                                                       if corpus.dropped else ""), file=sys.stderr)
     stats: dict = {}
     try:
         with ExitStack() as stack:
@@ -241,10 +301,25 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
     for finding in summary.findings.values():  # hit counts and shrunk graphs changed since first saved
         save(finding)
     metadata["fuzz"].update(fuzz_summary(summary))
+    coverage_lines = []
+    if request.coverage:
+        metadata["fuzz"]["coverage"] = coverage_totals(summary.coverage, request.coverage)
+        coverage_lines = [f"coverage from {summary.traced} of {summary.graphs} generated graphs (1 in "
+                          f"{request.coverage_sample}, and each with an op no traced graph had) and the replays"]
+        coverage_lines += render_coverage(summary.coverage, request.coverage, request.target.startswith("crucible"))
+    if corpus is not None:
+        added = new_seeds(summary.seed_candidates, corpus)
+        store.record_seeds(corpus.name, run_id, request.target, added)
+        metadata["fuzz"]["seed_corpus"]["added"] = len(added)
+        coverage_lines.append(f"seed corpus {corpus.name!r}: {len(added)} graphs added (they reached "
+                              f"{sum(n for _, _, n in added)} lines the corpus had not), {len(corpus.seeds) + len(added)} "
+                              f"seeds now")
     store.update_metadata(run_id, metadata)
     store.finish_run(run_id)
     store.close()
     print(render_summary(summary))
+    if coverage_lines:
+        print("\n".join(coverage_lines))
     print(f"results: {db} (run {run_id}); repros: {report_command(run_id, db)} --repro KEY", file=sys.stderr)
     return 1 if summary.open_findings else 0
 

@@ -10,7 +10,9 @@ applies to each. A signature one campaign has already found is not shrunk again 
 it counts as a hit. Stored findings are replayed by campaign 0 before it generates
 (``harness.fuzz.replay``); the others start generating at once. Findings are merged by signature (hits summed, the smallest graph kept);
 progress and findings reach the caller from the calling thread only (SQLite stores are not
-shared across threads).
+shared across threads). Coverage maps are merged (a union: each campaign's worker reports its own
+lines), and candidate seeds are listed campaign by campaign (``harness.fuzz.seeds.new_seeds`` keeps
+those that still add lines).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from harness.fuzz.campaign import CampaignRequest, CampaignSummary, Finding, run_campaign
+from harness.fuzz.coverage import CoverageMap
 from harness.fuzz.replay import StoredFinding
 
 
@@ -51,6 +54,10 @@ def merge_summaries(summaries: list[CampaignSummary], elapsed_s: float) -> Campa
         merged.ops_covered |= set(s.ops_covered)
         merged.spec_rejections += s.spec_rejections
         merged.replay = merged.replay or s.replay
+        # coverage: sets copied one C call each, as the containers above
+        merged.coverage.merge(CoverageMap({f: set(v) for f, v in list(s.coverage.lines.items())}))
+        merged.seed_candidates += list(s.seed_candidates)
+        merged.traced += s.traced
         for f in findings.values():
             _merge_finding(merged.findings, f)
         for sig, hits in foreign.items():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Protocol
 
+from harness.fuzz.coverage import stop_process_tracer
 from harness.pool import Task, WorkerConfig, WorkerPool, run_task
 from harness.result import Result
 from harness.targets import parse_target
@@ -37,7 +38,7 @@ class InProcessRunner:
         return result if result.wall_s is not None else result.replace(wall_s=time.monotonic() - start)
 
     def close(self) -> None:
-        return None
+        stop_process_tracer()  # a --coverage campaign's tracer runs in this process
 
 
 class WorkerRunner:

@@ -198,3 +198,22 @@ def abs_off_by_an_ulp() -> None:
     from compiler.lowering import LOWERINGS
 
     LOWERINGS[aten.abs] = abs_off_by_an_ulp_rule()
+
+
+
+def neg_of_a_fused_operand() -> None:
+    """neg dropped when its operand is an unrealized fused expression (another op's result) rather
+    than a buffer: a rule that mishandles a fused operand. Graphs of one op never reach it; graphs
+    grown from coverage seeds do (tests/harness/test_fuzz_coverage.py)."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowering import LOWERINGS
+    from compiler.lowerings.rules import Lazy
+
+    original = LOWERINGS[aten.neg]
+
+    def neg(ctx: Any, node: Any, x: Any, *rest: Any, **kw: Any) -> Any:
+        if isinstance(x, Lazy):
+            return x
+        return original(ctx, node, x, *rest, **kw)
+
+    LOWERINGS[aten.neg] = neg
