@@ -11,6 +11,10 @@ from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
 
 
+# the templates' batch index: one program's scalar ``tl.program_id``, not a tile of indices
+SCALAR_INDEX = "xb"
+
+
 class ExprWriter(_KernelWriter):
     """Renders IR expressions inside a template: XVAR(d) is ``var_names[d]`` (a tile of indices), every
     load is masked by ``mask`` and reads of the template's accumulator are ``acc_code``. Writers of
@@ -55,7 +59,13 @@ class ExprWriter(_KernelWriter):
         return super().expr(e)
 
     def mask_for(self, e: Expr) -> str | None:
-        return self.mask if any(s.op is Op.XVAR for s in e.walk()) else None
+        """The tile mask for a load at index ``e``; none when ``e`` depends on no tile variable (only on
+        the scalar batch index ``xb``, or nothing): a scalar pointer takes no block mask (Triton:
+        "Mask argument cannot be block type if pointer argument is not a block"; an attention query
+        broadcast along its sequence and head dims, fuzzer, crucible-interpret:extern=none, seed 1),
+        and every lane would read the same in-bounds element anyway."""
+        tiles = any(s.op is Op.XVAR and self.var_names[s.arg] != SCALAR_INDEX for s in e.walk())
+        return self.mask if tiles else None
 
     def load(self, e: Expr) -> str:
         if e.arg == self.acc:

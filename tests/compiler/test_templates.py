@@ -106,6 +106,18 @@ def test_prologue_cast_and_scale_are_computed_in_the_k_loop(device: str) -> None
     assert len(report.kernels) == 1, str(report)
 
 
+def test_an_operand_that_depends_only_on_the_batch_index_loads_unmasked(device: str) -> None:
+    """Regression (fuzzer, crucible-interpret:extern=none, seed 1, coverage campaign): SDPA of a query
+    expanded from [1, 2, 1, 1] (stride 0 along sequence and head dims): its prologue loaded a scalar
+    pointer (the batch index alone) with the K-tile mask, which Triton rejects ("Mask argument cannot
+    be block type if pointer argument is not a block")."""
+    q = _rand(1, 2, 1, 1, dtype=torch.float32, device=device).expand(1, 2, 3, 8)
+    k, v = _rand(1, 2, 4, 8, dtype=torch.float32, device=device), _rand(1, 2, 4, 8, dtype=torch.float32, device=device)
+    compile_none(lambda q, k, v: F.scaled_dot_product_attention(q, k, v), (q, k, v))
+    a = _rand(3, 1, 1, dtype=torch.float32, device=device).expand(3, 5, 7)
+    compile_none(lambda a, b: torch.bmm(a * 0.5, b), (a, _rand(3, 7, 6, dtype=torch.float32, device=device)))
+
+
 @pytest.mark.parametrize("beta", [1.0, 0.0])
 def test_addmm_with_alpha_zero_ignores_nan_in_the_matrices(beta: float, device: str) -> None:
     """ATen's addmm with alpha = 0 reads neither matrix (a BLAS gemm), so a NaN in ``a`` does not reach
