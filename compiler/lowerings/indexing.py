@@ -29,7 +29,7 @@ I64 = ir.INDEX_DTYPE
 
 
 def c64(v: int) -> Expr:
-    return ir.const(v, I64)
+    return ir.size(v)  # an int64 constant, or a symbolic size (``compiler.sizes``)
 
 
 def clamp_index(idx: Expr, size: int) -> Expr:

@@ -57,7 +57,7 @@ def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], ke
             return Lazy(shape, out_dtype, ir.const(identity, out_dtype))
         return Lazy(shape, out_dtype, ir.cast(as_expr(reshape(ctx, x, shape)), out_dtype))
     limit = ctx.capabilities.max_persistent_rnumel
-    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > limit:
+    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and not ctx.capabilities.persistent(rnumel):
         # index tracking is written for rows held in one block; longer rows stay with ATen
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > {limit} elements")
     return ctx.reduction(x, dims, keepdim, op, acc, out_dtype)
@@ -93,6 +93,9 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     d = _dims(x, dims)
     acc = acc_dtype_for(out)
     count = math.prod(x.shape[i] for i in d)
+    if not isinstance(count, int):  # a symbolic count (at least 2): the plain sum over the count
+        total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
+        return pointwise(node, lambda s: s / count, total, compute=acc)
     if not count or acc == torch.float64:
         total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
         return pointwise(node, lambda s: s / count if count else s * math.nan, total, compute=acc)
