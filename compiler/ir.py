@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from compiler.sizes import code as size_code
 
 class Op(enum.Enum):
     # leaves
@@ -204,6 +205,7 @@ def size(value: Any) -> Expr:
         return const(value, INDEX_DTYPE)
     if getattr(value, "is_Integer", False):
         return const(int(value), INDEX_DTYPE)
+    size_code(value)  # one the renderers cannot spell fails here, in its lowering rule (a typed extern call)
     return Expr(Op.SIZE, INDEX_DTYPE, (), value)
 
 

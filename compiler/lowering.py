@@ -258,6 +258,8 @@ class GraphLowering:
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):  # sym_size, size arithmetic: the size expression itself
             return size_of(val)
+        if isinstance(val, torch.SymFloat) and val.node.expr.is_number:  # a ratio of sizes that is constant
+            return float(val.node.expr)
         if isinstance(val, (torch.SymFloat, torch.SymBool)):
             raise DynamicUnsupported("symbolic_scalar", f"{node.name} computes a symbolic scalar ({val!r})")
         if node.target is operator.getitem:

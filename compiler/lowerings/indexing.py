@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
 
 from compiler import ir
@@ -33,13 +34,16 @@ def c64(v: int) -> Expr:
 
 
 def clamp_index(idx: Expr, size: int) -> Expr:
-    return ir.binary(Op.MIN, ir.binary(Op.MAX, idx, c64(0)), c64(max(size - 1, 0)))
+    last = max(size - 1, 0) if isinstance(size, int) else size - 1  # a symbolic size is at least 1
+    return ir.binary(Op.MIN, ir.binary(Op.MAX, idx, c64(0)), c64(last))
 
 
 def _filled(node: Any, value: Any) -> Lazy:
     shape, dtype = out_meta(node)
     if dtype.is_complex:
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "complex fill")
+    if isinstance(value, sympy.Expr):  # a size as a value (``compiler.sizes``)
+        return Lazy(shape, dtype, ir.cast(ir.size(value), dtype))
     return Lazy(shape, dtype, ir.const(value, dtype))
 
 

@@ -472,7 +472,8 @@ def lower_addcmul(ctx: GraphLowering, node: Any, x: Any, t1: Any, t2: Any, value
     return pointwise(node, fn, x, t1, t2, compute=opmath(common))  # one rounding
 
 
-def lower_copy_like(ctx: GraphLowering, node: Any, x: Any, **kwargs: Any) -> Lazy:
+def lower_copy_like(ctx: GraphLowering, node: Any, x: Any, *dtype: Any, **kwargs: Any) -> Lazy:
+    # ``dtype``: prims.convert_element_type's positional target dtype (the result's meta says it too)
     val = node.meta["val"]
     if isinstance(x, (Lazy, Strided)) and val.device != ctx.graph.device:
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"device copy to {val.device}")

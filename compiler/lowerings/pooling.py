@@ -101,6 +101,8 @@ def _may_leave(out_size: int, stride: int, kernel: int, dilation: int, padding: 
     """Whether ``out * stride - padding + k * dilation`` leaves ``[0, extent)`` for some output
     position ``out < out_size`` and window offset ``k < kernel``."""
     last = (out_size - 1) * stride - padding + (kernel - 1) * dilation
+    if not isinstance(last, int) or not isinstance(extent, int):
+        return True  # symbolic sizes: checked and clamped, right whatever the sizes
     return padding > 0 or last >= extent
 
 

@@ -17,7 +17,8 @@ from compiler import ir
 from compiler.graph import contiguous_strides
 from compiler.sizes import all_static, shape_of
 from compiler.ir import Expr
-from compiler.lowerings.rules import Lazy, Strided, TensorValue, identity_index, read, register
+from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, identity_index, read, register
+from compiler.report import ExternReason
 
 if TYPE_CHECKING:
     from compiler.lowering import GraphLowering
@@ -113,6 +114,10 @@ def lower_squeeze(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = Non
     return view_map(ctx, x, shape, fn)
 
 
+# ``end`` of a slice to the end of its dim (Python's sys.maxsize, as FX graphs write it)
+SLICE_TO_END = 2**62
+
+
 @register(aten.slice.Tensor)
 def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, start: Any = None,
                 end: Any = None, step: int = 1) -> TensorValue:
@@ -124,7 +129,14 @@ def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, sta
     else:  # symbolic sizes: the start as given (from the end when negative), the length torch derived
         begin = start or 0
         begin = n + begin if isinstance(begin, int) and begin < 0 else begin
-        length = shape_of(node.meta["val"].shape)[dim]
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            length = shape_of(val.shape)[dim]
+        elif step == 1:  # a part of split: [start, end) inside the dim
+            stop = n if end is None or (isinstance(end, int) and end >= SLICE_TO_END) else end
+            length = (n + stop if isinstance(stop, int) and stop < 0 else stop) - begin
+        else:
+            raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"a strided slice (step {step}) of a symbolic size")
     shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
 
     def fn(new: list[Expr]) -> list[Expr]:
