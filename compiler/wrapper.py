@@ -18,6 +18,7 @@ from compiler import fused_attention, sizes
 from compiler.codegen.base import RenderedKernel
 from compiler.graph import Buffer, ExternNode, View, same_layout, view_buffers
 from compiler.interpreter import allocation_hook
+from compiler.lowerings.symbolic import DynamicUnsupported
 from compiler.layout import is_channels_last
 from compiler.scheduler import Kernel, Schedule
 
@@ -267,7 +268,8 @@ def size_bindings(schedule: Schedule, inputs: list[str]) -> list[str]:
                     bound.add(v.name)
     missing = wanted - bound
     if missing:
-        raise ValueError(f"size symbols {sorted(missing)} are neither a size input nor a tensor input's size")
+        raise DynamicUnsupported("unbound_symbol", f"size symbols {sorted(missing)} are neither a size input "
+                                 "nor a tensor input's size or stride")
     return lines
 
 
