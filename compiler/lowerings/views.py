@@ -151,9 +151,13 @@ def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, sta
 @register(aten.select.int)
 def lower_select(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index: int) -> TensorValue:
     dim = _wrap(dim, len(x.shape))
-    index = index % x.shape[dim]
+    n = x.shape[dim]
+    if isinstance(n, int) and isinstance(index, int):
+        index = index % n
+    elif isinstance(index, int) and index < 0:  # from the end of a symbolic size (C's % keeps the sign)
+        index = n + index
     shape = x.shape[:dim] + x.shape[dim + 1:]
-    return view_map(ctx, x, shape, lambda new: new[:dim] + [ir.const(index, ir.INDEX_DTYPE)] + new[dim:])
+    return view_map(ctx, x, shape, lambda new: new[:dim] + [ir.size(index)] + new[dim:])
 
 
 def _over_library_results(ctx: GraphLowering, x: Lazy) -> bool:

@@ -111,14 +111,23 @@ def test_norms_over_symbolic_images(codegen: str) -> None:
 
 
 def test_an_unsupported_op_is_an_extern_call_with_its_rule_and_reason(codegen: str) -> None:
-    """Advanced indexing by a tensor over symbolic sizes is not lowered yet: ``aten.index`` runs in
-    ATen with ``symbolic_size`` naming its rule, and the graph around it still compiles."""
-    fn = lambda x, i: x.relu()[i] * 2
-    # (two indices: a length equal to another size would share its symbol, duck-sized by Dynamo)
-    report = check_sizes(fn, lambda n, m: (r(n, m), torch.tensor([0, 2])), [(3, 5), (4, 9)], codegen)
+    """The CPU attention rule decides by sizes (its kernel choice): over symbolic ones it is not
+    lowered yet and runs in ATen with ``symbolic_size`` naming the rule and the comparison it could
+    not make; the graph around it still compiles."""
+    fn = lambda q: torch.nn.functional.scaled_dot_product_attention(q.relu(), q, q) * 2
+    report = check_sizes(fn, lambda b, s: (r(b, 4, s, 8),), [(2, 5), (3, 7)], codegen)  # no two sizes equal
     reasons = [(e.op, e.reason) for e in report.externs]
-    assert reasons == [("aten.index.Tensor", ExternReason.SYMBOLIC_SIZE)]
-    assert "lower_index rule needs static sizes" in report.externs[0].message
+    assert reasons == [("aten._scaled_dot_product_flash_attention_for_cpu.default", ExternReason.SYMBOLIC_SIZE)]
+    assert "lower_sdpa_cpu rule needs static sizes" in report.externs[0].message
+
+
+def test_indexing_reflection_padding_and_selects(codegen: str) -> None:
+    """Regression: ``arange(-1, s0 + 1)`` (reflection padding's source index) lost its start, its
+    symbolic end filtered out with the non-numbers, and read every element one off."""
+    fn = lambda x, i: (x.relu()[i] * 2, torch.nn.functional.pad(x.unsqueeze(0), (1, 1), mode="reflect"),
+                       x[:, -1] + x[:, 0], x[:, -3:-1] * 2, x[:, ::2] + 1)
+    # (two indices: a length equal to another size would share its symbol, duck-sized by Dynamo)
+    check_sizes(fn, lambda n, m: (r(n, m), torch.tensor([0, 2])), [(3, 5), (4, 9)], codegen)
 
 
 def test_a_dynamic_training_graph_falls_back_with_its_own_reason(codegen: str) -> None:
