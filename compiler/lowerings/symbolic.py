@@ -17,6 +17,7 @@ import torch
 from compiler.graph import contiguous_strides
 from compiler.sizes import all_static, shape_of
 
+
 class DynamicUnsupported(Exception):
     """A dynamic-shape graph needs ``feature``, which this compiler does not handle yet; the graph runs
     in eager with this as its fallback reason (``FallbackReason.DYNAMIC_UNSUPPORTED``)."""
