@@ -23,15 +23,17 @@ from compiler.tuning import finish_tuning
 register()
 
 
-def inspect(fn: Callable, *example_inputs: Any, **options: Any) -> CompileReport:
+def inspect(fn: Callable, *example_inputs: Any, dynamic: bool = False, **options: Any) -> CompileReport:
     """Compile ``fn`` on ``example_inputs`` and report kernels, fused ops and extern calls.
 
-    Runs the compiled function once (so every graph, backward excluded, is compiled).
+    Runs the compiled function once (so every graph, backward excluded, is compiled). ``dynamic=True``
+    compiles with symbolic sizes: each graph's report then lists its size symbols, the guards the
+    compiler added and which kernels are size-generic (``KernelReport.size_args``).
     """
     import torch._dynamo
 
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="crucible", options=options or None)
+    compiled = torch.compile(fn, backend="crucible", options=options or None, dynamic=dynamic or None)
     with collect_reports() as report:
         compiled(*example_inputs)
     return report

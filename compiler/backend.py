@@ -10,7 +10,7 @@ capture (``compiler.late_decompositions``). Inference input mutations (a buffer'
 writes them back (``compiler.lowerings.mutation``).
 
 Failure policy: an internal compiler error (or a graph we do not support, such
-as one with symbolic shapes) is reported on the graph's ``GraphReport`` and that
+as a training graph with symbolic sizes) is reported on the graph's ``GraphReport`` and that
 graph runs in eager; with ``strict=True`` it raises instead.
 """
 
@@ -34,7 +34,7 @@ from compiler.config import Options
 from compiler.decompositions import capture_decomposition_table, decomposition_table_for_compiler
 from compiler.attention_masks import PASS_NAME as ATTENTION_MASKS, simplify_attention_masks
 from compiler.fused_attention import keep_fused_attention
-from compiler.lowering import SymbolicShapes
+from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes
 from compiler.pipeline import CompilerError, GraphCompilation, graph_device
 from compiler.report import FallbackReason, GraphReport, publish
 from compiler.tuning import tuned_call
@@ -90,7 +90,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
         wrapper = comp.compile()
     except CompilerError as err:
         cause = err.__cause__
-        reason = FallbackReason.SYMBOLIC_SHAPES if isinstance(cause, SymbolicShapes) else \
+        reason = FallbackReason.DYNAMIC_UNSUPPORTED if isinstance(cause, DynamicUnsupported) else \
             FallbackReason.COMPILER_ERROR
         _fallback(comp.report, reason, err)
         if options.strict:
@@ -173,6 +173,9 @@ def _capture_table(gm: torch.fx.GraphModule, example_inputs: list) -> dict:
     of the decomposed forward rather than torch's rule for, e.g., ``native_layer_norm_backward``."""
     tensors = [*(t for t in example_inputs if isinstance(t, torch.Tensor)), *gm.parameters()]
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        return decomposition_table_for_compiler()
+    if any(has_symbolic_sizes(n.meta.get("example_value")) for n in gm.graph.nodes if n.op == "placeholder"):
+        # symbolic sizes: the late pass traces each call on its static layouts, so capture takes every rule
         return decomposition_table_for_compiler()
     return capture_decomposition_table()
 

@@ -27,10 +27,23 @@ class Capabilities:
     max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL  # rows up to this many elements: one block
     interpreted: bool = False  # kernels run in an interpreter (few, large programs pay off)
     templates: frozenset[str] = frozenset()  # template families it renders ("gemm", "attention")
+    # rows of symbolic length (``compiler.sizes``) count as held in one block: the C++ renderer loops
+    # over any row in passes, the interpreter takes a block as long as the row, chosen at launch; GPU
+    # Triton's blocks need a bound (stage 2 of the dynamic-shape work), so there they are looped
+    symbolic_persistent: bool = False
+
+    def persistent(self, rnumel: object) -> bool:
+        """Whether rows of ``rnumel`` elements are held in one block (persistent reductions)."""
+        return persistent(rnumel, self.max_persistent_rnumel, self.symbolic_persistent)
 
     def missing(self, expr: Expr) -> set[Op]:
         """The ops of ``expr`` this renderer cannot emit."""
         return {e.op for e in expr.walk() if e.op not in self.ops}
+
+
+def persistent(rnumel: object, limit: int, symbolic: bool) -> bool:
+    """Rows of ``rnumel`` elements in one block: up to ``limit`` when static, ``symbolic`` when not."""
+    return rnumel <= limit if isinstance(rnumel, int) else symbolic
 
 
 # What lowering and scheduling assume when no renderer is named (every op, the common limit).

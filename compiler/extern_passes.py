@@ -155,7 +155,7 @@ def merge_matmuls(folded: FoldedGraph, static_inputs: Any, device: torch.device,
     only, and a generated GEMM would pay for it with a copy of the sliced result."""
     gm = folded.gm
     if _symbolic(gm):
-        return RewrittenGraph(folded, [])  # lowering refuses the graph with its own reason
+        return RewrittenGraph(folded, [])  # written for static shapes (docs/compiler.md, dynamic shapes)
     params = _static_index(gm, static_inputs)
     groups: dict[tuple, list[_Member]] = {}
     for node in gm.graph.nodes:
@@ -318,7 +318,7 @@ def fuse_extern_epilogues(folded: FoldedGraph, device: torch.device) -> Rewritte
     """The graph with bias adds and (on the GPU) activations moved into the matmul extern (a copy;
     the input graph untouched), and a line per rewrite."""
     if _symbolic(folded.gm):
-        return RewrittenGraph(folded, [])  # lowering refuses the graph with its own reason
+        return RewrittenGraph(folded, [])  # written for static shapes (docs/compiler.md, dynamic shapes)
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(folded.gm.graph, {}))
     gm = graph_module(folded.gm, graph)

@@ -20,7 +20,8 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
     strides, acc = [], 1
     for size in reversed(shape):
         strides.append(acc)
-        acc *= max(size, 1)
+        # a symbolic size as it is: an empty tensor's strides address nothing (``compiler.sizes``)
+        acc *= max(size, 1) if isinstance(size, int) else size
     return tuple(reversed(strides))
 
 
@@ -75,6 +76,17 @@ class View:
     stride: tuple[int, ...]
     offset: int
     dtype: torch.dtype
+
+
+def view_buffers(obj: Any) -> set[str]:
+    """The buffers of the ``View``s in ``obj`` (nested lists, tuples and dict values)."""
+    if isinstance(obj, View):
+        return {obj.buffer}
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (list, tuple)):
+        return set().union(*[view_buffers(o) for o in obj])
+    return set()
 
 
 @dataclass
@@ -141,6 +153,7 @@ class LoweredGraph:
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # tensors the graph module holds
     single_output: bool = False  # the FX graph returns one value, not a tuple
     moved_inputs: list[str] = field(default_factory=list)  # inputs on another device, copied first
+    size_inputs: dict[int, str] = field(default_factory=dict)  # placeholder position -> the size symbol it passes
 
     def buffers(self) -> dict[str, Buffer]:
         out = {b.name: b for b in self.inputs if b is not None}

@@ -4,7 +4,9 @@ An ``Expr`` computes one element of a loop nest. Leaves are constants, loop
 variables (``XVAR``/``RVAR``: the n-th output / reduction dimension of the loop
 the expression belongs to) and loads from named buffers at an index expression.
 Everything is plain data: printable, hashable, comparable, cacheable; renderers
-pattern-match on ``Expr.op``. Index expressions are ordinary int64 expressions.
+pattern-match on ``Expr.op``. Index expressions are ordinary int64 expressions; a
+symbolic size or stride in them is a ``SIZE`` leaf (``compiler.sizes``), a constant term to the
+affine arithmetic below.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from typing import Any
 
 import torch
 
+from compiler.sizes import code as size_code
 
 class Op(enum.Enum):
     # leaves
@@ -27,6 +30,7 @@ class Op(enum.Enum):
     XVAR = "xvar"  # arg: output (outer) dimension number
     RVAR = "rvar"  # arg: reduction dimension number
     LOAD = "load"  # arg: buffer name; src: (index,)
+    SIZE = "size"  # arg: a symbolic size, a sympy expression over the graph's size symbols (int64)
     # unary
     NEG = "neg"
     ABS = "abs"
@@ -195,6 +199,16 @@ def const(value: Any, dtype: torch.dtype) -> Expr:
     return Expr(Op.CONST, dtype, (), value)
 
 
+def size(value: Any) -> Expr:
+    """An int64 size: a constant when static, else a ``SIZE`` leaf over the graph's symbols."""
+    if isinstance(value, int):
+        return const(value, INDEX_DTYPE)
+    if getattr(value, "is_Integer", False):
+        return const(int(value), INDEX_DTYPE)
+    size_code(value)  # one the renderers cannot spell fails here, in its lowering rule (a typed extern call)
+    return Expr(Op.SIZE, INDEX_DTYPE, (), value)
+
+
 @functools.cache
 def xvar(dim: int) -> Expr:
     return Expr(Op.XVAR, INDEX_DTYPE, (), dim)
@@ -245,12 +259,15 @@ def reduce(op: ReduceOp, value: Expr, dtype: torch.dtype) -> Expr:
 # consumer's load against its producer's store by plain ==.
 
 Affine = dict  # {Expr (XVAR/RVAR or other int expr): coefficient, None: constant}
+# Coefficients and the constant are ints, or sympy expressions where sizes are symbolic.
 
 
 def to_affine(expr: Expr) -> Affine | None:
     """Decompose an int expression into {term: coef, None: const}; None if not affine."""
     if expr.op is Op.CONST:
         return {None: int(expr.arg)}
+    if expr.op is Op.SIZE:
+        return {None: expr.arg}
     if expr.op in (Op.XVAR, Op.RVAR):
         return {expr: 1}
     if expr.op in (Op.ADD, Op.SUB):
@@ -285,12 +302,12 @@ def from_affine(terms: Affine) -> Expr:
                                "" if kv[0].op in (Op.XVAR, Op.RVAR) else fingerprint(kv[0])))
     out: Expr | None = None
     for var, coef in items:
-        term = var if coef == 1 else binary(Op.MUL, var, const(coef, INDEX_DTYPE))
+        term = var if coef == 1 else binary(Op.MUL, var, size(coef))
         out = term if out is None else binary(Op.ADD, out, term)
     c = terms.get(None, 0)
     if out is None:
-        return const(c, INDEX_DTYPE)
-    return binary(Op.ADD, out, const(c, INDEX_DTYPE)) if c else out
+        return size(c)
+    return binary(Op.ADD, out, size(c)) if c != 0 else out
 
 
 def _canonical_index(index: Expr) -> bool:
@@ -310,7 +327,7 @@ def linear_index(indices: list[Expr], strides: tuple[int, ...], offset: int = 0)
             continue
         aff = to_affine(idx)
         if aff is None:
-            rest.append(binary(Op.MUL, idx, const(stride, INDEX_DTYPE)) if stride != 1 else idx)
+            rest.append(binary(Op.MUL, idx, size(stride)) if stride != 1 else idx)
             continue
         for k, v in aff.items():
             total[k] = total.get(k, 0) + v * stride
@@ -405,6 +422,8 @@ def _node_text(e: Expr, operands: list[str]) -> str:
         return f"x{e.arg}"
     if e.op is Op.RVAR:
         return f"r{e.arg}"
+    if e.op is Op.SIZE:
+        return str(e.arg)
     if e.op is Op.LOAD:
         return f"{e.arg}[{operands[0]}]"
     if e.op is Op.CAST:

@@ -67,7 +67,8 @@ def strides_like_reads(shape: Sequence[int], indices: Sequence[Any]) -> tuple[in
 
 def is_channels_last(shape: Sequence[int], stride: Sequence[int]) -> bool:
     """A dense NHWC 4-d layout that differs from the row-major one (dims of size 1 do not count)."""
-    return (len(shape) == 4 and same_layout(shape, stride, channels_last_strides(shape))
+    return (len(shape) == 4 and all(isinstance(s, int) for s in shape)  # symbolic: never (stage 1)
+            and same_layout(shape, stride, channels_last_strides(shape))
             and not same_layout(shape, stride, contiguous_strides(tuple(shape))))
 
 

@@ -38,7 +38,9 @@ from compiler.lowerings.rules import (
 from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.pointwise import REDUCED_FLOATS
+from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes, plain_strides
 from compiler.report import ExternReason
+from compiler.sizes import all_static, at_least, shape_of, size_of
 
 aten = torch.ops.aten
 
@@ -52,16 +54,6 @@ MAX_INLINE_READS = 4
 # Lazy values deeper than this are realized: the IR's passes recurse over expressions, and a
 # long op chain (a loop unrolled by Dynamo) must not reach Python's recursion limit.
 MAX_LAZY_DEPTH = 64
-
-
-class SymbolicShapes(Exception):
-    """The graph has symbolic sizes; this compiler specializes on static shapes."""
-
-    HINT = ("crucible compiles static shapes only: pass dynamic=False to torch.compile so Dynamo "
-            "recompiles for each new shape instead of making sizes symbolic")
-
-    def __init__(self, message: str) -> None:
-        super().__init__(f"{message}; {self.HINT}")
 
 
 class GraphLowering:
@@ -124,6 +116,8 @@ class GraphLowering:
         """The dims of a new buffer from the largest stride to the smallest, so a kernel stores along
         memory (and a node written through a permute matches the loops of the nodes it fuses with, as
         a layer norm's affine output over a permuted input does its reduction's); () for in order."""
+        if buf.stride == contiguous_strides(buf.shape):  # what the sort below gives (and symbolic-safe)
+            return ()
         order = tuple(sorted(range(len(buf.shape)), key=lambda d: -buf.stride[d]))
         return () if order == tuple(range(len(order))) else order
 
@@ -224,12 +218,18 @@ class GraphLowering:
         val = node.meta.get("val")
         if not isinstance(val, torch.Tensor):
             self.graph.inputs.append(None)
-            if isinstance(val, torch.SymInt) or val is None:
-                raise SymbolicShapes(f"input {node.name} is a symbolic scalar ({val!r})")
+            if isinstance(val, torch.SymInt):  # a size Dynamo passes (its value names a symbol)
+                size = size_of(val)
+                if getattr(size, "is_Symbol", False):
+                    self.graph.size_inputs[len(self.graph.inputs) - 1] = size.name
+                return size
+            if val is None or isinstance(val, (torch.SymFloat, torch.SymBool)):
+                raise DynamicUnsupported("symbolic_scalar", f"input {node.name} is a symbolic scalar ({val!r})")
             return val
-        check_static(val, node.name)
+        if not all_static([size_of(val.storage_offset())]):
+            raise DynamicUnsupported("symbolic_offset", f"input {node.name} has a symbolic storage offset")
         name = f"arg{len(self.graph.inputs)}"
-        buf = Buffer(name, val.dtype, tuple(val.shape), tuple(val.stride()), "input")
+        buf = Buffer(name, val.dtype, shape_of(val.shape), shape_of(val.stride()), "input")
         self.graph.inputs.append(buf)
         self.note_layout(buf)
         if val.device != self.graph.device:
@@ -256,8 +256,12 @@ class GraphLowering:
 
     def lower_call(self, node: torch.fx.Node, args: tuple, kwargs: dict) -> Any:
         val = node.meta.get("val")
-        for t in _tensors(val):
-            check_static(t, node.name)
+        if isinstance(val, torch.SymInt):  # sym_size, size arithmetic: the size expression itself
+            return size_of(val)
+        if isinstance(val, torch.SymFloat) and val.node.expr.is_number:  # a ratio of sizes that is constant
+            return float(val.node.expr)
+        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+            raise DynamicUnsupported("symbolic_scalar", f"{node.name} computes a symbolic scalar ({val!r})")
         if node.target is operator.getitem:
             return args[0][args[1]]
         rule = find_rule(node.target)
@@ -270,6 +274,12 @@ class GraphLowering:
             value = rule(self, node, *args, **kwargs)
         except Unsupported as why:
             return self.extern(node, args, kwargs, why.reason, why.message)
+        except (TypeError, ValueError) as why:  # a rule treating a symbolic size as a number
+            if not (has_symbolic_sizes(val) or has_symbolic_sizes([a.meta.get("val") for a in node.all_input_nodes])):
+                raise
+            del self.graph.nodes[first_new:]
+            return self.extern(node, args, kwargs, ExternReason.SYMBOLIC_SIZE,
+                               f"the {getattr(rule, '__name__', rule)} rule needs static sizes: {why}")
         if self.capabilities.ops == ANY_RENDERER.ops:
             return value
         value, missing = self.fit_to_renderer(value, first_new)
@@ -345,9 +355,9 @@ class GraphLowering:
             if isinstance(t, torch.Tensor):
                 # the layout eager's op returns (attention outputs are transposed views): kept as is
                 # instead of copied into a contiguous buffer
-                shape = tuple(t.shape)
+                shape = shape_of(t.shape)
                 stride = channels_last_strides(shape) if nhwc else \
-                    _plain_strides(t, shape) or contiguous_strides(shape)
+                    plain_strides(t, shape) or contiguous_strides(shape)
                 outputs.append(Buffer(self.new_name(), t.dtype, shape, stride, "extern"))
                 self.note_layout(outputs[-1])
             else:
@@ -364,7 +374,7 @@ class GraphLowering:
         argument's meta value) whenever that layout is a plain one: library kernels check
         layouts (efficient attention wants a contiguous last dim and aligned bias strides,
         which eager got from padding and slicing) and are tuned for what eager passes."""
-        return self.realize_strided(value, _plain_strides(val, value.shape))
+        return self.realize_strided(value, plain_strides(val, value.shape))
 
     def realize_strided(self, value: TensorValue, want: tuple[int, ...] | None) -> Strided:
         """``value`` in a buffer laid out with strides ``want`` (0: a broadcast dim); None: any layout."""
@@ -374,7 +384,7 @@ class GraphLowering:
             return value
         # broadcast dims (stride 0 in eager, like an attention bias expanded over the batch):
         # compute one slice and view it expanded, as eager does
-        broadcast = {d for d, (n, st) in enumerate(zip(value.shape, want)) if n > 1 and st == 0}
+        broadcast = {d for d, (n, st) in enumerate(zip(value.shape, want)) if at_least(n, 2) and st == 0}
         index = [ir.const(0, ir.INDEX_DTYPE) if n == 1 or d in broadcast else ir.xvar(d)
                  for d, n in enumerate(value.shape)]
         shape = tuple(1 if d in broadcast else n for d, n in enumerate(value.shape))
@@ -385,7 +395,8 @@ class GraphLowering:
     def realize_viewable(self, value: TensorValue) -> Strided:
         """A buffer view torch can express (as_strided takes no negative strides)."""
         out = self.realize(value)
-        return self.realize_contiguous(out) if any(s < 0 for s in out.stride) else out
+        # (a symbolic stride is a product of sizes: never negative)
+        return self.realize_contiguous(out) if any(isinstance(s, int) and s < 0 for s in out.stride) else out
 
     def output_value(self, value: Any, val: Any) -> Any:
         """A graph output, computed into the layout eager's graph returns (``val``, the FX meta value)
@@ -393,7 +404,7 @@ class GraphLowering:
         graph compiled for exactly those strides (a transposed Cholesky factor came back row-major,
         and its gradient was computed from the transpose)."""
         if isinstance(value, Lazy) and not value.dtype.is_complex:
-            want = _plain_strides(val, value.shape)
+            want = plain_strides(val, value.shape)
             if want is not None and 0 not in want and want != contiguous_strides(value.shape):
                 return self.realize(value, want)
         if self.channels_last and isinstance(value, (Lazy, Strided)) and not value.dtype.is_complex:
@@ -408,7 +419,7 @@ class GraphLowering:
     def eager_layout_output(self, value: TensorValue, val: Any) -> Strided:
         """A channels-last graph's output in the strides eager gives it (Inductor's keep_output_stride):
         an NHWC buffer, or a view of one, is copied into eager's layout, and a lazy value is realized in it."""
-        want = _plain_strides(val, value.shape)
+        want = plain_strides(val, value.shape)
         if isinstance(value, Lazy):
             dense = want is not None and 0 not in want
             return self.realize_viewable(self.realize(value, want if dense else contiguous_strides(value.shape)))
@@ -426,29 +437,12 @@ def _conv2d(val: Any, args: tuple) -> bool:
 
 def _whole_reads(value: Lazy) -> int:
     """Buffers ``value`` reads at an index that varies along all its dims (broadcast reads excluded)."""
-    dims = {ir.xvar(d) for d, n in enumerate(value.shape) if n > 1}
+    dims = {ir.xvar(d) for d, n in enumerate(value.shape) if at_least(n, 2)}
     names = set()
     for load in ir.loads(value.expr):
         if {e for e in load.src[0].walk() if e.op is Op.XVAR} >= dims:
             names.add(load.arg)
     return len(names)
-
-
-def _plain_strides(val: Any, shape: tuple[int, ...]) -> tuple[int, ...] | None:
-    """``val``'s strides when a buffer (viewed with stride 0 on broadcast dims) can have them:
-    same shape, and apart from broadcast dims positive strides with no two elements sharing
-    memory (dense or, like a slice of a padded tensor, with gaps); 1 for dims of size 1.
-    None for negative or otherwise overlapping layouts."""
-    if not isinstance(val, torch.Tensor) or tuple(val.shape) != tuple(shape):
-        return None
-    stride = tuple(int(s) for s in val.stride())
-    dims = sorted((st, n) for st, n in zip(stride, shape) if n > 1 and st != 0)
-    span = 1
-    for st, n in dims:
-        if st < span:
-            return None
-        span = st * n
-    return tuple(st if n > 1 else max(st, 1) for st, n in zip(stride, shape))
 
 
 def _tensors(val: Any) -> list:
@@ -458,12 +452,6 @@ def _tensors(val: Any) -> list:
     if isinstance(val, (list, tuple)):
         return [t for v in val for t in _tensors(v)]
     return []
-
-
-def check_static(t: torch.Tensor, where: str) -> None:
-    for s in list(t.shape) + list(t.stride()) + [t.storage_offset()]:
-        if not isinstance(s, int):
-            raise SymbolicShapes(f"{where} has symbolic size/stride {tuple(t.shape)}")
 
 
 def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabilities = ANY_RENDERER,
@@ -484,7 +472,7 @@ __all__ = [
     "Lazy",
     "Op",
     "Strided",
-    "SymbolicShapes",
+    "DynamicUnsupported",
     "TensorValue",
     "Unsupported",
     "as_expr",

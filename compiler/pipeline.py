@@ -34,6 +34,7 @@ from compiler.graph import Buffer, LoweredGraph
 from compiler.layout import LayoutDecision, choose_layout, convert_weight_layout
 from compiler.late_decompositions import expand_late_decompositions
 from compiler.lowering import lower
+from compiler.lowerings.symbolic import check_dynamic
 from compiler.report import ExternReport, GraphReport, KernelReport, WeightFold
 from compiler.runtime import KernelLauncher, build_processes, launcher_for, parallel_map
 from compiler.scheduler import Kernel, Schedule
@@ -148,6 +149,8 @@ class GraphCompilation:
         debug.graph_start(self)
         # chosen first: lowering and scheduling work within what this renderer can emit
         renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
+        self.report.symbols = self.run_pass("check_dynamic", check_dynamic, self.gm, self.kind)
+        self.report.dynamic = bool(self.report.symbols)
         if self.device.type == "cuda":
             build_processes()  # Triton's build processes, if any, start while the graph lowers
         expanded = self.run_pass("late_decompositions", expand_late_decompositions, self.gm)
@@ -222,7 +225,8 @@ class GraphCompilation:
                 kind = template_kind(step) or ("reduction" if step.is_reduction else "pointwise")
                 ir_ops = sorted({e.op.value for st in step.stores for e in st.value.walk() if e.src})
                 self.report.kernels.append(KernelReport(step.name, r.codegen, tuple(dict.fromkeys(step.origins)),
-                                                        r.source, kind, tuple(ir_ops), r.symbol or r.name))
+                                                        r.source, kind, tuple(ir_ops), r.symbol or r.name,
+                                                        step.size_args))
             else:
                 self.report.externs.append(ExternReport(str(step.op), step.reason, step.message))
         self.report.refused_fusions = list(sched.refusals)

@@ -27,13 +27,16 @@ class ExternReason(str, enum.Enum):
     RENDERER_OP = "renderer_op"  # the chosen renderer cannot emit an IR op the lowering needs
     TEMPLATE_UNSUPPORTED = "template_unsupported"  # no kernel template covers these arguments
     INPUT_STORAGE = "input_storage"  # set_ / shallow_copy_data_: an input takes another tensor's storage
+    SYMBOLIC_SIZE = "symbolic_size"  # the rule needs a static size (compiler.lowerings.symbolic)
 
 
 class FallbackReason(str, enum.Enum):
     """Why a whole graph ran in eager instead of compiled code."""
 
     COMPILER_ERROR = "compiler_error"
-    SYMBOLIC_SHAPES = "symbolic_shapes"
+    # a dynamic-shape graph needs a feature not compiled yet (the message names it:
+    # compiler.lowerings.symbolic.DynamicUnsupported)
+    DYNAMIC_UNSUPPORTED = "dynamic_unsupported"
 
 
 class CudaGraphStatus(str, enum.Enum):
@@ -58,6 +61,17 @@ class KernelReport:
     kind: str = "pointwise"  # "pointwise" | "reduction"
     ir_ops: tuple[str, ...] = ()  # the IR ops the kernel computes
     symbol: str = ""  # the function's name in the source (what profilers show), when not ``name``
+    # the size symbols it takes as arguments (``compiler.sizes``): non-empty for a size-generic kernel
+    size_args: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class SizeGuard:
+    """An assumption the compiler made about a symbolic size and installed as a guard (Dynamo
+    recompiles where it fails): ``expr`` as sympy prints it, and why the compiler needed it."""
+
+    expr: str
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -141,6 +155,11 @@ class GraphReport:
     # ``tuning="deferred"`` (compiler.tuning): what was left for after the first call, and whether
     # it has been timed
     deferred_tuning: str = ""
+    # dynamic shapes (``compiler.sizes``): whether the graph has symbolic sizes, their symbols with
+    # the sizes of the compile's example inputs, and the guards the compiler added (Dynamo's own aside)
+    dynamic: bool = False
+    symbols: dict[str, int] = field(default_factory=dict)
+    size_guards: list[SizeGuard] = field(default_factory=list)
 
     def __str__(self) -> str:
         head = (f"graph {self.graph_id} ({self.kind}, codegen={self.codegen}): {self.fx_nodes} FX nodes, "
@@ -156,6 +175,12 @@ class GraphReport:
                                                                 if self.cudagraph_message else "")
         if self.deferred_tuning:
             head += f"\n  tuning: {self.deferred_tuning}"
+        if self.dynamic:
+            generic = sum(1 for k in self.kernels if k.size_args)
+            symbols = ", ".join(f"{s} (example {v})" for s, v in self.symbols.items()) or "none"
+            guards = "; ".join(f"{g.expr} ({g.reason})" for g in self.size_guards) or "none added"
+            head += (f"\n  dynamic: symbols {symbols}; {generic} of {len(self.kernels)} kernels size-generic; "
+                     f"guards: {guards}")
         if self.fallback is not None:
             head += f"\n  FELL BACK TO EAGER in pass {self.failed_pass!r}: {self.fallback.value}: {self.fallback_message}"
         rows = [(k.name, k.kind, k.codegen, ", ".join(k.ops)) for k in self.kernels]

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from compiler import ir
+from compiler import ir, sizes
 from compiler.ir import Expr, Op
 from compiler.loop_merging import _resite
 
@@ -50,8 +50,8 @@ def _groups(src: Sequence[int], dst: Sequence[int]) -> list[tuple[list[int], lis
 def reshape_vars(src: Sequence[int], dst: Sequence[int], dst_vars: Sequence[Expr]) -> list[Expr] | None:
     """One expression per dim of ``src`` over ``dst_vars`` (one var per dim of ``dst``; both without
     size-1 dims, of equal product) that walks ``src`` in ``dst``'s row-major order; None where some
-    group of dims is neither a merge nor a split."""
-    if math.prod(src) != math.prod(dst) or list(src) == list(dst):
+    group of dims is neither a merge nor a split (or a size is symbolic: not matched yet)."""
+    if not sizes.all_static([*src, *dst]) or math.prod(src) != math.prod(dst) or list(src) == list(dst):
         return None
     groups = _groups(src, dst)
     if groups is None:
@@ -220,6 +220,8 @@ def view_mapping(read: Expr, produced_at: Expr, node_sizes: dict[Expr, int],
     produced an element, the node point that reads it. swin's window partition (a permuted copy of
     each block's normed rows) so joins its layer norm. None where the two are not such views."""
     r, p = ir.to_affine(read), ir.to_affine(produced_at)
+    if not sizes.all_static([*node_sizes.values(), *kernel_sizes.values()]):
+        return None  # symbolic sizes (``compiler.sizes``): permuted views are not matched yet
     if r is None or p is None or r.get(None, 0) != p.get(None, 0):
         return None
     rr = _dense({k: v for k, v in r.items() if k is not None}, node_sizes)

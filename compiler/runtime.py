@@ -214,6 +214,9 @@ class KernelLauncher:
         # argument positions whose alignment a launch checks: every one, unless the loader says which
         # buffers are the wrapper's own allocations (always 16-byte aligned), see ``check_alignment``
         self.checked: tuple[int, ...] = tuple(range(len(rendered.args)))
+        # a size-generic kernel: its launch config from each call's sizes (``triton_tiles.SizeLaunch``)
+        self.size_launch = rendered.size_launch
+        self.numels = rendered.size_launch.numels() if rendered.size_launch is not None else None
 
     def check_alignment(self, positions: Sequence[int]) -> None:
         """Check only these argument positions (the graph's inputs and extern results) before a bound
@@ -280,6 +283,10 @@ class KernelLauncher:
     def __call__(self, *args: Any) -> None:
         if self.bound is not None:
             self.bound(*args)
+            return
+        if self.numels is not None:  # buffers, then the size arguments
+            grid, meta = self.size_launch.config(*self.numels(*args[len(self.rendered.args):]))
+            self.fn[grid](*args, **meta)
             return
         self.dispatch(*args)
 
@@ -430,14 +437,17 @@ class CppLauncher:
         self.rendered = rendered
         self.library = cpp_build.build_library(rendered.source, rendered.name, extra_flags=EXTRA_FLAGS)
         symbol = rendered.symbol or cpp_build.sanitize_identifier(rendered.name)
-        self.fn = self.library.function(symbol, [ctypes.c_void_p] * len(rendered.args))
+        self.fn = self.library.function(symbol, [ctypes.c_void_p] * len(rendered.args)
+                                        + [ctypes.c_int64] * len(rendered.sizes))
+        self.buffers = len(rendered.args)
         divides = any(h in rendered.source for h in ("crucible::div_trunc", "crucible::mod_trunc",
                                                       "crucible::div_floor"))
         self.take_zero_division = (self.library.function("crucible_take_zero_division", [], ctypes.c_int)
                                    if divides else None)
 
-    def __call__(self, *tensors: torch.Tensor) -> None:
-        self.fn(*[t.data_ptr() for t in tensors])
+    def __call__(self, *args: Any) -> None:
+        n = self.buffers  # tensors, then a size-generic kernel's sizes (ints)
+        self.fn(*[t.data_ptr() for t in args[:n]], *args[n:])
         if self.take_zero_division is not None and self.take_zero_division():
             raise RuntimeError(f"ZeroDivisionError (integer division by zero in {self.rendered.name})")
 

@@ -30,9 +30,9 @@ from typing import Any
 
 import torch
 
-from compiler import ir, reshapes
-from compiler.capabilities import ANY_RENDERER, MAX_KERNEL_BUFFERS, MAX_PERSISTENT_RNUMEL, Capabilities
-from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, numel
+from compiler import ir, reshapes, sizes
+from compiler.capabilities import ANY_RENDERER, MAX_KERNEL_BUFFERS, MAX_PERSISTENT_RNUMEL, Capabilities, persistent
+from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, numel, view_buffers
 from compiler.input_writes import input_write_race
 from compiler.ir import Expr, Op
 from compiler.loop_merging import _resite, merge_loops
@@ -41,7 +41,6 @@ from compiler.report import FusionReason, FusionRefusal
 # Fusion forwards a producer's value into its consumer's expression; past this depth the
 # consumer starts a new kernel instead (renderers recurse over expressions).
 MAX_FUSED_DEPTH = 192
-
 
 
 class Level(str, enum.Enum):
@@ -106,6 +105,13 @@ class Kernel:
     def live_stores(self) -> list[Store]:
         return [s for s in self.stores if s.buffer in self.kept]
 
+    @property
+    def size_args(self) -> tuple[str, ...]:
+        """The size symbols this kernel reads (``compiler.sizes``): its trailing int64 arguments; ()
+        for a kernel over static sizes. A kernel with some is size-generic."""
+        leaves = [e.arg for s in self.live_stores() for x in (s.index, s.value) for e in x.walk() if e.op is Op.SIZE]
+        return sizes.ordered(sizes.symbols(self.ranges, self.rranges, leaves))
+
     def param(self, buffer: str) -> Param:
         for p in self.params:
             if p.buffer == buffer:
@@ -126,7 +132,7 @@ class Kernel:
 def make_kernel(name: str, ranges: tuple[int, ...], stores: Sequence[Store], kept: Iterable[str],
                 rranges: tuple[int, ...] = (), node_names: Sequence[str] = (), origins: Sequence[str] = (),
                 buffers: Mapping[str, Buffer] | None = None,
-                max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL) -> Kernel:
+                max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL, symbolic_persistent: bool = False) -> Kernel:
     """A frozen kernel with its parameter list derived from its stores. Without ``buffers`` (hand-built
     IR in tests) a parameter's dtype is the one it is loaded or stored as and its span is unknown (0)."""
     kept = frozenset(kept)
@@ -148,7 +154,7 @@ def make_kernel(name: str, ranges: tuple[int, ...], stores: Sequence[Store], kep
         params.append(Param(buffer, buf.dtype if buf is not None else entry["dtype"],
                             buf.storage_size if buf is not None else 0, entry["read"], entry["written"]))
     return Kernel(name, tuple(ranges), tuple(rranges), tuple(stores), kept, tuple(params), tuple(node_names),
-                  tuple(origins), numel(tuple(rranges)) <= max_persistent_rnumel)
+                  tuple(origins), persistent(numel(tuple(rranges)), max_persistent_rnumel, symbolic_persistent))
 
 
 Step = Kernel | ExternNode
@@ -168,6 +174,7 @@ class Schedule:
     constants: dict[str, torch.Tensor] = field(default_factory=dict)  # tensors the graph module holds
     single_output: bool = False  # the FX graph returns one value, not a tuple
     moved_inputs: list[str] = field(default_factory=list)  # inputs on another device, copied first
+    size_inputs: dict[int, str] = field(default_factory=dict)  # placeholder position -> size symbol
 
     @property
     def kernels(self) -> list[Kernel]:
@@ -194,17 +201,18 @@ class _KernelBuilder:
     buffers: set[str] = field(default_factory=set)  # read or written (parameters, at most)
     written_inputs: set[str] = field(default_factory=set)  # graph inputs a store writes back into
     max_persistent_rnumel: int = MAX_PERSISTENT_RNUMEL
+    symbolic_persistent: bool = False  # ``Capabilities.symbolic_persistent``
 
     is_reduction = Kernel.is_reduction
     rnumel = Kernel.rnumel
 
     @property
     def persistent(self) -> bool:
-        return self.rnumel <= self.max_persistent_rnumel
+        return persistent(self.rnumel, self.max_persistent_rnumel, self.symbolic_persistent)
 
     def freeze(self, buffers: Mapping[str, Buffer]) -> Kernel:
         return make_kernel(self.name, self.ranges, self.stores, self.kept, self.rranges, self.node_names,
-                           self.origins, buffers, self.max_persistent_rnumel)
+                           self.origins, buffers, self.max_persistent_rnumel, self.symbolic_persistent)
 
 
 def _canonical(node: ComputedNode) -> tuple[tuple[int, ...], tuple[int, ...], dict[Expr, Expr], dict[Expr, Expr]]:
@@ -234,6 +242,7 @@ class Scheduler:
     def __init__(self, graph: LoweredGraph, capabilities: Capabilities = ANY_RENDERER) -> None:
         self.graph = graph
         self.max_persistent_rnumel = capabilities.max_persistent_rnumel
+        self.capabilities = capabilities
         self.steps: list[_KernelBuilder | ExternNode] = []
         self.refusals: list[FusionRefusal] = []
         self.producer: dict[str, int] = {}  # buffer -> index of the step that makes it
@@ -259,7 +268,7 @@ class Scheduler:
                 steps.append(self.finish(step, buffers))
         g = self.graph
         return Schedule(steps, self.refusals, buffers, list(g.inputs), list(g.outputs), g.device,
-                        dict(g.constants), g.single_output, list(g.moved_inputs))
+                        dict(g.constants), g.single_output, list(g.moved_inputs), dict(g.size_inputs))
 
     def finish(self, step: _KernelBuilder, buffers: Mapping[str, Buffer]) -> Kernel:
         """The frozen kernel (template kernels override: their loops are the template's)."""
@@ -268,8 +277,8 @@ class Scheduler:
 
     def new_kernel(self, ranges: tuple[int, ...], rranges: tuple[int, ...]) -> _KernelBuilder:
         index = sum(1 for s in self.steps if isinstance(s, _KernelBuilder))
-        return _KernelBuilder(f"kernel{index}", ranges, rranges,
-                              max_persistent_rnumel=self.max_persistent_rnumel)
+        return _KernelBuilder(f"kernel{index}", ranges, rranges, max_persistent_rnumel=self.max_persistent_rnumel,
+                              symbolic_persistent=self.capabilities.symbolic_persistent)
 
     def add(self, node: ComputedNode) -> None:
         outer, red, xmap, rmap = _canonical(node)
@@ -304,7 +313,7 @@ class Scheduler:
         return -1
 
     def reads_of(self, step: _KernelBuilder | ExternNode) -> set[str]:
-        return step.buffers if isinstance(step, _KernelBuilder) else _views_in((step.args, step.kwargs))
+        return step.buffers if isinstance(step, _KernelBuilder) else view_buffers((step.args, step.kwargs))
 
     def try_fuse(self, k: _KernelBuilder, node: ComputedNode, outer: tuple[int, ...], red: tuple[int, ...],
                  xmap: dict[Expr, Expr], rmap: dict[Expr, Expr]) -> Refusal | None:
@@ -322,7 +331,7 @@ class Scheduler:
                 return self.try_fuse_reshaped_kernel(k, node, outer, red, xmap, rmap, (
                     FusionReason.PROLOGUE_SHAPE,
                     f"reduction {outer}|{red} cannot absorb a pointwise kernel over {k.ranges}"))
-            elif k.stores and k.ranges == outer + red and numel(red) > self.max_persistent_rnumel:
+            elif k.stores and k.ranges == outer + red and not self.capabilities.persistent(numel(red)):
                 return (FusionReason.ROW_TOO_LARGE, f"rows of {numel(red)} elements (persistent up to "
                         f"{self.max_persistent_rnumel}) do not fit one block; producers are not fused")
             upgrade = not k.is_reduction
@@ -467,22 +476,12 @@ class Scheduler:
                         if owner.get(e.arg) is not step:
                             needed.add(e.arg)
             else:
-                needed.update(_views_in((step.args, step.kwargs)))
-        needed.update(_views_in(self.graph.outputs))
+                needed.update(view_buffers((step.args, step.kwargs)))
+        needed.update(view_buffers(self.graph.outputs))
         needed.update(b.name for b in self.graph.inputs if b is not None)  # written back into an input
         for step in self.steps:
             if isinstance(step, _KernelBuilder):
                 step.kept = {s.buffer for s in step.stores if s.buffer in needed}
-
-
-def _views_in(obj: object) -> set[str]:
-    if isinstance(obj, View):
-        return {obj.buffer}
-    if isinstance(obj, (list, tuple)):
-        return set().union(*[_views_in(o) for o in obj]) if obj else set()
-    if isinstance(obj, dict):
-        return _views_in(list(obj.values()))
-    return set()
 
 
 def schedule(graph: LoweredGraph, capabilities: Capabilities = ANY_RENDERER) -> Schedule:

@@ -11,12 +11,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import sympy
 import torch
 
-from compiler import fused_attention
+from compiler import fused_attention, sizes
 from compiler.codegen.base import RenderedKernel
-from compiler.graph import Buffer, ExternNode, View, same_layout
+from compiler.graph import Buffer, ExternNode, View, same_layout, view_buffers
 from compiler.interpreter import allocation_hook
+from compiler.lowerings.symbolic import DynamicUnsupported
 from compiler.layout import is_channels_last
 from compiler.scheduler import Kernel, Schedule
 
@@ -56,7 +58,7 @@ class _WrapperWriter:
         if (v.shape, v.stride, v.offset) == (buf.shape, buf.stride, 0):
             return v.buffer
         # offsets are relative to the buffer's first element, which need not start its storage
-        return f"reinterpret({v.buffer}, {tuple(v.shape)}, {tuple(v.stride)}, {v.offset})"
+        return f"reinterpret({v.buffer}, {sizes_code(v.shape)}, {sizes_code(v.stride)}, {sizes_code(v.offset)})"
 
     def arg_code(self, a: Any) -> str:
         if isinstance(a, View):
@@ -64,6 +66,8 @@ class _WrapperWriter:
         if isinstance(a, (list, tuple)) and any(isinstance(x, View) for x in a):
             inner = ", ".join(self.arg_code(x) for x in a)
             return f"[{inner}]"
+        if isinstance(a, (list, tuple, sympy.Expr)) and sizes.symbols(a):
+            return sizes_code(a)  # symbolic sizes (a view's shape): computed from this call's sizes
         return self.const(a)
 
     def allocate(self, buf: Buffer) -> None:
@@ -71,10 +75,10 @@ class _WrapperWriter:
         pool = self.free.get(key) if buf.is_contiguous else None
         if pool:
             old = pool.pop()
-            self.lines.append(f"{buf.name} = {self.checked(f'{old}.view({tuple(buf.shape)})')}  # reuses {old}")
+            self.lines.append(f"{buf.name} = {self.checked(f'{old}.view({sizes_code(buf.shape)})')}  # reuses {old}")
             return
-        self.lines.append(f"{buf.name} = " + self.checked(f"empty_strided({tuple(buf.shape)}, "
-                                                          f"{tuple(buf.stride)}, {buf.dtype})"))
+        self.lines.append(f"{buf.name} = " + self.checked(f"empty_strided({sizes_code(buf.shape)}, "
+                                                          f"{sizes_code(buf.stride)}, {buf.dtype})"))
 
     def checked(self, allocation: str) -> str:
         return f"{self.fresh}({allocation})" if self.fresh else allocation
@@ -86,7 +90,7 @@ class _WrapperWriter:
                 for name in self.rendered[step.name].args:
                     last[name] = i
             else:
-                for name in _view_buffers((step.args, step.kwargs)):
+                for name in view_buffers((step.args, step.kwargs)):
                     last[name] = i
                     if _may_alias(step.op):
                         self.no_reuse.add(name)  # its result may be a view of this buffer
@@ -96,7 +100,7 @@ class _WrapperWriter:
 
     def write(self) -> Wrapper:
         inputs = [b.name if b is not None else f"_unused{i}" for i, b in enumerate(self.schedule.inputs)]
-        outputs = _view_buffers(self.schedule.outputs)
+        outputs = view_buffers(self.schedule.outputs)
         last = self.last_uses()
         self.lines.append(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args" if inputs else "pass")
         for buf in self.schedule.inputs:
@@ -105,6 +109,7 @@ class _WrapperWriter:
                 # value as float64 (kernels would read 4 of its 8 bytes)
                 self.lines.append(f"{buf.name} = {buf.name} if {buf.name}.dtype == {buf.dtype} "
                                   f"else {buf.name}.to({buf.dtype})")
+        self.lines += size_bindings(self.schedule, inputs)
         for name in self.schedule.moved_inputs:
             self.lines.append(f"{name} = torch.empty_strided({name}.size(), {name}.stride(), dtype={name}.dtype, "
                               f"device=device).copy_({name})")
@@ -113,7 +118,7 @@ class _WrapperWriter:
         # 0-element operands as arguments)
         stored = {s.buffer for st in self.schedule.steps if isinstance(st, Kernel) for s in st.live_stores()}
         referenced = outputs.union(*[set(self.rendered[st.name].args) if isinstance(st, Kernel)
-                                     else _view_buffers((st.args, st.kwargs)) for st in self.schedule.steps])
+                                     else view_buffers((st.args, st.kwargs)) for st in self.schedule.steps])
         for name in sorted(referenced - stored, key=_natural):
             buf = self.buffers.get(name)
             if buf is not None and buf.kind == "computed":
@@ -125,7 +130,7 @@ class _WrapperWriter:
                     if self.buffers[s.buffer].kind != "input":  # a write back into the caller's tensor
                         self.allocate(self.buffers[s.buffer])
                 r = self.rendered[step.name]
-                self.lines.append(f"launchers[{step.name!r}]({', '.join(r.args)})")
+                self.lines.append(f"launchers[{step.name!r}]({', '.join(r.args + r.sizes)})")
             else:
                 self.extern(step, read)
             for name, at in last.items():
@@ -147,6 +152,8 @@ class _WrapperWriter:
     def output_code(self, o: Any) -> str:
         if isinstance(o, View):
             return self.view_code(o)
+        if isinstance(o, sympy.Expr):  # a size the graph returns
+            return sizes_code(o)
         if isinstance(o, (list, tuple)):
             return "(" + "".join(self.output_code(x) + ", " for x in o) + ")"
         return self.const(o)
@@ -175,7 +182,7 @@ class _WrapperWriter:
                 # a channels-last graph's convolutions: a C check, no Python stride comparison per call
                 self.lines.append(f"{buf.name} = {src}.contiguous(memory_format=torch.channels_last)")
             else:
-                self.lines.append(f"{buf.name} = with_strides({src}, {tuple(buf.stride)})")
+                self.lines.append(f"{buf.name} = with_strides({src}, {sizes_code(buf.stride)})")
 
 
 # Extern ops called through torch's Python bindings instead of their OpOverload: the same ATen op
@@ -232,6 +239,45 @@ def with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
     return torch.empty_strided(t.shape, stride, dtype=t.dtype, device=t.device).copy_(t)
 
 
+def sizes_code(value: Any) -> str:
+    """Python code of a size, or a tuple or list of sizes: ``repr`` when static (the source of a static
+    graph's wrapper is unchanged), else with each symbolic size spelled by ``compiler.sizes.code``."""
+    if isinstance(value, (list, tuple)):
+        if not sizes.symbols(value):
+            return repr(tuple(value)) if isinstance(value, tuple) else repr(value)
+        inner = ", ".join(sizes_code(v) for v in value)
+        if isinstance(value, list):
+            return f"[{inner}]"
+        return f"({inner}{',' if len(value) == 1 else ''})"
+    return sizes.code(value, "python") if isinstance(value, sympy.Expr) else repr(value)
+
+
+def size_bindings(schedule: Schedule, inputs: list[str]) -> list[str]:
+    """Lines binding each size symbol the wrapper or a kernel reads to its value in this call: the
+    size argument Dynamo passes (``Schedule.size_inputs``), else a tensor input's size or stride that
+    is the bare symbol. Empty for a static graph."""
+    wanted = sizes.symbols(*[(b.shape, b.stride) for b in schedule.buffers.values()])
+    wanted |= {name for k in schedule.kernels for name in k.size_args}
+    if not wanted:
+        return []
+    lines, bound = [], set()
+    for position, name in schedule.size_inputs.items():
+        if name in wanted and name not in bound:
+            lines.append(f"{name} = {inputs[position]}")
+            bound.add(name)
+    for buf in schedule.inputs:
+        for method, values in (("size", buf.shape), ("stride", buf.stride)) if buf is not None else ():
+            for d, v in enumerate(values):
+                if isinstance(v, sympy.Symbol) and v.name in wanted and v.name not in bound:
+                    lines.append(f"{v.name} = {buf.name}.{method}({d})")
+                    bound.add(v.name)
+    missing = wanted - bound
+    if missing:
+        raise DynamicUnsupported("unbound_symbol", f"size symbols {sorted(missing)} are neither a size input "
+                                 "nor a tensor input's size or stride")
+    return lines
+
+
 def _may_alias(op: Any) -> bool:
     """Whether an extern op's result may share storage with an argument (schema alias info)."""
     schema = getattr(op, "_schema", None)
@@ -243,19 +289,6 @@ def _may_alias(op: Any) -> bool:
 def _natural(name: str) -> tuple:
     digits = "".join(c for c in name if c.isdigit())
     return (name.rstrip("0123456789"), int(digits or 0))
-
-
-def _view_buffers(obj: Any) -> set[str]:
-    if isinstance(obj, View):
-        return {obj.buffer}
-    if isinstance(obj, dict):
-        obj = list(obj.values())
-    if isinstance(obj, (list, tuple)):
-        out: set[str] = set()
-        for o in obj:
-            out |= _view_buffers(o)
-        return out
-    return set()
 
 
 def generate_wrapper(schedule: Schedule, rendered: dict[str, RenderedKernel], launchers: dict[str, Any],

@@ -32,7 +32,7 @@ from harness.model_runs import (DTYPES, ModelCopies, StepOutput, TRAIN_PARAMS, c
                                 identical, reference_runs, step)
 from harness.oracle import ParityOracle
 from harness.result import Result
-from harness.shapes import dynamo_counters, size_variants
+from harness.shapes import SizeVariant, dynamo_counters, size_variants
 from harness.status import Layer, Phase, Status
 from harness.targets import MODES, REFERENCE_CHOICES, Target
 from harness.training import NoGradient
@@ -46,6 +46,11 @@ class _Variant:
     args: tuple
     kwargs: dict
     raw: tuple  # (args, kwargs) as built, for the float64 reference
+    seq: int | None = None  # the sequence length, where the entry has one (``harness.shapes``)
+
+    @property
+    def label(self) -> str:
+        return f"batch {self.batch}" + (f", sequence {self.seq}" if self.seq is not None else "")
 
 
 class EntrySubject(Subject):
@@ -90,9 +95,10 @@ class EntrySubject(Subject):
         except EntryUnavailable as exc:
             raise SubjectSkipped(f"unavailable here: {exc}") from None
         self.models = ModelCopies(self.entry, scale, built.model)
-        sizes = size_variants(built.inputs, built.kwargs) if self.dynamic else [(None, built.inputs, built.kwargs)]
-        self.variants = [_Variant(b, cast(a, ctx.device, self.dtype), cast(k, ctx.device, self.dtype), (a, k))
-                         for b, a, k in sizes]
+        sizes = size_variants(built.inputs, built.kwargs) if self.dynamic else \
+            [SizeVariant(None, None, built.inputs, built.kwargs)]
+        self.variants = [_Variant(b, cast(a, ctx.device, self.dtype), cast(k, ctx.device, self.dtype), (a, k), s)
+                         for b, s, a, k in sizes]
 
     def _model(self, device: str, dtype: torch.dtype | None) -> Any:
         assert self.models is not None
@@ -149,7 +155,7 @@ class EntrySubject(Subject):
                                         *fresh_inputs(variant.args, variant.kwargs), self.entry.seed))
                 kept.append(variant)
             except Exception as exc:  # noqa: BLE001
-                notes.append(f"batch {variant.batch} dropped: eager fails at it ({describe_error(exc)[0][:160]})")
+                notes.append(f"{variant.label} dropped: eager fails at it ({describe_error(exc)[0][:160]})")
         self.variants = kept
         if notes:
             ctx.draft["dynamic_note"] = "; ".join(notes)
@@ -242,7 +248,7 @@ class EntrySubject(Subject):
         symbolic shapes compiles none for sizes >= 2); ``guard_failures`` the guards that failed."""
         graphs_first = dynamo_counters()[0] - self._counters[0]
         fields = first.fields or {}
-        rows = [{"batch": self.variants[0].batch, "status": Status.PASS if first.passed else Status.FAIL_ACCURACY,
+        rows = [{"batch": self.variants[0].batch, "seq": self.variants[0].seq, "status": Status.PASS if first.passed else Status.FAIL_ACCURACY,
                  "rmse_ratio": fields.get("rmse_ratio"), "grad_rmse_ratio": fields.get("grad_rmse_ratio"),
                  "graphs": graphs_first, "error": first.reason or None}]
         worst: tuple[Status, str, str | None] | None = None if first.passed else (Status.FAIL_ACCURACY,
@@ -258,17 +264,18 @@ class EntrySubject(Subject):
                 graded = _grade(self.entry, self._eager[i], out, self._references[i])
                 status = Status.PASS if graded.passed else Status.FAIL_ACCURACY
                 gfields = graded.fields or {}
-                row = {"batch": variant.batch, "status": status, "rmse_ratio": gfields.get("rmse_ratio"),
+                row = {"batch": variant.batch, "seq": variant.seq, "status": status,
+                       "rmse_ratio": gfields.get("rmse_ratio"),
                        "grad_rmse_ratio": gfields.get("grad_rmse_ratio"), "error": graded.reason or None}
                 reason, detail = graded.reason, None
             except Exception as exc:  # noqa: BLE001
                 status = classify(exc, Phase.RUN, FIRST_CALL)  # a new size may compile
                 reason, detail = describe_error(exc)
-                row = {"batch": variant.batch, "status": status, "error": reason}
+                row = {"batch": variant.batch, "seq": variant.seq, "status": status, "error": reason}
             row["graphs"] = dynamo_counters()[0] - graphs_before
             rows.append(row)
             if status != Status.PASS and worst is None:
-                worst = (status, f"at batch {variant.batch}: {reason}", detail)
+                worst = (status, f"at {variant.label}: {reason}", detail)
         graphs_now, failures_now = dynamo_counters()
         fields = {**fields, "sizes": rows, "recompiles": graphs_now - self._counters[0] - graphs_first,
                   "guard_failures": failures_now - self._counters[1]}

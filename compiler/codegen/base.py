@@ -28,6 +28,10 @@ class RenderedKernel:
     alternatives: tuple = ()  # further (grid, meta) launch configs the runtime may time and pick from
     symbol: str = ""  # the function's name in ``source`` when it is not ``name`` (sanitized, or by content)
     tuning_key: str = ""  # kernels that share it share their tuned config across processes (tuning_cache)
+    # a size-generic kernel's size symbols (``compiler.sizes``): int64 arguments after the buffers
+    sizes: tuple[str, ...] = ()
+    # Triton over symbolic sizes: the launch config is chosen per call from the sizes (``triton_tiles``)
+    size_launch: object = None
 
 
 class Renderer:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.cpp_kernel import write_kernel
 from compiler.ir import Op
@@ -48,7 +49,7 @@ class CppRenderer(Renderer):
     # Every IR op has an explicit rendering (expression ops in ``cpp_expr.ExprWriter.op_code``,
     # leaves in ``ExprWriter.value``, REDUCE by ``cpp_accumulators``).
     OPS: ClassVar[frozenset[Op]] = frozenset({
-        Op.CONST, Op.XVAR, Op.RVAR, Op.LOAD,
+        Op.CONST, Op.XVAR, Op.RVAR, Op.LOAD, Op.SIZE,
         Op.NEG, Op.ABS, Op.EXP, Op.EXP2, Op.LOG2, Op.LOG10, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.ERF, Op.FLOOR, Op.CEIL, Op.ISNAN,
         Op.NOT, Op.BITNOT, Op.CAST,
         Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT,
@@ -56,6 +57,10 @@ class CppRenderer(Renderer):
         Op.WHERE, Op.FMA,
         Op.REDUCE,
     })
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, symbolic_persistent=True)
 
     def render(self, kernel: Kernel) -> RenderedKernel:
         self.check_ops(kernel)

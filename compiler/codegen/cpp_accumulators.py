@@ -13,13 +13,14 @@ from dataclasses import dataclass
 from compiler.codegen.cpp_expr import ExprWriter
 from compiler.codegen.cpp_lang import FOLD, WIDE_INTS, compute_dtype, cvalue_type, reduce_init
 from compiler.codegen.cpp_plan import cascaded
+from compiler.codegen.shared import size_code
 from compiler.ir import Expr, ReduceOp
 
 
 def flat_rindex(rranges: tuple[int, ...]) -> str:
     """The flat index into the reduced space, from the reduced loop variables."""
     last = len(rranges) - 1
-    return " + ".join(f"r{d} * {math.prod(rranges[d + 1:])}" if d < last else f"r{d}"
+    return " + ".join(f"r{d} * {size_code(math.prod(rranges[d + 1:]))}" if d < last else f"r{d}"
                       for d in range(last + 1))
 
 

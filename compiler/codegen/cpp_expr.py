@@ -64,7 +64,8 @@ class ExprWriter:
         # elementwise loop does below 2 x 16 floats (its scalar remainder loop). The prelude's
         # vectorizable exp is within an ulp, libm's expf correctly rounded: exp(exp(4)) was 1.98e18
         # off eager's, for a 0-d tensor, for 3 elements and for 7 beside a norm (fuzzer, crucible-cpp, seed 13)
-        self.vector_math = k.xnumel * max(k.rnumel, 1) >= SCALAR_MATH_BELOW
+        self.vector_math = not isinstance(k.xnumel * k.rnumel, int) or \
+            k.xnumel * max(k.rnumel, 1) >= SCALAR_MATH_BELOW  # symbolic sizes: any size, vector math
 
     # --- names ----------------------------------------------------------------------------
     def fresh(self, prefix: str = "t") -> str:

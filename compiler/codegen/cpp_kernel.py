@@ -31,6 +31,7 @@ def assemble(w: ExprWriter, body: list[str]) -> RenderedKernel:
     symbol = cpp_build.sanitize_identifier(k.name)
     params = [f"{'' if param.written else 'const '}{ctype(param.dtype)}* __restrict__ {name}"
               for param, name in w.params.signature()]
+    params += [f"const int64_t {name}" for name in k.size_args]  # a size-generic kernel's sizes
     origins = cpp_build.safe_comment(", ".join(dict.fromkeys(k.origins))) or "(none)"
     shape = f"ranges {list(k.ranges)}" + (f", reduced {list(k.rranges)}" if k.rranges else "")
     lines = [
@@ -43,4 +44,5 @@ def assemble(w: ExprWriter, body: list[str]) -> RenderedKernel:
     ]
     lines += ["  " + line for line in body]
     lines.append("}")
-    return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", w.params.buffers, (), symbol=symbol)
+    return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", w.params.buffers, (), symbol=symbol,
+                          sizes=k.size_args)

@@ -15,6 +15,7 @@ from compiler import ir
 from compiler.codegen.cpp_expr import ExprWriter
 from compiler.codegen.cpp_lang import Scope, block
 from compiler.codegen.cpp_plan import INNER_TILE, PARALLEL_MIN_WORK, TILE_MAX_OUTER
+from compiler.codegen.shared import size_code
 from compiler.ir import Expr
 from compiler.scheduler import Kernel, Store
 
@@ -56,9 +57,11 @@ def x_nest(k: Kernel, body: list[str], simd: bool, work: int, hoisted: list[str]
     when ``simd``), the outer loops shared by threads when ``work`` is worth it; ``hoisted``
     lines (values that do not vary along the innermost dim) come right before the innermost loop."""
     n = len(k.ranges)
-    parallel = work >= PARALLEL_MIN_WORK and k.xnumel > 1
     inner = n - 1
     size = k.ranges[inner]
+    if not isinstance(work, int):  # symbolic sizes: threads or not is decided at run time
+        return dynamic_x_nest(k, body, simd, work, hoisted)
+    parallel = work >= PARALLEL_MIN_WORK and k.xnumel > 1
     outer_points = math.prod(k.ranges[:inner])
     tiled = parallel and n >= 2 and outer_points < TILE_MAX_OUTER and size >= 2 * INNER_TILE
     if tiled:
@@ -80,5 +83,34 @@ def x_nest(k: Kernel, body: list[str], simd: bool, work: int, hoisted: list[str]
         if depth == 0 and parallel:
             collapse = f" collapse({len(heads)})" if len(heads) > 1 else ""
             pragma = f"#pragma omp parallel for{collapse} schedule(static)"
+        lines = block(head, lines, pragma)
+    return lines
+
+
+def parallel_if(work: object) -> str:
+    """An OpenMP ``if`` clause sharing a loop among threads when a symbolic amount of ``work`` pays
+    for them (``PARALLEL_MIN_WORK``), decided per call from the size arguments."""
+    return f" if({size_code(work)} >= {PARALLEL_MIN_WORK})"
+
+
+def dynamic_x_nest(k: Kernel, body: list[str], simd: bool, work: object, hoisted: list[str] = ()) -> list[str]:
+    """``x_nest`` over symbolic sizes: the same nest with the bounds as size expressions, no tiling of
+    the innermost dim, and the parallel loop's threads decided at run time (``parallel_if``).
+    The innermost loop's bound is a size argument: g++ vectorizes it with a scalar remainder loop."""
+    n = len(k.ranges)
+    inner = n - 1
+    var = f"x{inner}"
+    if n == 1:
+        pragma = ("#pragma omp parallel for simd schedule(static)" if simd else
+                  "#pragma omp parallel for schedule(static)") + parallel_if(work)
+    else:
+        pragma = "#pragma omp simd" if simd else None
+    lines = [*hoisted, *block(f"for (int64_t {var} = 0; {var} < {size_code(k.ranges[inner])}; ++{var})", body, pragma)]
+    heads = [f"for (int64_t x{d} = 0; x{d} < {size_code(k.ranges[d])}; ++x{d})" for d in range(inner)]
+    for depth, head in reversed(list(enumerate(heads))):
+        pragma = None
+        if depth == 0:
+            collapse = f" collapse({len(heads)})" if len(heads) > 1 else ""
+            pragma = f"#pragma omp parallel for{collapse} schedule(static){parallel_if(work)}"
         lines = block(head, lines, pragma)
     return lines

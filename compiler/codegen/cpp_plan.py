@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
-from compiler import ir
+from compiler import ir, sizes
 from compiler.codegen.shared import ExprLevels, compute_dtype
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel, Level, Store
@@ -136,7 +136,7 @@ def plan_reduction(k: Kernel, levels: ExprLevels | None = None) -> ReductionPlan
     groups = [(tuple(e for e in reduces if depth[e] == p), tuple(s for s in xr_stores if pass_of(s) == p))
               for p in range(1, count + 1)]
     one_pass = count == 1 and not xr_stores
-    if one_pass and k.ranges and k.rnumel <= WINDOW_MAX_RNUMEL:
+    if one_pass and k.ranges and sizes.within(k.rnumel, WINDOW_MAX_RNUMEL):
         passes = tuple(Pass(r, s, 1, False) for r, s in groups)
         return ReductionPlan(Layout.WINDOW, tuple(reduces), passes, x_stores)
     if one_pass and column_layout(k, live):
@@ -162,7 +162,8 @@ def row_pass(k: Kernel, reduces: tuple[Expr, ...], stores: tuple[Store, ...], sp
     """A pass of the rows or split layout: lanes along the innermost reduced dim; a cascade when
     each lane sees more than CASCADE_BLOCK elements (of its chunk)."""
     lanes = row_lanes(k, reduces)
-    long_rows = k.rnumel // split > CASCADE_BLOCK * lanes
+    # symbolic rows (``compiler.sizes``) may be long: they cascade
+    long_rows = not isinstance(k.rnumel, int) or k.rnumel // split > CASCADE_BLOCK * lanes
     return Pass(reduces, stores, lanes, long_rows and any(map(cascaded, reduces)))
 
 
@@ -170,6 +171,8 @@ def row_lanes(k: Kernel, reduces: tuple[Expr, ...]) -> int:
     """Accumulators per reduction along the innermost reduced dim: LANE_BYTES (LONG_ROW_LANE_BYTES
     on long rows) of the widest accumulator, at most the dim's size rounded down to a power of two."""
     inner = k.rranges[-1]
+    if not isinstance(inner, int):  # a symbolic row: the short rows' lanes, the tail loop takes the rest
+        return LANE_BYTES // _widest(reduces)
     lane_bytes = LONG_ROW_LANE_BYTES if inner >= LONG_ROW else LANE_BYTES
     return min(lane_bytes // _widest(reduces), 1 << (inner.bit_length() - 1))
 
@@ -190,7 +193,7 @@ def chunk_size(k: Kernel, split: int, lanes: int) -> int:
 def split_count(k: Kernel) -> int:
     """Chunks of the reduced space reduced in parallel: a power of two, or 1 when there are
     enough outer points to share or the rows are short."""
-    if k.xnumel >= SPLIT_MAX_XNUMEL or k.rnumel < SPLIT_MIN_RNUMEL:
+    if not sizes.all_static([k.xnumel, k.rnumel]) or k.xnumel >= SPLIT_MAX_XNUMEL or k.rnumel < SPLIT_MIN_RNUMEL:
         return 1
     chunks = min(SPLIT_MAX_CHUNKS, k.rnumel // (SPLIT_MIN_RNUMEL // 4), k.rranges[0])
     return 1 << (chunks.bit_length() - 1) if chunks >= 2 else 1
@@ -199,8 +202,8 @@ def split_count(k: Kernel) -> int:
 def column_layout(k: Kernel, live: list[Store]) -> bool:
     """The inputs are contiguous along the last outer dim and not along the reduced ones
     (a reduction over a leading dim): vectorize across outer points instead of lanes."""
-    if not k.ranges or k.ranges[-1] < 4:
-        return False
+    if not k.ranges or not sizes.all_static(k.ranges + k.rranges) or k.ranges[-1] < 4:
+        return False  # symbolic sizes take the rows layout
     xl, rl = ir.xvar(len(k.ranges) - 1), ir.rvar(len(k.rranges) - 1)
     affs = [ir.to_affine(e.src[0]) for s in live for e in ir.loads(s.value)]
     along_x = any(a is not None and a.get(xl, 0) == 1 for a in affs)
@@ -212,6 +215,8 @@ def plan_row_buffers(k: Kernel, passes: tuple[Pass, ...], levels: ExprLevels) ->
     """Keep expensive xr-level values (exp, log, ...) that a later pass needs again in a row
     buffer per outer point instead of recomputing them (softmax: exp(x - max) from the sum pass
     to the store pass). Cheap values are recomputed (rows stay in cache)."""
+    if not isinstance(k.rnumel, int):
+        return ()  # rows of symbolic length: values are recomputed (no stack buffer of unknown size)
     seen_in = [xr_nodes([e.src[0] for e in p.reduces] + [s.value for s in p.stores], levels) for p in passes]
     budget = 4 * ROW_BUFFER_BYTES  # all buffers of a kernel, per thread
     taken: set[str] = set()

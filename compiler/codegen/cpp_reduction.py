@@ -13,8 +13,8 @@ from collections.abc import Callable
 from compiler.codegen.cpp_accumulators import Accumulator, accumulators, flat_rindex
 from compiler.codegen.cpp_expr import ExprWriter
 from compiler.codegen.cpp_lang import FOLD, Scope, block, cvalue_type
-from compiler.codegen.cpp_loops import x_nest
-from compiler.codegen.shared import unravel, unravel_terms
+from compiler.codegen.cpp_loops import parallel_if, x_nest
+from compiler.codegen.shared import size_code, unravel, unravel_terms
 from compiler.codegen.cpp_plan import (
     CASCADE_BLOCK,
     PARALLEL_MIN_WORK,
@@ -62,9 +62,13 @@ def _rows(w: ExprWriter, plan: ReductionPlan) -> list[str]:
     if not k.ranges:
         return xscope.lines
     work = k.xnumel * k.rnumel * max(1, len(plan.reduces)) * len(plan.passes)
-    pragma = "#pragma omp parallel for schedule(static)" if k.xnumel > 1 and work >= PARALLEL_MIN_WORK \
-        else None
-    return block(f"for (int64_t xi = 0; xi < {k.xnumel}; ++xi)", unravel_x(k.ranges) + xscope.lines, pragma)
+    if not isinstance(work, int):  # symbolic sizes: threads or not decided per call
+        pragma = "#pragma omp parallel for schedule(static)" + parallel_if(work)
+    else:
+        pragma = "#pragma omp parallel for schedule(static)" if k.xnumel > 1 and work >= PARALLEL_MIN_WORK \
+            else None
+    return block(f"for (int64_t xi = 0; xi < {size_code(k.xnumel)}; ++xi)", unravel_x(k.ranges) + xscope.lines,
+                 pragma)
 
 
 def _window(w: ExprWriter, plan: ReductionPlan) -> list[str]:
@@ -213,10 +217,12 @@ def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int 
                  f"const int64_t hi = std::min<int64_t>(lo + {chunk}, {rr[0]});"]
         lo, hi = "lo", "hi"
     else:
-        lo, hi = "0", str(rr[0])
+        lo, hi = "0", size_code(rr[0])
     if last == 0 and split > 1:
         head.append(f"const int64_t main_end = lo + (hi - lo) / {lanes} * {lanes};")
         main_lo, main_hi, tail_hi = lo, "main_end", hi
+    elif not isinstance(rr[last], int):  # a symbolic row: whole lane groups, then the tail
+        main_lo, main_hi, tail_hi = "0", f"({size_code(rr[last])} / {lanes} * {lanes})", size_code(rr[last])
     else:
         main_lo, main_hi, tail_hi = "0", str(rr[last] // lanes * lanes), str(rr[last])
     accs = accumulators(w, p.reduces, lanes, p.cascade)
@@ -238,7 +244,7 @@ def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int 
         loop += [f"crucible::lanes_barrier({a});" for a in _integer_lanes(accs)]
         loop += block(f"for (int64_t rt = {main_hi}; rt < {tail_hi}; ++rt)", tail_body)
     for d in reversed(range(last)):
-        bounds = (lo, hi) if d == 0 else ("0", str(rr[d]))
+        bounds = (lo, hi) if d == 0 else ("0", size_code(rr[d]))
         loop = block(f"for (int64_t r{d} = {bounds[0]}; r{d} < {bounds[1]}; ++r{d})", loop)
     xscope.lines += head + loop
     return accs

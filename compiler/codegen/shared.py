@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 import torch
 
-from compiler import ir
+from compiler import ir, sizes
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel, Param
 
@@ -79,11 +79,13 @@ class Parameters:
         return [(self.kernel.param(b), name) for b, name in self._names.items()]
 
 
-def leaf(e: Expr, literal: Callable[[object, torch.dtype], str]) -> str | None:
-    """A constant (spelled by the language's ``literal``) or a loop index, rendered in place;
-    None for every other op."""
+def leaf(e: Expr, literal: Callable[[object, torch.dtype], str], language: str = "c") -> str | None:
+    """A constant (spelled by the language's ``literal``), a loop index or a symbolic size (the
+    kernel's size arguments have the symbols' names), rendered in place; None for every other op."""
     if e.op is Op.CONST:
         return literal(e.arg, e.dtype)
+    if e.op is Op.SIZE:
+        return sizes.code(e.arg, language)
     if e.op is Op.XVAR:
         return f"x{e.arg}"
     if e.op is Op.RVAR:
@@ -97,14 +99,20 @@ def unravel_terms(sizes: tuple[int, ...]) -> list[tuple[int, int | None]]:
     return [(math.prod(sizes[i + 1:]), size if i > 0 else None) for i, size in enumerate(sizes)]
 
 
-def unravel(flat: str, sizes: tuple[int, ...], floordiv: str) -> list[str]:
+def unravel(flat: str, dims: tuple[int, ...], floordiv: str) -> list[str]:
     """The index code of each dim of ``sizes`` from the flat index ``flat``; ``floordiv`` is the
     language's integer division of non-negative values (``/`` in C++, ``//`` in Triton)."""
     out = []
-    for stride, modulus in unravel_terms(sizes):
-        code = flat if stride == 1 else f"({flat} {floordiv} {stride})"
-        out.append(code if modulus is None else f"{code} % {modulus}")
+    language = "c" if floordiv == "/" else "python"
+    for stride, modulus in unravel_terms(dims):
+        code = flat if stride == 1 else f"({flat} {floordiv} {size_code(stride, language)})"
+        out.append(code if modulus is None else f"{code} % {size_code(modulus, language)}")
     return out
+
+
+def size_code(size: object, language: str = "c") -> str:
+    """A size as code: its digits, or (symbolic) ``compiler.sizes.code``."""
+    return str(size) if isinstance(size, int) else sizes.code(size, language)
 
 
 class ExprLevels:
@@ -149,15 +157,15 @@ class ExprLevels:
         return self._after[e]
 
 
-def affine_index_code(index: Expr, name_of: Callable[[Expr], str]) -> str | None:
+def affine_index_code(index: Expr, name_of: Callable[[Expr], str], language: str = "c") -> str | None:
     """``index`` as ``a + 3 * b + 7`` (valid C++ and Python), or None when it is not affine.
 
     ``name_of`` renders a loop variable or other term; both renderers share this text."""
     aff = ir.to_affine(index)
     if aff is None:
         return None
-    terms = [name_of(var) if coef == 1 else f"{coef} * {name_of(var)}"
+    terms = [name_of(var) if coef == 1 else f"{size_code(coef, language)} * {name_of(var)}"
              for var, coef in aff.items() if var is not None and coef != 0]
-    if aff.get(None, 0) or not terms:
-        terms.append(str(aff.get(None, 0)))
+    if aff.get(None, 0) != 0 or not terms:
+        terms.append(size_code(aff.get(None, 0), language))
     return " + ".join(terms)

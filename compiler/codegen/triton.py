@@ -7,8 +7,9 @@ standard combine functions, never ``@triton.jit`` helpers such as ``tl.sum`` or
 Triton in compiled mode). fp16/bf16 values are computed in fp32; NaN propagation
 of max/min/argmax follows ATen explicitly because Triton's reductions ignore NaN.
 
-Block shapes come from the kernel's sizes and the mode: the interpreter pays per
-program, so it gets few, large programs; the GPU gets Inductor-like tiles.
+Block shapes come from the kernel's sizes and the mode (``triton_tiles``). A size-generic kernel
+(symbolic sizes, ``compiler.sizes``) takes its sizes as trailing arguments and its block sizes and
+grid are chosen at each launch from the actual sizes.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.shared import (
     ExprLevels,
+    size_code,
     Parameters,
     affine_index_code,
     compute_dtype,
@@ -30,16 +32,13 @@ from compiler.codegen.shared import (
 )
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
+from compiler.codegen.triton_tiles import PERSISTENT_CANDIDATES, SizeLaunch, next_pow2, tiles  # noqa: F401  (re-exported)
 from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, literal, typed_operands
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
 
 INT32_LIMIT = 2**31 - 1
-
-
-def next_pow2(n: int) -> int:
-    return 1 << max(0, (max(n, 1) - 1).bit_length())
 
 
 def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
@@ -72,17 +71,6 @@ COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard
 SYMBOL_PLACEHOLDER = "__crucible_kernel__"
 
 
-# A persistent reduction's candidates: (elements per program, elements per warp, fewest warps), most
-# wins first. The first three were chosen from the H200 tuning of the 18 benchmark rows
-# (``harness.bench.tuning_report`` over ``harness.bench.models --keep-tuning``; harness/bench/RESULTS.md):
-# of the six candidates offered before (2048, 4096 and 8192 elements x 256 and 512 per warp, 170
-# kernels), these three lose 3.6% of the summed best kernel time; two would lose 6.8%, one 20%. None
-# was below 2048 elements: swin's window softmaxes (rows of 49, RBLOCK 64) took 104 us at the best of
-# them (32 rows, 4 warps) and 56 us at 8 rows on one warp (H200, bf16, 301056 rows), so small
-# programs on one warp are the fourth (built and timed after the first call: ``compiler.tuning``).
-PERSISTENT_CANDIDATES = ((2048, 512, 2), (4096, 512, 2), (4096, 256, 2), (512, 512, 1))
-
-
 class TritonRenderer(Renderer):
     codegen = "triton"
     OPS = frozenset(Op)
@@ -94,32 +82,12 @@ class TritonRenderer(Renderer):
 
     @property
     def capabilities(self) -> Capabilities:
-        return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=self.interpret)
+        return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=self.interpret,
+                            symbolic_persistent=self.interpret)
 
-    # --- tiling ------------------------------------------------------------------
     def tiles(self, k: Kernel) -> list[tuple[int, int, int]]:
-        """Candidate (XBLOCK, RBLOCK, num_warps), best guess first.
-
-        The interpreter gets one config with few, large programs. On the GPU the
-        runtime times the candidates once per kernel and keeps the fastest."""
-        if not k.is_reduction:
-            if self.interpret:
-                return [(min(next_pow2(k.xnumel), 65536), 1, 4)]
-            block = min(next_pow2(k.xnumel), 1024)
-            return [(block, 1, 4)] + ([(2048, 1, 8)] if k.xnumel >= 1 << 20 else [])
-        if self.interpret:
-            rblock = next_pow2(k.rnumel) if k.persistent else 8192
-            return [(max(1, min(next_pow2(k.xnumel), 65536 // rblock)), rblock, 4)]
-        if not k.persistent:
-            return [(1, 2048, 8), (1, 4096, 16), (2, 1024, 8)]
-        rblock = next_pow2(k.rnumel)
-        out = []
-        for budget, per_warp, fewest in PERSISTENT_CANDIDATES:
-            xblock = max(1, min(next_pow2(k.xnumel), budget // rblock))
-            cfg = (xblock, rblock, max(fewest, min(32, xblock * rblock // per_warp)))
-            if cfg not in out:
-                out.append(cfg)
-        return out
+        """Candidate (XBLOCK, RBLOCK, num_warps), best guess first (``triton_tiles.tiles``)."""
+        return tiles(k, self.interpret)
 
     def render(self, k: Kernel) -> RenderedKernel:
         self.check_ops(k)
@@ -130,7 +98,8 @@ class _KernelWriter:
     def __init__(self, renderer: TritonRenderer, k: Kernel) -> None:
         self.r = renderer
         self.k = k
-        self.configs = renderer.tiles(k)
+        self.generic = bool(k.size_args)  # symbolic sizes: arguments, launch config chosen per call
+        self.configs = [] if self.generic else renderer.tiles(k)
         self.looped = k.is_reduction and not k.persistent
         self.pre: list[str] = []
         self.loop: list[str] = []
@@ -178,14 +147,14 @@ class _KernelWriter:
 
     # --- expressions --------------------------------------------------------------
     def index_code(self, e: Expr) -> str:
-        code = affine_index_code(e, self.expr)
+        code = affine_index_code(e, self.expr, "python")
         return code if code is not None else self.expr(e)
 
     def expr(self, e: Expr) -> str:
         hit = self.names.get(e)
         if hit is not None:
             return hit
-        code = leaf(e, literal)
+        code = leaf(e, literal, "python")
         if code is not None:
             return code
         op = e.op
@@ -428,10 +397,10 @@ class _KernelWriter:
         k = self.k
         wide = self.needs_int64()
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
-        lines = [f"xnumel = {k.xnumel}", f"xoffset = {pid} * XBLOCK"]
+        lines = [f"xnumel = {size_code(k.xnumel, 'python')}", f"xoffset = {pid} * XBLOCK"]
         if k.is_reduction:
             lines += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
-                      f"rnumel = {k.rnumel}"]
+                      f"rnumel = {size_code(k.rnumel, 'python')}"]
         else:
             lines += ["xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         lines += unravel("x", "xindex", k.ranges)
@@ -442,17 +411,19 @@ class _KernelWriter:
 
     def needs_int64(self) -> bool:
         """int64 offsets when any index this kernel computes can pass int32."""
+        if self.generic:
+            return True  # sizes unknown until the launch
         touched = [param.span for param, _ in self.params.signature()]
         return self.k.xnumel * max(self.k.rnumel, 1) > INT32_LIMIT or max(touched, default=0) > INT32_LIMIT
 
     def assemble(self) -> RenderedKernel:
         k = self.k
-        params = ", ".join(name for _, name in self.params.signature())
+        params = ", ".join([name for _, name in self.params.signature()] + list(k.size_args))
         consts = "XBLOCK: tl.constexpr" + (", RBLOCK: tl.constexpr" if k.is_reduction else "")
         body = self.header() + self.pre
         if self.looped:
             # The bound is a literal: Triton 3.6's interpreter cannot loop to an assigned bound (FINDINGS.md).
-            body.append(f"for roffset in range(0, {k.rnumel}, RBLOCK):")
+            body.append(f"for roffset in range(0, {size_code(k.rnumel, 'python')}, RBLOCK):")
             loop_head = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
             loop_head += unravel("r", "rindex", k.rranges)
             body += ["    " + line for line in loop_head + self.loop]
@@ -475,13 +446,15 @@ class _KernelWriter:
             if k.is_reduction:
                 meta["RBLOCK"] = rblock
             launches.append(((math.ceil(k.xnumel / xblock),), meta))
-        grid, meta = launches[0]
+        grid, meta = launches[0] if launches else ((), {})
         text = "\n".join(src) + "\n"
         # named by the ops it fuses and its content: the same kernel body is one Triton function (one
         # build, one tuning)
         symbol = kernel_symbol(k.origins, hashlib.sha256(text.encode()).hexdigest())
+        size_launch = SizeLaunch(k.size_args, size_code(k.xnumel, "python"), size_code(k.rnumel, "python")
+                                 if k.is_reduction else "", not self.looped, self.r.interpret) if self.generic else None
         return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), self.params.buffers, grid,
-                              meta, tuple(launches[1:]), symbol)
+                              meta, tuple(launches[1:]), symbol, sizes=k.size_args, size_launch=size_launch)
 
 
 def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:

@@ -23,7 +23,11 @@ class V:
         self.e = e
 
     def _c(self, other: Any) -> Expr:
-        return other.e if isinstance(other, V) else ir.const(other, self.e.dtype)
+        if isinstance(other, V):
+            return other.e
+        if isinstance(other, (bool, int, float)):
+            return ir.const(other, self.e.dtype)
+        return ir.cast(ir.size(other), self.e.dtype)  # a symbolic size (``compiler.sizes``)
 
     def __add__(self, o: Any) -> V:
         return V(ir.binary(Op.ADD, self.e, self._c(o)))

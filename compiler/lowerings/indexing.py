@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
 
 from compiler import ir
@@ -29,17 +30,20 @@ I64 = ir.INDEX_DTYPE
 
 
 def c64(v: int) -> Expr:
-    return ir.const(v, I64)
+    return ir.size(v)  # an int64 constant, or a symbolic size (``compiler.sizes``)
 
 
 def clamp_index(idx: Expr, size: int) -> Expr:
-    return ir.binary(Op.MIN, ir.binary(Op.MAX, idx, c64(0)), c64(max(size - 1, 0)))
+    last = max(size - 1, 0) if isinstance(size, int) else size - 1  # a symbolic size is at least 1
+    return ir.binary(Op.MIN, ir.binary(Op.MAX, idx, c64(0)), c64(last))
 
 
 def _filled(node: Any, value: Any) -> Lazy:
     shape, dtype = out_meta(node)
     if dtype.is_complex:
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "complex fill")
+    if isinstance(value, sympy.Expr):  # a size as a value (``compiler.sizes``)
+        return Lazy(shape, dtype, ir.cast(ir.size(value), dtype))
     return Lazy(shape, dtype, ir.const(value, dtype))
 
 
@@ -78,7 +82,9 @@ def lower_fill(ctx: GraphLowering, node: Any, x: Any, value: Any) -> Lazy:
 @register(aten.arange.start_step, aten.arange.start, aten.arange.default)
 def lower_arange(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> Lazy:
     shape, dtype = out_meta(node)
-    nums = [a for a in args if isinstance(a, (int, float))]
+    # (a symbolic bound is a size expression: counted, or arange(-1, s0 + 1) lost its start and
+    # read a reflection pad's source one element off; ``compiler.sizes``)
+    nums = [a for a in args if isinstance(a, (int, float, sympy.Expr))]
     start, step = 0, 1
     if len(nums) >= 2:
         start = nums[0]
@@ -86,10 +92,16 @@ def lower_arange(ctx: GraphLowering, node: Any, *args: Any, **kwargs: Any) -> La
         step = nums[2]
     if dtype.is_floating_point:
         acc = torch.float64 if dtype == torch.float64 else torch.float32
-        value = ir.binary(Op.ADD, ir.binary(Op.MUL, ir.cast(ir.xvar(0), acc), ir.const(step, acc)),
-                          ir.const(start, acc))
+        value = ir.binary(Op.ADD, ir.binary(Op.MUL, ir.cast(ir.xvar(0), acc), _number(step, acc)),
+                          _number(start, acc))
         return Lazy(shape, dtype, ir.cast(value, dtype))
-    return Lazy(shape, dtype, ir.cast(ir.from_affine({ir.xvar(0): int(step), None: int(start)}), dtype))
+    start, step = (v if isinstance(v, sympy.Expr) else int(v) for v in (start, step))
+    return Lazy(shape, dtype, ir.cast(ir.from_affine({ir.xvar(0): step, None: start}), dtype))
+
+
+def _number(value: Any, dtype: torch.dtype) -> Expr:
+    """A Python number, or a symbolic size converted, as a ``dtype`` value."""
+    return ir.cast(ir.size(value), dtype) if isinstance(value, sympy.Expr) else ir.const(value, dtype)
 
 
 @register(prims.iota)
@@ -195,6 +207,21 @@ def lower_embedding(ctx: GraphLowering, node: Any, weight: TensorValue, indices:
     return Lazy(shape, dtype, read(weight, [row, out_index[nidx]]))
 
 
+def _broadcast(shapes: list[tuple]) -> tuple:
+    """The broadcast of ``shapes``; with symbolic sizes, each dim's one size other than 1 (sizes not
+    known equal are refused: a typed extern call)."""
+    if all(isinstance(n, int) for s in shapes for n in s):
+        return tuple(torch.broadcast_shapes(*shapes))
+    rank = max(len(s) for s in shapes)
+    out = []
+    for k in range(rank):
+        sizes = {s[len(s) - rank + k] for s in shapes if len(s) - rank + k >= 0} - {1}
+        if len(sizes) > 1:
+            raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"index shapes {shapes} broadcast sizes not known equal")
+        out.append(sizes.pop() if sizes else 1)
+    return tuple(out)
+
+
 @register(aten.index.Tensor)
 def lower_index(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any]) -> Lazy:
     shape, dtype = out_meta(node)
@@ -202,7 +229,7 @@ def lower_index(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, "boolean mask indexing has a data-dependent shape")
     indices = list(indices) + [None] * (len(x.shape) - len(indices))
     used = [d for d, i in enumerate(indices) if i is not None]
-    bshape = tuple(torch.broadcast_shapes(*[tuple(indices[d].shape) for d in used]))
+    bshape = _broadcast([tuple(indices[d].shape) for d in used])
     adjacent = used == list(range(used[0], used[-1] + 1))
     first = used[0] if adjacent else 0
     out_index = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate(shape)]

@@ -13,10 +13,12 @@ import math
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
 from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dtypes
 
 from compiler import ir
+from compiler.sizes import shape_of
 from compiler.ir import Expr, Op
 from compiler.lowerings.formulas import (
     V,
@@ -88,7 +90,7 @@ def promote(*args: Any, kind: ELEMENTWISE_TYPE_PROMOTION_KIND = ELEMENTWISE_TYPE
 
 def out_meta(node: Any) -> tuple[tuple[int, ...], torch.dtype]:
     val = node.meta["val"]
-    return tuple(val.shape), val.dtype
+    return shape_of(val.shape), val.dtype
 
 
 def operand(v: Any, shape: tuple[int, ...], dtype: torch.dtype) -> Expr:
@@ -98,6 +100,8 @@ def operand(v: Any, shape: tuple[int, ...], dtype: torch.dtype) -> Expr:
         if dtype in REDUCED_FLOATS and not isinstance(v, bool):
             v = torch.tensor(v, dtype=dtype).item()  # eager reads a number as the 16-bit common dtype
         return ir.const(v, dtype)
+    if isinstance(v, sympy.Expr):  # a symbolic size used as a number (x / x.shape[-1])
+        return ir.cast(ir.size(v), dtype)
     raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"operand of type {type(v).__name__}")
 
 
@@ -468,7 +472,8 @@ def lower_addcmul(ctx: GraphLowering, node: Any, x: Any, t1: Any, t2: Any, value
     return pointwise(node, fn, x, t1, t2, compute=opmath(common))  # one rounding
 
 
-def lower_copy_like(ctx: GraphLowering, node: Any, x: Any, **kwargs: Any) -> Lazy:
+def lower_copy_like(ctx: GraphLowering, node: Any, x: Any, *dtype: Any, **kwargs: Any) -> Lazy:
+    # ``dtype``: prims.convert_element_type's positional target dtype (the result's meta says it too)
     val = node.meta["val"]
     if isinstance(x, (Lazy, Strided)) and val.device != ctx.graph.device:
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"device copy to {val.device}")

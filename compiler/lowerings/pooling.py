@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler import ir
+from compiler.sizes import shape_of
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.lowerings.indexing import c64, clamp_index
 from compiler.lowerings.pointwise import out_meta
@@ -100,6 +101,8 @@ def _may_leave(out_size: int, stride: int, kernel: int, dilation: int, padding: 
     """Whether ``out * stride - padding + k * dilation`` leaves ``[0, extent)`` for some output
     position ``out < out_size`` and window offset ``k < kernel``."""
     last = (out_size - 1) * stride - padding + (kernel - 1) * dilation
+    if not isinstance(last, int) or not isinstance(extent, int):
+        return True  # symbolic sizes: checked and clamped, right whatever the sizes
     return padding > 0 or last >= extent
 
 
@@ -117,7 +120,7 @@ def _affine(out: Expr, stride: int, window: Expr, dilation: int, offset: int) ->
 def lower_max_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, kernel_size: Any, stride: Any = None,
                      padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> list:
     kernel = _pair(kernel_size, (1, 1))
-    win = Window(x, tuple(node.meta["val"][0].shape), kernel, _pair(stride, kernel), _pair(padding, (0, 0)),
+    win = Window(x, shape_of(node.meta["val"][0].shape), kernel, _pair(stride, kernel), _pair(padding, (0, 0)),
                  _pair(dilation, (1, 1)))
     lowest = -math.inf if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
     body = win.value(lowest, x.dtype)

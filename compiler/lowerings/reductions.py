@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler import ir
-from compiler.ir import Op, ReduceOp
+from compiler.ir import Expr, Op, ReduceOp
 from compiler.lowerings.formulas import V
 from compiler.lowerings.pointwise import out_meta, pointwise
 from compiler.lowerings.rules import Lazy, TensorValue, Unsupported, as_expr, broadcast_read, register
@@ -57,7 +57,7 @@ def reduce_to(ctx: GraphLowering, node: Any, x: TensorValue, dims: list[int], ke
             return Lazy(shape, out_dtype, ir.const(identity, out_dtype))
         return Lazy(shape, out_dtype, ir.cast(as_expr(reshape(ctx, x, shape)), out_dtype))
     limit = ctx.capabilities.max_persistent_rnumel
-    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and rnumel > limit:
+    if op in (ReduceOp.ARGMAX, ReduceOp.ARGMIN) and not ctx.capabilities.persistent(rnumel):
         # index tracking is written for rows held in one block; longer rows stay with ATen
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"{op.value} over {rnumel} > {limit} elements")
     return ctx.reduction(x, dims, keepdim, op, acc, out_dtype)
@@ -93,6 +93,9 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     d = _dims(x, dims)
     acc = acc_dtype_for(out)
     count = math.prod(x.shape[i] for i in d)
+    if not isinstance(count, int):  # a symbolic count (at least 2): the plain sum over the count
+        total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
+        return pointwise(node, lambda s: s / count, total, compute=acc)
     if not count or acc == torch.float64:
         total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
         return pointwise(node, lambda s: s / count if count else s * math.nan, total, compute=acc)
@@ -181,6 +184,11 @@ register(aten.any)(_anyall(ReduceOp.MAX))
 register(aten.all)(_anyall(ReduceOp.MIN))
 
 
+def _number(value: Any, dtype: torch.dtype) -> Expr:
+    """A count as a ``dtype`` value: a constant, or a symbolic size converted (``compiler.sizes``)."""
+    return ir.const(value, dtype) if isinstance(value, (int, float)) else ir.cast(ir.size(value), dtype)
+
+
 def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correction: Any, keepdim: bool
              ) -> tuple[TensorValue, TensorValue]:
     """Two-pass variance (mean first, then squared deviations): numerically sound, and
@@ -204,10 +212,11 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         # corrected two-pass sums over d = x - mean0: mean = mean0 + sum(d) / n, var's sum of squares
         # sum(d^2) - sum(d) * sum(d) / n. ATen's Welford is exact on a row of equal values; the plain
         # mean was an ulp off (layer norm of such rows 3.8e-5 where eager is exactly 0; fuzzer, crucible-cpp)
-        scale = 2.0 ** math.ceil(math.log2(n))
+        # (a symbolic count: no scaling, the count a size value: ``compiler.sizes``)
+        scale = 2.0 ** math.ceil(math.log2(n)) if isinstance(n, int) else 1.0
         scaled_x = Lazy(x.shape, acc, ir.binary(Op.MUL, xs, ir.const(1 / scale, acc)))
         total = reduce_to(ctx, node, scaled_x, d, True, ReduceOp.SUM, acc, acc)
-        mean0 = Lazy(total.shape, acc, ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), ir.const(n, acc)),
+        mean0 = Lazy(total.shape, acc, ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), _number(n, acc)),
                                                  ir.const(scale, acc)))
         # The deviations d = x - mean0 are summed in float64 whatever x's dtype: a float32 d neither
         # overflows there (3.4e38 - -1.7e36 was inf: the mean inf where eager gives -1.7e36; fuzzer,
@@ -227,23 +236,28 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
             dev_scaled = ir.binary(Op.MUL, dev, inv)
         s1_scaled = reduce_to(ctx, node, Lazy(x.shape, wide, dev_scaled), d, True, ReduceOp.SUM, wide, wide)
         mean_kd = Lazy(mean0.shape, wide, ir.binary(Op.ADD, ir.cast(as_expr(mean0), wide), ir.binary(
-            Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), ir.const(n, wide)), ir.const(scale, wide))))
+            Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), _number(n, wide)), ir.const(scale, wide))))
         ssq = reduce_to(ctx, node, Lazy(x.shape, wide, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM,
                         wide, wide)
         s1, squares = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale, wide)), as_expr(ssq)
-        correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, ir.const(n, wide)), s1)  # <= sum(d^2)
+        correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, _number(n, wide)), s1)  # <= sum(d^2)
         # an infinite sum of squares stays inf (the correction is inf too: inf - inf would be NaN), and
         # rounding never makes it negative (std would be NaN)
         less = ir.binary(Op.SUB, squares, correction_term)
         less = ir.where(ir.binary(Op.LT, less, ir.const(0, wide)), ir.const(0, wide), less)
         centred = ir.where(ir.binary(Op.LT, squares, ir.const(math.inf, wide)), less, squares)
         acc = wide
-    denom = max(n - corr, 0)
+    if isinstance(n, int):
+        denom = max(n - corr, 0)
+    elif float(corr).is_integer():
+        denom = n - int(corr)  # a symbolic count is at least 2
+    else:
+        raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"a fractional correction {corr} of a symbolic count")
     # No degrees of freedom: ATen divides by zero (0/0 = NaN, ssq/0 = inf). A literal division
     # by 0.0 raised ZeroDivisionError in Triton's interpreter when the sum folded to a Python
     # float (fuzzer: var_mean over a 0-size dim); multiplying by inf gives the same values.
     scaled = (ir.binary(Op.MUL, centred, ir.const(math.inf, acc)) if denom == 0 else
-              ir.binary(Op.DIV, centred, ir.const(denom, acc)))
+              ir.binary(Op.DIV, centred, _number(denom, acc)))
     var = Lazy(ssq.shape, x.dtype, ir.cast(scaled, x.dtype))
     mean = Lazy(mean_kd.shape, x.dtype, ir.cast(as_expr(mean_kd), x.dtype))
     if not keepdim:

@@ -14,8 +14,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from compiler import ir
+from compiler.graph import contiguous_strides
+from compiler.sizes import all_static, shape_of
 from compiler.ir import Expr
-from compiler.lowerings.rules import Lazy, Strided, TensorValue, identity_index, read, register
+from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, identity_index, read, register
+from compiler.report import ExternReason
 
 if TYPE_CHECKING:
     from compiler.lowering import GraphLowering
@@ -111,13 +114,29 @@ def lower_squeeze(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = Non
     return view_map(ctx, x, shape, fn)
 
 
+# ``end`` of a slice to the end of its dim (Python's sys.maxsize, as FX graphs write it)
+SLICE_TO_END = 2**62
+
+
 @register(aten.slice.Tensor)
 def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, start: Any = None,
                 end: Any = None, step: int = 1) -> TensorValue:
     dim = _wrap(dim, len(x.shape))
     n = x.shape[dim]
-    begin, stop, _ = slice(start, end, 1).indices(n)  # clamps like Python slicing
-    length = max(0, (stop - begin + step - 1) // step)
+    if isinstance(n, int) and isinstance(start, (int, type(None))) and isinstance(end, (int, type(None))):
+        begin, stop, _ = slice(start, end, 1).indices(n)  # clamps like Python slicing
+        length = max(0, (stop - begin + step - 1) // step)
+    else:  # symbolic sizes: the start as given (from the end when negative), the length torch derived
+        begin = start or 0
+        begin = n + begin if isinstance(begin, int) and begin < 0 else begin
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            length = shape_of(val.shape)[dim]
+        elif step == 1:  # a part of split: [start, end) inside the dim
+            stop = n if end is None or (isinstance(end, int) and end >= SLICE_TO_END) else end
+            length = (n + stop if isinstance(stop, int) and stop < 0 else stop) - begin
+        else:
+            raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"a strided slice (step {step}) of a symbolic size")
     shape = x.shape[:dim] + (length,) + x.shape[dim + 1:]
 
     def fn(new: list[Expr]) -> list[Expr]:
@@ -132,9 +151,13 @@ def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, sta
 @register(aten.select.int)
 def lower_select(ctx: GraphLowering, node: Any, x: TensorValue, dim: int, index: int) -> TensorValue:
     dim = _wrap(dim, len(x.shape))
-    index = index % x.shape[dim]
+    n = x.shape[dim]
+    if isinstance(n, int) and isinstance(index, int):
+        index = index % n
+    elif isinstance(index, int) and index < 0:  # from the end of a symbolic size (C's % keeps the sign)
+        index = n + index
     shape = x.shape[:dim] + x.shape[dim + 1:]
-    return view_map(ctx, x, shape, lambda new: new[:dim] + [ir.const(index, ir.INDEX_DTYPE)] + new[dim:])
+    return view_map(ctx, x, shape, lambda new: new[:dim] + [ir.size(index)] + new[dim:])
 
 
 def _over_library_results(ctx: GraphLowering, x: Lazy) -> bool:
@@ -197,7 +220,8 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
 
         return view_map(ctx, x, shape, fn)
     # (the shape test first: it is cheap, and the other walks the graph's nodes)
-    groups = _split_groups(x.shape, shape) if isinstance(x, Lazy) else None
+    static = all_static(x.shape) and all_static(shape)
+    groups = _split_groups(x.shape, shape) if isinstance(x, Lazy) and static else None
     if groups is not None and _over_library_results(ctx, x):
         # each old dim split into consecutive new dims (a GEMM's [B*L, N] result viewed as [B, L, N]):
         # an affine index map, so the lazy value stays lazy and fuses into its consumer
@@ -219,6 +243,9 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
     if isinstance(x, Lazy):
         x = ctx.realize_contiguous(x)
     assert isinstance(x, Strided)
+    if not static or not all_static(x.stride):  # symbolic sizes: a row-major buffer viewed row-major
+        x = ctx.realize_contiguous(x)
+        return Strided(x.buffer, shape, contiguous_strides(shape), x.offset, x.dtype)
     try:
         meta = torch.empty_strided(x.shape, x.stride, dtype=x.dtype, device="meta").view(shape)
     except (RuntimeError, ValueError):  # torch 2.11 raises ValueError for a non-viewable layout
@@ -229,7 +256,7 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
 
 @register(aten.view.default, aten._unsafe_view, aten.reshape)
 def lower_view(ctx: GraphLowering, node: Any, x: TensorValue, sizes: list[int]) -> TensorValue:
-    return reshape(ctx, x, tuple(node.meta["val"].shape))
+    return reshape(ctx, x, shape_of(node.meta["val"].shape))
 
 
 @register(aten.as_strided)

@@ -22,7 +22,8 @@ class TemplateTritonRenderer(TritonRenderer):
     @property
     def capabilities(self) -> Capabilities:
         base = super().capabilities
-        return Capabilities(base.codegen, base.ops, base.max_persistent_rnumel, base.interpreted, FAMILIES)
+        return Capabilities(base.codegen, base.ops, base.max_persistent_rnumel, base.interpreted, FAMILIES,
+                            base.symbolic_persistent)
 
     def render(self, k: Kernel) -> RenderedKernel:
         if not isinstance(k, TemplateKernel):

@@ -67,19 +67,17 @@ def test_strict_mode_raises_with_pass_and_graph(broken_lowering, codegen: str, d
     assert err.pass_name == "lower" and "aten.sin" in err.graph_code
 
 
-def test_symbolic_shapes_fall_back_not_wrong(codegen: str, device: str) -> None:
+def test_symbolic_shapes_compile_not_wrong(codegen: str, device: str) -> None:
     """Regression (weak test): the first call's output was compared with itself (``fn(ones) * 0 +
-    out``), so a wrong result from the symbolic-shape fallback could not fail the test."""
+    out``), so a wrong result could not fail the test. Symbolic sizes now compile (issue 36): each
+    call is compared with eager, at two sizes, by one size-generic kernel."""
     fn = lambda a: a * 2 + 1
-    compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen}, dynamic=True)
-    first = torch.randn(5, device=device)
-    with compiler.collect_reports() as report, pytest.warns(UserWarning, match="pass dynamic=False"):
-        out = compiled(first)
-    torch.testing.assert_close(out, fn(first))
-    assert [g.fallback for g in report.fallbacks] == [FallbackReason.SYMBOLIC_SHAPES]
-    assert report.fallbacks[0].failed_pass == "lower" and not report.kernels
-    x = torch.randn(7, device=device)
-    torch.testing.assert_close(compiled(x), fn(x))
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen, "strict": True}, dynamic=True)
+    with compiler.collect_reports() as report:
+        for n in (5, 7):
+            x = torch.randn(n, device=device)
+            torch.testing.assert_close(compiled(x), fn(x))
+    assert not report.fallbacks and len(report.kernels) == 1 and report.kernels[0].size_args
 
 
 def test_unknown_option_is_a_clear_error() -> None:

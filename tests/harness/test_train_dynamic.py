@@ -169,11 +169,15 @@ def test_batch_variants_cycle_rows() -> None:
     ids, mask = torch.tensor([[5, 6, 7], [8, 9, 1]]), torch.ones(2, 3)
     assert batch_size((ids,), {"attention_mask": mask}) == 2
     variants = size_variants((ids,), {"attention_mask": mask})
-    assert [b for b, _, _ in variants] == [2, 4, 6]
-    _, args, kwargs = variants[1]
+    assert [(v.batch, v.seq) for v in variants] == [(2, 3), (4, 3), (6, 3), (4, 6)]
+    _, _, args, kwargs = variants[1]
     assert torch.equal(args[0], torch.cat([ids, ids])) and kwargs["attention_mask"].shape == (4, 3)
     # no shared leading dimension (a weight and an input): one size only
-    assert [b for b, _, _ in size_variants((torch.randn(4, 3), torch.randn(3)), {})] == [None]
+    assert [v.batch for v in size_variants((torch.randn(4, 3), torch.randn(3)), {})] == [None]
+    # the sequence variant cycles the columns of token ids and masks (ids stay ids, masks stay masks)
+    _, _, longer, longer_kwargs = variants[3]
+    assert torch.equal(longer[0], torch.cat([args[0], args[0]], 1))
+    assert torch.equal(longer_kwargs["attention_mask"], torch.cat([kwargs["attention_mask"]] * 2, 1))
 
 
 def test_dynamic_grades_every_size_and_counts_recompiles() -> None:
@@ -194,10 +198,20 @@ def test_dynamic_records_recompiles_of_a_shape_specializing_model() -> None:
     assert result.recompiles >= 1 and result.guard_failures >= 1
 
 
-def test_dynamic_crucible_symbolic_shapes_is_a_reason_not_a_pass() -> None:
+def test_dynamic_crucible_compiles_every_size_without_recompiling() -> None:
+    """Issue 36: the symbolic graph compiles to size-generic kernels; later sizes compile nothing."""
     result = run_entry(_entry("mlp", _mlp), parse_target("crucible-cpp"), capture=False, dynamic=True)
+    assert result.status == Status.PASS, result.error
+    assert [s["batch"] for s in result.sizes] == [4, 8, 12] and result.recompiles == 0
+
+
+def test_dynamic_crucible_training_is_a_reason_not_a_pass() -> None:
+    """Dynamic-shape training graphs are not compiled yet: the fallback is a compile failure with
+    its typed reason, never a pass."""
+    result = run_entry(_entry("mlp", _mlp), parse_target("crucible-cpp"), capture=False, dynamic=True,
+                       mode="train")
     assert result.status == Status.FAIL_COMPILE
-    assert "SymbolicShapes" in result.error
+    assert "DynamicUnsupported" in result.error and "training" in result.error
 
 
 def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_parameters() -> None:

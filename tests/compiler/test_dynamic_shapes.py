@@ -1,0 +1,213 @@
+"""Dynamic shapes, stage 1 of issue 36: graphs with symbolic sizes compile to size-generic kernels
+(sizes as arguments) on crucible-cpp and crucible-interpret, match eager at several sizes and
+recompile nothing; what is not compiled yet says why, with a typed reason."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+import sympy
+import torch
+
+import compiler
+from compiler import ir, sizes
+from compiler.backend import crucible_backend
+from compiler.report import CompileReport, ExternReason, FallbackReason
+
+
+def _compiled(fn: Callable, codegen: str, strict: bool = True) -> tuple[Callable, list]:
+    """``fn`` compiled with every size symbolic; the list collects each graph the backend was given."""
+    graphs: list = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(gm)
+        return crucible_backend(gm, example_inputs, options={"codegen": codegen, "strict": strict})
+
+    return torch.compile(fn, backend=backend, dynamic=True), graphs
+
+
+def check_sizes(fn: Callable, make: Callable[..., tuple], shapes: list[tuple], codegen: str,
+                tol: float = 1e-4, generic: bool = True) -> CompileReport:
+    """``fn`` against eager at each of ``shapes`` (``make(*shape)`` builds the inputs): no graph is
+    compiled after the first call (a Dynamo restart inside the first call is not a recompile), no
+    graph falls back, and (``generic``) every kernel takes its sizes as arguments."""
+    compiled, graphs = _compiled(fn, codegen)
+    with torch.no_grad(), compiler.collect_reports() as report:
+        for i, shape in enumerate(shapes):
+            args = make(*shape)
+            torch.testing.assert_close(compiled(*args), fn(*args), rtol=tol, atol=tol)
+            if i == 0:
+                first = len(graphs)
+    assert len(graphs) == first, f"recompiled: {len(graphs) - first} more graphs after the first call"
+    assert not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+    assert report.kernels and report.graphs[-1].dynamic
+    if generic:
+        assert all(k.size_args for k in report.kernels), [k.name for k in report.kernels if not k.size_args]
+    return report
+
+
+r = torch.randn
+
+
+def test_pointwise_chain_with_broadcasting(codegen: str) -> None:
+    report = check_sizes(lambda x, y: torch.sigmoid((x * y + 1).relu()) - x / x.shape[1],
+                         lambda n, m: (r(n, m), r(m)), [(3, 5), (4, 9), (7, 2)], codegen)
+    assert len(report.kernels) == 1  # the whole chain, fused over the symbolic space
+
+
+@pytest.mark.parametrize("rows", ["short", "long"])
+def test_reductions(codegen: str, rows: str) -> None:
+    """Row sums, maxima and a column mean; long rows (thousands of elements) take the cascaded
+    sums of the C++ rows layout and, interpreted, one block as long as the row."""
+    shapes = [(3, 5), (4, 7), (2, 3)] if rows == "short" else [(2, 3000), (3, 4500)]
+    check_sizes(lambda x: (x.sum(-1), x.amax(-1), x.mean(0), x.argmax(-1)), lambda n, m: (r(n, m),), shapes, codegen)
+
+
+def test_softmax_and_log_softmax_fuse_into_one_kernel(codegen: str) -> None:
+    report = check_sizes(lambda x: (x.softmax(-1), x.log_softmax(-1)), lambda n, m: (r(n, m),),
+                         [(3, 5), (4, 70), (2, 33)], codegen)
+    assert len(report.kernels) == 1
+
+
+def test_layer_norm_over_a_symbolic_row(codegen: str) -> None:
+    ln = torch.nn.LayerNorm(16)
+    check_sizes(lambda x, y: (ln(x), torch.nn.functional.layer_norm(y, y.shape[-1:])),
+                lambda n, m: (r(n, m, 16), r(n, m)), [(3, 5), (4, 7)], codegen)
+
+
+def test_views(codegen: str) -> None:
+    fn = lambda x: (x.view(-1) * 2, x.t() + 1, x[:, 1:] * 3, x[:, -2:] + 1, x.unsqueeze(1).expand(-1, 3, -1) + 0,
+                    x.permute(1, 0).reshape(-1) + 1)
+    check_sizes(fn, lambda n, m: (r(n, m),), [(3, 5), (4, 9)], codegen)
+
+
+def test_cat_and_pad(codegen: str) -> None:
+    fn = lambda x, y: (torch.cat([x, y * 2], 1) + 1, torch.nn.functional.pad(x, (1, 2)) * 2)
+    check_sizes(fn, lambda n, m: (r(n, m), r(n, m + 1)), [(3, 5), (4, 9)], codegen)
+
+
+def test_small_mlp(codegen: str) -> None:
+    """Matmuls run as ATen calls over symbolic shapes; the GELU between them is a generic kernel."""
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4)).eval()
+    report = check_sizes(mlp, lambda n: (r(n, 8),), [(3,), (5,), (9,)], codegen)
+    assert report.externs and all(e.reason is ExternReason.LIBRARY_KERNEL for e in report.externs)
+
+
+def test_small_transformer_encoder_layer(codegen: str) -> None:
+    """Batch and sequence length both vary (the fast path, a single fused ATen op, is off)."""
+    enc = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True).eval()
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        check_sizes(enc, lambda b, s: (r(b, s, 16),), [(2, 5), (3, 7)], codegen)
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
+
+
+def test_norms_over_symbolic_images(codegen: str) -> None:
+    bn, gn = torch.nn.BatchNorm2d(3).eval(), torch.nn.GroupNorm(1, 3)
+    check_sizes(lambda x: (bn(x), gn(x)), lambda n, h: (r(n, 3, h, h),), [(2, 5), (3, 7)], codegen)
+
+
+def test_an_unsupported_op_is_an_extern_call_with_its_rule_and_reason(codegen: str) -> None:
+    """The CPU attention rule decides by sizes (its kernel choice): over symbolic ones it is not
+    lowered yet and runs in ATen with ``symbolic_size`` naming the rule and the comparison it could
+    not make; the graph around it still compiles."""
+    fn = lambda q: torch.nn.functional.scaled_dot_product_attention(q.relu(), q, q) * 2
+    report = check_sizes(fn, lambda b, s: (r(b, 4, s, 8),), [(2, 5), (3, 7)], codegen)  # no two sizes equal
+    reasons = [(e.op, e.reason) for e in report.externs]
+    assert reasons == [("aten._scaled_dot_product_flash_attention_for_cpu.default", ExternReason.SYMBOLIC_SIZE)]
+    assert "lower_sdpa_cpu rule needs static sizes" in report.externs[0].message
+
+
+def test_indexing_reflection_padding_and_selects(codegen: str) -> None:
+    """Regression: ``arange(-1, s0 + 1)`` (reflection padding's source index) lost its start, its
+    symbolic end filtered out with the non-numbers, and read every element one off."""
+    fn = lambda x, i: (x.relu()[i] * 2, torch.nn.functional.pad(x.unsqueeze(0), (1, 1), mode="reflect"),
+                       x[:, -1] + x[:, 0], x[:, -3:-1] * 2, x[:, ::2] + 1)
+    # (two indices: a length equal to another size would share its symbol, duck-sized by Dynamo)
+    check_sizes(fn, lambda n, m: (r(n, m), torch.tensor([0, 2])), [(3, 5), (4, 9)], codegen)
+
+
+def test_a_dynamic_training_graph_falls_back_with_its_own_reason(codegen: str) -> None:
+    lin = torch.nn.Linear(4, 3)
+    compiled, _ = _compiled(lambda x: lin(x).relu(), codegen, strict=False)
+    x = r(5, 4)
+    with compiler.collect_reports() as report, pytest.warns(UserWarning, match="dynamic_unsupported"):
+        out = compiled(x)
+    torch.testing.assert_close(out, lin(x).relu())
+    assert {g.fallback for g in report.graphs} == {FallbackReason.DYNAMIC_UNSUPPORTED}
+    assert all("training" in g.fallback_message for g in report.graphs)
+
+
+def test_the_report_lists_symbols_and_generic_kernels(codegen: str) -> None:
+    report = compiler.inspect(lambda x: x.softmax(-1), r(3, 5), dynamic=True, codegen=codegen)
+    graph = report.graphs[-1]
+    assert graph.dynamic and sorted(graph.symbols.values()) == [3, 5] and graph.size_guards == []
+    assert "1 of 1 kernels size-generic" in str(graph)
+
+
+def test_size_expressions_render_as_integer_code() -> None:
+    from torch.utils._sympy.functions import FloorDiv, ModularIndexing
+
+    s0, s1 = (sympy.Symbol(n, integer=True, positive=True) for n in ("s0", "s1"))
+    assert sizes.code(s0 * s1 * s0 + 3) == "(3 + ((s0 * s0) * s1))"
+    assert sizes.code(FloorDiv(s0, 4), "c") == "(s0 / 4)" and sizes.code(FloorDiv(s0, 4), "python") == "(s0 // 4)"
+    assert sizes.code(ModularIndexing(s0, 2, s1), "python") == "((s0 // 2) % s1)"
+    assert sizes.lower_bound(s0 * s1 + 1) == 5 and sizes.at_least(s0, 2) and not sizes.at_least(s0 - 1, 2)
+
+
+def test_a_symbolic_stride_is_a_size_leaf_of_the_canonical_affine_index() -> None:
+    s1 = sympy.Symbol("s1", integer=True, positive=True)
+    index = ir.linear_index([ir.xvar(0), ir.xvar(1)], (s1, 1))
+    assert ir.to_affine(index) == {ir.xvar(0): s1, ir.xvar(1): 1}
+    # equal indices built in another order are one expression: fusion matches them by ==
+    again = ir.from_affine({ir.xvar(1): 1, ir.xvar(0): s1})
+    assert index == again and any(e.op is ir.Op.SIZE for e in index.walk())
+    assert ir.size(4) == ir.const(4, ir.INDEX_DTYPE)
+
+
+def test_pooling_chunks_and_var(codegen: str) -> None:
+    fn = lambda x: (torch.nn.functional.max_pool2d(x, 3, 2, 1), torch.nn.functional.avg_pool2d(x, 2),
+                    torch.nn.functional.adaptive_avg_pool2d(x, 1), [t * 2 for t in x.chunk(2, -1)], x.var(-1))
+    check_sizes(fn, lambda n, h: (r(n, 3, h, 2 * h),), [(2, 6), (3, 8)], codegen)
+
+
+def test_convert_element_type_takes_its_dtype_positionally(codegen: str) -> None:
+    """Regression: ``prims.convert_element_type(x, dtype)`` reached ``lower_copy_like`` with the dtype
+    as a positional argument it did not take (TypeError, the graph fell back: an interpolation by a
+    scale factor under dynamic=True, whose size ratio is computed so)."""
+    x = r(4, 3)
+    gm = compiler.trace_aten(lambda t: torch.ops.prims.convert_element_type(t, torch.float64) * 2, x)
+    assert any(n.target is torch.ops.prims.convert_element_type.default and len(n.args) == 2 for n in gm.graph.nodes)
+    out = compiler.compile_graph(gm, [x], codegen=codegen)(x)
+    torch.testing.assert_close(out[0] if isinstance(out, (list, tuple)) else out, x.double() * 2)
+
+
+def test_a_size_the_renderers_cannot_spell_is_refused_where_it_is_built() -> None:
+    with pytest.raises(sizes.UnrenderableSize, match="no integer spelling"):
+        ir.size(sympy.Float(1.5) * sympy.Symbol("s0", integer=True, positive=True))
+
+
+def test_a_looped_reduction_over_a_symbolic_row_runs_interpreted() -> None:
+    """GPU Triton loops over rows of symbolic length (one block needs a bound: stage 2). The same
+    looped source runs in the interpreter here, at short and long rows, its launch config chosen
+    per call from the size arguments."""
+    from compiler.codegen.triton import TritonRenderer
+    from compiler.runtime import KernelLauncher
+    from compiler.scheduler import Level, Store, make_kernel
+
+    rows, cols = (sympy.Symbol(n, integer=True, positive=True) for n in ("s0", "s1"))
+    x = ir.load("inp", ir.linear_index([ir.xvar(0), ir.rvar(0)], (cols, 1)), torch.float32)
+    total = ir.reduce(ir.ReduceOp.SUM, x, torch.float32)
+    kernel = make_kernel("k", (rows,), [Store("out", ir.xvar(0), total, Level.X)], {"out"}, rranges=(cols,))
+    assert not kernel.persistent and kernel.size_args == ("s0", "s1")
+    rendered = TritonRenderer(interpret=True).render(kernel)
+    assert "for roffset in range(0, s1, RBLOCK)" in rendered.source and rendered.sizes == ("s0", "s1")
+    launch = KernelLauncher(rendered, interpret=True)
+    for n, m in ((3, 5), (2, 9000)):
+        inp, out = r(n, m), torch.empty(n)
+        buffers = {"inp": inp, "out": out}
+        launch(*[buffers[b] for b in rendered.args], n, m)
+        torch.testing.assert_close(out, inp.sum(-1), rtol=1e-4, atol=1e-4)
