@@ -174,7 +174,10 @@ class Cluster:
                 "resources": {"GPU": 1} if gpu is not None else None, "death_timeout": 60,
                 "silence_logs": logging.ERROR}}
         scheduler = {"cls": Scheduler, "options": {"host": "127.0.0.1", "port": 0, "dashboard": False,
-                                                   "dashboard_address": None,
+                                                   # its HTTP server (health, metrics) runs anyway: on
+                                                   # loopback, any free port, not the fixed 8787 a
+                                                   # user's own cluster may hold
+                                                   "dashboard_address": "127.0.0.1:0",
                                                    "allowed_failures": ALLOWED_FAILURES}}
         return SpecCluster(workers=workers, scheduler=scheduler, silence_logs=logging.ERROR,
                            name=f"crucible-{self.spec}")
