@@ -337,7 +337,7 @@ NORM_EPS = ("1e-05", "1e-06", "0.1", "1.0")
 def _affine(n: NodeDraw, dtype: str, shape: list[int], fresh_only: bool = False) -> tuple[str, str]:
     """(weight, bias) of a norm: both or neither; with the ``optionals`` corner each independently."""
     if n.corner("optionals"):
-        present = (n.draw(st.booleans()), n.draw(st.booleans()))
+        present = n.again("affine", st.tuples(st.booleans(), st.booleans()))
     else:
         present = (n.draw(st.booleans()),) * 2
     return tuple(n.tensor((dtype,), shape=shape, fresh_only=fresh_only, contiguous=fresh_only) if p else "None"
@@ -355,7 +355,8 @@ def _eps(n: NodeDraw) -> str:
 @spec("aten.native_layer_norm.default", "nn")
 def _layer_norm(n: NodeDraw) -> str:
     a = n.tensor(FLOAT, min_rank=1, rows="reduction")
-    norm = _shape(n, a)[-n.draw(st.integers(1, min(2, n.meta(a).dim()))):]
+    rank = n.meta(a).dim()
+    norm = _shape(n, a)[-min(rank, n.again("norm_dims", st.integers(1, min(2, rank)))):]
     w, b = _affine(n, n.dtype(a), norm)
     # mean and rstd of a 16-bit input are float32 on meta tensors (and the GPU) but the input's
     # dtype on the CPU: a later op typed from the meta kernel's fails in eager; output 0 only there
