@@ -61,6 +61,10 @@ class GraphLimits:
     # a tensor with a row drawn from the size classes holds at most this many elements; values
     # larger than max_numel reach only ops that take rows (reductions, scans, norms, pointwise)
     max_row_numel: int = 1 << 17
+    # ... and, unless the row alone is longer, at most this many: the other dims of a long row are
+    # cut to 1. The oracle's cost grows with the elements (a 131072-element float16 graph took ~2 s to
+    # compare, 20 small graphs' worth), and many rows of a long row meet no corner one row does not
+    max_rows_numel: int = 1 << 15
     corners: frozenset[str] = CORNERS
 
 
@@ -71,20 +75,28 @@ def draw_shape(draw: Any, limits: GraphLimits, min_rank: int = 0, max_rank: int 
     rank = draw(st.integers(min_rank, max(min_rank, top)))
     sizes = st.sampled_from([s for s in DIM_SIZES if s or not nonempty])
     shape = [draw(sizes) for _ in range(rank)]
-    while math.prod(shape) > limits.max_numel:  # deterministic: the largest dim halves
+    # deterministic: the largest dim halves; a 0-size dim counts as 1, or an empty [1025, 1025, 1025, 0]
+    # passed as 0 elements and its layer norm over the last dim ran a billion empty rows (21 s in eager)
+    while math.prod(max(s, 1) for s in shape) > limits.max_numel:
         i = shape.index(max(shape))
         shape[i] = max(1, shape[i] // 2) if shape[i] != 1025 else 33
     return shape
 
 
 def draw_row_shape(draw: Any, limits: GraphLimits, kind: str, min_rank: int, max_rank: int) -> tuple[list[int], int]:
-    """A shape whose dim ``row`` has a length from the target's size classes for ``kind``; the other
-    dims are cut (largest first) until the shape holds at most ``limits.max_row_numel`` elements."""
+    """A shape whose dim ``row`` has a length from the target's size classes for ``kind`` (at most
+    ``limits.max_row_numel``); the other dims are cut (largest first) until the shape holds at most
+    ``limits.max_rows_numel`` elements, or the row alone."""
     rank = draw(st.integers(max(1, min_rank), max(1, min_rank, min(limits.max_rank, max_rank))))
     shape = [draw(st.sampled_from(ROW_PEERS)) for _ in range(rank)]  # small: the row dominates
     row = draw(st.integers(0, rank - 1))
-    shape[row] = min(draw(st.sampled_from(limits.blocks.classes(kind))), limits.max_row_numel)
-    while math.prod(shape) > limits.max_row_numel:
+    classes = limits.blocks.classes(kind)
+    short = [c for c in classes if c <= limits.max_rows_numel]
+    if len(short) > 1 and draw(st.integers(0, 3)) < 3:  # rows past max_rows_numel one draw in four: some
+        classes = short  # ops run elementwise in Python on the interpreter (erfc of 65536 floats: 2.5 s)
+    shape[row] = min(draw(st.sampled_from(classes)), limits.max_row_numel)
+    budget = min(limits.max_row_numel, max(shape[row], limits.max_rows_numel))
+    while math.prod(shape) > budget:
         i = max((s, i) for i, s in enumerate(shape) if i != row)[1]
         shape[i] = max(1, shape[i] // 2)
     return shape, row
@@ -264,7 +276,9 @@ class GraphDraw:
         dtype = draw(st.sampled_from(dtypes))
         row = None
         free = shape is None
-        if free and rows and draw(st.integers(0, 2)) == 2:
+        # one fresh input in five of an op that takes rows: long rows cost the interpreter and the
+        # oracle most of a campaign's time (one in three ran crucible-interpret at 0.64x the graphs/s)
+        if free and rows and draw(st.integers(0, 4)) == 4:
             shape, row = draw_row_shape(draw, self.limits, rows, min_rank, max_rank)
         elif free:
             shape = draw_shape(draw, self.limits, min_rank, max_rank, nonempty)

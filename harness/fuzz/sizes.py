@@ -5,7 +5,7 @@ block; a vectorized loop that drops its tail passes every row that is a whole nu
 the fuzzer draws the length of one dim (the "row") of an op's input from classes around the
 target's own blocks: 1, block-1, block, block+1, several blocks plus an odd tail, and long rows up
 to ``MAX_ROW`` elements, with the other dims cut so the tensor stays within
-``GraphLimits.max_row_numel`` elements.
+``GraphLimits.max_rows_numel`` elements (a longer row comes alone).
 
 The blocks come from the compiler under test, not from guesses: for Crucible's C++ renderer the
 reduction planner's constants (lanes per accumulator, long-row lanes, cascade flushes, the window

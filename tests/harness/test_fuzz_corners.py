@@ -82,6 +82,16 @@ def test_reductions_reach_past_the_persistent_limit_with_a_partial_block() -> No
     assert partial("sizes") == 0
 
 
+def test_a_long_row_comes_alone_and_shorter_rows_share_a_bounded_tensor() -> None:
+    """The oracle's cost grows with the elements: a tensor with a row holds at most
+    ``max_rows_numel`` elements, or its row alone when that is longer (the rest of its dims 1)."""
+    limit = GraphLimits().max_rows_numel
+    shapes = [d["shape"] for g in _graphs("sum.dim_IntList", 120, max_nodes=1) for d in g.inputs]
+    assert any(max(s, default=0) > limit for s in shapes)  # long rows are drawn
+    assert all(math.prod(s) <= max(limit, max(s, default=0)) for s in shapes)
+    assert all(math.prod(s) == max(s) for s in shapes if s and max(s) > limit)
+
+
 # -- optionals -------------------------------------------------------------------------------------
 def test_norm_weight_and_bias_eps_and_pooling_attributes_vary_independently() -> None:
     def seen(ops: str, pattern: str, off: str = "") -> int:
@@ -142,8 +152,8 @@ def test_values_feed_several_consumers_and_an_output() -> None:
                 any(o in reads for o in graph.outputs))
 
     ops = "exp.default,add.Tensor,mm.default,sum.dim_IntList"
-    assert any(both for both, _ in map(shared, _graphs(ops, 80, max_nodes=5)))
-    assert not any(returned for _, returned in map(shared, _graphs(ops, 80, "repeats", max_nodes=5)))
+    assert sum(both for both, _ in map(shared, _graphs(ops, 150, max_nodes=5))) >= 2
+    assert not any(returned for _, returned in map(shared, _graphs(ops, 150, "repeats", max_nodes=5)))
 
 
 # -- layouts and values ----------------------------------------------------------------------------
@@ -188,12 +198,13 @@ def _campaign(monkeypatch: Any, target: str, ops: str, examples: int, corners: f
 
 
 # Each campaign is as short as the A/B allows (CI time): one op, crucible-interpret (no C++ to
-# build), the fewest nodes the plant needs, a seed whose campaign finds the plant within
-# ``examples`` graphs with the corner on (at the last of them); the same seed and graph count with the corner off must
+# build), the fewest nodes the plant needs, and a seed whose campaign finds the plant at the last of
+# ``examples`` graphs with the corner on; the same seed and graph count with the corner off must
 # miss it. Plants other than the sizes one leave the long rows out of both runs: they are beside
-# the point there and cost the interpreter most of its time.
+# the point there and cost the interpreter most of its time. A change to the generator changes the
+# draws: then choose the seeds again (the first that finds each plant within ~10 graphs).
 PLANTS = [  # plant, ops, max nodes, seed, examples, the corner that finds it
-    ("looped_reduction_drops_last_block", "sum.dim_IntList", 1, 7, 8, "sizes"),
+    ("looped_reduction_drops_last_block", "sum.dim_IntList", 1, 2, 6, "sizes"),
     ("layer_norm_bias_needs_weight", "native_layer_norm.default", 1, 0, 6, "optionals"),
     ("extern_drops_keyword_dtype", "cumsum.default", 1, 9, 6, "optionals"),
     ("sliced_unit_dims_taken_dense", "add.Tensor", 1, 3, 10, "layouts"),
