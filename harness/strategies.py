@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 
 from harness.fuzz.builder import ALL_DTYPES, GraphDraw, GraphLimits, graphs
 from harness.fuzz.graph import FuzzGraph
+from harness.fuzz.sizes import GENERIC_BLOCKS, target_blocks
 from harness.fuzz.specs import select_specs
 from harness.fuzz.values import make_input
 
@@ -32,14 +33,19 @@ __all__ = ["FuzzGraph", "op_graphs", "tensors"]
 
 
 def op_graphs(ops: str | list[str] | None = None, max_nodes: int = 6, dtypes: tuple[str, ...] = ALL_DTYPES,
-              max_numel: int = 8192, max_rank: int = 4) -> st.SearchStrategy[FuzzGraph]:
-    """Graphs of ATen ops matching ``ops`` (globs, comma-separated; None: every op spec)."""
+              max_numel: int = 8192, max_rank: int = 4, target: str | None = None) -> st.SearchStrategy[FuzzGraph]:
+    """Graphs of ATen ops matching ``ops`` (globs, comma-separated; None: every op spec). An op that
+    reduces, scans, normalizes or works elementwise may get an input with one dim from the size
+    classes around ``target``'s block sizes (``harness.fuzz.sizes``; generic ones without a target),
+    up to 16 x ``max_numel`` elements."""
     unknown = set(dtypes) - set(ALL_DTYPES)
     if unknown:
         raise ValueError(f"unknown dtypes {sorted(unknown)}; choose from {', '.join(ALL_DTYPES)}")
     if max_nodes < 1:
         raise ValueError(f"max_nodes must be at least 1, got {max_nodes}")
-    limits = GraphLimits(max_nodes=max_nodes, max_rank=max_rank, max_numel=max_numel, dtypes=tuple(dtypes))
+    blocks = target_blocks(target) if target else GENERIC_BLOCKS
+    limits = GraphLimits(max_nodes=max_nodes, max_rank=max_rank, max_numel=max_numel, dtypes=tuple(dtypes),
+                         blocks=blocks, max_row_numel=16 * max_numel)
     return graphs(select_specs(ops), limits)
 
 

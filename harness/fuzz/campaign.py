@@ -53,6 +53,7 @@ from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.known import match_known
 from harness.fuzz.replay import ReplayOutcome, StoredFinding
 from harness.fuzz.seeds import SeedCorpus, corpus_graphs
+from harness.fuzz.sizes import target_blocks
 from harness.fuzz.specs import select_specs
 from harness.fuzz.subject import blamed_op
 from harness.fuzz.tasks import GraphTask, LocalizeTask
@@ -244,7 +245,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
     if request.coverage and not request.coverage_session:
         request = replace(request, coverage_session=uuid.uuid4().hex)
     specs = select_specs(request.ops)
-    limits = GraphLimits(max_nodes=request.max_nodes)
+    limits = GraphLimits(max_nodes=request.max_nodes, blocks=target_blocks(request.target))
     summary = CampaignSummary(ops_selected=len(specs))
     if replay is not None:
         summary.replay = _replay(replay, request, runner, summary, on_finding, claim, foreign)

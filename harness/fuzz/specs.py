@@ -26,7 +26,7 @@ __all__ = ["OP_SPECS", "OpSpec", "select_specs", "spec"]
 
 def _unary(name: str, dtypes: tuple[str, ...], extra: Callable[[NodeDraw], str] = lambda n: "") -> None:
     def draw(n: NodeDraw) -> str:
-        return f"{name}({n.tensor(dtypes)}{extra(n)})"
+        return f"{name}({n.tensor(dtypes, rows='pointwise')}{extra(n)})"
 
     spec(name, "pointwise")(draw)
 
@@ -59,9 +59,13 @@ _unary("aten.softshrink.default", FLOAT_DTYPES, lambda n: n.draw(st.sampled_from
 
 # -- binary pointwise: broadcasting and type promotion ---------------------------------------
 def _binary(name: str, dtypes: tuple[str, ...], other_dtypes: tuple[str, ...] | None = None,
-            extra: Callable[[NodeDraw], str] = lambda n: "", divisor: bool = False) -> None:
+            extra: Callable[[NodeDraw], str] = lambda n: "", divisor: bool = False, divides: bool = False) -> None:
+    """``divisor``: integer divisors are nonzero; ``divides`` (or ``divisor``): a float right operand
+    divides the left one (``NodeDraw.divisor``: subnormal and huge ones broadcast along a row)."""
     def draw(n: NodeDraw) -> str:
-        a = n.tensor(dtypes)
+        a = n.tensor(dtypes, rows="pointwise")
+        if (divisor or divides) and n.meta(a).is_floating_point():
+            return f"{name}({a}, {n.divisor(a, other_dtypes or FLOAT_DTYPES)}{extra(n)})"
         if divisor and not n.meta(a).is_floating_point():
             # integer division by zero raises in eager: integer divisors are fresh, nonzero inputs
             shape = list(n.meta(a).shape)
@@ -79,7 +83,7 @@ for _op in ("add", "sub"):
     _binary(f"aten.{_op}.Tensor", NUMERIC,
             extra=lambda n: n.draw(st.sampled_from(["", "", ", alpha=2", ", alpha=-1"])))
 _binary("aten.mul.Tensor", ALL_DTYPES)
-_binary("aten.div.Tensor", ALL_DTYPES)
+_binary("aten.div.Tensor", ALL_DTYPES, divides=True)
 _binary("aten.div.Tensor_mode", NUMERIC, divisor=True,
         extra=lambda n: n.draw(st.sampled_from([", rounding_mode='floor'", ", rounding_mode='trunc'"])))
 _binary("aten.floor_divide.default", NUMERIC, divisor=True)
@@ -102,7 +106,7 @@ for _op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
 # -- tensor-scalar pointwise: Python scalars promote by kind, not by dtype -------------------
 def _with_scalar(name: str, dtypes: tuple[str, ...], nonzero: bool = False, integer: bool | None = None) -> None:
     def draw(n: NodeDraw) -> str:
-        a = n.tensor(dtypes)
+        a = n.tensor(dtypes, rows="pointwise")
         s = n.scalar(a, integer=integer)
         if nonzero and s in ("0", "0.0", "-0.0") and not n.meta(a).is_floating_point():
             s = "-3"
@@ -217,67 +221,86 @@ def _keep(n: NodeDraw) -> str:
     return repr(n.draw(st.booleans()))
 
 
+def _optional_keep(n: NodeDraw) -> str | None:
+    """keepdim: left at its default (None), or given either way."""
+    return n.draw(st.sampled_from([None, "False", "True"]))
+
+
 @spec("aten.sum.dim_IntList", "reduction")
 def _sum(n: NodeDraw) -> str:
-    a = n.tensor(ALL_DTYPES)
-    dtype = n.draw(st.sampled_from(["", "", ", dtype=f32", ", dtype=f64", ", dtype=i64"]))
-    return f"aten.sum.dim_IntList({a}, {n.dims(a)}, {_keep(n)}{dtype})"
+    a = n.tensor(ALL_DTYPES, rows="reduction")
+    if not n.corner("optionals"):
+        dtype = n.draw(st.sampled_from(["", "", ", dtype=f32", ", dtype=f64", ", dtype=i64"]))
+        return f"aten.sum.dim_IntList({a}, {n.dims(a)}, {_keep(n)}{dtype})"
+    return n.call("aten.sum.dim_IntList", a, str(n.dims(a)), keepdim=_optional_keep(n),
+                  dtype=n.draw(st.sampled_from([None, "f32", "f64", "i64"])))
 
 
 @spec("aten.sum.default", "reduction")
 def _sum_all(n: NodeDraw) -> str:
-    return f"aten.sum.default({n.tensor(ALL_DTYPES)})"
+    return f"aten.sum.default({n.tensor(ALL_DTYPES, rows='reduction')})"
 
 
 @spec("aten.mean.dim", "reduction")
 def _mean(n: NodeDraw) -> str:
-    a = n.tensor(FLOAT_DTYPES)
-    return f"aten.mean.dim({a}, {n.dims(a)}, {_keep(n)})"
+    a = n.tensor(FLOAT_DTYPES, rows="reduction")
+    if not n.corner("optionals"):
+        return f"aten.mean.dim({a}, {n.dims(a)}, {_keep(n)})"
+    return n.call("aten.mean.dim", a, str(n.dims(a)), keepdim=_optional_keep(n),
+                  dtype=n.draw(st.sampled_from([None, "f32", "f64"])))
 
 
 @spec("aten.prod.dim_int", "reduction")
 def _prod(n: NodeDraw) -> str:
-    a = n.tensor(NUMERIC)
-    return f"aten.prod.dim_int({a}, {n.dim(a)}, {_keep(n)})"
+    a = n.tensor(NUMERIC, rows="reduction")
+    if not n.corner("optionals"):
+        return f"aten.prod.dim_int({a}, {n.dim(a)}, {_keep(n)})"
+    dtypes = [None, "f64"] if n.meta(a).is_floating_point() else [None, "i64", "f64"]
+    return n.call("aten.prod.dim_int", a, str(n.dim(a)), keepdim=_optional_keep(n),
+                  dtype=n.draw(st.sampled_from(dtypes)))
 
 
 for _op in ("amax", "amin"):
     def _amax(n: NodeDraw, _op: str = _op) -> str:
-        a = n.tensor(NUMERIC, nonempty=True)
+        a = n.tensor(NUMERIC, nonempty=True, rows="reduction")
         return f"aten.{_op}.default({a}, {n.dims(a)}, {_keep(n)})"
 
     spec(f"aten.{_op}.default", "reduction")(_amax)
 
 for _op in ("argmax", "argmin"):
     def _arg(n: NodeDraw, _op: str = _op) -> str:
-        a = n.tensor(NUMERIC, nonempty=True)
+        a = n.tensor(NUMERIC, nonempty=True, rows="reduction")
         return f"aten.{_op}.default({a}, {n.dim(a)}, {_keep(n)})"
 
     spec(f"aten.{_op}.default", "reduction")(_arg)
 
 for _op in ("max", "min"):
     def _minmax_dim(n: NodeDraw, _op: str = _op) -> str:
-        a = n.tensor(NUMERIC, nonempty=True, min_rank=1)
+        a = n.tensor(NUMERIC, nonempty=True, min_rank=1, rows="reduction")
         return f"aten.{_op}.dim({a}, {n.dim(a)}, {_keep(n)})"
 
     spec(f"aten.{_op}.dim", "reduction")(_minmax_dim)
 
     def _minmax_all(n: NodeDraw, _op: str = _op) -> str:
-        return f"aten.{_op}.default({n.tensor(NUMERIC, nonempty=True)})"
+        return f"aten.{_op}.default({n.tensor(NUMERIC, nonempty=True, rows='reduction')})"
 
     spec(f"aten.{_op}.default", "reduction")(_minmax_all)
 
 for _op in ("var", "std", "var_mean"):
     def _var(n: NodeDraw, _op: str = _op) -> str:
-        a = n.tensor(FLOAT_DTYPES)
-        correction = n.draw(st.sampled_from(["", ", correction=0", ", correction=1", ", correction=2"]))
-        return f"aten.{_op}.correction({a}, {n.dims(a)}{correction}, keepdim={_keep(n)})"
+        a = n.tensor(FLOAT_DTYPES, rows="reduction")
+        if not n.corner("optionals"):
+            correction = n.draw(st.sampled_from(["", ", correction=0", ", correction=1", ", correction=2"]))
+            return f"aten.{_op}.correction({a}, {n.dims(a)}{correction}, keepdim={_keep(n)})"
+        dims = None if n.draw(st.integers(0, 3)) == 3 else str(n.dims(a))  # None: every dim
+        return n.call(f"aten.{_op}.correction", a, dim=dims, keepdim=_optional_keep(n),
+                      correction=n.draw(st.sampled_from([None, "0", "1", "2", "0.5"])))
 
     spec(f"aten.{_op}.correction", "reduction")(_var)
 
 for _op in ("any", "all"):
     def _anyall(n: NodeDraw, _op: str = _op) -> str:
-        a = n.tensor(ALL_DTYPES)
+        a = n.tensor(ALL_DTYPES, rows="reduction")
         return f"aten.{_op}.dim({a}, {n.dim(a)}, {_keep(n)})"
 
     spec(f"aten.{_op}.dim", "reduction")(_anyall)
@@ -285,20 +308,25 @@ for _op in ("any", "all"):
 
 @spec("aten.logsumexp.default", "reduction")
 def _logsumexp(n: NodeDraw) -> str:
-    a = n.tensor(FLOAT_DTYPES)
+    a = n.tensor(FLOAT_DTYPES, rows="reduction")
     return f"aten.logsumexp.default({a}, {n.dims(a)}, {_keep(n)})"
 
 
 @spec("aten.linalg_vector_norm.default", "reduction")
 def _norm(n: NodeDraw) -> str:
-    a = n.tensor(FLOAT_DTYPES)
     order = n.draw(st.sampled_from(["2", "1", "inf", "3.0"]))
-    return f"aten.linalg_vector_norm.default({a}, {order}, {n.dims(a)}, {_keep(n)})"
+    # the inf norm has no identity: ATen rejects it over an empty dim (2-3% of the draws were spec errors)
+    a = n.tensor(FLOAT_DTYPES, nonempty=order == "inf", rows="reduction")
+    if not n.corner("optionals"):
+        return f"aten.linalg_vector_norm.default({a}, {order}, {n.dims(a)}, {_keep(n)})"
+    dims = None if n.draw(st.integers(0, 3)) == 3 else str(n.dims(a))
+    wide = "f64" if n.dtype(a) == "float64" else n.draw(st.sampled_from([None, "f32", "f64"]))
+    return n.call("aten.linalg_vector_norm.default", a, ord=order, dim=dims, keepdim=_optional_keep(n), dtype=wide)
 
 
 @spec("aten.count_nonzero.dim_IntList", "reduction")
 def _count_nonzero(n: NodeDraw) -> str:
-    a = n.tensor(ALL_DTYPES)
+    a = n.tensor(ALL_DTYPES, rows="reduction")
     return f"aten.count_nonzero.dim_IntList({a}, {n.dims(a)})"
 
 

@@ -54,20 +54,29 @@ def _sdpa(n: NodeDraw) -> str:
     while (math.prod(lead_q) * length * dim + math.prod(lead_kv) * keys * (dim + vdim)
            > n.builder.limits.max_numel):  # deterministic, like draw_shape: the longer sequence halves
         length, keys = (length // 2, keys) if length >= keys else (length, keys // 2)
+    kind = n.draw(st.sampled_from(["none", "causal", "bool", "float"]))
+    if kind == "causal" and n.corner("optionals") and length == keys and n.draw(st.booleans()):
+        # causal with more keys than queries (or fewer): the mask is the top-left triangle of L x S
+        keys = n.draw(st.sampled_from([length + 3, max(0, length // 2), 2 * length + 1]))
+        while math.prod(lead_kv) * keys * (dim + vdim) + math.prod(lead_q) * length * dim > n.builder.limits.max_numel:
+            keys //= 2
     q = n.tensor((dtype,), shape=[*lead_q, length, dim])
     k = n.tensor((dtype,), shape=[*lead_kv, keys, dim])
     v = n.tensor((dtype,), shape=[*lead_kv, keys, vdim])
-    args = [q, k, v]
-    kind = n.draw(st.sampled_from(["none", "causal", "bool", "float"]))
+    mask = causal = None
     if kind in ("bool", "float"):
         shape = _mask_shape(n, batch, heads, length, keys)
         mask = n.tensor(("bool",) if kind == "bool" else (dtype,), shape=shape, fresh_only=True)
-        args.append(f"attn_mask={mask}")
     elif kind == "causal":
-        args.append("is_causal=True")
+        causal = "True"
     scale = n.draw(st.sampled_from([None, 0.125, 1.0, 3.0]))
-    if scale is not None:
-        args.append(f"scale={scale!r}")
-    if gqa:
-        args.append("enable_gqa=True")
-    return f"aten.scaled_dot_product_attention.default({', '.join(args)})"
+    scale_text = None if scale is None else repr(scale)
+    if not n.corner("optionals"):
+        extra = [f"attn_mask={mask}"] * (mask is not None) + [f"is_causal={causal}"] * (causal is not None)
+        extra += [f"scale={scale_text}"] * (scale is not None) + ["enable_gqa=True"] * gqa
+        return f"aten.scaled_dot_product_attention.default({', '.join([q, k, v, *extra])})"
+    if causal is None and mask is None and n.draw(st.booleans()):
+        causal = "False"  # given explicitly, as models often do
+    return n.call("aten.scaled_dot_product_attention.default", q, k, v, attn_mask=mask,
+                  dropout_p=n.draw(st.sampled_from([None, "0.0"])), is_causal=causal, scale=scale_text,
+                  enable_gqa="True" if gqa else None)

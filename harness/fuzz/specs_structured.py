@@ -4,6 +4,7 @@ ops, scans and sorting. Registered into ``harness.fuzz.opspec.OP_SPECS`` on impo
 from __future__ import annotations
 
 import math
+import re
 
 from hypothesis import strategies as st
 
@@ -322,49 +323,88 @@ def _embedding(n: NodeDraw) -> str:
 # -- neural-net ops ----------------------------------------------------------------------------
 for _op in ("_softmax", "_log_softmax"):
     def _softmax(n: NodeDraw, _op: str = _op) -> str:
-        a = n.tensor(("float32", "float64", "float16", "bfloat16"), min_rank=1)
+        a = n.tensor(("float32", "float64", "float16", "bfloat16"), min_rank=1, rows="reduction")
         return f"aten.{_op}.default({a}, {n.dim(a)}, False)"
 
     spec(f"aten.{_op}.default", "nn")(_softmax)
 
 
+# eps of norms: the usual ones, and large ones, so two norms of one input that differ only in eps
+# differ in value (a result cached on too little a key shows)
+NORM_EPS = ("1e-05", "1e-06", "0.1", "1.0")
+
+
+def _affine(n: NodeDraw, dtype: str, shape: list[int], fresh_only: bool = False) -> tuple[str, str]:
+    """(weight, bias) of a norm: both or neither; with the ``optionals`` corner each independently."""
+    if n.corner("optionals"):
+        present = n.again("affine", st.tuples(st.booleans(), st.booleans()))
+    else:
+        present = (n.draw(st.booleans()),) * 2
+    return tuple(n.tensor((dtype,), shape=shape, fresh_only=fresh_only, contiguous=fresh_only) if p else "None"
+                 for p in present)  # type: ignore[return-value]
+
+
+def _eps(n: NodeDraw) -> str:
+    """A norm's eps; a repeated norm takes another one than the norm it repeats."""
+    if not n.corner("optionals"):
+        return "1e-05"
+    last = re.findall(r"([\d.e-]+)\)(?:\[0\])?$", n.repeating or "")
+    return n.draw(st.sampled_from([e for e in NORM_EPS if e not in last]))
+
+
 @spec("aten.native_layer_norm.default", "nn")
 def _layer_norm(n: NodeDraw) -> str:
-    a = n.tensor(FLOAT, min_rank=1)
-    norm = _shape(n, a)[-n.draw(st.integers(1, min(2, n.meta(a).dim()))):]
-    affine = n.draw(st.booleans())
-    w = n.tensor((n.dtype(a),), shape=norm) if affine else "None"
-    b = n.tensor((n.dtype(a),), shape=norm) if affine else "None"
+    a = n.tensor(FLOAT, min_rank=1, rows="reduction")
+    rank = n.meta(a).dim()
+    norm = _shape(n, a)[-min(rank, n.again("norm_dims", st.integers(1, min(2, rank)))):]
+    w, b = _affine(n, n.dtype(a), norm)
     # mean and rstd of a 16-bit input are float32 on meta tensors (and the GPU) but the input's
     # dtype on the CPU: a later op typed from the meta kernel's fails in eager; output 0 only there
     only_out = "[0]" if n.dtype(a) in ("float16", "bfloat16") else ""
-    return f"aten.native_layer_norm.default({a}, {norm}, {w}, {b}, 1e-5){only_out}"
+    return f"aten.native_layer_norm.default({a}, {norm}, {w}, {b}, {_eps(n)}){only_out}"
 
 
 @spec("aten.native_group_norm.default", "nn")
 def _group_norm(n: NodeDraw) -> str:
-    groups = n.draw(st.sampled_from([1, 2, 3]))
-    channels = groups * n.draw(st.sampled_from([1, 2]))
+    echo = n.peek_echo()
+    if echo is not None and n.meta(echo).dim() == 3 and n.meta(echo).shape[1] > 0:  # repeated: its channels
+        channels = _shape(n, echo)[1]
+        groups = n.draw(st.sampled_from([g for g in range(1, channels + 1) if channels % g == 0]))
+        shape = _shape(n, echo)
+    else:
+        groups = n.draw(st.sampled_from([1, 2, 3]))
+        channels = groups * n.draw(st.sampled_from([1, 2]))
+        spatial = n.draw(st.sampled_from([1, 5, 16]))
+        if n.corner("sizes") and n.draw(st.integers(0, 3)) == 3:  # a row from the size classes
+            spatial = n.draw(st.sampled_from([s for s in n.builder.limits.blocks.classes("reduction")
+                                              if s * channels <= n.builder.limits.max_row_numel // 2]))
+        shape = [n.draw(st.sampled_from([1, 2])), channels, spatial]
     # contiguous: ATen's CUDA kernel rejects other layouts (H200 seed 11: 2% of the graphs)
-    a = n.tensor(("float32", "float64"), shape=[n.draw(st.sampled_from([1, 2])), channels,
-                                                n.draw(st.sampled_from([1, 5, 16]))], fresh_only=True, contiguous=True)
-    w = n.tensor((n.dtype(a),), shape=[channels], fresh_only=True, contiguous=True)
+    a = n.tensor(("float32", "float64"), shape=shape, fresh_only=True, contiguous=True, rows="reduction")
+    if n.corner("optionals"):
+        w, b = _affine(n, n.dtype(a), [channels], fresh_only=True)
+    else:
+        w, b = n.tensor((n.dtype(a),), shape=[channels], fresh_only=True, contiguous=True), "None"
     # output 0 only: the meta kernel's mean/rstd dtypes differ from the CPU kernel's
-    return (f"aten.native_group_norm.default({a}, {w}, None, {_shape(n, a)[0]}, {channels}, "
-            f"{_shape(n, a)[2]}, {groups}, 1e-5)[0]")
+    return (f"aten.native_group_norm.default({a}, {w}, {b}, {_shape(n, a)[0]}, {channels}, "
+            f"{_shape(n, a)[2]}, {groups}, {_eps(n)})[0]")
 
 
 @spec("aten._native_batch_norm_legit_no_training.default", "nn")
 def _batch_norm(n: NodeDraw) -> str:
-    a = n.tensor(("float32", "float64"), min_rank=2, nonempty=True)
+    a = n.tensor(("float32", "float64"), min_rank=2, nonempty=True, rows="reduction")
     c = [_shape(n, a)[1]]
     dt = (n.dtype(a),)
-    var = n.tensor(dt, shape=c, profile="positive", fresh_only=True)
     # parameters are fresh inputs: ATen's CPU kernel rejects some layouts/dtype mixes of
     # computed parameter tensors ("mixed dtype (CPU)") that meta tensors accept
-    params = [n.tensor(dt, shape=c, fresh_only=True) for _ in range(3)]
-    return (f"aten._native_batch_norm_legit_no_training.default({a}, {params[0]}, "
-            f"{params[1]}, {params[2]}, {var}, 0.1, 1e-5)[0]")  # eager's saved stats are empty, meta's are not
+    if n.corner("optionals"):
+        w, b = (n.tensor(dt, shape=c, fresh_only=True) if n.draw(st.booleans()) else "None" for _ in range(2))
+    else:
+        w, b = (n.tensor(dt, shape=c, fresh_only=True) for _ in range(2))
+    mean = n.tensor(dt, shape=c, fresh_only=True)
+    var = n.tensor(dt, shape=c, profile="positive", fresh_only=True)
+    return (f"aten._native_batch_norm_legit_no_training.default({a}, {w}, {b}, {mean}, {var}, 0.1, "
+            f"{_eps(n)})[0]")  # eager's saved stats are empty, meta's are not
 
 
 def _matmul_dtypes() -> tuple[str, ...]:
@@ -392,8 +432,11 @@ def _addmm(n: NodeDraw) -> str:
     cols = n.draw(st.sampled_from([3, 1, 8]))
     dt = (n.dtype(a),)
     bias = n.tensor(dt, shape=n.draw(st.sampled_from([[cols], [m, cols], [1, cols]])))
-    beta = n.draw(st.sampled_from(["", ", beta=0.5, alpha=2"]))
-    return f"aten.addmm.default({bias}, {a}, {n.tensor(dt, shape=[k, cols])}{beta})"
+    if not n.corner("optionals"):
+        beta = n.draw(st.sampled_from(["", ", beta=0.5, alpha=2"]))
+        return f"aten.addmm.default({bias}, {a}, {n.tensor(dt, shape=[k, cols])}{beta})"
+    return n.call("aten.addmm.default", bias, a, n.tensor(dt, shape=[k, cols]),
+                  beta=n.draw(st.sampled_from([None, "0.5", "0"])), alpha=n.draw(st.sampled_from([None, "2", "-1"])))
 
 
 @spec("aten.matmul.default", "nn")
@@ -421,19 +464,42 @@ def _convolution(n: NodeDraw) -> str:
             f"False, {rep(0)}, {groups})")
 
 
+def _pool_input(n: NodeDraw) -> tuple[str, int]:
+    x = n.tensor(FLOAT, shape=[1, 2, n.draw(st.sampled_from([4, 7, 9])), n.draw(st.sampled_from([4, 5, 8]))])
+    return x, n.draw(st.sampled_from([2, 3]))
+
+
+def _pool_padding(n: NodeDraw, k: int) -> str | None:
+    """Padding of a k-window (at most k // 2, ATen's limit), or None to leave it out."""
+    return n.draw(st.sampled_from([None, *(f"[{p}, {q}]" for p in range(k // 2 + 1) for q in range(k // 2 + 1))]))
+
+
 @spec("aten.max_pool2d_with_indices.default", "nn")
 def _max_pool(n: NodeDraw) -> str:
-    x = n.tensor(FLOAT, shape=[1, 2, n.draw(st.sampled_from([4, 7, 9])), n.draw(st.sampled_from([4, 5]))])
-    k = n.draw(st.sampled_from([2, 3]))
-    return f"aten.max_pool2d_with_indices.default({x}, [{k}, {k}], [{n.draw(st.sampled_from([1, 2]))}], [{k // 2}])"
+    x, k = _pool_input(n)
+    if not n.corner("optionals"):
+        return f"aten.max_pool2d_with_indices.default({x}, [{k}, {k}], [{n.draw(st.sampled_from([1, 2]))}], [{k // 2}])"
+    padding = _pool_padding(n, k)
+    pads = [int(p) for p in padding.strip("[]").split(",")] if padding else [0, 0]
+    smallest = min(_shape(n, x)[2] + 2 * pads[0], _shape(n, x)[3] + 2 * pads[1])
+    dilations = [d for d in (1, 2) if d * (k - 1) + 1 <= smallest]  # a window must fit the padded input
+    return n.call("aten.max_pool2d_with_indices.default", x, f"[{k}, {k}]",
+                  stride=n.draw(st.sampled_from([None, "[1]", "[2]", "[2, 1]"])), padding=padding,
+                  dilation=n.draw(st.sampled_from([None, *(f"[{d}]" for d in dilations)])),
+                  ceil_mode=n.draw(st.sampled_from([None, "True", "False"])))
 
 
 @spec("aten.avg_pool2d.default", "nn")
 def _avg_pool(n: NodeDraw) -> str:
-    x = n.tensor(FLOAT, shape=[1, 2, n.draw(st.sampled_from([4, 7, 9])), n.draw(st.sampled_from([4, 5]))])
-    k = n.draw(st.sampled_from([2, 3]))
-    ceil, count = n.draw(st.booleans()), n.draw(st.booleans())
-    return f"aten.avg_pool2d.default({x}, [{k}, {k}], [2, 2], [{k // 2}, {k // 2}], {ceil}, {count})"
+    x, k = _pool_input(n)
+    if not n.corner("optionals"):
+        ceil, count = n.draw(st.booleans()), n.draw(st.booleans())
+        return f"aten.avg_pool2d.default({x}, [{k}, {k}], [2, 2], [{k // 2}, {k // 2}], {ceil}, {count})"
+    return n.call("aten.avg_pool2d.default", x, f"[{k}, {k}]",
+                  stride=n.draw(st.sampled_from([None, "[2, 2]", "[1, 2]"])), padding=_pool_padding(n, k),
+                  ceil_mode=n.draw(st.sampled_from([None, "True", "False"])),
+                  count_include_pad=n.draw(st.sampled_from([None, "False", "True"])),
+                  divisor_override=n.draw(st.sampled_from([None, "3", "1"])))
 
 
 @spec("aten._adaptive_avg_pool2d.default", "nn")
@@ -457,41 +523,47 @@ def _upsample_bilinear(n: NodeDraw) -> str:
 # -- scans and sorting -------------------------------------------------------------------------
 for _op in ("cumsum", "cumprod"):
     def _scan(n: NodeDraw, _op: str = _op) -> str:
-        a = n.tensor(NUMERIC, min_rank=1)
-        return f"aten.{_op}.default({a}, {n.dim(a)})"
+        a = n.tensor(NUMERIC, min_rank=1, rows="reduction")
+        if not n.corner("optionals"):
+            return f"aten.{_op}.default({a}, {n.dim(a)})"
+        dtypes = [None, "f64", "f32"] if n.meta(a).is_floating_point() else [None, "i32", "i64", "f64"]
+        return n.call(f"aten.{_op}.default", a, str(n.dim(a)), dtype=n.draw(st.sampled_from(dtypes)))
 
     spec(f"aten.{_op}.default", "scan")(_scan)
 
 
 @spec("aten.logcumsumexp.default", "scan")
 def _logcumsumexp(n: NodeDraw) -> str:
-    a = n.tensor(("float32", "float64"), min_rank=1)
+    a = n.tensor(("float32", "float64"), min_rank=1, rows="reduction")
     return f"aten.logcumsumexp.default({a}, {n.dim(a)})"
 
 
 @spec("aten.cummax.default", "scan")
 def _cummax(n: NodeDraw) -> str:
-    a = n.tensor(NUMERIC, min_rank=1)
+    a = n.tensor(NUMERIC, min_rank=1, rows="reduction")
     return f"aten.cummax.default({a}, {n.dim(a)})"
 
 
 @spec("aten.sort.stable", "scan")
 def _sort(n: NodeDraw) -> str:
     # stable=True: ties keep their order, so indices are defined (unstable sort's are not)
-    a = n.tensor(NUMERIC, min_rank=1)
+    a = n.tensor(NUMERIC, min_rank=1, rows="reduction")
     return f"aten.sort.stable({a}, stable=True, dim={n.dim(a)}, descending={n.draw(st.booleans())})"
 
 
 @spec("aten.topk.default", "scan")
 def _topk(n: NodeDraw) -> str:
     # values only are deterministic under ties: the indices of equal values may differ by kernel
-    a = n.tensor(("float32", "float64", "int64"), min_rank=1, nonempty=True)
+    a = n.tensor(("float32", "float64", "int64"), min_rank=1, nonempty=True, rows="reduction")
     dim = n.dim(a)
     k = n.draw(st.integers(0, min(3, _shape(n, a)[dim])))
-    return f"aten.topk.default({a}, {k}, {dim}, {n.draw(st.booleans())})[0]"
+    if not n.corner("optionals"):
+        return f"aten.topk.default({a}, {k}, {dim}, {n.draw(st.booleans())})[0]"
+    return n.call("aten.topk.default", a, str(k), dim=str(dim), largest=n.draw(st.sampled_from([None, "False", "True"])),
+                  sorted=n.draw(st.sampled_from([None, "True"]))) + "[0]"
 
 
 @spec("aten.argsort.stable", "scan")
 def _argsort(n: NodeDraw) -> str:
-    a = n.tensor(NUMERIC, min_rank=1)
+    a = n.tensor(NUMERIC, min_rank=1, rows="reduction")
     return f"aten.argsort.stable({a}, stable=True, dim={n.dim(a)})"

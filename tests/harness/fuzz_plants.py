@@ -8,6 +8,7 @@ broken lowering.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import torch
@@ -217,3 +218,93 @@ def neg_of_a_fused_operand() -> None:
         return original(ctx, node, x, *rest, **kw)
 
     LOWERINGS[aten.neg] = neg
+
+# -- plants for the generation corners (tests/harness/test_fuzz_corners.py) -------------------------
+LOOP_HEAD = re.compile(r"for roffset in range\(0, (\d+), RBLOCK\):")
+
+
+def drop_last_partial_block(source: str) -> str:
+    """Triton source whose looped reductions stop at the last whole block (``rnumel - rnumel % RBLOCK``):
+    rows that fit one block (persistent reductions) and whole numbers of blocks come out right."""
+    return LOOP_HEAD.sub(lambda m: f"for roffset in range(0, {m.group(1)} - {m.group(1)} % RBLOCK, RBLOCK):", source)
+
+
+def looped_reduction_drops_last_block() -> None:
+    """Every looped Triton reduction loses its last partial block (``drop_last_partial_block``)."""
+    import dataclasses
+
+    from compiler.codegen.triton import TritonRenderer
+
+    render = TritonRenderer.render
+
+    def planted(self: Any, kernel: Any) -> Any:
+        out = render(self, kernel)
+        return dataclasses.replace(out, source=drop_last_partial_block(out.source))
+
+    TritonRenderer.render = planted
+
+
+def norm_rule_cached_without_eps() -> None:
+    """The layer norm rule memoized on its input, normalized shape, weight and bias but not eps: the
+    second of two norms of one input that differ only in eps gets the first one's result."""
+    from compiler.decompositions import RULES, DecompRule
+
+    name = "crucible:layer_norm_overflow_safe"
+    rule = RULES[name]
+    seen: dict[int, tuple[Any, dict]] = {}  # id(x) -> (x, kept alive so its id is not reused; results)
+
+    def cached(x: torch.Tensor, shape: Any, weight: Any, bias: Any, eps: float) -> Any:
+        key = (tuple(shape), id(weight), id(bias))
+        if len(seen) > 64:
+            seen.clear()
+        calls = seen.setdefault(id(x), (x, {}))[1]
+        if key not in calls:
+            calls[key] = rule.fn(x, shape, weight, bias, eps)
+        return tuple(t.clone() for t in calls[key])
+
+    RULES[name] = DecompRule(name, rule.op, cached, rule.origin)
+
+
+def layer_norm_bias_needs_weight() -> None:
+    """The layer norm rule adds the bias only when there is a weight (``if weight is not None:
+    out = out * w + b``): a norm with a bias and no weight loses its bias."""
+    from compiler.decompositions import RULES, DecompRule
+
+    name = "crucible:layer_norm_overflow_safe"
+    rule = RULES[name]
+
+    def wrong(x: torch.Tensor, shape: Any, weight: Any, bias: Any, eps: float) -> Any:
+        return rule.fn(x, shape, weight, bias if weight is not None else None, eps)
+
+    RULES[name] = DecompRule(name, rule.op, wrong, rule.origin)
+
+
+def extern_drops_keyword_dtype() -> None:
+    """Extern (library) calls lose a keyword-only ``dtype=`` argument (cumsum(x, 0, dtype=f64) runs as
+    cumsum(x, 0)): the call is rebuilt from the positional arguments and the other keywords."""
+    from compiler.lowering import GraphLowering
+
+    extern = GraphLowering.extern
+
+    def planted(self: Any, node: Any, args: tuple, kwargs: dict, *rest: Any, **kw: Any) -> Any:
+        return extern(self, node, args, {k: v for k, v in kwargs.items() if k != "dtype"}, *rest, **kw)
+
+    GraphLowering.extern = planted
+
+
+def sliced_unit_dims_taken_dense() -> None:
+    """An input with a size-1 dim and a storage offset (a slice of a wider tensor: ``x[:, 1:2]``) is
+    read as if it were dense: its strides are recomputed from its shape."""
+    from compiler.graph import contiguous_strides
+    from compiler.lowering import GraphLowering, Strided
+
+    lower = GraphLowering.lower_placeholder
+
+    def planted(self: Any, node: Any) -> Any:
+        out = lower(self, node)
+        val = node.meta.get("val")
+        if isinstance(out, Strided) and 1 in tuple(val.shape) and val.storage_offset() != 0:
+            return Strided(out.buffer, out.shape, contiguous_strides(tuple(out.shape)), out.offset, out.dtype)
+        return out
+
+    GraphLowering.lower_placeholder = planted
