@@ -206,7 +206,7 @@ def _campaign(monkeypatch: Any, target: str, ops: str, examples: int, corners: f
 PLANTS = [  # plant, ops, max nodes, seed, examples, the corner that finds it
     ("looped_reduction_drops_last_block", "sum.dim_IntList", 1, 2, 6, "sizes"),
     ("layer_norm_bias_needs_weight", "native_layer_norm.default", 1, 0, 6, "optionals"),
-    ("extern_drops_keyword_dtype", "cumsum.default", 1, 9, 6, "optionals"),
+    ("extern_drops_keyword_dtype", "cumsum.default", 1, 0, 6, "optionals"),
     ("sliced_unit_dims_taken_dense", "add.Tensor", 1, 3, 10, "layouts"),
     ("norm_rule_cached_without_eps", "native_layer_norm.default", 2, 8, 10, "repeats"),
 ]
