@@ -32,13 +32,12 @@ from typing import Any
 import torch
 
 from harness.bench.errors import error_line
-from harness.bench.turns import Turns, run_all, run_worker, worker_command
+from harness.bench.turns import RESULT, Turns, run_all, run_row
 from harness.bench.breakdown import _fmt, compile_breakdown, compile_passes  # noqa: F401  (compile_breakdown: re-exported)
 from harness.bench.zoo import MODELS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = ("eager", "inductor", "inductor-ro", "crucible", "crucible-cg")
-_RESULT = "RESULT "
 
 
 def sync(device: str) -> None:
@@ -235,14 +234,7 @@ def run_isolated(name: str, dtype: str, args: argparse.Namespace, timeout: float
     argv = ["--worker", "--models", name, "--dtypes", dtype, "--device", args.device,
             "--backends", *args.backends] + (["--tiny"] if args.tiny else []) + \
         (["--keep-tuning", str(args.keep_tuning)] if args.keep_tuning else [])
-    status, out, err = run_worker(worker_command(lock, argv), timeout)
-    if status is None:
-        return {"model": name, "dtype": dtype, "error": f"timeout after {timeout:.0f} s", "backends": {}}
-    for line in out.splitlines():
-        if line.startswith(_RESULT):
-            return json.loads(line[len(_RESULT):])
-    tail = (err.strip().splitlines() or ["no output"])[-1]
-    return {"model": name, "dtype": dtype, "error": f"exit {status}: {tail[:300]}", "backends": {}}
+    return run_row("models", lock, argv, timeout, name, dtype)
 
 
 def compile_share(jobs: int) -> int | None:
@@ -449,7 +441,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     if args.worker:
         for name, dtype in pairs(args, parser):
             row = measure_model(name, dtype, args.device, args.tiny, tuple(args.backends), turns, args.keep_tuning)
-            print(_RESULT + json.dumps(row), flush=True)
+            print(RESULT + json.dumps(row), flush=True)
         return 0
     launch_rows = []
     if args.device == "cuda" and not args.no_launch_bench:

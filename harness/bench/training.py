@@ -40,7 +40,7 @@ import torch
 from harness.bench.breakdown import _fmt
 from harness.bench.errors import error_line
 from harness.bench.models import _cache_env, _environment, compile_share, geomean, sync
-from harness.bench.turns import Turns, run_all, run_worker, worker_command
+from harness.bench.turns import RESULT, Turns, run_all, run_row
 from harness.bench.zoo import MODELS
 
 DTYPES = ("fp32", "bf16")  # bf16: autocast over float32 weights, as mixed-precision training runs
@@ -49,7 +49,6 @@ CUDA_ONLY = ("inductor-ro", "crucible-cg")
 PARITY_STEPS = 3
 PARITY_LIMIT = {"fp32": 0.05, "bf16": 0.3}  # update err above this: a parity failure
 LR = 1e-3
-_RESULT = "RESULT "
 
 
 def loss_of(out: Any, target: torch.Tensor) -> torch.Tensor:
@@ -225,14 +224,7 @@ def step_ms(step: Callable, batch: tuple, target: torch.Tensor, device: str, ste
 def run_isolated(name: str, dtype: str, args: argparse.Namespace, timeout: float, lock: str | None) -> dict:
     argv = ["--worker", "--models", name, "--dtypes", dtype, "--device", args.device, "--steps", str(args.steps),
             "--backends", *args.backends] + (["--tiny"] if args.tiny else [])
-    status, out, err = run_worker(worker_command(lock, argv, "training"), timeout)
-    if status is None:
-        return {"model": name, "dtype": dtype, "error": f"timeout after {timeout:.0f} s", "backends": {}}
-    for line in out.splitlines():
-        if line.startswith(_RESULT):
-            return json.loads(line[len(_RESULT):])
-    tail = (err.strip().splitlines() or ["no output"])[-1]
-    return {"model": name, "dtype": dtype, "error": f"exit {status}: {tail[:300]}", "backends": {}}
+    return run_row("training", lock, argv, timeout, name, dtype)
 
 
 def _get(row: dict, backend: str, key: str) -> Any:
@@ -322,7 +314,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
         for name in args.models:
             for dtype in args.dtypes:
                 row = measure_row(name, dtype, args.device, args.tiny, tuple(args.backends), args.steps, turns)
-                print(_RESULT + json.dumps(row), flush=True)
+                print(RESULT + json.dumps(row), flush=True)
         return 0
     from compiler.config import environment_override
 

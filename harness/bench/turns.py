@@ -24,6 +24,7 @@ shared hold before ``import torch`` so that even a worker's start-up never overl
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -108,6 +109,22 @@ def run_worker(cmd: list[str], timeout: float, env: dict[str, str] | None = None
         os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
         return None, out, err
+
+
+RESULT = "RESULT "  # a worker prints its row as one line: this prefix, then the row as JSON
+
+
+def run_row(bench: str, lock: str | None, argv: list[str], timeout: float, name: str, dtype: str) -> dict:
+    """One row (``name`` in ``dtype``) of ``harness.bench.<bench>`` in a worker process: the row it
+    printed, or the row's error (a timeout, or the exit status and the last line of stderr)."""
+    status, out, err = run_worker(worker_command(lock, argv, bench), timeout)
+    if status is None:
+        return {"model": name, "dtype": dtype, "error": f"timeout after {timeout:.0f} s", "backends": {}}
+    for line in out.splitlines():
+        if line.startswith(RESULT):
+            return json.loads(line[len(RESULT):])
+    tail = (err.strip().splitlines() or ["no output"])[-1]
+    return {"model": name, "dtype": dtype, "error": f"exit {status}: {tail[:300]}", "backends": {}}
 
 
 def run_all(jobs: list[Any], run: Callable[[Any, float], dict], workers: int, budget: float | None,
