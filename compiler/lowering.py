@@ -258,9 +258,9 @@ class GraphLowering:
         val = node.meta.get("val")
         if isinstance(val, torch.SymInt):  # sym_size, size arithmetic: the size expression itself
             return size_of(val)
-        if isinstance(val, torch.SymFloat) and val.node.expr.is_number:  # a ratio of sizes that is constant
-            return float(val.node.expr)
-        if isinstance(val, (torch.SymFloat, torch.SymBool)):
+        if isinstance(val, torch.SymFloat):  # a number of sizes (1 / numel): its expression, or a constant
+            return float(val.node.expr) if val.node.expr.is_number else val.node.expr
+        if isinstance(val, torch.SymBool):
             raise DynamicUnsupported("symbolic_scalar", f"{node.name} computes a symbolic scalar ({val!r})")
         if node.target is operator.getitem:
             return args[0][args[1]]

@@ -149,7 +149,7 @@ class GraphCompilation:
         debug.graph_start(self)
         # chosen first: lowering and scheduling work within what this renderer can emit
         renderer: Renderer = self.run_pass("select_renderer", renderer_for, self.codegen, self.device)
-        self.report.symbols = self.run_pass("check_dynamic", check_dynamic, self.gm, self.kind)
+        self.report.symbols = self.run_pass("check_dynamic", check_dynamic, self.gm)
         self.report.dynamic = bool(self.report.symbols)
         if self.device.type == "cuda":
             build_processes()  # Triton's build processes, if any, start while the graph lowers

@@ -46,6 +46,7 @@ from compiler.lowerings.formulas import (
     vsqrt,
 )
 from compiler.lowerings.rules import Lazy, Strided, Unsupported, broadcast_read, register
+from compiler.lowerings.symbolic import size_scalar
 from compiler.report import ExternReason
 
 if TYPE_CHECKING:
@@ -100,8 +101,8 @@ def operand(v: Any, shape: tuple[int, ...], dtype: torch.dtype) -> Expr:
         if dtype in REDUCED_FLOATS and not isinstance(v, bool):
             v = torch.tensor(v, dtype=dtype).item()  # eager reads a number as the 16-bit common dtype
         return ir.const(v, dtype)
-    if isinstance(v, sympy.Expr):  # a symbolic size used as a number (x / x.shape[-1])
-        return ir.cast(ir.size(v), dtype)
+    if isinstance(v, sympy.Expr):  # a number of symbolic sizes (x / x.shape[-1], 1 / numel)
+        return ir.cast(size_scalar(v), dtype)
     raise Unsupported(ExternReason.UNSUPPORTED_ARGS, f"operand of type {type(v).__name__}")
 
 

@@ -4,17 +4,25 @@ layout facts lowering reads from FX meta values, which hold ``torch.SymInt`` siz
 Two levels of "not yet": a rule that needs a static size (it compares, divides or converts a
 symbolic one) makes its op an extern call with ``ExternReason.SYMBOLIC_SIZE`` naming the rule and
 the failing step; a graph that needs what no extern call can give (a symbolic float or bool input,
-a symbolic storage offset, training graphs: stage 4 of the dynamic-shape work) falls back to eager
-with ``FallbackReason.DYNAMIC_UNSUPPORTED`` and the feature's name.
+a symbolic storage offset) falls back to eager with ``FallbackReason.DYNAMIC_UNSUPPORTED`` and the
+feature's name.
+
+A number computed from sizes (``1 / numel`` in a norm's backward, a mean's divisor) is a
+``torch.SymFloat`` in the graph; lowering keeps its sympy expression and ``size_scalar`` spells it
+in the IR as arithmetic on ``SIZE`` leaves in float64, as eager computes the Python number before
+reading it at the tensor's dtype.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import sympy
 import torch
 
+from compiler import ir
 from compiler.graph import contiguous_strides
+from compiler.ir import Expr, Op
 from compiler.sizes import all_static, shape_of
 
 
@@ -59,18 +67,49 @@ def plain_strides(val: Any, shape: tuple) -> tuple | None:
     return tuple(st if n > 1 else max(st, 1) for st, n in zip(stride, shape))
 
 
-def check_dynamic(gm: torch.fx.GraphModule, kind: str) -> dict[str, int]:
-    """The size symbols of ``gm``'s inputs with their example values ({} for a static graph); raises
-    ``DynamicUnsupported`` for the graphs stage 1 of the dynamic-shape work leaves to eager:
-    AOTAutograd's forward and backward graphs (training)."""
+def check_dynamic(gm: torch.fx.GraphModule) -> dict[str, int]:
+    """The size symbols of ``gm``'s inputs with their example values ({} for a static graph). Inference,
+    forward and backward graphs alike: AOTAutograd hands the backward the sizes it needs as inputs
+    (saved ``SymInt``s), so a training graph binds its symbols as an inference graph does."""
     found: dict[str, int] = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder":
             _symbols_of(n.meta.get("val"), found)
-    if found and kind != "inference":
-        raise DynamicUnsupported("training", f"a {kind} graph with symbolic sizes (dynamic-shape training "
-                                 "graphs are not compiled yet; inference graphs are)")
     return dict(sorted(found.items()))
+
+
+_TRUE_DIVISIONS = ("IntTrueDiv", "FloatTrueDiv")
+
+
+def size_scalar(e: sympy.Expr) -> Expr:
+    """A number computed from sizes as an IR expression: an int64 ``SIZE`` leaf when it is an integer,
+    else float64 arithmetic over such leaves (true divisions, conversions, sums, products, integer
+    powers), the way Python computes the number eager then reads. Raises ``ValueError`` for a
+    function it cannot spell (lowering makes that node's op a typed extern call)."""
+    if e.is_integer:
+        return ir.size(e)
+    if e.is_Number:
+        return ir.const(float(e), torch.float64)
+    name = type(e).__name__
+    f64 = torch.float64
+    if name in _TRUE_DIVISIONS:
+        a, b = (ir.cast(size_scalar(x), f64) for x in e.args)
+        return ir.binary(Op.DIV, a, b)
+    if name == "ToFloat":
+        return ir.cast(size_scalar(e.args[0]), f64)
+    if e.is_Add or e.is_Mul:
+        terms = [ir.cast(size_scalar(x), f64) for x in e.args]
+        out = terms[0]
+        for t in terms[1:]:
+            out = ir.binary(Op.ADD if e.is_Add else Op.MUL, out, t)
+        return out
+    if e.is_Pow and e.exp.is_Integer and int(e.exp) != 0:
+        base = ir.cast(size_scalar(e.base), f64)
+        out = base
+        for _ in range(abs(int(e.exp)) - 1):
+            out = ir.binary(Op.MUL, out, base)
+        return out if int(e.exp) > 0 else ir.binary(Op.DIV, ir.const(1.0, f64), out)
+    raise ValueError(f"the number {e} computed from sizes uses {name}, which has no IR spelling")
 
 
 def _symbols_of(val: Any, found: dict[str, int]) -> None:

@@ -13,7 +13,7 @@ import torch
 import compiler
 from compiler import ir, sizes
 from compiler.backend import crucible_backend
-from compiler.report import CompileReport, ExternReason, FallbackReason
+from compiler.report import CompileReport, ExternReason
 
 
 def _compiled(fn: Callable, codegen: str, strict: bool = True) -> tuple[Callable, list]:
@@ -130,15 +130,76 @@ def test_indexing_reflection_padding_and_selects(codegen: str) -> None:
     check_sizes(fn, lambda n, m: (r(n, m), torch.tensor([0, 2])), [(3, 5), (4, 9)], codegen)
 
 
-def test_a_dynamic_training_graph_falls_back_with_its_own_reason(codegen: str) -> None:
-    lin = torch.nn.Linear(4, 3)
-    compiled, _ = _compiled(lambda x: lin(x).relu(), codegen, strict=False)
-    x = r(5, 4)
-    with compiler.collect_reports() as report, pytest.warns(UserWarning, match="dynamic_unsupported"):
-        out = compiled(x)
-    torch.testing.assert_close(out, lin(x).relu())
-    assert {g.fallback for g in report.graphs} == {FallbackReason.DYNAMIC_UNSUPPORTED}
-    assert all("training" in g.fallback_message for g in report.graphs)
+def check_training(model: torch.nn.Module, make: Callable[..., tuple], shapes: list[tuple], codegen: str,
+                   tol: float = 1e-4) -> CompileReport:
+    """Stage 4: forward and backward of ``model`` compiled once with symbolic sizes, against eager
+    (a copy of the same weights) at each of ``shapes``: outputs and every parameter's gradient match,
+    no graph is compiled after the first step, and nothing falls back."""
+    import copy
+
+    reference = copy.deepcopy(model)
+    compiled, graphs = _compiled(model, codegen)
+    with compiler.collect_reports() as report:
+        for i, shape in enumerate(shapes):
+            args = make(*shape)
+            out, expected = compiled(*args), reference(*args)
+            torch.testing.assert_close(out, expected, rtol=tol, atol=tol)
+            out.float().square().sum().backward()
+            expected.float().square().sum().backward()
+            for (name, p), q in zip(model.named_parameters(), reference.parameters()):
+                torch.testing.assert_close(p.grad, q.grad, rtol=tol, atol=tol, msg=lambda m, n=name: f"{n}: {m}")
+            model.zero_grad(), reference.zero_grad()
+            if i == 0:
+                first = len(graphs)
+    assert len(graphs) == first, f"recompiled: {len(graphs) - first} more graphs after the first step"
+    assert not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+    # each graph has kernels over the symbolic sizes (a running statistic's update is a static kernel)
+    generic = {g.kind for g in report.graphs if g.dynamic and any(k.size_args for k in g.kernels)}
+    assert generic == {"forward", "backward"}, generic
+    return report
+
+
+def test_training_an_mlp_with_layer_norm_over_a_symbolic_batch(codegen: str) -> None:
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.LayerNorm(16), torch.nn.Linear(16, 4))
+    check_training(mlp, lambda n: (r(n, 8),), [(3,), (5,), (9,)], codegen)
+
+
+def test_training_batch_norm_divides_by_a_symbolic_count(codegen: str) -> None:
+    """Regression: batch norm's backward multiplies by ``1 / (N * H * W)``, a ``SymFloat``
+    (``IntTrueDiv``) in the graph; lowering refused it as a symbolic scalar and the whole backward
+    fell back to eager. It is now float64 arithmetic on size leaves, read at the tensor's dtype."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, padding=1), torch.nn.BatchNorm2d(4), torch.nn.ReLU(),
+                              torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(4, 2))
+    check_training(net, lambda n, h: (r(n, 3, h, h),), [(2, 4), (3, 6)], codegen)
+
+
+def test_training_embedding_and_cross_entropy_over_a_symbolic_sequence(codegen: str) -> None:
+    class TinyLM(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed, self.head = torch.nn.Embedding(20, 8), torch.nn.Linear(8, 20)
+
+        def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+            logits = self.head(torch.tanh(self.embed(tokens)))
+            return torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens.flatten()).reshape(1)
+
+    check_training(TinyLM(), lambda s: (torch.randint(0, 20, (2, s)),), [(5,), (9,), (13,)], codegen)
+
+
+def test_a_number_of_sizes_is_float64_arithmetic_on_size_leaves() -> None:
+    from torch.utils._sympy.functions import FloatTrueDiv, IntTrueDiv, ToFloat
+
+    from compiler.lowerings.symbolic import size_scalar
+
+    s0, s1 = sympy.symbols("s0 s1", integer=True, positive=True)
+    e = size_scalar(IntTrueDiv(8 * s0 * s1, 8))
+    assert (e.op, e.dtype) == (ir.Op.DIV, torch.float64)
+    assert ir.render_expr(e) == "div(float64(8*s0*s1), 8.0)"  # as Python divides: both sides as doubles
+    assert size_scalar(s0 * 3) == ir.size(3 * s0)  # an integer stays one int64 leaf
+    e = size_scalar(FloatTrueDiv(ToFloat(s0), ToFloat(s1)) + 0.5)
+    assert e.op is ir.Op.ADD and e.dtype == torch.float64
+    with pytest.raises(ValueError, match="no IR spelling"):
+        size_scalar(sympy.sqrt(ToFloat(s0)) * 1.5)
 
 
 def test_the_report_lists_symbols_and_generic_kernels(codegen: str) -> None:
