@@ -40,7 +40,7 @@ from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.pointwise import REDUCED_FLOATS
 from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes, plain_strides
 from compiler.report import ExternReason
-from compiler.sizes import all_static, at_least, shape_of, size_of
+from compiler.sizes import at_least, shape_of, size_of
 
 aten = torch.ops.aten
 
@@ -69,6 +69,9 @@ class GraphLowering:
         # laid out NHWC, whose 4-d consumers are realized NHWC too
         self.channels_last = layout == "channels_last"
         self.nhwc_buffers: set[str] = set()
+        # the storage offsets of inputs and constants that have one: a Strided offset counts from a
+        # buffer's first element (what its pointer is), as_strided's from its storage's
+        self.storage_offsets: dict[str, Any] = {}
         self.graph = LoweredGraph(inputs=[], device=device)
         # writes into graph inputs, emitted after the outputs (``compiler.lowerings.mutation``)
         self.mutations: list[InputMutation] = []
@@ -226,9 +229,9 @@ class GraphLowering:
             if val is None or isinstance(val, (torch.SymFloat, torch.SymBool)):
                 raise DynamicUnsupported("symbolic_scalar", f"input {node.name} is a symbolic scalar ({val!r})")
             return val
-        if not all_static([size_of(val.storage_offset())]):
-            raise DynamicUnsupported("symbolic_offset", f"input {node.name} has a symbolic storage offset")
         name = f"arg{len(self.graph.inputs)}"
+        if val.storage_offset() != 0:  # a slice (a decode loop's last token): kernels get its pointer
+            self.storage_offsets[name] = size_of(val.storage_offset())
         buf = Buffer(name, val.dtype, shape_of(val.shape), shape_of(val.stride()), "input")
         self.graph.inputs.append(buf)
         self.note_layout(buf)
@@ -246,6 +249,8 @@ class GraphLowering:
         if not isinstance(value, torch.Tensor):
             return value
         name = f"const{len(self.graph.constants)}"
+        if value.storage_offset() != 0:
+            self.storage_offsets[name] = value.storage_offset()
         if value.device != self.graph.device:
             value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
                                         device=self.graph.device).copy_(value)

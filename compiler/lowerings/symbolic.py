@@ -3,8 +3,8 @@ layout facts lowering reads from FX meta values, which hold ``torch.SymInt`` siz
 
 Two levels of "not yet": a rule that needs a static size (it compares, divides or converts a
 symbolic one) makes its op an extern call with ``ExternReason.SYMBOLIC_SIZE`` naming the rule and
-the failing step; a graph that needs what no extern call can give (a symbolic float or bool input,
-a symbolic storage offset) falls back to eager with ``FallbackReason.DYNAMIC_UNSUPPORTED`` and the
+the failing step; a graph that needs what no extern call can give (a symbolic float or bool input)
+falls back to eager with ``FallbackReason.DYNAMIC_UNSUPPORTED`` and the
 feature's name.
 
 A number computed from sizes (``1 / numel`` in a norm's backward, a mean's divisor) is a

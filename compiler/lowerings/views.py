@@ -263,7 +263,9 @@ def lower_view(ctx: GraphLowering, node: Any, x: TensorValue, sizes: list[int]) 
 def lower_as_strided(ctx: GraphLowering, node: Any, x: TensorValue, size: list[int], stride: list[int],
                      storage_offset: int | None = None) -> TensorValue:
     base = ctx.realize_contiguous(x) if isinstance(x, Lazy) else x
-    offset = base.offset if storage_offset is None else storage_offset
+    # ATen's storage_offset counts from the storage's start, a Strided offset from the buffer's
+    # first element: an input sliced off a larger tensor read elements that far past the right ones
+    offset = base.offset if storage_offset is None else storage_offset - ctx.storage_offsets.get(base.buffer, 0)
     return Strided(base.buffer, tuple(size), tuple(stride), offset, base.dtype)
 
 
