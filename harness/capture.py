@@ -14,6 +14,7 @@ Counts come from running the model once through a counting backend:
 
 from __future__ import annotations
 
+
 import functools
 import json
 import os
@@ -299,18 +300,51 @@ def _fake_op_count(gm: torch.fx.GraphModule, example_inputs: list) -> int | None
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
     fake_inputs = [t for t in example_inputs if isinstance(t, FakeTensor)]
-    # Dynamo hands a backend the real inputs (some versions their fakes): either way the graph runs
-    # in one fake mode that also takes the module's real parameters
-    mode = fake_inputs[0].fake_mode if fake_inputs else FakeTensorMode(allow_non_fake_inputs=True)
     counter = _FakeRunCounter()
+    if any(_symbolic(v) for v in example_inputs):
+        # With dynamic shapes the fakes' sizes are the compile's own symbols: running on them would
+        # specialize the compile (a BERT encoder's sequence length, and every new length recompiled:
+        # --dynamic counted the probe's guards as the compiler's recompiles). Count on static fakes
+        # of the example sizes, in a mode of their own.
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with mode:
+            inputs = [_at_hint(v) for v in example_inputs]
+    else:
+        # Dynamo hands a backend the real inputs (some versions their fakes): either way the graph
+        # runs in one fake mode that also takes the module's real parameters
+        mode = fake_inputs[0].fake_mode if fake_inputs else FakeTensorMode(allow_non_fake_inputs=True)
+        inputs = example_inputs
     try:
         fakes = [t if isinstance(t, FakeTensor) else mode.from_tensor(t) if isinstance(t, torch.Tensor) else t
-                 for t in example_inputs]
+                 for t in inputs]
         with torch.no_grad(), mode, counter:
             gm.forward(*fakes)
     except Exception:  # noqa: BLE001 -- unknown rather than wrong (see CaptureResult.coverage)
         return None
     return counter.count
+
+
+def _symbolic(value: Any) -> bool:
+    if isinstance(value, torch.Tensor):
+        return any(isinstance(s, torch.SymInt) for s in (*value.shape, *value.stride()))
+    return isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool))
+
+
+def _hint(value: Any) -> Any:
+    """A symbolic number's example value (the size it stands for in this compile)."""
+    if not isinstance(value, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return value
+    node = value.node
+    hint = node.hint if node.hint is not None else node.shape_env.size_hint(node.expr)
+    return node.pytype(hint)
+
+
+def _at_hint(value: Any) -> Any:
+    """``value`` with every symbolic size replaced by its example value (a new, static tensor)."""
+    if isinstance(value, torch.Tensor) and _symbolic(value):
+        return torch.empty_strided([_hint(s) for s in value.shape], [_hint(s) for s in value.stride()],
+                                   dtype=value.dtype, device=value.device)
+    return _hint(value)
 
 
 def count_eager_ops(fn: Callable[..., Any], args: tuple, kwargs: dict) -> tuple[int, Any]:
