@@ -5,7 +5,7 @@ Each source is a module listed in ``SOURCES``. A source module provides
 ``unavailable() -> str | None``, a reason when an optional dependency is missing.
 """
 
-from corpus.entry import TIERS, Built, Entry, ExpectedFailure, ToleranceOverride
+from corpus.entry import TIERS, Built, Entry, ExpectedFailure, SizedInputs, ToleranceOverride
 
 # One explicit registry of sources (no import-order magic): name -> module.
 SOURCES: dict[str, str] = {
@@ -15,6 +15,7 @@ SOURCES: dict[str, str] = {
     "timm": "corpus.timm_models",
     "transformers": "corpus.transformers_models",
     "opinfo": "corpus.opinfo_ops",
+    "dynamic": "corpus.dynamic_models",
 }
 
-__all__ = ["SOURCES", "TIERS", "Built", "Entry", "ExpectedFailure", "ToleranceOverride"]
+__all__ = ["SOURCES", "TIERS", "Built", "Entry", "ExpectedFailure", "SizedInputs", "ToleranceOverride"]

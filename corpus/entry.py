@@ -60,12 +60,30 @@ class EntryUnavailable(Exception):
 
 
 @dataclass(frozen=True)
+class SizedInputs:
+    """The inputs of one call in an entry's own size schedule (``Built.sizes``): ``batch`` and ``seq``
+    are recorded with its result (``seq``: a sequence or KV-cache length), either None where it has
+    none; ``label`` names the call in messages where those two do not say what varies."""
+
+    batch: int | None
+    seq: int | None
+    inputs: tuple
+    kwargs: dict = field(default_factory=dict)
+    label: str = ""
+
+
+@dataclass(frozen=True)
 class Built:
-    """What a factory returns: the callable under test and its example inputs."""
+    """What a factory returns: the callable under test and its example inputs. ``sizes``: where the
+    entry is a variable-length workload, the inputs of every call it makes, in order (a text model at
+    several sequence lengths, the steps of a decode loop with a growing cache); the harness's
+    ``--dynamic`` runs and grades these instead of resizing ``inputs`` itself. The first of them
+    is ``inputs``."""
 
     model: Any  # torch.nn.Module or any callable
     inputs: tuple = ()
     kwargs: dict = field(default_factory=dict)
+    sizes: tuple[SizedInputs, ...] = ()
 
 
 @dataclass(frozen=True)

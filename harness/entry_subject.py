@@ -47,10 +47,11 @@ class _Variant:
     kwargs: dict
     raw: tuple  # (args, kwargs) as built, for the float64 reference
     seq: int | None = None  # the sequence length, where the entry has one (``harness.shapes``)
+    name: str = ""  # what the entry's own size schedule calls this size
 
     @property
     def label(self) -> str:
-        return f"batch {self.batch}" + (f", sequence {self.seq}" if self.seq is not None else "")
+        return self.name or f"batch {self.batch}" + (f", sequence {self.seq}" if self.seq is not None else "")
 
 
 class EntrySubject(Subject):
@@ -95,10 +96,10 @@ class EntrySubject(Subject):
         except EntryUnavailable as exc:
             raise SubjectSkipped(f"unavailable here: {exc}") from None
         self.models = ModelCopies(self.entry, scale, built.model)
-        sizes = size_variants(built.inputs, built.kwargs) if self.dynamic else \
+        sizes = size_variants(built.inputs, built.kwargs, built.sizes) if self.dynamic else \
             [SizeVariant(None, None, built.inputs, built.kwargs)]
-        self.variants = [_Variant(b, cast(a, ctx.device, self.dtype), cast(k, ctx.device, self.dtype), (a, k), s)
-                         for b, s, a, k in sizes]
+        self.variants = [_Variant(v.batch, cast(v.args, ctx.device, self.dtype), cast(v.kwargs, ctx.device, self.dtype),
+                                  (v.args, v.kwargs), v.seq, v.name) for v in sizes]
 
     def _model(self, device: str, dtype: torch.dtype | None) -> Any:
         assert self.models is not None

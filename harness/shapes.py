@@ -31,16 +31,17 @@ SEQUENCE_FACTOR = 2
 
 class SizeVariant(NamedTuple):
     """One input size: ``batch`` None when the entry runs at its built size only; ``seq`` the sequence
-    length where the entry has one."""
+    length where the entry has one; ``name`` what an entry's own schedule calls it."""
 
     batch: int | None
     seq: int | None
     args: tuple
     kwargs: dict
+    name: str = ""
 
     @property
     def label(self) -> str:
-        return f"batch {self.batch}" + (f", sequence {self.seq}" if self.seq is not None else "")
+        return self.name or f"batch {self.batch}" + (f", sequence {self.seq}" if self.seq is not None else "")
 
 
 def batch_size(args: tuple, kwargs: dict) -> int | None:
@@ -79,9 +80,13 @@ def _resize(value: Any, old: int, new: int, dim: int = 0) -> Any:
     return value
 
 
-def size_variants(args: tuple, kwargs: dict) -> list[SizeVariant]:
-    """Every size to run: the batch factors at the built sequence length, then (where the entry has a
-    sequence dimension) a longer sequence at twice the batch; one item when there is no batch dim."""
+def size_variants(args: tuple, kwargs: dict, schedule: tuple = ()) -> list[SizeVariant]:
+    """Every size to run: an entry's own ``schedule`` (``corpus.entry.SizedInputs``, a variable-length
+    workload's calls) when it has one; else the batch factors at the built sequence length, then (where
+    the entry has a sequence dimension) a longer sequence at twice the batch; one item when there is
+    no batch dim."""
+    if schedule:
+        return [SizeVariant(s.batch, s.seq, s.inputs, s.kwargs, s.label) for s in schedule]
     batch = batch_size(args, kwargs)
     if batch is None:
         return [SizeVariant(None, None, args, kwargs)]
@@ -89,7 +94,7 @@ def size_variants(args: tuple, kwargs: dict) -> list[SizeVariant]:
     out = [SizeVariant(batch * f, seq, _resize(args, batch, batch * f), _resize(kwargs, batch, batch * f))
            for f in BATCH_FACTORS]
     if seq is not None:
-        _, _, a, k = out[1]
+        a, k = out[1].args, out[1].kwargs
         longer = seq * SEQUENCE_FACTOR
         out.append(SizeVariant(batch * 2, longer, _resize(a, seq, longer, 1), _resize(k, seq, longer, 1)))
     return out

@@ -170,12 +170,12 @@ def test_batch_variants_cycle_rows() -> None:
     assert batch_size((ids,), {"attention_mask": mask}) == 2
     variants = size_variants((ids,), {"attention_mask": mask})
     assert [(v.batch, v.seq) for v in variants] == [(2, 3), (4, 3), (6, 3), (4, 6)]
-    _, _, args, kwargs = variants[1]
+    _, _, args, kwargs, _ = variants[1]
     assert torch.equal(args[0], torch.cat([ids, ids])) and kwargs["attention_mask"].shape == (4, 3)
     # no shared leading dimension (a weight and an input): one size only
     assert [v.batch for v in size_variants((torch.randn(4, 3), torch.randn(3)), {})] == [None]
     # the sequence variant cycles the columns of token ids and masks (ids stay ids, masks stay masks)
-    _, _, longer, longer_kwargs = variants[3]
+    _, _, longer, longer_kwargs, _ = variants[3]
     assert torch.equal(longer[0], torch.cat([args[0], args[0]], 1))
     assert torch.equal(longer_kwargs["attention_mask"], torch.cat([kwargs["attention_mask"]] * 2, 1))
 
@@ -205,13 +205,30 @@ def test_dynamic_crucible_compiles_every_size_without_recompiling() -> None:
     assert [s["batch"] for s in result.sizes] == [4, 8, 12] and result.recompiles == 0
 
 
-def test_dynamic_crucible_training_is_a_reason_not_a_pass() -> None:
-    """Dynamic-shape training graphs are not compiled yet: the fallback is a compile failure with
-    its typed reason, never a pass."""
+def test_dynamic_crucible_training_compiles_every_size_without_recompiling() -> None:
+    """Issue 36 stage 4: forward and backward graphs with symbolic sizes compile; gradients are
+    graded at every size and later sizes compile nothing (stage 1 reported a typed fallback here)."""
     result = run_entry(_entry("mlp", _mlp), parse_target("crucible-cpp"), capture=False, dynamic=True,
                        mode="train")
-    assert result.status == Status.FAIL_COMPILE
-    assert "DynamicUnsupported" in result.error and "training" in result.error
+    assert result.status == Status.PASS, result.error
+    assert all(s["grad_rmse_ratio"] is not None for s in result.sizes) and result.recompiles == 0
+
+
+def test_an_entry_with_its_own_size_schedule_runs_each_call_and_the_capture_probe_adds_no_guard() -> None:
+    """A variable-length workload (``Built.sizes``) is graded at each of its calls. Regression: with
+    the capture analysis on, the probe counted ops on the compile's own symbolic fakes, which added
+    guards that specialized the first size, so every new sequence length recompiled on Crucible
+    (``dynamic/bert_encoder_lengths``: 1 recompile, 0 with the analysis off)."""
+    from corpus.dynamic_models import bert_encoder_lengths
+
+    def factory(scale: str) -> Built:
+        built = bert_encoder_lengths(scale)
+        return Built(built.model, built.inputs, sizes=built.sizes[:3])
+
+    result = run_entry(_entry("bert", factory), parse_target("crucible-cpp"), capture=True, dynamic=True)
+    assert result.status == Status.PASS, result.error
+    assert [s["seq"] for s in result.sizes] == [8, 12, 16] and result.recompiles == 0, result.sizes
+    assert result.captured_ops > 0
 
 
 def test_train_mode_without_gradients_is_skipped_and_input_mutation_grades_parameters() -> None:
@@ -264,3 +281,12 @@ def test_train_mode_grades_complex_outputs() -> None:
     result = run_entry(entry, parse_target("aot_eager"), capture=False, mode="train")
     assert result.status == Status.PASS, result.error
     assert result.grads == 1 and result.grad_rmse_ratio is not None
+
+
+def test_an_entry_schedule_replaces_the_generic_resizing() -> None:
+    from corpus.entry import SizedInputs
+
+    calls = (SizedInputs(2, 5, (torch.randn(2, 5),)), SizedInputs(2, 9, (torch.randn(2, 9),), label="nine"))
+    variants = size_variants(calls[0].inputs, {}, calls)
+    assert [(v.batch, v.seq, v.label) for v in variants] == [(2, 5, "batch 2, sequence 5"), (2, 9, "nine")]
+    assert variants[1].args is calls[1].inputs
