@@ -16,8 +16,9 @@ step's peak memory above what the model and optimizer state hold between steps (
 gradients, workspaces), the first step's time (the cold compile, empty kernel caches), and parity
 with eager: every backend starts from the same weights and sees the same batches; after
 ``PARITY_STEPS`` steps its losses and weights are compared with eager's (``update err``: how far
-its weights are from eager's, relative to how far eager's moved; a backend above ``PARITY_LIMIT``
-for the dtype is listed as a parity failure). Rows run in their own processes, ``--jobs`` at once
+its weights are from eager's, relative to how far eager's moved; ``eager noise``: the same for a
+second eager run; a backend above ``PARITY_LIMIT`` for the dtype and above ``NOISE_FACTOR`` times
+eager's noise is listed as a parity failure). Rows run in their own processes, ``--jobs`` at once
 with compiles overlapping and timings alone (``harness.bench.turns``). Nothing here asserts.
 """
 
@@ -47,7 +48,13 @@ DTYPES = ("fp32", "bf16")  # bf16: autocast over float32 weights, as mixed-preci
 BACKENDS = ("eager", "inductor", "inductor-ro", "inductor-step", "crucible", "crucible-cg", "crucible-step")
 CUDA_ONLY = ("inductor-ro", "crucible-cg")
 PARITY_STEPS = 3
-PARITY_LIMIT = {"fp32": 0.05, "bf16": 0.3}  # update err above this: a parity failure
+PARITY_LIMIT = {"fp32": 0.05, "bf16": 0.3}  # update err above this (and above the noise allowance): a failure
+# Eager run twice is not bit-identical on the GPU (cuDNN's convolution backward and atomics in
+# reductions), and AdamW's g / sqrt(v) turns tiny gradient differences on near-zero gradients into
+# whole-step differences: on the H200, resnet50 fp32 after 3 steps was 0.10 (Inductor) and 0.11
+# (Crucible) of an update away from eager. A second eager run measures that noise; a backend fails
+# only above max(PARITY_LIMIT, NOISE_FACTOR x eager's own distance from itself).
+NOISE_FACTOR = 3.0
 LR = 1e-3
 
 
@@ -117,6 +124,21 @@ def update_err(weights: list[torch.Tensor], reference: list[torch.Tensor], start
     return off / moved if moved else (0.0 if off == 0 else math.inf)
 
 
+def eager_noise(base: torch.nn.Module, autocast: bool, device: str, data: list, targets: list,
+                reference: list[torch.Tensor], start: list[torch.Tensor]) -> float:
+    """How far a second eager run's weights end from the first's after the parity steps (``update_err``)."""
+    step, model = compiled_step("eager", base, autocast, device)
+    for i in range(PARITY_STEPS):
+        step(data[i], targets[i])
+    return update_err(_weights(model), reference, start)
+
+
+def parity_limit(row: dict, dtype: str) -> float:
+    """The update err above which a backend's row is a parity failure (see ``NOISE_FACTOR``)."""
+    noise = row["backends"].get("eager", {}).get("noise_err") or 0.0
+    return max(PARITY_LIMIT[dtype], NOISE_FACTOR * noise)
+
+
 def peak_step_bytes(step: Callable, batch: tuple, target: torch.Tensor, device: str) -> int | None:
     """The step's peak allocation above what is held just before it (CUDA only)."""
     if device != "cuda":
@@ -165,6 +187,7 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
                     weights = _weights(model)
                 if backend == "eager":
                     reference = (losses, weights)
+                    row["noise_err"] = eager_noise(base, autocast, device, data, targets, weights, start)
                 elif reference is not None:
                     row["loss_err"] = max(abs(a - b) / max(abs(b), 1e-12) for a, b in zip(losses, reference[0]))
                     row["update_err"] = update_err(weights, reference[1], start)
@@ -253,11 +276,12 @@ def render(results: list[dict], backends: tuple[str, ...]) -> str:
         speed, headers=["model", "dtype", *shown, *[r[0] for r in RATIOS]], tablefmt="github")]
     rest = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "peak_mb"), ".0f") for b in shown],
              *[_fmt(_get(r, b, "first_step_s"), ".1f") for b in compiled],
+             _fmt(_get(r, "eager", "noise_err"), ".2g"),
              *[_fmt(_get(r, b, "update_err"), ".2g") for b in compiled]] for r in results]
     text.append("peak MB above the held state, first step s (cold compile), update err after "
                 f"{PARITY_STEPS} steps:\n" + tabulate(
                     rest, headers=["model", "dtype", *[f"{b} MB" for b in shown], *[f"{b} first" for b in compiled],
-                                   *[f"{b} err" for b in compiled]], tablefmt="github"))
+                                   "eager noise", *[f"{b} err" for b in compiled]], tablefmt="github"))
     geo = [[dtype, *[_fmt(geomean([x for r in results if r["dtype"] == dtype and (x := _ratio(r, s, f))]))
                      for _, s, f in RATIOS]] for dtype in DTYPES if any(r["dtype"] == dtype for r in results)]
     text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +
@@ -277,10 +301,10 @@ def problems(results: list[dict]) -> list[str]:
         for backend, row in r["backends"].items():
             if "error" in row:
                 out.append(f"{where} {backend}: {row['error']}")
-            err = row.get("update_err")
-            if err is not None and err > PARITY_LIMIT[r["dtype"]]:
+            err, limit = row.get("update_err"), parity_limit(r, r["dtype"])
+            if err is not None and err > limit:
                 out.append(f"{where} {backend}: parity: weights after {PARITY_STEPS} steps are {err:.3g} of eager's "
-                           f"update away from eager's (limit {PARITY_LIMIT[r['dtype']]}), loss err "
+                           f"update away from eager's (limit {limit:.3g}), loss err "
                            f"{row.get('loss_err', math.nan):.3g}")
     return out
 
