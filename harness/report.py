@@ -186,6 +186,24 @@ def _reproduce_lines(run: dict[str, Any], results: list[Result]) -> str:
     return "".join(f"\n  reproduce: {reproduce_command(run, items[0])}" for _, _, items in clusters(results))
 
 
+def dynamic_rows(results: list[Result], limit: int = 20) -> tuple[str, list[list[Any]]]:
+    """--dynamic runs: a totals line, and the entries that recompiled or failed at a later size (most
+    recompiles first), each with its sizes' statuses."""
+    graded = [r for r in results if r.recompiles is not None]
+    if not graded:
+        return "", []
+    sizes = sum(len(r.sizes or ()) for r in graded)
+    recompiled = [r for r in graded if r.recompiles]
+    title = (f"dynamic shapes: {len(graded)} entries at {sizes} sizes, {sum(r.recompiles for r in graded)} "
+             f"recompiles in {len(recompiled)} entries, {sum(r.guard_failures or 0 for r in graded)} guard failures")
+    shown = [r for r in graded if r.recompiles or any(s.get("status") != Status.PASS for s in r.sizes or ())]
+    shown.sort(key=lambda r: (-r.recompiles, r.name))
+    rows = [[r.name, len(r.sizes or ()), r.recompiles, r.guard_failures,
+             next((f"{s.get('batch')}/{s.get('seq')}: {s.get('status')}" for s in r.sizes or ()
+                   if s.get("status") != Status.PASS), "")] for r in shown[:limit]]
+    return title, rows
+
+
 def render_report(run: dict[str, Any], results: list[Result]) -> str:
     meta = run.get("metadata", {})
     header = (f"run {run['id']}: suite {run['suite']}, target {run['target']}, {len(results)} entries"
@@ -200,7 +218,11 @@ def render_report(run: dict[str, Any], results: list[Result]) -> str:
         parts.append(missing_lines(run, results))
     parts.append(tabulate(summary_rows(results), headers=[
         "suite", "target", "entries", "eager ok", "full graph", "breaks", "coverage", "pass rate", "statuses"]))
+    dynamic_title, dynamic = dynamic_rows(results)
+    if dynamic_title and not dynamic:
+        parts.append(dynamic_title + ": every entry passed every size without recompiling")
     sections = [
+        (dynamic_title, dynamic, ["entry", "sizes", "recompiles", "guard failures", "first failing size (batch/seq)"]),
         ("top graph-break reasons", top_break_reasons(results),
          ["breaks", "entries", "category", "reason", "example"]),
         ("top extern ops / reasons", top_extern_ops(results), ["entries", "calls", "op", "reason", "example"]),

@@ -290,3 +290,22 @@ def test_an_entry_schedule_replaces_the_generic_resizing() -> None:
     variants = size_variants(calls[0].inputs, {}, calls)
     assert [(v.batch, v.seq, v.label) for v in variants] == [(2, 5, "batch 2, sequence 5"), (2, 9, "nine")]
     assert variants[1].args is calls[1].inputs
+
+
+def test_the_report_totals_recompiles_and_lists_the_entries_that_recompiled() -> None:
+    from harness.report import render_report
+    from harness.result import Result
+
+    def result(name: str, recompiles: int, statuses: list[str]) -> Result:
+        sizes = [{"batch": 2, "seq": 8 + i, "status": s} for i, s in enumerate(statuses)]
+        return Result(name=name, suite="dynamic", target="crucible-cpp", status=statuses[-1], phase="compare",
+                      recompiles=recompiles, guard_failures=recompiles, sizes=sizes)
+
+    run = {"id": "r", "suite": "dynamic", "target": "crucible-cpp", "finished": True, "metadata": {}}
+    text = render_report(run, [result("dynamic/a", 0, ["pass"] * 3), result("dynamic/b", 2, ["pass", "pass"]),
+                               result("dynamic/c", 0, ["pass", "fail_compile"])])
+    assert "dynamic shapes: 3 entries at 7 sizes, 2 recompiles in 1 entries, 2 guard failures" in text
+    listed = text.split("dynamic shapes:")[1].split("\n\n")[0]
+    assert "dynamic/b" in listed and "2/9: fail_compile" in listed and "dynamic/a" not in listed
+    clean = render_report(run, [result("dynamic/a", 0, ["pass"] * 3)])
+    assert "every entry passed every size without recompiling" in clean
