@@ -32,7 +32,7 @@ from harness.model_runs import (DTYPES, ModelCopies, StepOutput, TRAIN_PARAMS, c
                                 identical, reference_runs, step)
 from harness.oracle import ParityOracle
 from harness.result import Result
-from harness.shapes import SizeVariant, dynamo_counters, size_variants
+from harness.shapes import SizeVariant, dynamo_counters, size_label, size_variants
 from harness.status import Layer, Phase, Status
 from harness.targets import MODES, REFERENCE_CHOICES, Target
 from harness.training import NoGradient
@@ -51,7 +51,7 @@ class _Variant:
 
     @property
     def label(self) -> str:
-        return self.name or f"batch {self.batch}" + (f", sequence {self.seq}" if self.seq is not None else "")
+        return size_label(self.batch, self.seq, self.name)
 
 
 class EntrySubject(Subject):

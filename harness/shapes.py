@@ -41,7 +41,12 @@ class SizeVariant(NamedTuple):
 
     @property
     def label(self) -> str:
-        return self.name or f"batch {self.batch}" + (f", sequence {self.seq}" if self.seq is not None else "")
+        return size_label(self.batch, self.seq, self.name)
+
+
+def size_label(batch: int | None, seq: int | None, name: str = "") -> str:
+    """How results and messages name one size."""
+    return name or f"batch {batch}" + (f", sequence {seq}" if seq is not None else "")
 
 
 def batch_size(args: tuple, kwargs: dict) -> int | None:
