@@ -20,13 +20,14 @@ import signal
 import sys
 import threading
 import traceback
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
 from corpus import SOURCES
-from corpus.entry import TIERS, Entry
+from corpus.entry import TIERS, Built, Entry
 
 
 @dataclass(frozen=True)
@@ -56,17 +57,48 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
-def _entries_of(module: ModuleType) -> list[Entry]:
+def _entries_of(module: ModuleType, path: Path | None = None) -> list[Entry]:
     if callable(getattr(module, "entries", None)):
         found = list(module.entries())
     elif hasattr(module, "ENTRIES"):
         found = list(module.ENTRIES)
+    elif path is not None and hasattr(module, "TESTCASES"):
+        found = testcase_entries(path.stem, module.TESTCASES)
     else:
-        raise AttributeError(f"{module.__name__} defines neither entries() nor ENTRIES")
+        raise AttributeError(f"{module.__name__} defines neither entries(), ENTRIES nor TESTCASES")
     bad = [e for e in found if not isinstance(e, Entry)]
     if bad:
         raise TypeError(f"{module.__name__}: entries must be corpus.entry.Entry, got {type(bad[0]).__name__}")
     return found
+
+
+def testcase_entries(source: str, testcases: list) -> list[Entry]:
+    """Entries of a crawled-code file in the test-case format of crawled-module parity suites: a list
+    of ``(module class, init_args, forward_args, ...)``, each ``*_args`` a callable returning
+    ``(args, kwargs)``. One entry per case, ``<source>/<class>`` (``_<n>`` from a class's second case
+    on), tier ``smoke``: such cases are single modules on tiny inputs. A case that is not of that
+    shape is a ``TypeError`` naming it, so the file is reported, not half listed."""
+    entries, seen = [], Counter()
+    for i, case in enumerate(testcases):
+        if not (isinstance(case, tuple) and len(case) >= 3 and isinstance(case[0], type)
+                and callable(case[1]) and callable(case[2])):
+            raise TypeError(f"{source}: TESTCASES[{i}] is not (module class, init_args, forward_args, ...)")
+        cls, init_args, forward_args = case[:3]
+        seen[cls.__name__] += 1
+        name = cls.__name__ if seen[cls.__name__] == 1 else f"{cls.__name__}_{seen[cls.__name__]}"
+        entries.append(Entry(name=f"{source}/{name}", source=source, family="crawled",
+                             factory=functools.partial(_build_case, cls, init_args, forward_args), tier="smoke",
+                             tags=frozenset(("crawled",)), description=f"{cls.__module__}.{cls.__qualname__}"))
+    return entries
+
+
+def _build_case(cls: type, init_args: Callable, forward_args: Callable, scale: str) -> Built:
+    args, kwargs = init_args()
+    model = cls(*args, **kwargs)
+    if hasattr(model, "eval"):
+        model.eval()
+    inputs, input_kwargs = forward_args()
+    return Built(model, tuple(inputs), dict(input_kwargs))
 
 
 def _load_module(origin: Origin) -> ModuleType:
@@ -80,6 +112,9 @@ def _load_module(origin: Origin) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise ImportError(f"cannot import {path}")
+    # crawled files import their siblings (shared helpers of the corpus) by plain module name
+    if str(path.parent) not in sys.path:
+        sys.path.append(str(path.parent))
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     try:
@@ -134,7 +169,7 @@ def load_origin(name: str, origin: Origin) -> SourceLoad:
             if reason:
                 load.unavailable = str(reason)
                 return load
-            load.entries = _entries_of(module)
+            load.entries = _entries_of(module, Path(origin.module) if origin.external else None)
     except ImportError as exc:
         load.unavailable = f"not importable: {_first_line(exc)}"
     except KeyboardInterrupt as exc:
