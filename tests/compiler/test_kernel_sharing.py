@@ -85,4 +85,3 @@ def test_each_kernel_keeps_its_own_arguments() -> None:
     for k in kernels:
         assert rendered[k.name].name == k.name
         assert sorted(rendered[k.name].args) == sorted(p.buffer for p in k.params)
-
