@@ -31,6 +31,7 @@ from compiler.codegen.registry import renderer_for
 from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
 from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph
+from compiler.kernel_sharing import render_shared
 from compiler.layout import LayoutDecision, choose_layout, convert_weight_layout
 from compiler.late_decompositions import expand_late_decompositions
 from compiler.lowering import lower
@@ -81,9 +82,17 @@ def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
     with ``"deferred"`` the other candidates are left to a ``DeferredTuning``, appended to
     ``deferred`` (and noted on ``report``). A Triton launcher checks the alignment of the graph's
     inputs and extern results only: the wrapper's own allocations are aligned."""
-    names = list(rendered)
-    loaded = parallel_map(lambda n: launcher_for(rendered[n], device), names)
+    # kernels that share a source (``compiler.kernel_sharing``) build it once: the first of each is
+    # built, in parallel, before the rest, which then load what it built
+    first: dict[tuple[str, str], str] = {}
+    for n, r in rendered.items():
+        first.setdefault((r.source, r.symbol), n)
+    names = list(first.values())
+    names += [n for n in rendered if first[(rendered[n].source, rendered[n].symbol)] != n]
+    loaded = parallel_map(lambda n: launcher_for(rendered[n], device), names[:len(first)])
+    loaded += parallel_map(lambda n: launcher_for(rendered[n], device), names[len(first):])
     launchers = dict(zip(names, loaded))
+    names = list(rendered)
     for n in names:
         if isinstance(launchers[n], KernelLauncher) and buffers is not None:
             launchers[n].check_alignment([i for i, a in enumerate(rendered[n].args)
@@ -172,7 +181,7 @@ class GraphCompilation:
         sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
-            "render", lambda: {k.name: renderer.render(k) for k in kernels})
+            "render", render_shared, kernels, renderer.render)
         if config.gpu_build_check() and renderer.capabilities.interpreted and renderer.codegen == "triton":
             from compiler.gpu_build import check_kernels
 

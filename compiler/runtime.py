@@ -435,7 +435,9 @@ class CppLauncher:
         from compiler import cpp_build
 
         self.rendered = rendered
-        self.library = cpp_build.build_library(rendered.source, rendered.name, extra_flags=EXTRA_FLAGS)
+        # by symbol: kernels sharing a source (``compiler.kernel_sharing``) share one library
+        self.library = cpp_build.build_library(rendered.source, rendered.symbol or rendered.name,
+                                               extra_flags=EXTRA_FLAGS)
         symbol = rendered.symbol or cpp_build.sanitize_identifier(rendered.name)
         self.fn = self.library.function(symbol, [ctypes.c_void_p] * len(rendered.args)
                                         + [ctypes.c_int64] * len(rendered.sizes))

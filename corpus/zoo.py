@@ -46,10 +46,12 @@ def expected_counts(entry: Entry, torch_version: str) -> tuple[int | None, int |
 def zoo(name: str, graphs: int, breaks: int, inputs: Callable[[], tuple] = lambda: (torch.randn(4, 8),),
         family: str = "dynamo-feature", dtype: str = "float32", tags: tuple[str, ...] = (),
         expected_failures: tuple[ExpectedFailure, ...] = (), source: str = "zoo",
-        into: list[Entry] | None = None, wrap: Callable[[Any], Any] | None = None) -> Callable:
+        into: list[Entry] | None = None, wrap: Callable[[Any], Any] | None = None,
+        tier: str = "smoke") -> Callable:
     """Register a zoo entry; the decorated object is a function or an nn.Module class. ``source`` and
     ``into``: another hand-written source's name and entry list (``corpus.mutation``); ``wrap``: what
-    the built model is run inside."""
+    the built model is run inside; ``tier``: "smoke" unless the entry is too large for it (the deep
+    networks below)."""
 
     def register(obj: Any) -> Any:
         def factory(scale: str) -> Built:
@@ -59,7 +61,7 @@ def zoo(name: str, graphs: int, breaks: int, inputs: Callable[[], tuple] = lambd
             return Built(model if wrap is None else wrap(model), inputs())
 
         (_ENTRIES if into is None else into).append(Entry(
-            name=f"{source}/{name}", source=source, family=family, factory=factory, tier="smoke",
+            name=f"{source}/{name}", source=source, family=family, factory=factory, tier=tier,
             tags=frozenset(("zoo", source, *tags)), dtype=dtype, expected_graphs=graphs, expected_breaks=breaks,
             expected_failures=expected_failures, eager_ms=1.0,
             description=(obj.__doc__ or "").strip().splitlines()[0] if obj.__doc__ else name))
@@ -549,3 +551,115 @@ def einsum_attention(x):
     """einsum + softmax attention."""
     scores = torch.einsum("bqd,bkd->bqk", x, x) / math.sqrt(x.shape[-1])
     return torch.einsum("bqk,bkd->bqd", scores.softmax(-1), x)
+
+
+# ---- deep networks: compile time against graph size (tier nightly-cpu) --------------------
+# Realistic depth, small inputs: what they test is how the compiler scales with thousands of ATen
+# nodes (harness/bench/compile_scaling.py), not the kernels' speed. Too large for smoke.
+class _HourglassResidual(nn.Module):
+    """Pre-activation bottleneck (bn-relu-conv x3) with a 1x1 projection when channels change."""
+
+    def __init__(self, cin: int, cout: int) -> None:
+        super().__init__()
+        mid = cout // 2
+        self.body = nn.Sequential(nn.BatchNorm2d(cin), nn.ReLU(), nn.Conv2d(cin, mid, 1),
+                                  nn.BatchNorm2d(mid), nn.ReLU(), nn.Conv2d(mid, mid, 3, padding=1),
+                                  nn.BatchNorm2d(mid), nn.ReLU(), nn.Conv2d(mid, cout, 1))
+        self.skip = nn.Identity() if cin == cout else nn.Conv2d(cin, cout, 1)
+
+    def forward(self, x):
+        return self.body(x) + self.skip(x)
+
+
+class _Hourglass(nn.Module):
+    """One hourglass of ``depth`` levels: at each level a skip branch at this resolution and a
+    max-pooled branch that recurses, upsampled (nearest) and added back."""
+
+    def __init__(self, depth: int, channels: int) -> None:
+        super().__init__()
+        self.up = _HourglassResidual(channels, channels)
+        self.down = _HourglassResidual(channels, channels)
+        self.inner = _Hourglass(depth - 1, channels) if depth > 1 else _HourglassResidual(channels, channels)
+        self.out = _HourglassResidual(channels, channels)
+
+    def forward(self, x):
+        low = self.out(self.inner(self.down(nn.functional.max_pool2d(x, 2))))
+        return self.up(x) + nn.functional.interpolate(low, scale_factor=2, mode="nearest")
+
+
+@zoo("stacked_hourglass", 1, 0, family="deep-network", tier="nightly-cpu",
+     inputs=lambda: (torch.randn(1, 3, 64, 64),))
+class StackedHourglass(nn.Module):
+    """Stacked hourglass pose network (8 stacks of depth 4, 16 heatmaps, intermediate supervision)."""
+
+    def __init__(self, stacks: int = 8, depth: int = 4, channels: int = 64, joints: int = 16) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, channels // 2, 7, stride=2, padding=3),
+                                  nn.BatchNorm2d(channels // 2), nn.ReLU(),
+                                  _HourglassResidual(channels // 2, channels), nn.MaxPool2d(2),
+                                  _HourglassResidual(channels, channels), _HourglassResidual(channels, channels))
+        self.hourglasses = nn.ModuleList(_Hourglass(depth, channels) for _ in range(stacks))
+        self.features = nn.ModuleList(
+            nn.Sequential(_HourglassResidual(channels, channels), nn.Conv2d(channels, channels, 1),
+                          nn.BatchNorm2d(channels), nn.ReLU()) for _ in range(stacks))
+        self.heads = nn.ModuleList(nn.Conv2d(channels, joints, 1) for _ in range(stacks))
+        self.merge_features = nn.ModuleList(nn.Conv2d(channels, channels, 1) for _ in range(stacks - 1))
+        self.merge_heads = nn.ModuleList(nn.Conv2d(joints, channels, 1) for _ in range(stacks - 1))
+
+    def forward(self, x):
+        x = self.stem(x)
+        heatmaps = []
+        for i, hourglass in enumerate(self.hourglasses):
+            features = self.features[i](hourglass(x))
+            heatmaps.append(self.heads[i](features))
+            if i < len(self.merge_features):
+                x = x + self.merge_features[i](features) + self.merge_heads[i](heatmaps[-1])
+        return torch.stack(heatmaps, 1)
+
+
+class _R2Plus1dConv(nn.Sequential):
+    """A 3x3x3 convolution factored into a spatial 1x3x3 and a temporal 3x1x1 one, with a batch norm
+    and ReLU between them (mid channels chosen to keep the parameter count of the full 3-D conv)."""
+
+    def __init__(self, cin: int, cout: int, stride: int = 1) -> None:
+        mid = (cin * cout * 27) // (cin * 9 + cout * 3)
+        super().__init__(nn.Conv3d(cin, mid, (1, 3, 3), stride=(1, stride, stride), padding=(0, 1, 1), bias=False),
+                         nn.BatchNorm3d(mid), nn.ReLU(),
+                         nn.Conv3d(mid, cout, (3, 1, 1), stride=(stride, 1, 1), padding=(1, 0, 0), bias=False))
+
+
+class _R2Plus1dBlock(nn.Module):
+    def __init__(self, cin: int, cout: int, stride: int) -> None:
+        super().__init__()
+        self.conv1 = nn.Sequential(_R2Plus1dConv(cin, cout, stride), nn.BatchNorm3d(cout), nn.ReLU())
+        self.conv2 = nn.Sequential(_R2Plus1dConv(cout, cout), nn.BatchNorm3d(cout))
+        self.down = None if stride == 1 and cin == cout else nn.Sequential(
+            nn.Conv3d(cin, cout, 1, stride=stride, bias=False), nn.BatchNorm3d(cout))
+
+    def forward(self, x):
+        skip = x if self.down is None else self.down(x)
+        return torch.relu(self.conv2(self.conv1(x)) + skip)
+
+
+@zoo("r2plus1d_34", 1, 0, family="deep-network", tier="nightly-cpu",
+     inputs=lambda: (torch.randn(1, 3, 8, 32, 32),))
+class R2Plus1d34(nn.Module):
+    """R(2+1)D-34 video classifier: factored 3-D convolutions, blocks [3, 4, 6, 3] (widths / 4)."""
+
+    def __init__(self, blocks: tuple[int, ...] = (3, 4, 6, 3), width: int = 16, classes: int = 400) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv3d(3, 45, (1, 7, 7), stride=(1, 2, 2), padding=(0, 3, 3), bias=False), nn.BatchNorm3d(45),
+            nn.ReLU(), nn.Conv3d(45, width, (3, 1, 1), padding=(1, 0, 0), bias=False), nn.BatchNorm3d(width),
+            nn.ReLU())
+        layers, cin = [], width
+        for i, count in enumerate(blocks):
+            cout = width * 2 ** i
+            for j in range(count):
+                layers.append(_R2Plus1dBlock(cin, cout, 2 if j == 0 and i > 0 else 1))
+                cin = cout
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, classes)
+
+    def forward(self, x):
+        return self.fc(self.layers(self.stem(x)).mean((2, 3, 4)))

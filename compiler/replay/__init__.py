@@ -44,6 +44,7 @@ def render_graph(record: dict) -> dict[str, str]:
     scheduled for each renderer's capabilities (renderers are chosen first; equal capabilities
     share one lowering), rendered, plus each renderer's wrapper."""
     from compiler.codegen.registry import renderer_for
+    from compiler.kernel_sharing import render_shared
     from compiler.lowering import lower
     from compiler.scheduler import Kernel, schedule
     from compiler.wrapper import generate_wrapper
@@ -59,7 +60,7 @@ def render_graph(record: dict) -> dict[str, str]:
                 lowered_for[key] = (lowered, schedule(lowered, caps))
             lowered, sched = lowered_for[key]
             kernels = [s for s in sched.steps if isinstance(s, Kernel)]
-            rendered = {k.name: renderer.render(k) for k in kernels}
+            rendered = render_shared(kernels, renderer.render)  # as the pipeline renders
             wrapper = generate_wrapper(sched, rendered, {})
         except Exception as why:  # noqa: BLE001  (a failing compile is a recorded outcome)
             out[f"{suffix}/error"] = f"{type(why).__name__}: {why}"

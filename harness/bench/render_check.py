@@ -25,12 +25,13 @@ from harness.bench.zoo import MODELS
 
 
 def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, collect: list | None = None,
-                  seconds: dict[str, float] | None = None) -> list[tuple[int, int]]:
+                  seconds: dict[str, float] | None = None, nodes: list[int] | None = None) -> list[tuple[int, int]]:
     """(kernels, extern calls) per graph Dynamo captured, each through the GPU pipeline's passes up to
     rendering (late decompositions, weight passes, the layout rule, lowering, scheduling, the GPU
     renderer, the wrapper); ``build``: and built for an H200; ``collect`` gets (rendered kernel, its
     buffers' dtypes) for every kernel; ``seconds`` gets each stage's time, summed over graphs
-    (``capture``: AOTAutograd, with the decompositions it applies)."""
+    (``capture``: AOTAutograd, with the decompositions it applies); ``nodes`` gets each graph's count of
+    ATen calls after the late decompositions (what lowering gets, before the weight passes)."""
     import torch._dynamo
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
@@ -38,6 +39,7 @@ def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, col
     from compiler.codegen.registry import renderer_for
     from compiler.cudagraphs import static_input_indices
     from compiler.decompositions import capture_decomposition_table
+    from compiler.kernel_sharing import render_shared
     from compiler.late_decompositions import expand_late_decompositions
     from compiler.layout import choose_layout, convert_weight_layout
     from compiler.lowering import lower
@@ -61,6 +63,8 @@ def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, col
         renderer = renderer_for("triton", cuda)
         static = static_input_indices(len(example_inputs), dynamo_inputs, "inference")
         expanded = timed("late_decompositions", expand_late_decompositions, gm).gm
+        if nodes is not None:
+            nodes.append(sum(1 for n in expanded.graph.nodes if n.op == "call_function"))
         folded = timed("weight_passes", weight_passes, expanded, static)
         decision = timed("choose_layout", choose_layout, folded.gm, cuda, "auto", "inference")
         if decision.layout == "channels_last" and decision.convs:
@@ -68,7 +72,7 @@ def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, col
         lowered = timed("lower", lower, folded.gm, torch.device("cpu"), renderer.capabilities, "default",
                         decision.layout)
         sched = timed("schedule", schedule, lowered, renderer.capabilities)
-        rendered = timed("render", lambda: {k.name: renderer.render(k) for k in sched.kernels})
+        rendered = timed("render", render_shared, sched.kernels, renderer.render)  # as the pipeline renders
         generate_wrapper(sched, rendered, {})
         if collect is not None:
             collect.extend((rendered[k.name], [k.param(a).dtype for a in rendered[k.name].args])

@@ -22,13 +22,14 @@ def test_smoke_suite_end_to_end(tmp_path: Path, cli, load_json) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     doc = load_json(out)
     assert len(doc["entries"]) >= 60
-    assert {e["name"] for e in doc["entries"]} >= {e.name for e in zoo.entries()}
+    smoke_zoo = [e for e in zoo.entries() if e.tier == "smoke"]  # the deep networks are nightly-cpu
+    assert {e["name"] for e in doc["entries"]} >= {e.name for e in smoke_zoo}
     assert len({e["name"].split("/")[0] for e in doc["entries"]}) >= 4  # every installed source
     failed = {e["name"]: (e["status"], e["error"]) for e in doc["entries"]
               if e["status"] not in NOT_COMPILER_FAILURES}
     assert not failed
     assert sum(e["status"] == "pass" for e in doc["entries"]) >= 60
-    for entry in zoo.entries():  # the run's capture analysis agrees with the zoo's pinned counts
+    for entry in smoke_zoo:  # the run's capture analysis agrees with the zoo's pinned counts
         graphs, breaks = zoo.expected_counts(entry, doc["run"]["torch"])
         result = doc["by_name"][entry.name]
         assert (result["graphs"], result["graph_breaks"]) == (graphs, breaks), entry.name
