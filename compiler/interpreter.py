@@ -23,6 +23,8 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import torch
+
 from compiler import config, kernel_checks
 from compiler.kernel_checks import KernelChecks
 
@@ -79,6 +81,30 @@ def lean_interpreted_function(kernel: Any) -> Any:
     """``interpreted_function`` whose launches skip the interpreter's dead overflow checks."""
     cls = _lean_class()
     return kernel if isinstance(kernel, cls) else cls(getattr(kernel, "fn", kernel))
+
+
+def on_one_aten_thread(call: Callable[[list], Any]) -> Callable[[list], Any]:
+    """``call`` (a compiled graph with interpreted kernels) run with one intra-op thread, restored after.
+
+    Its ATen calls (convolutions, matmuls: the externs) are small next to the interpreted kernels
+    between them, which run on one thread in numpy for tens of milliseconds each; meanwhile ATen's
+    OpenMP workers go to sleep, and waking them for the next extern costs a scheduler wake-up per
+    call, long on a busy machine. timm inception_next_atto's second call on a loaded 2-core CPU: its
+    64 convolutions took 3.3-4.9 s on 2 threads and 0.03-0.06 s on one (crucible-cpp's, whose kernels
+    are short, 0.1-3.3 s on 2 threads). The thread count is process-wide: another Python thread running
+    torch meanwhile runs on one thread too."""
+
+    def run(args: list) -> Any:
+        threads = torch.get_num_threads()
+        if threads == 1:
+            return call(args)
+        torch.set_num_threads(1)
+        try:
+            return call(args)
+        finally:
+            torch.set_num_threads(threads)
+
+    return run
 
 
 def active_checks() -> KernelChecks | None:

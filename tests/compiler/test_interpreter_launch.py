@@ -1,6 +1,6 @@
-"""How the runtime launches kernels in Triton's interpreter (compiler/interpreter.py): without the
-interpreter's dead integer-overflow checks, which cost 5 numpy ops per int32 index op and check
-nothing unless Triton's ``debug`` option is on."""
+"""How kernels run in Triton's interpreter (compiler/interpreter.py): without the interpreter's dead
+integer-overflow checks, which cost 5 numpy ops per int32 index op and check nothing unless Triton's
+``debug`` option is on; and with ATen on one intra-op thread around them (no OpenMP wake-ups)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import triton
 import triton.language as tl
 from triton.runtime.interpreter import interpreter_builder
 
-from compiler.interpreter import interpreted, interpreted_function, lean_interpreted_function
+from compiler.interpreter import interpreted, interpreted_function, lean_interpreted_function, on_one_aten_thread
 
 
 @triton.jit
@@ -63,3 +63,42 @@ def test_a_failing_launch_restores_the_options(options: None) -> None:
     with pytest.raises(Exception, match="p1"):
         lean_interpreted_function(_gather)[(1,)](torch.randn(100), XBLOCK=32)  # p1 missing
     assert interpreter_builder.options is before
+
+
+def test_one_aten_thread_inside_the_call_and_restored_after() -> None:
+    saved = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        seen: list[int] = []
+
+        def call(args: list) -> list:
+            seen.append(torch.get_num_threads())
+            if args:
+                raise RuntimeError("boom")
+            return args
+
+        wrapped = on_one_aten_thread(call)
+        wrapped([])
+        assert seen == [1] and torch.get_num_threads() == 2
+        with pytest.raises(RuntimeError, match="boom"):
+            wrapped([1])
+        assert seen == [1, 1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(saved)
+
+
+def test_graphs_with_interpreted_kernels_run_aten_on_one_thread(codegen: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only interpreted graphs: C++ kernels use the intra-op threads themselves."""
+    import compiler.backend
+
+    wrapped: list[bool] = []
+
+    def recording(call: object) -> object:
+        wrapped.append(True)
+        return on_one_aten_thread(call)
+
+    monkeypatch.setattr(compiler.backend, "on_one_aten_thread", recording)
+    x, w = torch.randn(8, 16), torch.randn(16, 4)
+    fn = torch.compile(lambda x, w: torch.relu(x @ w) + 1, backend="crucible", options={"codegen": codegen})
+    torch.testing.assert_close(fn(x, w), torch.relu(x @ w) + 1)
+    assert wrapped == ([True] if codegen == "triton" else [])
