@@ -1,7 +1,7 @@
 """crucible-interpret against crucible-cpp per corpus entry: compile plus run, cold kernel caches.
 
     python -m harness.bench.interp_time [--sets smoke inception] [--entry NAME ...] [--chunk 20]
-        [--cpp-results DB[:RUN_ID]] [--cpp-tree DIR] [--interp-tree DIR] [--save DB]
+        [--cpp-results DB[:RUN_ID]] [--interp-results DB[:RUN_ID]] [--cpp-tree DIR] [--interp-tree DIR] [--save DB]
 
 Each entry's time on a target is what the harness records for it: its first compiled call (the
 compile included) plus its second call (``compile_s + run_s``); an entry that times out or fails
@@ -16,7 +16,8 @@ Sets: ``smoke`` (the smoke tier), ``inception`` (``INCEPTION_SHARD``: the corpus
 models, from the nightly-cpu tier), or a tier with a shard, ``nightly-cpu:3/40``.
 
 ``--cpp-results DB[:RUN_ID]`` takes crucible-cpp's figures from an earlier run's results file instead of
-running it again (issue 39 compares against crucible-cpp measured once at its starting commit);
+running it again (issue 39 compares against crucible-cpp measured once at its starting commit), and
+``--interp-results`` crucible-interpret's (both: only the table, nothing runs);
 ``--cpp-tree``/``--interp-tree`` run a target from another checkout; ``--save DB`` keeps this run's
 results file (both targets, one run id per target) for a later ``--cpp-results``.
 """
@@ -103,6 +104,12 @@ def read_times(db: Path, run_id: str | None, target: str, names: list[str]) -> d
     return out
 
 
+def _stored(spec: str) -> tuple[Path, str | None]:
+    """``DB[:RUN_ID]`` of ``--cpp-results``/``--interp-results``."""
+    path, _, run_id = spec.partition(":")
+    return Path(path), run_id or None
+
+
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (the value at or above a share ``q`` of the sorted values)."""
     ordered = sorted(values)
@@ -127,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk", type=int, default=20, help="entries per crucible run (default 20)")
     parser.add_argument("--timeout", type=int, default=600, help="seconds per entry (default 600)")
     parser.add_argument("--cpp-results", metavar="DB[:RUN_ID]", help="crucible-cpp's times from this results file")
+    parser.add_argument("--interp-results", metavar="DB[:RUN_ID]",
+                        help="crucible-interpret's times from this results file (with --cpp-results: only the table)")
     parser.add_argument("--cpp-tree", type=Path, default=ROOT, help="checkout crucible-cpp runs from (default: this)")
     parser.add_argument("--interp-tree", type=Path, default=ROOT, help="checkout crucible-interpret runs from")
     parser.add_argument("--save", type=Path, help="keep this run's results file here")
@@ -141,29 +150,28 @@ def main(argv: list[str] | None = None) -> int:
     names = list(dict.fromkeys(n for group in sets.values() for n in group))
     if not names:
         parser.error("no entries selected")
-    stored: tuple[Path, str | None] | None = None
-    if args.cpp_results:
-        path, _, run_id = args.cpp_results.partition(":")
-        stored = (Path(path), run_id or None)
+    stored = {target: _stored(spec) for target, spec in zip(TARGETS, (args.cpp_results, args.interp_results))
+              if spec}
     with tempfile.TemporaryDirectory(prefix="crucible-bench-interp-db-") as tmp:
         db = args.save or Path(tmp) / "results.sqlite"
         if args.save and db.exists():
             parser.error(f"--save {db} exists: choose a new file")
         chunks = [names[i:i + args.chunk] for i in range(0, len(names), args.chunk)]
-        running = [t for t in TARGETS if not (t == "crucible-cpp" and stored)]
-        for i, chunk in enumerate(chunks):
+        running = [t for t in TARGETS if t not in stored]
+        for i, chunk in enumerate(chunks if running else []):
             for target in running if i % 2 == 0 else running[::-1]:
                 print(f"chunk {i + 1}/{len(chunks)}: {target}, {len(chunk)} entries", file=sys.stderr, flush=True)
                 run_chunk(target, chunk, args.cpp_tree if target == "crucible-cpp" else args.interp_tree,
                           args.timeout, db)
         times = {t: read_times(db, t, t, names) for t in running}
-        if stored:
-            times["crucible-cpp"] = read_times(stored[0], stored[1], "crucible-cpp", names)
-    missing = [n for n in names if n not in times["crucible-cpp"]]
-    if missing:
-        print(f"no crucible-cpp figures for {len(missing)} entries (left out): {', '.join(missing[:5])}",
-              file=sys.stderr)
-    print(f"crucible-interpret ({args.interp_tree}) / crucible-cpp "
+        for target, (path, run_id) in stored.items():
+            times[target] = read_times(path, run_id, target, names)
+    for target in TARGETS:
+        missing = [n for n in names if n not in times[target]]
+        if missing:
+            print(f"no {target} figures for {len(missing)} entries (left out): {', '.join(missing[:5])}",
+                  file=sys.stderr)
+    print(f"crucible-interpret ({args.interp_results or args.interp_tree}) / crucible-cpp "
           f"({args.cpp_results or args.cpp_tree}), compile + run per entry, cold kernel caches")
     rows = [summary(label, group, times) for label, group in sets.items()]
     if len(sets) > 1:
