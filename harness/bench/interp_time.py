@@ -51,6 +51,7 @@ class EntryTime:
     name: str
     status: str
     seconds: float  # compile_s + run_s, or wall_s when either is missing (timeout, failure)
+    kernels: int | None  # generated kernels: 0 means nothing of Crucible's ran (no graph captured)
 
 
 def resolve_set(spec: str) -> list[str]:
@@ -90,17 +91,17 @@ def read_times(db: Path, run_id: str | None, target: str, names: list[str]) -> d
     """Each named entry's time on ``target`` in results file ``db`` (the latest row per entry)."""
     if not db.exists():
         raise SystemExit(f"error: results file {db} does not exist")
-    query = "SELECT name, status, compile_s, run_s, wall_s FROM results WHERE target = ?"
+    query = "SELECT name, status, compile_s, run_s, wall_s, kernels FROM results WHERE target = ?"
     params: list[str] = [target]
     if run_id:
         query, params = query + " AND run_id = ?", [*params, run_id]
     with sqlite3.connect(db) as conn:
         rows = conn.execute(query + " ORDER BY rowid", params).fetchall()
     wanted, out = set(names), {}
-    for name, status, compile_s, run_s, wall_s in rows:
+    for name, status, compile_s, run_s, wall_s, kernels in rows:
         if name in wanted:
             seconds = compile_s + run_s if compile_s is not None and run_s is not None else (wall_s or math.nan)
-            out[name] = EntryTime(name, status, seconds)
+            out[name] = EntryTime(name, status, seconds, kernels)
     return out
 
 
@@ -182,10 +183,12 @@ def main(argv: list[str] | None = None) -> int:
                                                                                     1e-9)))
     slow = [[n, f"{times['crucible-cpp'][n].seconds:.1f}", times["crucible-cpp"][n].status,
              f"{times['crucible-interpret'][n].seconds:.1f}", times["crucible-interpret"][n].status,
-             f"{times['crucible-interpret'][n].seconds / max(times['crucible-cpp'][n].seconds, 1e-9):.2f}"]
+             f"{times['crucible-interpret'][n].seconds / max(times['crucible-cpp'][n].seconds, 1e-9):.2f}",
+             times["crucible-interpret"][n].kernels]
             for n in ranked[:args.slowest]]
-    print("\nslowest entries by ratio:")
-    print(tabulate(slow, headers=["entry", "cpp s", "cpp status", "interpret s", "interpret status", "ratio"]))
+    print("\nslowest entries by ratio (kernels: interpreted kernels; 0: no graph of Crucible's ran, only eager):")
+    print(tabulate(slow, headers=["entry", "cpp s", "cpp status", "interpret s", "interpret status", "ratio",
+                                  "kernels"]))
     return 0
 
 
