@@ -34,6 +34,7 @@ from compiler.config import Options
 from compiler.decompositions import capture_decomposition_table, decomposition_table_for_compiler
 from compiler.attention_masks import PASS_NAME as ATTENTION_MASKS, simplify_attention_masks
 from compiler.fused_attention import keep_fused_attention
+from compiler.interpreter import on_one_aten_thread
 from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes
 from compiler.pipeline import CompilerError, GraphCompilation, graph_device
 from compiler.report import FallbackReason, GraphReport, publish
@@ -111,6 +112,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
         call = with_cudagraphs(call, comp.schedule, comp.report, static, tuning)
     # outermost: folded weights are refilled (in place) before a CUDA graph replays reading them
     call = comp.folded.guard(call, comp.report)
+    if any(getattr(launcher, "interpret", False) for launcher in wrapper.launchers.values()):
+        call = on_one_aten_thread(call)  # ATen between interpreted kernels: no OpenMP wake-ups
     publish(comp.report)
     return _boxed(call, comp.report)
 

@@ -179,3 +179,33 @@ def test_a_stale_egg_info_on_sys_path_does_not_hide_the_checker(tmp_path, monkey
     finally:
         kernel_checks.registered.cache_clear()
     assert checks.name == "simulator" and isinstance(checks.launch(lambda: None), CheckedKernel)
+
+
+def test_checked_programs_run_without_the_dead_overflow_checks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As the runtime's plain interpreted launches (compiler/interpreter.py): Triton's sanitizer
+    recomputes each int32 index op in int64 for an assert that is off without ``debug``."""
+    import triton
+    import triton.language as tl
+    from triton.runtime.interpreter import interpreter_builder
+
+    from simulator.launch import check_launch
+
+    @triton.jit
+    def shifted(p0, p1, BLOCK: tl.constexpr):
+        x = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        i = x * 3 - 5
+        tl.store(p1 + x, tl.load(p0 + tl.where(i > 0, i, 0), mask=x < 20, other=0.0), mask=x < 20)
+
+    seen: list[bool] = []
+    original = interpreter_builder.set_grid_idx
+
+    def recording(*pid: int) -> None:
+        seen.append(interpreter_builder.options.sanitize_overflow)
+        original(*pid)
+
+    monkeypatch.setattr(interpreter_builder, "set_grid_idx", recording)
+    x, out = torch.randn(60), torch.empty(20)
+    assert check_launch(shifted, (2,), (x, out), {"BLOCK": 16}).ok
+    assert seen == [False, False] and interpreter_builder.options.sanitize_overflow
+    i = torch.arange(20) * 3 - 5
+    torch.testing.assert_close(out, x[i.clamp(min=0)])
