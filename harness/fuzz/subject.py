@@ -73,7 +73,7 @@ class GraphSubject(Subject):
         if capture not in CAPTURES:
             raise ValueError(f"capture={capture!r}: choose one of {', '.join(CAPTURES)}")
         self.graph, self.via = graph, capture
-        self.tiers = tiers  # compare_outputs' exact tier and bias check
+        self.tiers = tiers  # compare_outputs' exact tier, relative and bias checks
         self.name = name or graph_name(graph)
         self._fn: Callable[..., Any] | None = None
         self._inputs: list[torch.Tensor] = []
@@ -127,7 +127,7 @@ class GraphSubject(Subject):
 def run_graph(graph: FuzzGraph, target: Target, on_phase: Callable[[str], None] = lambda phase: None,
               capture: str = "fx", name: str | None = None, tiers: bool = True) -> Result:
     """Run ``graph`` on ``target`` in this process (what a worker does with a ``GraphTask``);
-    ``tiers``: the oracle's exact tier and bias check (``compare_outputs``).
+    ``tiers``: the oracle's exact tier, relative and bias checks (``compare_outputs``).
 
     Warnings are silenced: generated graphs call ops in every corner of their domains, and a
     campaign's log would be nothing else."""
@@ -160,7 +160,7 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
 
     ``tiers`` (the default): an output whose every upstream op is exact (``harness.fuzz.exact``) must
     equal eager's bit for bit, whatever its error (only the sign of a NaN, and of a zero chosen among
-    equal values, are excused there), and every other 16-bit or float32 output is also checked for bias (``ParityOracle(bias=True)``);
+    equal values, are excused there), and every other 16-bit or float32 output is also checked for relative error and bias (``ParityOracle(bias=True)``);
     ``tiers=False`` is the tolerance check alone (``crucible fuzz --oracle-tiers off``)."""
     references = {} if references is None else references
     metrics: dict[str, Any] = {}

@@ -308,3 +308,39 @@ def sliced_unit_dims_taken_dense() -> None:
         return out
 
     GraphLowering.lower_placeholder = planted
+
+
+# -- plants for mutants that survived `crucible mutate` (tests/harness/test_fuzz_mutant_plants.py) ----
+def _redefine(module: Any, name: str, old: str, new: str) -> None:
+    """Redefine ``module.name`` from its source with ``old`` replaced by ``new`` (once, exactly as the
+    mutant's edit), in the module's namespace, so every caller that looks the name up gets the mutant."""
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
+    if source.count(old) != 1:
+        raise AssertionError(f"plant: {old!r} is not once in {module.__name__}.{name}")
+    namespace = vars(module)
+    exec(compile(source.replace(old, new), inspect.getsourcefile(module), "exec"), namespace)  # noqa: S102
+
+
+def log1p_series_cubic_off() -> None:
+    """float32/16-bit log1p's series for |x| < 0.05 with 2/3 for 1/3 in its cubic term (mutant
+    ``formulas.py`` ``1 / 3`` -> ``2 / 3``): a relative error near x^2/3, at most 1e-3 at |x| = 0.05."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowerings import formulas, pointwise
+
+    from compiler.lowering import LOWERINGS
+
+    _redefine(formulas, "log1p", "x * (1 / 3 + ", "x * (2 / 3 + ")
+    LOWERINGS[aten.log1p] = pointwise._unary_float(formulas.log1p)  # the table was built at import
+
+
+def shifted_variance_drops_a_square() -> None:
+    """The norms' shifted-data variance subtracts the first moment s1 instead of its square (mutant
+    ``decompositions.py`` ``- s1 * s1`` -> ``- s1``): s1 is the first mean's rounding error in units
+    of the row's magnitude, ~1e-7, which only matters where the spread of a row is small against its
+    mean (a row of 1000 + noise)."""
+    from compiler import decompositions
+
+    _redefine(decompositions, "_normalized", "/ n - s1 * s1, 0)", "/ n - s1, 0)")
