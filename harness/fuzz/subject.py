@@ -63,6 +63,18 @@ def blamed_op(graph: FuzzGraph, text: str) -> str:
     return found or (graph.ops[-1] if graph.ops else "input")
 
 
+def capture_aten(fn: Callable[..., Any], inputs: list[torch.Tensor]) -> torch.fx.GraphModule:
+    """``fn`` as the ATen graph Crucible's ``torch.compile`` backend receives: decomposed with the capture
+    table, which leaves the ops of ``LATE_OPS`` (the norms) whole for the compile's late-decompositions
+    pass. ``compiler.trace_aten`` decomposes them while tracing, so fx campaigns never ran that pass
+    (4 of its 77 lines in a 600-graph crucible-cpp campaign) while every corpus run does."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.decompositions import capture_decomposition_table
+
+    return make_fx(fn, decomposition_table=capture_decomposition_table(), tracing_mode="fake")(*inputs)
+
+
 class GraphSubject(Subject):
     """One ``FuzzGraph`` on one target (``capture``: "fx", the ATen graph handed to the backend, or
     "dynamo", through ``torch.compile``)."""
@@ -99,7 +111,8 @@ class GraphSubject(Subject):
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
         assert self._fn is not None
-        compiled = ctx.target.compile(self._fn, self._inputs, capture=self.via)
+        fn = capture_aten(self._fn, self._inputs) if self.via == "fx" and ctx.target.is_crucible else self._fn
+        compiled = ctx.target.compile(fn, self._inputs, capture=self.via)
         calls = [0]
 
         def call() -> Any:

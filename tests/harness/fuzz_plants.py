@@ -245,24 +245,25 @@ def looped_reduction_drops_last_block() -> None:
 
 
 def norm_rule_cached_without_eps() -> None:
-    """The layer norm rule memoized on its input, normalized shape, weight and bias but not eps: the
-    second of two norms of one input that differ only in eps gets the first one's result."""
-    from compiler.decompositions import RULES, DecompRule
+    """The late decompositions' trace cache keyed without the calls' float constants: the second of two
+    norms with one input layout, normalized shape, weight and bias that differ only in eps gets the
+    first one's ops. The cache is emptied for each graph, so only a graph with both norms shows it.
+    (The fuzzer's fx graphs reach the norms' rules through that pass, as corpus runs do:
+    ``harness.fuzz.subject.capture_aten``.)"""
+    from compiler import late_decompositions as late
+    from compiler import pipeline
 
-    name = "crucible:layer_norm_overflow_safe"
-    rule = RULES[name]
-    seen: dict[int, tuple[Any, dict]] = {}  # id(x) -> (x, kept alive so its id is not reused; results)
+    key, expand = late._layout_key, pipeline.expand_late_decompositions
 
-    def cached(x: torch.Tensor, shape: Any, weight: Any, bias: Any, eps: float) -> Any:
-        key = (tuple(shape), id(weight), id(bias))
-        if len(seen) > 64:
-            seen.clear()
-        calls = seen.setdefault(id(x), (x, {}))[1]
-        if key not in calls:
-            calls[key] = rule.fn(x, shape, weight, bias, eps)
-        return tuple(t.clone() for t in calls[key])
+    def without_floats(value: Any) -> Any:
+        return ("value",) if isinstance(value, float) else key(value)
 
-    RULES[name] = DecompRule(name, rule.op, cached, rule.origin)
+    def per_graph(gm: Any) -> Any:
+        late._TRACED.clear()
+        return expand(gm)
+
+    late._layout_key = without_floats
+    pipeline.expand_late_decompositions = per_graph
 
 
 def layer_norm_bias_needs_weight() -> None:
@@ -344,3 +345,20 @@ def shifted_variance_drops_a_square() -> None:
     from compiler import decompositions
 
     _redefine(decompositions, "_normalized", "/ n - s1 * s1, 0)", "/ n - s1, 0)")
+
+
+def float64_exp_through_float32() -> None:
+    """float64 exp computed in float32 (as the interpreter's float64 fmas were by the mutant of
+    ``triton.py`` that sent them through the float32 path): a relative error of ~6e-8, under float64's
+    absolute floor of 1e-7 for values below 1."""
+    import compiler.lowerings  # noqa: F401
+    from compiler import ir
+    from compiler.lowering import LOWERINGS
+    from compiler.lowerings import formulas, pointwise
+
+    def exp(x: Any) -> Any:
+        if x.e.dtype != torch.float64:
+            return formulas.vexp(x)
+        return formulas.V(ir.cast(formulas.vexp(formulas.V(ir.cast(x.e, torch.float32))).e, torch.float64))
+
+    LOWERINGS[aten.exp] = pointwise._unary_float(exp)

@@ -230,7 +230,7 @@ def test_planted_bug_is_found_with_its_corner_and_missed_without(monkeypatch, pl
 
 def _undo_on_exit(patch: Any) -> None:
     """Record what each plant replaces, so the monkeypatch context puts it back."""
-    from compiler import lowering
+    from compiler import late_decompositions, lowering, pipeline
     from compiler.codegen.triton import TritonRenderer
     from compiler.decompositions import RULES
 
@@ -238,3 +238,6 @@ def _undo_on_exit(patch: Any) -> None:
     patch.setitem(RULES, "crucible:layer_norm_overflow_safe", RULES["crucible:layer_norm_overflow_safe"])
     patch.setattr(lowering.GraphLowering, "extern", lowering.GraphLowering.extern)
     patch.setattr(lowering.GraphLowering, "lower_placeholder", lowering.GraphLowering.lower_placeholder)
+    patch.setattr(late_decompositions, "_layout_key", late_decompositions._layout_key)
+    patch.setattr(pipeline, "expand_late_decompositions", pipeline.expand_late_decompositions)
+    patch.setattr(late_decompositions, "_TRACED", {})  # no trace made under a plant outlives it
