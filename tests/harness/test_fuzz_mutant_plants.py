@@ -41,6 +41,7 @@ def _undo_on_exit(patch: Any) -> None:
 
     patch.setattr(formulas, "log1p", formulas.log1p)
     patch.setitem(LOWERINGS, aten.log1p, LOWERINGS[aten.log1p])
+    patch.setitem(LOWERINGS, aten.exp, LOWERINGS[aten.exp])
     patch.setattr(decompositions, "_normalized", decompositions._normalized)
     # the norms' traces are cached per process, keyed by the rule, not by what it calls: none made
     # before the plant may serve it, and none made under it may outlive it
@@ -92,6 +93,18 @@ def test_log1p_series_mutant_is_found_with_the_relative_check_and_missed_without
     assert not missed, missed
 
 
+# -- float64 values rounded to float32 (triton.py: the interpreter's float64 fmas through the float32
+# path): float64's absolute floor (1e-7) forgave it -----------------------------------------------------
+def test_float64_rounded_to_float32_is_found_with_the_relative_check_and_missed_without(monkeypatch) -> None:
+    with monkeypatch.context() as patch:
+        _undo_on_exit(patch)
+        fuzz_plants.float64_exp_through_float32()
+        found = _campaign(patch, "exp.default", 4, 102)
+        missed = _campaign(patch, "exp.default", 4, 102, tiers=False)
+    assert any("relative" in s for s in found), found
+    assert not missed, missed
+
+
 # -- the norms' shifted variance (decompositions.py, - s1 * s1 -> - s1): no value reached it ----------
 def test_shifted_profile_is_an_offset_with_a_small_spread() -> None:
     x = make_input({"shape": [64, 8], "dtype": "float32", "profile": "shifted", "seed": 4}).double()
@@ -114,7 +127,8 @@ def test_shifted_variance_mutant_is_found_with_the_values_corner_and_missed_with
 SHIFTED_SEED, SHIFTED_EXAMPLES = 105, 6
 
 
-@pytest.mark.parametrize("plant", ["log1p_series_cubic_off", "shifted_variance_drops_a_square"])
+@pytest.mark.parametrize("plant", ["log1p_series_cubic_off", "shifted_variance_drops_a_square",
+                                   "float64_exp_through_float32"])
 def test_plants_change_the_compiled_result(monkeypatch, plant: str) -> None:
     """The plants are live: the mutated function is what the compiler runs."""
     from compiler import compile_graph, trace_aten
@@ -122,6 +136,9 @@ def test_plants_change_the_compiled_result(monkeypatch, plant: str) -> None:
     x = torch.tensor([1000.0, 1000.001, 1000.002, 999.999, 0.04, 0.02])
     if plant == "log1p_series_cubic_off":
         fn = torch.log1p
+    elif plant == "float64_exp_through_float32":
+        x = x.double() / 1000
+        fn = torch.exp
     else:
         def fn(t: torch.Tensor) -> torch.Tensor:
             return torch.layer_norm(t[:4], [4])
