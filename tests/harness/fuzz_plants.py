@@ -362,3 +362,13 @@ def float64_exp_through_float32() -> None:
         return formulas.V(ir.cast(formulas.vexp(formulas.V(ir.cast(x.e, torch.float32))).e, torch.float64))
 
     LOWERINGS[aten.exp] = pointwise._unary_float(exp)
+
+
+def lerp_branch_swapped() -> None:
+    """lerp from the farther end (``0.5 < |w|`` for ``|w| < 0.5``, mutant of ``formulas.py``): the same
+    value but for rounding, which cancels where the step is small against the end."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowerings import formulas, pointwise
+
+    _redefine(formulas, "lerp", "small = vabs(weight) < 0.5", "small = 0.5 < vabs(weight)")
+    pointwise.lerp = formulas.lerp  # lower_lerp reads the name from its own module

@@ -37,9 +37,11 @@ def _undo_on_exit(patch: Any) -> None:
     import compiler.lowerings  # noqa: F401
     from compiler import decompositions, late_decompositions
     from compiler.lowering import LOWERINGS
-    from compiler.lowerings import formulas
+    from compiler.lowerings import formulas, pointwise
 
     patch.setattr(formulas, "log1p", formulas.log1p)
+    patch.setattr(formulas, "lerp", formulas.lerp)
+    patch.setattr(pointwise, "lerp", pointwise.lerp)
     patch.setitem(LOWERINGS, aten.log1p, LOWERINGS[aten.log1p])
     patch.setitem(LOWERINGS, aten.exp, LOWERINGS[aten.exp])
     patch.setattr(decompositions, "_normalized", decompositions._normalized)
@@ -125,6 +127,20 @@ def test_shifted_variance_mutant_is_found_with_the_values_corner_and_missed_with
 
 
 SHIFTED_SEED, SHIFTED_EXAMPLES = 105, 6
+
+
+# -- lerp from the farther end (formulas.py, |w| < 0.5 swapped): randn operands keep it within ~1 ulp ----
+def test_lerp_branch_mutant_is_found_with_far_ends_and_missed_without(monkeypatch) -> None:
+    """The values corner's lerp draws an end far from the start and weights near 0. (Special values find
+    this mutant too, as NaN positions where an end is infinite: without the corner, seeds 101 and 102
+    do within 7 graphs; seed 105's first 8 graphs have none.)"""
+    with monkeypatch.context() as patch:
+        _undo_on_exit(patch)
+        fuzz_plants.lerp_branch_swapped()
+        found = _campaign(patch, "lerp.Tensor", 8, 105)
+        missed = _campaign(patch, "lerp.Tensor", 8, 105, corners=CORNERS - {"values"})
+    assert any("relative" in s or "rmse" in s for s in found), found
+    assert not missed, missed
 
 
 @pytest.mark.parametrize("plant", ["log1p_series_cubic_off", "shifted_variance_drops_a_square",
