@@ -372,3 +372,13 @@ def lerp_branch_swapped() -> None:
 
     _redefine(formulas, "lerp", "small = vabs(weight) < 0.5", "small = 0.5 < vabs(weight)")
     pointwise.lerp = formulas.lerp  # lower_lerp reads the name from its own module
+
+
+def pow_of_minus_one_to_inf() -> None:
+    """pow's special case (-1) ** +-inf = 1 tested on a base of -2 (mutant of ``formulas.py``): (-1) ** inf
+    comes out NaN from exp(inf * log 1). Only the interpreter uses this formula (C++ calls C's pow)."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowerings import formulas, pointwise
+
+    _redefine(formulas, "pow_", "(x.eq(-1) & vabs(y).eq(math.inf))", "(x.eq(-2) & vabs(y).eq(math.inf))")
+    pointwise.pow_ = formulas.pow_  # the pow lowerings read the name from their own module

@@ -42,6 +42,8 @@ def _undo_on_exit(patch: Any) -> None:
     patch.setattr(formulas, "log1p", formulas.log1p)
     patch.setattr(formulas, "lerp", formulas.lerp)
     patch.setattr(pointwise, "lerp", pointwise.lerp)
+    patch.setattr(formulas, "pow_", formulas.pow_)
+    patch.setattr(pointwise, "pow_", pointwise.pow_)
     patch.setitem(LOWERINGS, aten.log1p, LOWERINGS[aten.log1p])
     patch.setitem(LOWERINGS, aten.exp, LOWERINGS[aten.exp])
     patch.setattr(decompositions, "_normalized", decompositions._normalized)
@@ -165,3 +167,17 @@ def test_plants_change_the_compiled_result(monkeypatch, plant: str) -> None:
         after = compile_graph(trace_aten(fn, x), [x], codegen="cpp")(x)
     first = lambda out: out[0] if isinstance(out, (tuple, list)) else out  # noqa: E731
     assert not torch.equal(first(before), first(after))
+
+
+# -- pow's (-1) ** +-inf on a base of -2 (formulas.py, crucible-interpret only: C++ calls C's pow) ---------
+def test_pow_special_case_mutant_is_found_with_infinite_exponents_and_missed_without(monkeypatch) -> None:
+    """No draw paired a base of -1 with an infinite exponent: pow.Tensor_Scalar's exponents were finite,
+    and both operands of pow.Tensor_Tensor special at one position is rare. With the values corner a
+    float pow may take +-inf as its exponent (seed 103: the 5th graph; without it, none of 60)."""
+    with monkeypatch.context() as patch:
+        _undo_on_exit(patch)
+        fuzz_plants.pow_of_minus_one_to_inf()
+        found = _campaign(patch, "pow.Tensor_Scalar", 5, 103)
+        missed = _campaign(patch, "pow.Tensor_Scalar", 5, 103, corners=CORNERS - {"values"})
+    assert found, "not found with the values corner"
+    assert not missed, missed
