@@ -21,7 +21,8 @@ tests of tests/harness/test_fuzz_corners.py):
   already has one (an extern and a kernel, two kernels), and a consumed value may be an output too;
 - ``layouts``: the ``narrowed`` layout (size-1 dims that are one-element slices of wider dims);
 - ``values``: rounding ties of every cast, subnormal and huge divisors broadcast along a row, values
-  near the overflow of every accumulation, integer extremes as divisors.
+  near the overflow of every accumulation, integer extremes as divisors, floats near 0 (series
+  branches) and floats with a large common offset (cancellation in variances and differences).
 """
 
 from __future__ import annotations
@@ -308,7 +309,8 @@ class GraphDraw:
             # the values corner's profiles one input in four: as one more choice each, they took a third
             # of the draws and cut the NaN-bearing special inputs (clamp's NaN bug, test_fuzz_ci) by 3x
             if "values" in self.limits.corners and dtype != "bool" and draw(st.integers(0, 3)) == 3:
-                choices = ("ties", "accumulation")
+                choices = ("ties", "accumulation", "small", "shifted") if dtype in FLOAT_DTYPES else \
+                    ("ties", "accumulation")
             profile = draw(st.sampled_from(choices))
         desc["profile"] = profile
         desc["seed"] = draw(st.integers(0, 2**16))

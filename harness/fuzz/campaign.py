@@ -72,7 +72,8 @@ def error_kind(result: Result) -> str:
         for marker, kind in (("NaN positions", "nan_positions"), ("Inf positions", "inf_positions"),
                              ("integer/bool values", "integer_values"), ("shape differs", "shape"),
                              ("dtype differs", "dtype"), ("structure differs", "structure"),
-                             ("RMSE", "rmse"), ("cosine", "cosine"), ("exact tier", "exact"), ("biased", "bias")):
+                             ("RMSE", "rmse"), ("cosine", "cosine"), ("exact tier", "exact"), ("biased", "bias"),
+                             ("relative error", "relative")):
             if marker in error:
                 return kind
         return "accuracy"
@@ -120,7 +121,7 @@ class CampaignRequest:
     max_findings: int | None = None  # stop once this many new (not known) findings are in
     capture: str = "fx"  # harness.targets.CAPTURES
     imports: tuple[str, ...] = ()
-    oracle_tiers: bool = True  # the exact tier and bias check (harness.fuzz.subject.compare_outputs)
+    oracle_tiers: bool = True  # the exact tier, relative and bias checks (harness.fuzz.subject.compare_outputs)
     coverage: tuple[str, ...] = ()  # package roots whose executed lines are recorded (harness.fuzz.coverage)
     coverage_session: str = ""  # set by run_campaign: the workers report lines per campaign
     coverage_sample: int = 1  # trace 1 generated graph in N, and every graph with an op none traced had

@@ -46,7 +46,8 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--capture", choices=CAPTURES, default="fx",
                    help="hand graphs to the compiler directly (fx, default) or through torch.compile (dynamo)")
     p.add_argument("--oracle-tiers", choices=("on", "off"), default="on",
-                   help="the exact tier (outputs of exact ops equal eager's bit for bit) and the bias check "
+                   help="the exact tier (outputs of exact ops equal eager's bit for bit), the relative check (RMS "
+                        "error in ulps) and the bias check "
                         "(default on; off: the tolerance check alone)")
     p.add_argument("--in-process", action="store_true",
                    help="run graphs in this process (no isolation: a crash ends the campaign)")

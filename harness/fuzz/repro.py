@@ -77,9 +77,20 @@ def describe(name, eager, got, ref):
     # the harness's criterion: RMSE against float64 within 2x (3x for 16-bit types) eager's, plus a floor
     ratio = 3.0 if eager.dtype in (torch.float16, torch.bfloat16) else 2.0
     if rmse(g) <= ratio * rmse(e) + 1e-5 + 1e-6 * r.abs().mean().item():
-        return biased(name, eager.dtype, g, e, r) if BIAS else ""
+        return (relative(name, eager.dtype, g, e, r) or biased(name, eager.dtype, g, e, r)) if BIAS else ""
     return (f"{name}: max abs err vs eager {err:.3g}; RMSE vs float64: target {rmse(g):.3g}, "
             f"eager {rmse(e):.3g}")
+
+
+def relative(name, dtype, g, e, r):
+    """The harness's relative check (without its rounding-spread allowance): the RMS of the target's
+    errors vs float64 in ulps, at normal magnitudes, within ULP_RATIO x eager's plus ULP_SLACK."""
+    if dtype not in ULP_DTYPES:
+        return ""
+    rms_g, rms_e = _rms(ulp_errors(g, r, dtype)), _rms(ulp_errors(e, r, dtype))
+    if rms_g <= ULP_RATIO * rms_e + ULP_SLACK[dtype]:
+        return ""
+    return f"{name}: relative error: RMS vs float64 {rms_g:.3g} ulp, eager's {rms_e:.3g}"
 
 
 def biased(name, dtype, g, e, r):
@@ -144,7 +155,7 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
                 tiers: bool = True) -> str:
     """The text of a standalone repro script for ``graph`` failing on ``target`` as ``record`` says;
     ``how_found``: the command line that found it (shell-quoted by the caller); ``tiers``: with the
-    oracle's exact tier and bias check (``harness.fuzz.subject.compare_outputs``)."""
+    oracle's exact tier, relative check and bias check (``harness.fuzz.subject.compare_outputs``)."""
     t = parse_target(target, device)
     backend = t.backend or "eager"
     header = [f"# Crucible fuzz finding on {target}: {record.status} at {record.op}",
@@ -164,8 +175,12 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         f"INPUTS = {graph.inputs!r}", f"OUTPUTS = {graph.outputs!r}",
         f"EXACT = {[o for o in graph.outputs if exact_cone(graph, o)] if tiers else []!r}", f"BIAS = {tiers!r}",
         f"BIAS_DTYPES = ({''.join(f'torch.{d}, '.replace('torch.torch.', 'torch.') for d in oracle.BIAS_DTYPES)})",
-        f"BIAS_MIN_ELEMENTS = {oracle.BIAS_MIN_ELEMENTS!r}", f"BIAS_SIGMAS = {oracle.BIAS_SIGMAS!r}", "",
+        f"BIAS_MIN_ELEMENTS = {oracle.BIAS_MIN_ELEMENTS!r}", f"BIAS_SIGMAS = {oracle.BIAS_SIGMAS!r}",
+        f"ULP_DTYPES = ({''.join(f'torch.{d}, '.replace('torch.torch.', 'torch.') for d in oracle.ULP_DTYPES)})",
+        f"ULP_RATIO = {oracle.ULP_RATIO!r}",
+        "ULP_SLACK = {" + ", ".join(f"{d}: {v!r}" for d, v in oracle.ULP_SLACK.items()) + "}", "",
         inspect.getsource(oracle.signed_error_ulps), inspect.getsource(oracle.mean_and_standard_error),
+        inspect.getsource(oracle.ulp_errors), inspect.getsource(oracle._rms),
         f"SOURCE = '''\n{graph.source()}'''", _RUNNER,
     ]
     return "\n".join(header) + "\n" + "\n".join(body)

@@ -35,7 +35,7 @@ class GraphTask:
     capture: str = "fx"
     localize: bool = False
     imports: tuple[str, ...] = ()
-    tiers: bool = True  # the oracle's exact tier and bias check (harness.fuzz.subject.compare_outputs)
+    tiers: bool = True  # the oracle's exact tier, relative and bias checks (harness.fuzz.subject.compare_outputs)
     coverage: tuple[str, ...] = ()  # package roots whose executed lines the result reports
     session: str = ""  # the campaign the lines are reported to (harness.fuzz.coverage.LineTracer.begin)
 

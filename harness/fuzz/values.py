@@ -36,9 +36,12 @@ LAYOUTS = ("contiguous", "transposed", "sliced", "expanded", "offset", "narrowed
 # round-half-even; tiny_huge: subnormal, smallest-normal and near-max magnitudes (a divisor whose
 # reciprocal overflows or goes subnormal); accumulation: magnitudes whose sum, sum of squares or
 # mean's partial sums come near the dtype's overflow (int32 sums past int32, which eager sums in
-# int64).
+# int64); small: magnitudes log-uniform in (2^-16, 1], either sign (the series branches of log1p, expm1,
+# tanh, atan, ... near 0 take most of them: randn puts 4% of its values below 0.05); shifted: one
+# offset of 4 to 8192 for the whole tensor plus a spread 2^-4 to 2^-14 of it (what a variance, a norm's
+# mean or a difference computed by cancellation gets wrong: randn's mean is near 0).
 PROFILES = ("normal", "positive", "unit", "special", "small_int", "extreme", "divisor", "index", "bool",
-            "ties", "tiny_huge", "accumulation")
+            "ties", "tiny_huge", "accumulation", "small", "shifted")
 _NARROWER = {torch.float64: (torch.float32, torch.float16, torch.bfloat16),
              torch.float32: (torch.float16, torch.bfloat16), torch.float16: (torch.bfloat16,)}
 _MANTISSA = {torch.float16: 11, torch.bfloat16: 8, torch.float32: 24, torch.float64: 53}
@@ -108,6 +111,17 @@ def _accumulation(shape: list[int], dtype: torch.dtype, gen: torch.Generator) ->
     return (scale * sign * top / count).floor().clamp(torch.iinfo(dtype).min, torch.iinfo(dtype).max).long()
 
 
+def _small(shape: list[int], gen: torch.Generator) -> torch.Tensor:
+    magnitude = torch.exp2(-16 * torch.rand(shape, generator=gen, dtype=torch.float64))
+    return torch.where(torch.rand(shape, generator=gen) < 0.5, -magnitude, magnitude)
+
+
+def _shifted(shape: list[int], gen: torch.Generator) -> torch.Tensor:
+    k, m = torch.randint(2, 13, (2,), generator=gen).tolist(), int(torch.randint(4, 15, (1,), generator=gen))
+    offset = (1 + torch.rand((), generator=gen, dtype=torch.float64).item()) * 2.0 ** k[0] * (-1) ** k[1]
+    return offset + abs(offset) * 2.0 ** -m * torch.randn(shape, generator=gen, dtype=torch.float64)
+
+
 def _values(shape: list[int], dtype: torch.dtype, profile: str, gen: torch.Generator,
             bound: int = 1, negative: bool = False) -> torch.Tensor:
     if dtype == torch.bool or profile == "bool":
@@ -121,6 +135,8 @@ def _values(shape: list[int], dtype: torch.dtype, profile: str, gen: torch.Gener
         return _tiny_huge(shape, dtype, gen).to(dtype)
     if profile == "accumulation":
         return _accumulation(shape, dtype, gen).to(dtype)
+    if profile in ("small", "shifted") and dtype.is_floating_point:
+        return (_small(shape, gen) if profile == "small" else _shifted(shape, gen)).to(dtype)
     if dtype.is_floating_point:
         if profile == "positive":
             base = torch.rand(shape, generator=gen, dtype=torch.float64) * 3.9 + 0.1

@@ -245,24 +245,25 @@ def looped_reduction_drops_last_block() -> None:
 
 
 def norm_rule_cached_without_eps() -> None:
-    """The layer norm rule memoized on its input, normalized shape, weight and bias but not eps: the
-    second of two norms of one input that differ only in eps gets the first one's result."""
-    from compiler.decompositions import RULES, DecompRule
+    """The late decompositions' trace cache keyed without the calls' float constants: the second of two
+    norms with one input layout, normalized shape, weight and bias that differ only in eps gets the
+    first one's ops. The cache is emptied for each graph, so only a graph with both norms shows it.
+    (The fuzzer's fx graphs reach the norms' rules through that pass, as corpus runs do:
+    ``harness.fuzz.subject.capture_aten``.)"""
+    from compiler import late_decompositions as late
+    from compiler import pipeline
 
-    name = "crucible:layer_norm_overflow_safe"
-    rule = RULES[name]
-    seen: dict[int, tuple[Any, dict]] = {}  # id(x) -> (x, kept alive so its id is not reused; results)
+    key, expand = late._layout_key, pipeline.expand_late_decompositions
 
-    def cached(x: torch.Tensor, shape: Any, weight: Any, bias: Any, eps: float) -> Any:
-        key = (tuple(shape), id(weight), id(bias))
-        if len(seen) > 64:
-            seen.clear()
-        calls = seen.setdefault(id(x), (x, {}))[1]
-        if key not in calls:
-            calls[key] = rule.fn(x, shape, weight, bias, eps)
-        return tuple(t.clone() for t in calls[key])
+    def without_floats(value: Any) -> Any:
+        return ("value",) if isinstance(value, float) else key(value)
 
-    RULES[name] = DecompRule(name, rule.op, cached, rule.origin)
+    def per_graph(gm: Any) -> Any:
+        late._TRACED.clear()
+        return expand(gm)
+
+    late._layout_key = without_floats
+    pipeline.expand_late_decompositions = per_graph
 
 
 def layer_norm_bias_needs_weight() -> None:
@@ -308,3 +309,76 @@ def sliced_unit_dims_taken_dense() -> None:
         return out
 
     GraphLowering.lower_placeholder = planted
+
+
+# -- plants for mutants that survived `crucible mutate` (tests/harness/test_fuzz_mutant_plants.py) ----
+def _redefine(module: Any, name: str, old: str, new: str) -> None:
+    """Redefine ``module.name`` from its source with ``old`` replaced by ``new`` (once, exactly as the
+    mutant's edit), in the module's namespace, so every caller that looks the name up gets the mutant."""
+    import inspect
+    import textwrap
+
+    source = textwrap.dedent(inspect.getsource(getattr(module, name)))
+    if source.count(old) != 1:
+        raise AssertionError(f"plant: {old!r} is not once in {module.__name__}.{name}")
+    namespace = vars(module)
+    exec(compile(source.replace(old, new), inspect.getsourcefile(module), "exec"), namespace)  # noqa: S102
+
+
+def log1p_series_cubic_off() -> None:
+    """float32/16-bit log1p's series for |x| < 0.05 with 2/3 for 1/3 in its cubic term (mutant
+    ``formulas.py`` ``1 / 3`` -> ``2 / 3``): a relative error near x^2/3, at most 1e-3 at |x| = 0.05."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowerings import formulas, pointwise
+
+    from compiler.lowering import LOWERINGS
+
+    _redefine(formulas, "log1p", "x * (1 / 3 + ", "x * (2 / 3 + ")
+    LOWERINGS[aten.log1p] = pointwise._unary_float(formulas.log1p)  # the table was built at import
+
+
+def shifted_variance_drops_a_square() -> None:
+    """The norms' shifted-data variance subtracts the first moment s1 instead of its square (mutant
+    ``decompositions.py`` ``- s1 * s1`` -> ``- s1``): s1 is the first mean's rounding error in units
+    of the row's magnitude, ~1e-7, which only matters where the spread of a row is small against its
+    mean (a row of 1000 + noise)."""
+    from compiler import decompositions
+
+    _redefine(decompositions, "_normalized", "/ n - s1 * s1, 0)", "/ n - s1, 0)")
+
+
+def float64_exp_through_float32() -> None:
+    """float64 exp computed in float32 (as the interpreter's float64 fmas were by the mutant of
+    ``triton.py`` that sent them through the float32 path): a relative error of ~6e-8, under float64's
+    absolute floor of 1e-7 for values below 1."""
+    import compiler.lowerings  # noqa: F401
+    from compiler import ir
+    from compiler.lowering import LOWERINGS
+    from compiler.lowerings import formulas, pointwise
+
+    def exp(x: Any) -> Any:
+        if x.e.dtype != torch.float64:
+            return formulas.vexp(x)
+        return formulas.V(ir.cast(formulas.vexp(formulas.V(ir.cast(x.e, torch.float32))).e, torch.float64))
+
+    LOWERINGS[aten.exp] = pointwise._unary_float(exp)
+
+
+def lerp_branch_swapped() -> None:
+    """lerp from the farther end (``0.5 < |w|`` for ``|w| < 0.5``, mutant of ``formulas.py``): the same
+    value but for rounding, which cancels where the step is small against the end."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowerings import formulas, pointwise
+
+    _redefine(formulas, "lerp", "small = vabs(weight) < 0.5", "small = 0.5 < vabs(weight)")
+    pointwise.lerp = formulas.lerp  # lower_lerp reads the name from its own module
+
+
+def pow_of_minus_one_to_inf() -> None:
+    """pow's special case (-1) ** +-inf = 1 tested on a base of -2 (mutant of ``formulas.py``): (-1) ** inf
+    comes out NaN from exp(inf * log 1). Only the interpreter uses this formula (C++ calls C's pow)."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowerings import formulas, pointwise
+
+    _redefine(formulas, "pow_", "(x.eq(-1) & vabs(y).eq(math.inf))", "(x.eq(-2) & vabs(y).eq(math.inf))")
+    pointwise.pow_ = formulas.pow_  # the pow lowerings read the name from their own module

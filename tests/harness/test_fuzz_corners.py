@@ -114,11 +114,13 @@ def test_inf_norm_is_never_drawn_over_an_empty_dim() -> None:
 
 
 def test_attention_draws_scale_masks_and_causal_with_other_key_counts() -> None:
-    exprs = [n.expr for g in _graphs("*attention*", 80, max_nodes=1) for n in g.nodes]
+    # seed 2: with the small and shifted value profiles the draws of seed 1 had no causal call with
+    # fewer queries than keys among 80 (seeds 2-5 each had)
+    exprs = [n.expr for g in _graphs("*attention*", 80, max_nodes=1, seed=2) for n in g.nodes]
     assert any("scale=" in e for e in exprs)
     assert any(re.search(r"\(x\d+, x\d+, x\d+, x\d+", e) for e in exprs)  # a mask given positionally
     assert any("attn_mask=" in e for e in exprs)
-    causal = [g for g in _graphs("*attention*", 80, max_nodes=1) if "is_causal=True" in g.nodes[0].expr
+    causal = [g for g in _graphs("*attention*", 80, max_nodes=1, seed=2) if "is_causal=True" in g.nodes[0].expr
               or re.search(r", True[,)]", g.nodes[0].expr)]
     assert any(g.inputs[0]["shape"][-2] != g.inputs[1]["shape"][-2] for g in causal)
 
@@ -152,8 +154,9 @@ def test_values_feed_several_consumers_and_an_output() -> None:
                 any(o in reads for o in graph.outputs))
 
     ops = "exp.default,add.Tensor,mm.default,sum.dim_IntList"
-    assert sum(both for both, _ in map(shared, _graphs(ops, 150, max_nodes=5))) >= 2
-    assert not any(returned for _, returned in map(shared, _graphs(ops, 150, "repeats", max_nodes=5)))
+    # seed 3: with the small and shifted value profiles seed 1's 150 draws had none (seeds 2-4: 4-6)
+    assert sum(both for both, _ in map(shared, _graphs(ops, 150, max_nodes=5, seed=3))) >= 2
+    assert not any(returned for _, returned in map(shared, _graphs(ops, 150, "repeats", max_nodes=5, seed=3)))
 
 
 # -- layouts and values ----------------------------------------------------------------------------
@@ -227,7 +230,7 @@ def test_planted_bug_is_found_with_its_corner_and_missed_without(monkeypatch, pl
 
 def _undo_on_exit(patch: Any) -> None:
     """Record what each plant replaces, so the monkeypatch context puts it back."""
-    from compiler import lowering
+    from compiler import late_decompositions, lowering, pipeline
     from compiler.codegen.triton import TritonRenderer
     from compiler.decompositions import RULES
 
@@ -235,3 +238,6 @@ def _undo_on_exit(patch: Any) -> None:
     patch.setitem(RULES, "crucible:layer_norm_overflow_safe", RULES["crucible:layer_norm_overflow_safe"])
     patch.setattr(lowering.GraphLowering, "extern", lowering.GraphLowering.extern)
     patch.setattr(lowering.GraphLowering, "lower_placeholder", lowering.GraphLowering.lower_placeholder)
+    patch.setattr(late_decompositions, "_layout_key", late_decompositions._layout_key)
+    patch.setattr(pipeline, "expand_late_decompositions", pipeline.expand_late_decompositions)
+    patch.setattr(late_decompositions, "_TRACED", {})  # no trace made under a plant outlives it
