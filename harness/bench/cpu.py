@@ -3,8 +3,8 @@
     python -m harness.bench.cpu [--repeat N] [--only NAME ...] [--threads 2 all] [--models]
 
 For each case and thread count: the median run time over ``--repeat`` timed calls after warmup,
-the three contenders interleaved round by round, and the cold compile time (the first call, with
-fresh cache directories for both compilers and ``torch._dynamo.reset()``). Ratios are speed-ups
+the three contenders interleaved round by round, and the cold compile time at that count (the
+first call, with fresh cache directories for both compilers and ``torch._dynamo.reset()``). Ratios are speed-ups
 of Crucible: eager/Crucible and Inductor/Crucible run time (above 1 = Crucible faster). Kernel
 cases (pointwise chains, softmax, layer norm, a column sum, MLPs, an encoder layer, a small CNN)
 run by default; ``--models`` adds whole models (torchvision resnet18/50 and mobilenet_v3_large,
@@ -220,25 +220,25 @@ def max_error(got: object, expected: object) -> float:
 
 
 def run_case(case: Case, repeat: int, threads: list[int]) -> list[dict]:
-    """One row per thread count: both compilers compile once (cold, at the first thread count);
-    the three contenders are then timed side by side at each count."""
+    """One row per thread count. Both compilers compile cold at each count: Inductor's C++ kernels
+    fix their thread count when generated (``#pragma omp parallel num_threads(N)``), so a kernel
+    compiled at one count and timed at another would not be what a user at that count gets."""
     import torch._dynamo
 
     fn, inputs = case.build()
+    rows = []
     with torch.no_grad():
-        torch.set_num_threads(threads[0])
-        expected = fn(*inputs)
-        torch._dynamo.reset()
-        compiled, compile_s, error = {}, {}, {}
-        for backend, env in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("crucible", "CRUCIBLE_CACHE_DIR")):
-            compiled[backend], compile_s[backend] = compile_cold(fn, inputs, backend, env)
-            got = compiled[backend](*inputs)
-            error[backend] = max_error(got, expected)
-            if not case.model:
-                torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)
-        rows = []
         for n in threads:
             torch.set_num_threads(n)
+            expected = fn(*inputs)
+            compiled, compile_s, error = {}, {}, {}
+            for backend, env in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("crucible", "CRUCIBLE_CACHE_DIR")):
+                torch._dynamo.reset()
+                compiled[backend], compile_s[backend] = compile_cold(fn, inputs, backend, env)
+                got = compiled[backend](*inputs)
+                error[backend] = max_error(got, expected)
+                if not case.model:
+                    torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)
             ms = median_ms({"eager": fn, **compiled}, inputs, repeat)
             rows.append({
                 "case": case.name, "threads": n, "eager ms": ms["eager"], "inductor ms": ms["inductor"],
