@@ -67,7 +67,7 @@ def after_pass(comp: GraphCompilation, name: str, out: Any) -> None:
     if path is None and config.debug_level() < 3:
         return
     # graph rewrites before lowering (weight folding) sort right after 00_aten_graph.py
-    order = {"late_decompositions": 0, "fold_batch_norm": 0, "fuse_extern_epilogues": 0, "merge_matmuls": 0, "lower": 1, "schedule": 2, "render": 3, "wrap": 4}.get(name, 9)
+    order = {"late_decompositions": 0, "fold_batch_norm": 0, "fuse_extern_epilogues": 0, "merge_matmuls": 0, "onednn_linears": 0, "lower": 1, "schedule": 2, "render": 3, "wrap": 4}.get(name, 9)
     text = _stage_text(out) if name != "wrap" else out.source
     if path is not None:
         (path / f"{order:02d}_{name}.txt").write_text(text)

@@ -1,6 +1,6 @@
 """The compiler pipeline for one ATen graph, as named passes called in order.
 
-    late_decompositions -> [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls]
+    late_decompositions -> [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls -> onednn_linears]
     -> choose_layout -> [convert_weight_layout] -> lower -> schedule -> render -> load -> wrap
 
 ``late_decompositions`` applies the decomposition rules left out of capture, once per distinct
@@ -28,7 +28,7 @@ import torch.fx
 from compiler import config, debug
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.registry import renderer_for
-from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
+from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls, onednn_linears
 from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph
 from compiler.kernel_sharing import render_shared
@@ -205,6 +205,7 @@ class GraphCompilation:
         passes = [("merge_matmuls", merge_matmuls, (self.foldable, self.device, library))]
         if library:
             passes.insert(0, ("fuse_extern_epilogues", fuse_extern_epilogues, (self.device,)))
+            passes.append(("onednn_linears", onednn_linears, (self.device,)))
         for name, fn, args in passes:
             out = self.run_pass(name, fn, self.folded, *args)
             self.folded, self.gm = out.folded, out.folded.gm
@@ -214,7 +215,7 @@ class GraphCompilation:
 
     def choose_layout(self) -> None:
         decision: LayoutDecision = self.run_pass("choose_layout", choose_layout, self.gm, self.device,
-                                                 self.layout_option, self.kind, self.cudagraphs)
+                                                 self.layout_option, self.kind, self.cudagraphs, self.codegen)
         self.report.layout = decision.layout
         if decision.convs or decision.forced:
             self.report.layout_reason = decision.reason

@@ -26,6 +26,8 @@ LIBRARY_OPS = [
     aten.native_batch_norm_backward, aten.sort, aten.topk, aten.cumsum, aten.cumprod,
     aten.scatter_add, aten.index_put, aten.scatter, aten.scatter_reduce, aten.embedding_dense_backward,
 ]
+if hasattr(torch.ops.mkldnn, "_linear_pointwise"):  # oneDNN's fused linear (compiler.extern_passes.onednn_linears)
+    LIBRARY_OPS.append(torch.ops.mkldnn._linear_pointwise)
 RANDOM_OPS = [aten.rand, aten.randn, aten.bernoulli, aten.native_dropout, aten.randint, aten.rand_like,
               aten.randn_like, aten.normal, aten.uniform, aten.randperm]
 

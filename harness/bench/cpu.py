@@ -1,17 +1,24 @@
 """CPU benchmark: eager vs Inductor (its C++ backend) vs Crucible's C++ codegen.
 
-    python -m harness.bench.cpu [--repeat N] [--only NAME ...]
+    python -m harness.bench.cpu [--repeat N] [--only NAME ...] [--threads 2 all] [--models]
 
-For each case: the median run time over ``--repeat`` timed calls after warmup, and the
-cold compile time (the first call, with fresh cache directories for both compilers and
-``torch._dynamo.reset()``). Ratios: Crucible/eager and Crucible/Inductor run time
-(below 1 = Crucible faster) and Crucible/Inductor cold compile time.
+For each case and thread count: the median run time over ``--repeat`` timed calls after warmup,
+the three contenders interleaved round by round, and the cold compile time at that count (the
+first call, with fresh cache directories for both compilers and ``torch._dynamo.reset()``). Ratios are speed-ups
+of Crucible: eager/Crucible and Inductor/Crucible run time (above 1 = Crucible faster). Kernel
+cases (pointwise chains, softmax, layer norm, a column sum, MLPs, an encoder layer, a small CNN)
+run by default; ``--models`` adds whole models (torchvision resnet18/50 and mobilenet_v3_large,
+timm's vit_tiny, small transformers BERT and GPT-2), each skipped with a message where its
+library is missing. ``--threads`` takes counts and ``all`` (every core this process may use);
+``torch.set_num_threads`` bounds eager, Inductor's and Crucible's kernels alike (one OpenMP runtime).
 """
 
 from __future__ import annotations
 
 import argparse
 import ctypes
+import math
+import os
 import statistics
 import tempfile
 import time
@@ -27,6 +34,7 @@ from tabulate import tabulate
 class Case:
     name: str
     build: Callable[[], tuple[Callable, tuple]]  # -> (function or module, inputs)
+    model: bool = False  # a whole model: run with --models only (minutes of cold compile each)
 
 
 def pointwise_chain(n: int) -> tuple[Callable, tuple]:
@@ -34,6 +42,15 @@ def pointwise_chain(n: int) -> tuple[Callable, tuple]:
         return torch.sigmoid((x * 1.5 + y).relu() - z)  # mul, add, relu, sub, sigmoid
 
     return chain, tuple(torch.randn(n) for _ in range(3))
+
+
+def transcendental_chain(n: int) -> tuple[Callable, tuple]:
+    """One of each transcendental eager vectorizes (exp, tanh, erf, log, sigmoid) in one pointwise
+    kernel: what the C++ path's math functions cost against ATen's vector math."""
+    def chain(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x) * torch.sigmoid(y) + torch.erf(x * 0.5) * torch.exp(-y * y) + torch.log(x * x + 1.0)
+
+    return chain, (torch.randn(n), torch.randn(n))
 
 
 def softmax(rows: int, cols: int) -> tuple[Callable, tuple]:
@@ -45,10 +62,30 @@ def layer_norm(rows: int, cols: int) -> tuple[Callable, tuple]:
     return (lambda x: F.layer_norm(x, (cols,), w, b)), (torch.randn(rows, cols),)
 
 
+def column_sum(rows: int, cols: int) -> tuple[Callable, tuple]:
+    return (lambda x: x.sum(dim=0)), (torch.randn(rows, cols),)
+
+
 def mlp() -> tuple[Callable, tuple]:
     model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
                                 torch.nn.GELU(approximate="tanh"), torch.nn.Linear(1024, 10)).eval()
     return model, (torch.randn(256, 512),)
+
+
+def gelu_mlp(tokens: int, width: int) -> tuple[Callable, tuple]:
+    """A transformer's feed-forward block: up-projection, exact GELU (erf), down-projection."""
+    nn = torch.nn
+    model = nn.Sequential(nn.Linear(width, 4 * width), nn.GELU(), nn.Linear(4 * width, width)).eval()
+    return model, (torch.randn(tokens, width),)
+
+
+def encoder_layer(batch: int, length: int, width: int) -> tuple[Callable, tuple]:
+    """``nn.TransformerEncoderLayer`` as a user runs it for inference (eval, no grad): PyTorch's fast
+    path, one fused ATen op (``_transformer_encoder_layer_fwd``) that Dynamo captures and both
+    compilers call as it is, so this row measures their call overhead around eager's kernel."""
+    model = torch.nn.TransformerEncoderLayer(width, nhead=8, dim_feedforward=4 * width, dropout=0.0,
+                                             batch_first=True).eval()
+    return model, (torch.randn(batch, length, width),)
 
 
 def cnn() -> tuple[Callable, tuple]:
@@ -59,14 +96,80 @@ def cnn() -> tuple[Callable, tuple]:
     return model, (torch.randn(32, 3, 64, 64),)
 
 
+class SkipCase(Exception):
+    """A case this machine cannot build (a model library not installed); the message says which."""
+
+
+VISION_BATCH = 2  # images of 224x224 per call: a 2-core machine runs resnet50 eager in ~0.1 s
+TEXT_SHAPE = (2, 128)  # sequences x tokens
+
+
+def torchvision_model(name: str, **kwargs) -> tuple[Callable, tuple]:
+    try:
+        import torchvision.models
+    except ImportError as e:
+        raise SkipCase(f"torchvision is not installed ({e}); pip install torchvision") from None
+    model = getattr(torchvision.models, name)(weights=None, **kwargs).eval()
+    return model, (torch.randn(VISION_BATCH, 3, 224, 224),)
+
+
+def timm_model(name: str) -> tuple[Callable, tuple]:
+    try:
+        import timm
+    except ImportError as e:
+        raise SkipCase(f"timm is not installed ({e}); pip install timm") from None
+    model = timm.create_model(name, pretrained=False).eval()
+    return model, (torch.randn(VISION_BATCH, 3, 224, 224),)
+
+
+class FirstOutput(torch.nn.Module):
+    """A transformers model returning its first output (hidden states or logits) alone."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        return self.model(input_ids=input_ids, use_cache=False, return_dict=False)[0]
+
+
+def transformers_model(kind: str) -> tuple[Callable, tuple]:
+    """A small BERT (encoder) or GPT-2 (decoder) with random weights: 4 layers of width 256."""
+    try:
+        import transformers
+    except ImportError as e:
+        raise SkipCase(f"transformers is not installed ({e}); pip install transformers") from None
+    if kind == "bert":
+        config = transformers.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
+                                         intermediate_size=1024, hidden_dropout_prob=0.0,
+                                         attention_probs_dropout_prob=0.0)
+        model = transformers.BertModel(config)
+    else:
+        config = transformers.GPT2Config(n_embd=256, n_layer=4, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
+                                         attn_pdrop=0.0)
+        model = transformers.GPT2LMHeadModel(config)
+    inputs = torch.randint(0, config.vocab_size, TEXT_SHAPE)
+    return FirstOutput(model).eval(), (inputs,)
+
+
 CASES = [
     Case("pointwise chain 16M", lambda: pointwise_chain(16 * 1024 * 1024)),
+    Case("transcendental chain 4M", lambda: transcendental_chain(4 * 1024 * 1024)),
     Case("softmax 8192x1024", lambda: softmax(8192, 1024)),
     Case("softmax 1024x8192", lambda: softmax(1024, 8192)),
     Case("layer_norm 8192x1024", lambda: layer_norm(8192, 1024)),
     Case("layer_norm 1024x8192", lambda: layer_norm(1024, 8192)),
+    Case("column sum 4096x4096", lambda: column_sum(4096, 4096)),
     Case("MLP 256x512", mlp),
+    Case("GELU MLP 256x1024", lambda: gelu_mlp(256, 1024)),
+    Case("encoder layer 4x128x512", lambda: encoder_layer(4, 128, 512)),
     Case("CNN 32x3x64x64", cnn),
+    Case("resnet18", lambda: torchvision_model("resnet18"), model=True),
+    Case("resnet50", lambda: torchvision_model("resnet50"), model=True),
+    Case("mobilenet_v3_large", lambda: torchvision_model("mobilenet_v3_large"), model=True),
+    Case("vit_tiny_patch16_224", lambda: timm_model("vit_tiny_patch16_224"), model=True),
+    Case("bert 4x256", lambda: transformers_model("bert"), model=True),
+    Case("gpt2 4x256", lambda: transformers_model("gpt2"), model=True),
 ]
 
 
@@ -113,26 +216,40 @@ def median_ms(variants: dict[str, Callable], inputs: tuple, repeat: int, warmup_
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
-def run_case(case: Case, repeat: int) -> dict:
+def max_error(got: object, expected: object) -> float:
+    """Largest absolute difference relative to the largest magnitude of ``expected``."""
+    got, expected = torch.as_tensor(got).double(), torch.as_tensor(expected).double()
+    return float((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
+
+
+def run_case(case: Case, repeat: int, threads: list[int]) -> list[dict]:
+    """One row per thread count. Both compilers compile cold at each count: Inductor's C++ kernels
+    fix their thread count when generated (``#pragma omp parallel num_threads(N)``), so a kernel
+    compiled at one count and timed at another would not be what a user at that count gets."""
     import torch._dynamo
 
     fn, inputs = case.build()
-    row: dict = {"case": case.name}
+    rows = []
     with torch.no_grad():
-        expected = fn(*inputs)
-        torch._dynamo.reset()
-        inductor, row["inductor compile s"] = compile_cold(fn, inputs, "inductor", "TORCHINDUCTOR_CACHE_DIR")
-        crucible, row["crucible compile s"] = compile_cold(fn, inputs, "crucible", "CRUCIBLE_CACHE_DIR")
-        for opt in (inductor, crucible):
-            torch.testing.assert_close(opt(*inputs), expected, rtol=1e-3, atol=1e-3)
-        ms = median_ms({"eager": fn, "inductor": inductor, "crucible": crucible}, inputs, repeat)
-    row.update({f"{name} ms": t for name, t in ms.items()})
-    row["crucible/eager"] = row["crucible ms"] / row["eager ms"]
-    row["crucible/inductor"] = row["crucible ms"] / row["inductor ms"]
-    row["compile crucible/inductor"] = row["crucible compile s"] / row["inductor compile s"]
-    columns = ["case", "eager ms", "inductor ms", "crucible ms", "crucible/eager", "crucible/inductor",
-               "inductor compile s", "crucible compile s", "compile crucible/inductor"]
-    return {c: row[c] for c in columns}
+        for n in threads:
+            torch.set_num_threads(n)
+            expected = fn(*inputs)
+            compiled, compile_s, error = {}, {}, {}
+            for backend, env in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("crucible", "CRUCIBLE_CACHE_DIR")):
+                torch._dynamo.reset()
+                compiled[backend], compile_s[backend] = compile_cold(fn, inputs, backend, env)
+                got = compiled[backend](*inputs)
+                error[backend] = max_error(got, expected)
+                if not case.model:
+                    torch.testing.assert_close(got, expected, rtol=1e-3, atol=1e-3)
+            ms = median_ms({"eager": fn, **compiled}, inputs, repeat)
+            rows.append({
+                "case": case.name, "threads": n, "eager ms": ms["eager"], "inductor ms": ms["inductor"],
+                "crucible ms": ms["crucible"], "vs eager": ms["eager"] / ms["crucible"],
+                "vs inductor": ms["inductor"] / ms["crucible"], "inductor vs eager": ms["eager"] / ms["inductor"],
+                "inductor compile s": compile_s["inductor"], "crucible compile s": compile_s["crucible"],
+                "err crucible": error["crucible"], "err inductor": error["inductor"]})
+    return rows
 
 
 def pin_allocator() -> str:
@@ -152,21 +269,81 @@ def pin_allocator() -> str:
     return "allocator not pinned (not glibc): page-fault costs may depend on case order"
 
 
+def available_cores() -> int:
+    """The cores this process may run on (the affinity mask, not the machine's count)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def thread_counts(spec: list[str]) -> list[int]:
+    """``--threads`` values (integers, or ``all`` for every available core), deduplicated in order;
+    a count above the available cores is kept (oversubscription is a measurement too) with a note."""
+    cores = available_cores()
+    counts: list[int] = []
+    for word in spec:
+        if word == "all":
+            n = cores
+        else:
+            try:
+                n = int(word)
+            except ValueError:
+                raise SystemExit(f"--threads: {word!r} is neither a positive integer nor 'all'") from None
+            if n < 1:
+                raise SystemExit(f"--threads: {n} is not a positive thread count")
+            if n > cores:
+                print(f"note: --threads {n} is more than the {cores} available cores (oversubscribed)")
+        if n not in counts:
+            counts.append(n)
+    return counts
+
+
+def geomean(values: list[float]) -> float:
+    return math.exp(statistics.fmean(math.log(v) for v in values))
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=20, help="timed calls per measurement (median)")
     parser.add_argument("--only", nargs="*", help="run the cases whose name contains one of these")
+    parser.add_argument("--threads", nargs="+", default=["2", "all"],
+                        help="thread counts to time each case at: integers or 'all' (every available core); "
+                             "default: 2 and all")
+    parser.add_argument("--models", action="store_true",
+                        help="also run the whole models (torchvision, timm, transformers; minutes each)")
     args = parser.parse_args(argv)
+    threads = thread_counts(args.threads)
     allocator = pin_allocator()
-    cases = [c for c in CASES if not args.only or any(o in c.name for o in args.only)]
-    rows = []
+    cases = [c for c in CASES if (args.models or not c.model) and (not args.only or any(o in c.name for o in args.only))]
+    if not cases:
+        raise SystemExit("no case matches --only (models need --models); cases: " + ", ".join(c.name for c in CASES))
+    rows, skipped = [], []
     for case in cases:
-        rows.append(run_case(case, args.repeat))
+        try:
+            rows += run_case(case, args.repeat, threads)
+        except SkipCase as e:
+            skipped.append(f"{case.name}: {e}")
+            print(f"skipped: {case.name}: {e}", flush=True)
+            continue
         print(f"done: {case.name}", flush=True)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; run time = median of "
-          f"{args.repeat} interleaved calls after {WARMUP_S:g} s of interleaved warmup; compile = first call with empty caches "
-          f"(the first case also pays each compiler's one-time start-up); {allocator}")
+    torch.set_num_threads(threads[0])
+    print(f"torch {torch.__version__}, {available_cores()} cores available, threads {threads}; run time = median of "
+          f"{args.repeat} interleaved calls after {WARMUP_S:g} s of interleaved warmup; 'vs eager' and 'vs inductor' "
+          f"are speed-ups of Crucible (above 1 = Crucible faster); compile = first call with empty caches "
+          f"(the first case also pays each compiler's one-time start-up); err = max |compiled - eager| / max |eager|; "
+          f"{allocator}")
     print(tabulate(rows, headers="keys", floatfmt=".3g"))
+    for n in threads:
+        for label, keep in (("kernels", lambda name: not next(c for c in CASES if c.name == name).model),
+                            ("models", lambda name: next(c for c in CASES if c.name == name).model)):
+            picked = [r for r in rows if r["threads"] == n and keep(r["case"])]
+            if picked:
+                print(f"geomean at {n} threads over {len(picked)} {label}: vs eager "
+                      f"{geomean([r['vs eager'] for r in picked]):.3g}, vs inductor "
+                      f"{geomean([r['vs inductor'] for r in picked]):.3g}")
+    for line in skipped:
+        print(f"skipped {line}")
 
 
 if __name__ == "__main__":

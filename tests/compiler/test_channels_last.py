@@ -170,11 +170,25 @@ def _decision(m, x, device: str = "cuda", option: str = "auto", kind: str = "inf
 def test_rule_keeps_cpu_training_and_convolution_free_graphs_contiguous():
     gm = trace(small_net().eval(), torch.randn(2, 3, 9, 11))
     cuda = torch.device("cuda")
-    assert "CPU graph" in choose_layout(gm, torch.device("cpu"), "auto", "inference").reason
+    assert "C++ codegen only" in choose_layout(gm, torch.device("cpu"), "auto", "inference", codegen="triton").reason
+    assert choose_layout(gm, torch.device("cpu"), "auto", "forward", codegen="cpp").layout == "contiguous"
     assert choose_layout(gm, cuda, "auto", "forward").layout == "contiguous"
     assert _decision(lambda t: t.relu() + 1, torch.randn(3)).reason == "no 2-d convolutions"
     forced = choose_layout(gm, torch.device("cpu"), "channels_last", "inference")
     assert forced.layout == "channels_last" and "the rule would choose contiguous" in forced.reason
+
+
+def test_rule_runs_cpp_inference_graphs_channels_last():
+    """oneDNN runs NHWC convolutions without reordering activations: resnet18 1.6x (issue 38)."""
+    gm = trace(small_net().eval(), torch.randn(2, 3, 9, 11))
+    decision = choose_layout(gm, torch.device("cpu"), "auto", "inference", codegen="cpp")
+    assert decision.layout == "channels_last" and "oneDNN" in decision.reason
+    m, x = model(), torch.randn(2, 3, 9, 11)
+    _, out, report = compiled_run(m, x, codegen="cpp")
+    assert [g.layout for g in report.graphs] == ["channels_last"]
+    with torch.no_grad():
+        for got, want in zip(out, m(x)):
+            assert_close(got, want)
 
 
 def test_rule_reads_a_folded_weight_by_its_shape_only(monkeypatch):
@@ -183,8 +197,8 @@ def test_rule_reads_a_folded_weight_by_its_shape_only(monkeypatch):
     decides a CPU graph as it would a GPU one."""
     import compiler.layout
 
-    def as_on_a_gpu(gm, device, option, kind, cudagraphs=False):
-        return compiler.layout.choose_layout(gm, torch.device("cuda"), option, kind, cudagraphs)
+    def as_on_a_gpu(gm, device, option, kind, cudagraphs=False, codegen=""):
+        return compiler.layout.choose_layout(gm, torch.device("cuda"), option, kind, cudagraphs, codegen)
 
     monkeypatch.setattr("compiler.pipeline.choose_layout", as_on_a_gpu)
     m, x = model(), torch.randn(2, 3, 9, 11)

@@ -139,6 +139,18 @@ def test_reduction_over_a_leading_dim_is_vectorized_across_outer_points() -> Non
     assert p.lanes == 32 and p.cascade  # a tile of LANE_BYTES / 4 points; 1000 > CASCADE_BLOCK
 
 
+@pytest.mark.parametrize("columns,dtype,lanes", [(4096, F32, 256), (1024, F32, 64), (48, F32, 32),
+                                                 (4096, torch.float64, 128), (1 << 20, F32, 256)])
+def test_column_tiles_widen_while_the_threads_keep_tiles_to_share(columns, dtype, lanes) -> None:
+    """A column sum of 4096x4096 floats ran 25-35 ms in tiles of 32 columns and 12-16 ms in tiles of
+    256 (CPU benchmark, issue 38): tiles grow to COLUMN_TILE_BYTES while TILE_MAX_OUTER tiles remain."""
+    value = ir.load("a", ir.linear_index([ir.rvar(0), ir.xvar(0)], (columns, 1)), dtype)
+    k = make_kernel("k", (columns,), [Store("out", ir.xvar(0), ir.reduce(ReduceOp.SUM, value, dtype), Level.X)],
+                    kept={"out"}, rranges=(512,))
+    plan = plan_reduction(k)
+    assert plan.layout is Layout.COLUMN and plan.passes[0].lanes == lanes
+
+
 def test_short_windows_take_the_window_layout() -> None:
     plan = plan_reduction(row_reduction((8, 9), (3, 3), ReduceOp.MAX))
     assert plan.layout is Layout.WINDOW and [(p.lanes, p.cascade) for p in plan.passes] == [(1, False)]

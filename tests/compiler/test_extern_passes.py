@@ -10,7 +10,7 @@ import torch
 
 import compiler
 from compiler.codegen.triton import TritonRenderer
-from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls
+from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls, onednn_available
 from compiler.folding import FoldedGraph, FoldedWeights
 from compiler.graph import ComputedNode, ExternNode
 from compiler.ir import Op
@@ -449,3 +449,52 @@ def test_split_groups_accept_only_splits():
     assert _split_groups((2, 4, 12), (8, 12)) is None  # a merge
     assert _split_groups((8, 12), (4, 24)) is None  # neither
     assert _split_groups((0, 12), (0, 3, 4)) is None
+
+
+class WideMLP(torch.nn.Module):
+    """Two linears of 2^24 multiply-adds at 64 rows: oneDNN's size on the CPU (``ONEDNN_MIN_MACS``)."""
+
+    def __init__(self, act, bias: bool = True, read_pre_activation: bool = False) -> None:
+        super().__init__()
+        self.fc, self.proj, self.act = torch.nn.Linear(256, 1024, bias=bias), torch.nn.Linear(1024, 256), act
+        self.read_pre_activation = read_pre_activation
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.fc(x)
+        out = self.proj(self.act(h))
+        return out + h.sum(-1, keepdim=True) if self.read_pre_activation else out
+
+
+onednn = pytest.mark.skipif(not onednn_available(), reason="this torch build has no oneDNN")
+
+
+@onednn
+@pytest.mark.parametrize("act,attr", [(torch.relu, "relu"), (torch.nn.functional.gelu, "gelu"),
+                                      (lambda t: torch.nn.functional.gelu(t, approximate="tanh"), "gelu"),
+                                      (gpt2_gelu, "gelu"), (torch.sigmoid, None)],
+                         ids=["relu", "erf_gelu", "tanh_gelu", "gpt2_gelu", "sigmoid"])
+@pytest.mark.parametrize("bias", [True, False], ids=["addmm", "mm"])
+def test_large_cpu_linears_go_to_onednn_with_their_activation(act, attr, bias):
+    """A relu or GELU reading a linear alone joins oneDNN's call as its post-op (no kernel left); any
+    other activation stays a generated kernel after a plain oneDNN linear."""
+    torch.manual_seed(0)
+    model, x = WideMLP(act, bias).eval(), torch.randn(4, 16, 256)
+    _, out, report = run(model, x, codegen="cpp")
+    first = f"linear_pointwise({attr or 'none'})"
+    assert rewrites(report) == [("onednn_linears", first), ("onednn_linears", "linear_pointwise(none)")]
+    assert [e.op for e in report.externs] == ["mkldnn._linear_pointwise.default"] * 2
+    assert (report.kernels == []) == (attr is not None)
+    with torch.no_grad():
+        assert_close(out, model(x))
+
+
+@onednn
+def test_onednn_linears_leave_small_gemms_and_read_pre_activations_alone():
+    torch.manual_seed(0)
+    _, _, small = run(MLP(torch.relu), torch.randn(64, 16), codegen="cpp")  # 32K multiply-adds: addmm's
+    assert not any(name == "onednn_linears" for name, _ in rewrites(small))
+    model, x = WideMLP(torch.relu, read_pre_activation=True).eval(), torch.randn(64, 256)
+    _, out, report = run(model, x, codegen="cpp")
+    assert rewrites(report) == [("onednn_linears", "linear_pointwise(none)")] * 2  # the relu stays a kernel
+    with torch.no_grad():
+        assert_close(out, model(x))

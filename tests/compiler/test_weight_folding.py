@@ -26,10 +26,14 @@ def test_conv_bn_relu_folds_and_matches_eager(codegen):
     model, x = conv_bn(), torch.randn(2, 3, 8, 8)
     _, out, report = compiled_run(model, x, codegen=codegen)
     (graph,) = report.graphs
-    assert [(f.pass_name, f.op) for f in graph.weight_folds] == [("fold_batch_norm", "convolution")]
+    # the C++ codegen runs CPU inference graphs channels-last (compiler.layout): the folded weight converted too
+    layout = [("convert_weight_layout", "convolution")] if codegen == "cpp" else []
+    assert [(f.pass_name, f.op) for f in graph.weight_folds] == [("fold_batch_norm", "convolution"), *layout]
     assert "fold_batch_norm" in graph.passes and "fold_batch_norm: 1 convolution" in str(graph)
-    # what is left after the convolution is the relu: the batch norm's arithmetic is gone
-    assert [k.ops for k in graph.kernels] == [("relu.default",)]
+    # what is left after the convolution is the relu: the batch norm's arithmetic is gone (channels-last:
+    # one more kernel, the input's NCHW -> NHWC copy for the convolution)
+    convert = [("convolution.default",)] if codegen == "cpp" else []
+    assert [k.ops for k in graph.kernels] == [*convert, ("relu.default",)]
     with torch.no_grad():
         assert_close(out, model(x))
 
