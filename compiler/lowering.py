@@ -412,6 +412,13 @@ class GraphLowering:
             want = plain_strides(val, value.shape)
             if want is not None and 0 not in want and want != contiguous_strides(value.shape):
                 return self.realize(value, want)
+        if isinstance(value, Strided) and not value.dtype.is_complex and not self.channels_last:
+            # a buffer laid out for its consumer (a transposed operand realized row-major for an
+            # extern bmm): saved for the backward as q @ k.T's k.T, it came back (144, 9, 1) where the
+            # backward's kernels read (144, 1, 16), and q's gradient was computed from garbage
+            want = plain_strides(val, value.shape)
+            if want is not None and 0 not in want and not same_layout(value.shape, value.stride, want):
+                return self.realize(Lazy(value.shape, value.dtype, as_expr(value)), want)
         if self.channels_last and isinstance(value, (Lazy, Strided)) and not value.dtype.is_complex:
             return self.eager_layout_output(value, val)
         if isinstance(value, (Lazy, Strided)):
