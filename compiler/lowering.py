@@ -38,9 +38,9 @@ from compiler.lowerings.rules import (
 from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.pointwise import REDUCED_FLOATS
-from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes, plain_strides
+from compiler.lowerings.symbolic import DynamicUnsupported, dense_order, has_symbolic_sizes, plain_strides
 from compiler.report import ExternReason
-from compiler.sizes import at_least, shape_of, size_of
+from compiler.sizes import all_static, at_least, shape_of, size_of
 
 aten = torch.ops.aten
 
@@ -121,7 +121,10 @@ class GraphLowering:
         a layer norm's affine output over a permuted input does its reduction's); () for in order."""
         if buf.stride == contiguous_strides(buf.shape):  # what the sort below gives (and symbolic-safe)
             return ()
-        order = tuple(sorted(range(len(buf.shape)), key=lambda d: -buf.stride[d]))
+        if all_static(buf.stride):
+            order = tuple(sorted(range(len(buf.shape)), key=lambda d: -buf.stride[d]))
+        else:  # symbolic strides cannot be sorted: a dense layout's order by structure, else as laid out
+            order = dense_order(buf.shape, buf.stride) or ()
         return () if order == tuple(range(len(order))) else order
 
     def note_layout(self, buf: Buffer) -> None:

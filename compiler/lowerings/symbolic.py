@@ -21,7 +21,6 @@ import sympy
 import torch
 
 from compiler import ir
-from compiler.graph import contiguous_strides
 from compiler.ir import Expr, Op
 from compiler.sizes import all_static, shape_of
 
@@ -50,14 +49,13 @@ def plain_strides(val: Any, shape: tuple) -> tuple | None:
     """``val``'s strides when a buffer (viewed with stride 0 on broadcast dims) can have them:
     same shape, and apart from broadcast dims positive strides with no two elements sharing
     memory (dense or, like a slice of a padded tensor, with gaps); 1 for dims of size 1.
-    None for negative or otherwise overlapping layouts. With symbolic sizes, only the row-major
-    layout is recognized (its strides are products of the sizes, equal by structure)."""
+    None for negative or otherwise overlapping layouts. With symbolic sizes, dense layouts in any dim
+    order are recognized (their strides are products of the sizes, equal by structure)."""
     if not isinstance(val, torch.Tensor) or shape_of(val.shape) != tuple(shape):
         return None
     stride = shape_of(val.stride())
     if not all_static([*stride, *shape]):
-        dense = contiguous_strides(tuple(shape))
-        return dense if all(st == d or n == 1 for st, d, n in zip(stride, dense, shape)) else None
+        return _dense_permuted(tuple(shape), stride)
     dims = sorted((st, n) for st, n in zip(stride, shape) if n > 1 and st != 0)
     span = 1
     for st, n in dims:
@@ -65,6 +63,30 @@ def plain_strides(val: Any, shape: tuple) -> tuple | None:
             return None
         span = st * n
     return tuple(st if n > 1 else max(st, 1) for st, n in zip(stride, shape))
+
+
+def dense_order(shape: tuple, stride: tuple) -> tuple[int, ...] | None:
+    """The dims of ``shape`` from the largest stride to the smallest when, apart from dims of size 1
+    (first, in order), ``stride`` is a dense layout in some dim order (row-major, a transpose,
+    channels-last): every stride the product of the faster dims' sizes, equal by structure, so this
+    works on symbolic sizes, which cannot be sorted. None otherwise."""
+    fastest_first, expected = [], 1
+    left = [d for d, n in enumerate(shape) if n != 1]
+    while left:
+        d = next((d for d in left if stride[d] == expected), None)
+        if d is None:
+            return None
+        fastest_first.append(d)
+        expected = expected * shape[d]
+        left.remove(d)
+    return (*(d for d, n in enumerate(shape) if n == 1), *reversed(fastest_first))
+
+
+def _dense_permuted(shape: tuple, stride: tuple) -> tuple | None:
+    """``stride`` (sizes of 1 keeping theirs) when it is a dense layout of ``shape`` (``dense_order``)."""
+    if dense_order(shape, stride) is None:
+        return None
+    return tuple(st if n != 1 or not isinstance(st, int) else max(st, 1) for st, n in zip(stride, shape))
 
 
 def check_dynamic(gm: torch.fx.GraphModule) -> dict[str, int]:

@@ -290,3 +290,21 @@ def test_an_input_with_a_symbolic_storage_offset_compiles(codegen: str) -> None:
     the slice's own pointer, so the offset needs no binding (stage 1 fell back: symbolic_offset)."""
     ids = torch.arange(40.0).reshape(2, 20)
     check_sizes(lambda x: x * 2 + 1, lambda t: (ids[:, t:t + 1],), [(3,), (5,), (9,)], codegen, generic=False)
+
+
+def test_a_saved_transposed_output_keeps_its_traced_strides_over_symbolic_sizes(codegen: str) -> None:
+    """Regression (the dynamic corpus's decoders in train mode): the transposed operand of
+    ``q @ cat([cache, k]).transpose(-1, -2)``, saved for the backward, came back row-major; with
+    symbolic sizes the traced layout was not recognized (only row-major was), so the fix for static
+    graphs did not apply and q's gradient was computed from the wrong elements."""
+    fn = lambda cache, q, k: q @ torch.cat([cache, k], 2).transpose(-1, -2)
+    compiled, graphs = _compiled(fn, codegen)
+    for t in (5, 7):
+        cache, q, k = r(2, 2, t - 3, 8), r(2, 2, t, 8), r(2, 2, t, 8)
+        grads = []
+        for f in (fn, compiled):
+            qi, ki = q.clone().requires_grad_(), k.clone().requires_grad_()
+            out = f(cache, qi, ki)
+            out.backward(torch.ones_like(out))
+            grads.append((qi.grad, ki.grad))
+        torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-4)
