@@ -10,7 +10,9 @@ buffers as arguments, so the wrapper calls it as before. Equal sources then shar
 library (``compiler.runtime``) and one Triton build.
 
 Template kernels (``compiler.templates``) name buffers outside their stores as well; they are
-rendered one by one, as before.
+rendered one by one, as before, and so is a kernel that loads a buffer that is neither one of its
+parameters nor one of its stores (a GPT-2 bf16 graph's fused GPU kernel read ``arg10`` that way:
+renaming failed with a ``KeyError`` and the whole compile with it).
 """
 
 from __future__ import annotations
@@ -95,7 +97,11 @@ def render_shared(kernels: Sequence[Kernel], render: Callable[[Kernel], Rendered
         if type(k) is not Kernel:  # a template kernel: see the module docstring
             out[k.name] = render(k)
             continue
-        canonical, names = canonical_kernel(k)
+        try:
+            canonical, names = canonical_kernel(k)
+        except KeyError:  # a load of a buffer that is neither a parameter nor a store: render it as is
+            out[k.name] = render(k)
+            continue
         rendered = shared.get(canonical)
         if rendered is None:
             rendered = shared[canonical] = render(canonical)
