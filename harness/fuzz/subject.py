@@ -44,6 +44,16 @@ NEAR_TIES = "near-tied indices"
 NAN_SIGN = "sign of a NaN"
 ZERO_SIGN = "sign of a zero"
 ORDER_DEPENDENT = "float64 order-dependent"
+CANCELLATION = "relative error after a norm's cancellation"
+# Ops whose result subtracts a statistic they accumulate ((x - mean) * rstd): their small outputs
+# come from cancellation, so each one's error in ulps at its own magnitude is the statistic's absolute
+# error over a tiny value, set by the accumulation order, not a defect. Measured (fuzzer,
+# crucible-interpret, seed 112): group norm of 8192 randn values, Crucible's mean 1e-8 off float64
+# where eager's is 1e-9, gave 130 ulps RMS against eager's 26 (the relative check's bound 119), while
+# Crucible's outputs were closer to float64 than eager's by max abs error (1.7e-7 against 5.2e-7).
+# The tolerance check still judges such outputs.
+NORMALIZING = ("aten.native_layer_norm.", "aten.native_group_norm.", "aten.native_batch_norm.",
+               "aten._native_batch_norm_legit", "aten.var", "aten.std")
 
 NOISE_SAMPLES = 2  # rounding-noise references per judged output (the larger spread counts)
 
@@ -222,6 +232,11 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
         if not parity.passed and not unjudged and rounding_spread and ill_conditioned(graph, name):
             parity = oracle.compare(e, compiled[i], ref, order_dependent=True)
             allow(ILL_CONDITIONED)
+        if (not parity.passed and "relative error" in parity.reason and rounding_spread
+                and after_cancellation(graph, name)):
+            parity = ParityOracle(oracle.dtype, bias=False).compare(e, compiled[i], ref)
+            if parity.passed:
+                allow(CANCELLATION)
         if (not parity.passed and rounding_spread and isinstance(e, torch.Tensor)
                 and near_tied_indices(graph, name, e, compiled[i])):
             parity = ParityResult(True)
@@ -241,6 +256,12 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
             return name, parity.reason.replace("out: ", f"{name}: ", 1), metrics
     metrics["allowances"] = allowed or None
     return "", "", metrics
+
+
+def after_cancellation(graph: FuzzGraph, name: str) -> bool:
+    """Whether ``name`` depends on an op of ``NORMALIZING`` (its small values come from cancellation)."""
+    upstream = graph.upstream([name])
+    return any(n.op.startswith(NORMALIZING) for n in graph.nodes if any(o in upstream for o in n.outputs))
 
 
 def _rounded_steps(graph: FuzzGraph) -> tuple | None:
