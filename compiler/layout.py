@@ -189,11 +189,16 @@ def cpu_rule(gm: torch.fx.GraphModule, kind: str, convs: list[torch.fx.Node], co
 
 
 def choose_layout(gm: torch.fx.GraphModule, device: torch.device, option: str, kind: str,
-                  cudagraphs: bool = False, codegen: str = "") -> LayoutDecision:
+                  cudagraphs: bool = False, codegen: str = "", dynamic: bool = False) -> LayoutDecision:
     """The graph's layout under the ``layout`` option (see the module docstring; ``cudagraphs``: the
-    graph is to be replayed from a CUDA graph; ``codegen``: the renderer's name). A forced layout's
-    reason also says what the rule would have chosen."""
+    graph is to be replayed from a CUDA graph; ``codegen``: the renderer's name; ``dynamic``: the
+    graph has symbolic sizes). A forced layout's reason also says what the rule would have chosen."""
     convs = conv2d_nodes(gm)
+    if dynamic and convs:
+        # the cost rule weighs static shapes and NHWC strides are built from int sizes: a graph with
+        # symbolic sizes stays contiguous, whatever the option asks (docs/compiler.md, dynamic shapes)
+        return LayoutDecision("contiguous", f"symbolic sizes: convolutions stay contiguous (layout={option!r})",
+                              len(convs), forced=option != "auto")
     rule = cost_rule(gm, device, kind, convs, cudagraphs, codegen)
     if option == "auto":
         return rule

@@ -215,7 +215,8 @@ class GraphCompilation:
 
     def choose_layout(self) -> None:
         decision: LayoutDecision = self.run_pass("choose_layout", choose_layout, self.gm, self.device,
-                                                 self.layout_option, self.kind, self.cudagraphs, self.codegen)
+                                                 self.layout_option, self.kind, self.cudagraphs, self.codegen,
+                                                 self.report.dynamic)
         self.report.layout = decision.layout
         if decision.convs or decision.forced:
             self.report.layout_reason = decision.reason

@@ -110,6 +110,18 @@ def test_norms_over_symbolic_images(codegen: str) -> None:
     check_sizes(lambda x: (bn(x), gn(x)), lambda n, h: (r(n, 3, h, h),), [(2, 5), (3, 7)], codegen)
 
 
+def test_convolutions_over_a_symbolic_batch_and_image_stay_contiguous(codegen: str) -> None:
+    """The C++ codegen's CPU layout rule chose channels-last for inference graphs with convolutions
+    and built NHWC strides from the symbolic sizes: every conv net of the smoke tier failed to
+    compile with ``--dynamic`` (``TypeError: Cannot convert symbols to int``)."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                              torch.nn.Conv2d(8, 8, 3, padding=1, groups=8), torch.nn.Conv2d(8, 8, 1)).eval()
+    report = check_sizes(net, lambda n, h: (r(n, 3, h, h),), [(2, 6), (3, 9)], codegen, generic=False)
+    assert report.graphs[-1].layout == "contiguous"
+    assert "symbolic sizes" in report.graphs[-1].layout_reason
+
+
 def test_an_unsupported_op_is_an_extern_call_with_its_rule_and_reason(codegen: str) -> None:
     """The CPU attention rule decides by sizes (its kernel choice): over symbolic ones it is not
     lowered yet and runs in ATen with ``symbolic_size`` naming the rule and the comparison it could
