@@ -36,6 +36,7 @@ from compiler.attention_masks import PASS_NAME as ATTENTION_MASKS, simplify_atte
 from compiler.fused_attention import keep_fused_attention
 from compiler.interpreter import on_one_aten_thread
 from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes
+from compiler.partition import partition_fn
 from compiler.pipeline import CompilerError, GraphCompilation, graph_device
 from compiler.report import FallbackReason, GraphReport, publish
 from compiler.tuning import tuned_call
@@ -165,7 +166,9 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
                                   passes=passes)
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
                                  inference_compiler=inference, keep_inference_input_mutations=True,
-                                 decompositions=_capture_table(gm, example_inputs))
+                                 decompositions=_capture_table(gm, example_inputs),
+                                 partition_fn=partition_fn(opts.partition))
+
 
 
 def _capture_table(gm: torch.fx.GraphModule, example_inputs: list) -> dict:

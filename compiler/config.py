@@ -42,6 +42,8 @@ EXTERN_MODES = ("default", "none", "all")
 LAYOUTS = ("auto", "channels_last", "contiguous")
 # when GPU launch configs are built and timed (compiler/tuning.py)
 TUNING_MODES = ("deferred", "first_call", "off")
+# how AOTAutograd splits a training graph into forward and backward (what the forward saves)
+PARTITIONS = ("min_cut", "save_all")
 
 
 # What each CRUCIBLE_DEBUG level adds, printed to stderr (levels are cumulative).
@@ -311,6 +313,7 @@ class Options:
     fold_weights: bool = True  # inference graphs: folding.py and extern_passes.py weight rewrites
     layout: str = "auto"  # one of LAYOUTS (compiler/layout.py)
     tuning: str = "deferred"  # one of TUNING_MODES (compiler/tuning.py)
+    partition: str = "min_cut"  # one of PARTITIONS (compiler/backend.py)
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -338,6 +341,11 @@ class Options:
             raise ValueError(f"tuning must be one of {TUNING_MODES}, got {tuning!r} (\"deferred\": the first call "
                              f"runs each kernel's first launch config, the others are built meanwhile and timed "
                              f"in a later call)")
+        partition = options.get("partition") or "min_cut"
+        if partition not in PARTITIONS:
+            raise ValueError(f"partition must be one of {PARTITIONS}, got {partition!r} (\"min_cut\": the forward "
+                             f"saves what the backward cannot cheaply recompute)")
         return Options(codegen=codegen, strict=bool(options.get("strict", False)),
                        cudagraphs=bool(options.get("cudagraphs", False)), extern=extern,
-                       fold_weights=options.get("fold_weights") is not False, layout=layout, tuning=tuning)
+                       fold_weights=options.get("fold_weights") is not False, layout=layout, tuning=tuning,
+                       partition=partition)

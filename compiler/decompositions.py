@@ -58,6 +58,11 @@ _TORCH_RULES = [
     aten.native_layer_norm_backward.default, aten.gelu_backward.default, aten.silu_backward.default,
     aten.tanh_backward.default, aten.sigmoid_backward.default, aten.threshold_backward.default,
     aten.hardswish_backward.default, aten.native_group_norm_backward.default,
+    # training batch norm: batch statistics, normalization and the running-stat update as reductions
+    # and pointwise ops, so the norm fuses with its neighbours and the min-cut partitioner can recompute
+    # its output in the backward instead of saving it (as an extern ATen call it could do neither)
+    aten._native_batch_norm_legit_functional.default, aten._native_batch_norm_legit.default,
+    aten._native_batch_norm_legit.no_stats, aten.native_batch_norm.default,
 ]
 for _op in _TORCH_RULES:
     if _op in decomposition_table:

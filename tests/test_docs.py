@@ -146,7 +146,8 @@ def test_options_table_matches_config() -> None:
         config.Options.parse({"nope": 1})
     values = {row[0].strip("`"): row[1] for row in table("compiler", "option")}
     for name, choices in (("codegen", config.CODEGENS), ("extern", config.EXTERN_MODES),
-                          ("layout", config.LAYOUTS), ("tuning", config.TUNING_MODES)):
+                          ("layout", config.LAYOUTS), ("tuning", config.TUNING_MODES),
+                          ("partition", config.PARTITIONS)):
         assert values[name] == ", ".join(f'`"{c}"`' for c in choices), name
 
 

@@ -1,0 +1,105 @@
+"""The training split (``partition`` option, compiler/partition.py) and training batch norm."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import compiler
+from compiler.partition import pin_reads_of_mutated_inputs
+
+aten = torch.ops.aten
+
+
+def _saved_bytes(fn, *inputs) -> int:
+    """Bytes of the distinct storages autograd saves for the backward of one call of ``fn``."""
+    storages: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storages[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*inputs).sum().backward()
+    return sum(storages.values())
+
+
+class _Chain(torch.nn.Module):
+    """A linear layer and a pointwise chain whose derivative needs each intermediate value."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(64, 256)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cos(torch.sin(self.linear(x)) * 2).exp()
+
+
+def test_min_cut_saves_less_than_saving_everything_and_trains_alike(codegen: str) -> None:
+    x = torch.randn(32, 64)
+    saved, grads = {}, {}
+    for partition in ("save_all", "min_cut"):
+        torch._dynamo.reset()
+        model = _Chain()
+        compiled = torch.compile(model, backend="crucible", options={"codegen": codegen, "partition": partition})
+        saved[partition] = _saved_bytes(compiled, x)
+        grads[partition] = [p.grad for p in model.parameters()]
+    reference = _Chain()
+    reference(x).sum().backward()
+    for partition, got in grads.items():
+        for g, want in zip(got, (p.grad for p in reference.parameters())):
+            torch.testing.assert_close(g, want, rtol=1e-4, atol=1e-4, msg=partition)
+    # save_all keeps sin(h) * 2 and the exp's result beside h; min-cut recomputes them from h
+    assert saved["min_cut"] < saved["save_all"], saved
+
+
+def test_an_unknown_partition_is_named() -> None:
+    with pytest.raises(ValueError, match=r"partition must be one of \('min_cut', 'save_all'\), got 'greedy'"):
+        compiler.config.Options.parse({"partition": "greedy"})
+
+
+def _joint(fn, *inputs) -> torch.fx.Graph:
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    return make_fx(fn)(*inputs).graph
+
+
+def test_reads_of_a_mutated_input_are_pinned_through_views_but_not_its_write_back() -> None:
+    def joint(buf: torch.Tensor, x: torch.Tensor) -> tuple:
+        scaled = buf * 0.9  # only written back: free to recompute, nothing reads it later
+        shifted = (buf.view(2, 4) + 1).view(8)  # read through a view: the add is pinned, not the view
+        aten.copy_(buf, scaled)
+        return x * shifted, x.sum()
+
+    graph = _joint(joint, torch.randn(8), torch.randn(8))
+    pinned = pin_reads_of_mutated_inputs(graph)
+    assert [n.target for n in pinned] == [aten.add.Tensor]
+    views = [n for n in graph.nodes if n.target is aten.view.default]
+    assert all("recompute" not in n.meta for n in views)
+
+
+def test_a_graph_without_mutations_is_left_alone() -> None:
+    graph = _joint(lambda x: (x + 1).relu(), torch.randn(4))
+    assert pin_reads_of_mutated_inputs(graph) == []
+    assert all("recompute" not in n.meta for n in graph.nodes)
+
+
+def test_training_batch_norm_is_generated_code_not_an_extern_call(codegen: str) -> None:
+    """Training batch norm decomposes into reductions and pointwise ops (torch's rules), so it fuses
+    and min-cut can recompute its output; as the ATen call it was, its result had to be saved."""
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU())
+    reference = copy.deepcopy(net)
+    x = torch.randn(2, 3, 10, 10)
+    with compiler.collect_reports() as report:
+        torch.compile(net, backend="crucible", options={"codegen": codegen})(x).sum().backward()
+    reference(x).sum().backward()
+    externs = [e.op for g in report.graphs for e in g.externs]
+    assert not [op for op in externs if "batch_norm" in op], externs
+    for got, want in zip(net.parameters(), reference.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(net[1].running_mean, reference[1].running_mean)
+    torch.testing.assert_close(net[1].running_var, reference[1].running_var)
