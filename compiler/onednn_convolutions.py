@@ -97,7 +97,7 @@ def _conv_parts(node: torch.fx.Node, gm: torch.fx.GraphModule) -> tuple | None:
     vals = [getattr(a, "meta", {}).get("val") for a in (x, w, node)]
     if not all(isinstance(v, torch.Tensor) and v.dtype == torch.float32 and v.dim() == 4 for v in vals):
         return None
-    if not all(isinstance(n, int) for n in vals[0].shape):  # symbolic sizes: packed for one shape only
+    if not all(isinstance(n, int) and n > 0 for v in vals for n in v.shape):  # symbolic: packed for one shape
         return None
     weight = getattr(gm, w.target, None)
     if not isinstance(weight, torch.Tensor) or weight.layout != torch.strided:
@@ -161,8 +161,11 @@ def onednn_convolutions(folded: FoldedGraph) -> ConvolutionRewrite:
         last = relu or (residual[0] if residual is not None else node)
         key = (id(weight), *padding, *stride, *dilation, groups, *input_size)
         if key not in by_key:  # a weight shared by convolutions of one shape is packed once
-            with _real_tensors():
-                blocked = pack(weight, padding, stride, dilation, groups, input_size)
+            try:
+                with _real_tensors():
+                    blocked = pack(weight, padding, stride, dilation, groups, input_size)
+            except RuntimeError:  # a configuration oneDNN refuses: ATen's convolution stays
+                continue
             name = f"_onednn{len(packed)}_weight"
             gm.register_buffer(name, blocked)
             packed.append(PackedWeight(name, weight, blocked, padding, stride, dilation, groups, input_size))

@@ -42,9 +42,9 @@ def block() -> Block:
     return Block().eval()
 
 
-def test_convolutions_fuse_bias_relu_and_the_residual_add():
+def test_convolutions_fuse_bias_relu_and_the_residual_add_and_follow_weight_updates():
     m, x = block(), torch.randn(2, 3, 10, 9)
-    _, out, report = compiled_run(m, x, codegen="cpp", layout="channels_last")
+    compiled, out, report = compiled_run(m, x, codegen="cpp", layout="channels_last")
     (graph,) = report.graphs
     assert "onednn_convolutions" in graph.passes
     fused = sorted(f.op for f in graph.weight_folds if f.pass_name == "onednn_convolutions")
@@ -53,23 +53,17 @@ def test_convolutions_fuse_bias_relu_and_the_residual_add():
                      "convolution_pointwise(none)", "convolution_pointwise(relu)"]
     with torch.no_grad():
         assert_close(out, m(x))
-    assert out.stride() == m(x).stride()  # the graph's output keeps eager's layout
-
-
-def test_packed_weights_are_repacked_after_an_update():
-    """A packed weight is a copy: changing the parameter it came from (in place, reassigned, or a
-    batch norm folded into it) must reach the fused call."""
-    m, x = block(), torch.randn(2, 3, 10, 9)
-    compiled, _, report = compiled_run(m, x, codegen="cpp", layout="channels_last")
-    refills = report.graphs[0].weight_refills
-    with torch.no_grad():
+        assert out.stride() == m(x).stride()  # the graph's output keeps eager's layout
+        # a packed weight is a copy: a change of the parameter it came from (in place, reassigned, or a
+        # batch norm folded into it) must reach the fused call
+        refills = graph.weight_refills
         m.stem.weight.mul_(-0.5)  # a converted weight
         assert_close(compiled(x), m(x))
         m.bn2.running_var.fill_(3.0)  # a folded one
         assert_close(compiled(x), m(x))
         m.down.weight = torch.nn.Parameter(torch.randn_like(m.down.weight))
         assert_close(compiled(x), m(x))
-    assert report.graphs[0].weight_refills == refills + 3
+    assert graph.weight_refills == refills + 3
 
 
 def test_a_shared_weight_is_packed_once():
@@ -94,5 +88,23 @@ def test_not_applied_outside_channels_last_cpp_inference_graphs(options):
     m, x = block(), torch.randn(2, 3, 10, 9)
     _, out, report = compiled_run(m, x, **options)
     assert "onednn_convolutions" not in report.graphs[0].passes
+    with torch.no_grad():
+        assert_close(out, m(x))
+
+
+def test_a_convolution_onednn_cannot_pack_stays_atens(monkeypatch):
+    """A packing error (a configuration oneDNN refuses) keeps ATen's convolution for that one,
+    instead of failing the graph's compile (which would send the whole graph back to eager)."""
+    def refuse(weight, *args):
+        if weight.shape[0] == 12:
+            raise RuntimeError("unsupported")
+        return real(weight, *args)
+
+    real = onednn_convolutions.pack
+    monkeypatch.setattr(onednn_convolutions, "pack", refuse)
+    m, x = block(), torch.randn(2, 3, 10, 9)
+    _, out, report = compiled_run(m, x, codegen="cpp", layout="channels_last")
+    fused = [f.op for f in report.graphs[0].weight_folds if f.pass_name == "onednn_convolutions"]
+    assert fused == ["convolution_pointwise(none)"]  # the stem alone: its 8 output channels
     with torch.no_grad():
         assert_close(out, m(x))
