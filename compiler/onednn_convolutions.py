@@ -1,6 +1,6 @@
 """Convolutions of channels-last CPU inference graphs as oneDNN's fused, prepacked convolution.
 
-    onednn_convolutions   convolution (+ bias) [+ add of a residual] [+ relu]
+    onednn_convolutions   convolution (+ bias) [+ add of a residual] [+ relu | hardswish]
                           -> mkldnn._convolution_pointwise (.binary) over a prepacked weight
 
 Runs after ``compiler.layout.convert_weight_layout`` on inference graphs whose layout is
@@ -130,6 +130,36 @@ def _relu_of(node: torch.fx.Node) -> torch.fx.Node | None:
     return user if user is not None and user.target is aten.relu.default else None
 
 
+def _call(node: Any, target: Any, *args: Any) -> bool:
+    """``node`` is ``target(*args)`` (a None in ``args`` matches anything) without keyword arguments."""
+    return (isinstance(node, torch.fx.Node) and node.target is target and not node.kwargs
+            and len(node.args) == len(args) and all(a is None or b == a for a, b in zip(args, node.args)))
+
+
+def _hardswish_of(node: torch.fx.Node) -> torch.fx.Node | None:
+    """The last node of ``hardswish(node)`` as the decomposition writes it, ``node * clamp(clamp(node + 3,
+    0), None, 6) / 6`` (or one ``clamp(node + 3, 0, 6)``), where nothing else reads ``node`` or the steps."""
+    users = list(node.users)
+    add = next((u for u in users if _call(u, aten.add.Tensor, node, 3)), None)
+    if len(users) != 2 or add is None:
+        return None
+    low = _single_user(add)
+    if _call(low, aten.clamp.default, add, 0, 6):
+        top = low
+    elif _call(low, aten.clamp.default, add, 0):
+        top = _single_user(low)
+        if not _call(top, aten.clamp.default, low, None, 6):
+            return None
+    else:
+        return None
+    mul = _single_user(top)
+    if mul is None or mul.target is not aten.mul.Tensor or mul.kwargs or set(mul.args) != {node, top} \
+            or not all(u is mul or u is add for u in users):
+        return None
+    div = _single_user(mul)
+    return div if _call(div, aten.div.Tensor, mul, 6) else None
+
+
 @dataclass
 class ConvolutionRewrite:
     """What the pass returns: the graph, its refills (the guard's), and one line per rewrite."""
@@ -158,7 +188,8 @@ def onednn_convolutions(folded: FoldedGraph) -> ConvolutionRewrite:
         input_size = list(x.meta["val"].shape)
         residual = _residual(node)
         relu = _relu_of(residual[0] if residual is not None else node)
-        last = relu or (residual[0] if residual is not None else node)
+        hardswish = _hardswish_of(node) if residual is None and relu is None else None
+        last = relu or hardswish or (residual[0] if residual is not None else node)
         key = (id(weight), *padding, *stride, *dilation, groups, *input_size)
         if key not in by_key:  # a weight shared by convolutions of one shape is packed once
             try:
@@ -181,7 +212,7 @@ def onednn_convolutions(folded: FoldedGraph) -> ConvolutionRewrite:
                 attr = "add" + ("+relu" if relu is not None else "")
             else:
                 op = torch.ops.mkldnn._convolution_pointwise.default
-                attr = "relu" if relu is not None else "none"
+                attr = "relu" if relu is not None else ("hardswish" if hardswish is not None else "none")
                 fused = graph.call_function(op, (x, *common, attr, [], ""))
         fused.meta["val"] = last.meta["val"]
         last.replace_all_uses_with(fused)

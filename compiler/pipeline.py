@@ -8,7 +8,7 @@ call (``compiler.late_decompositions``). The bracketed weight passes run on infe
 static inputs (parameters, buffers) are known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
 ``choose_layout`` decides the graph's layout (``options={"layout": ...}``, ``compiler.layout``); a
 channels-last inference graph's static convolution weights are converted once by
-``convert_weight_layout``, and on the CPU packed for oneDNN's fused convolution with its relu and residual
+``convert_weight_layout``, and on the CPU packed for oneDNN's fused convolution with its relu (or hardswish) and residual
 add (``compiler.onednn_convolutions``).
 
 Each pass is timed and can be dumped (``CRUCIBLE_DEBUG`` / ``CRUCIBLE_DUMP_DIR``).

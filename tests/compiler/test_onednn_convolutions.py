@@ -79,6 +79,25 @@ def test_a_shared_weight_is_packed_once():
         assert_close(out, conv(torch.relu(conv(x))))
 
 
+def test_hardswish_fuses_and_a_second_reader_keeps_it_apart():
+    """mobilenet_v3's conv + hardswish (decomposed: x * clamp(x + 3, 0, 6) / 6, x read twice)."""
+    torch.manual_seed(0)
+    conv = torch.nn.Conv2d(4, 6, 3, padding=1).eval()
+    x = torch.randn(1, 4, 7, 6) * 3
+
+    def net(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        h = torch.nn.functional.hardswish(conv(t))
+        y = conv(h[:, :4])
+        return h, torch.nn.functional.hardswish(y) + y  # y has a third reader: no epilogue
+
+    _, out, report = compiled_run(net, x, codegen="cpp", layout="channels_last")
+    fused = [f.op for f in report.graphs[0].weight_folds if f.pass_name == "onednn_convolutions"]
+    assert fused == ["convolution_pointwise(hardswish)", "convolution_pointwise(none)"]
+    with torch.no_grad():
+        for got, want in zip(out, net(x)):
+            assert_close(got, want)
+
+
 @pytest.mark.parametrize("options", [{"codegen": "triton", "layout": "channels_last"},
                                      {"codegen": "cpp", "layout": "contiguous"},
                                      {"codegen": "cpp", "layout": "channels_last", "fold_weights": False}])
