@@ -16,7 +16,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from compiler import ir
+from compiler import ir, onednn_convolutions
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
@@ -249,8 +249,8 @@ class GraphLowering:
         value = self.gm
         for part in str(node.target).split("."):
             value = getattr(value, part)
-        if not isinstance(value, torch.Tensor):
-            return value
+        if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
+            return value  # a library's opaque tensor (a packed oneDNN weight): passed to its call as it is
         name = f"const{len(self.graph.constants)}"
         if value.storage_offset() != 0:
             self.storage_offsets[name] = value.storage_offset()
@@ -350,13 +350,13 @@ class GraphLowering:
         val = node.meta.get("val")
         target = node.target if target is None else target
         fx_args = tuple(node.args) if fx_args is None else fx_args
-        nhwc = target is aten.convolution.default and _conv2d(val, args) and (
-            self.channels_last or (self.graph.device.type == "cuda" and val.dtype in REDUCED_FLOATS
-                                   and feeds_nhwc_permutes(node)))
+        nhwc = onednn_convolutions.nhwc_operands(target) if self.channels_last else 0  # its input (and residual)
+        if not nhwc and target is aten.convolution.default and _conv2d(val, args) and (self.channels_last or (
+                self.graph.device.type == "cuda" and val.dtype in REDUCED_FLOATS and feeds_nhwc_permutes(node))):
+            nhwc = 2  # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them
         if nhwc:
-            # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them
-            args = (*(self.realize_strided(a, channels_last_strides(a.shape)) for a in args[:2]), *args[2:])
-            fx_args = (None, None, *fx_args[2:])
+            args = (*(self.realize_strided(a, channels_last_strides(a.shape)) for a in args[:nhwc]), *args[nhwc:])
+            fx_args = (*[None] * nhwc, *fx_args[nhwc:])
         flat = list(val) if isinstance(val, (list, tuple)) else [val]
         outputs: list[Buffer | None] = []
         for t in flat:

@@ -1,14 +1,15 @@
 """The compiler pipeline for one ATen graph, as named passes called in order.
 
     late_decompositions -> [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls -> onednn_linears]
-    -> choose_layout -> [convert_weight_layout] -> lower -> schedule -> render -> load -> wrap
+    -> choose_layout -> [convert_weight_layout -> onednn_convolutions] -> lower -> schedule -> render -> load -> wrap
 
 ``late_decompositions`` applies the decomposition rules left out of capture, once per distinct
 call (``compiler.late_decompositions``). The bracketed weight passes run on inference graphs whose
 static inputs (parameters, buffers) are known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
 ``choose_layout`` decides the graph's layout (``options={"layout": ...}``, ``compiler.layout``); a
 channels-last inference graph's static convolution weights are converted once by
-``convert_weight_layout``.
+``convert_weight_layout``, and on the CPU packed for oneDNN's fused convolution with its relu (or hardswish) and residual
+add (``compiler.onednn_convolutions``).
 
 Each pass is timed and can be dumped (``CRUCIBLE_DEBUG`` / ``CRUCIBLE_DUMP_DIR``).
 An exception inside a pass becomes a ``CompilerError`` naming the pass and the
@@ -33,6 +34,7 @@ from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph
 from compiler.kernel_sharing import render_shared
 from compiler.layout import LayoutDecision, choose_layout, convert_weight_layout
+from compiler.onednn_convolutions import onednn_convolutions
 from compiler.late_decompositions import expand_late_decompositions
 from compiler.lowering import lower
 from compiler.lowerings.symbolic import check_dynamic
@@ -228,6 +230,13 @@ class GraphCompilation:
             self.report.weight_folds += [WeightFold("convert_weight_layout", "convolution", c.node)
                                          for c in converted.conversions]
         self.folded, self.gm = converted, converted.gm
+        # the C++ codegen's graphs only: the interpreted Triton target is there to run Triton kernels
+        if self.device.type == "cpu" and self.codegen == "cpp" and self.foldable and self.extern != "none":
+            fused = self.run_pass("onednn_convolutions", onednn_convolutions, self.folded)
+            if fused.rewrites:
+                self.report.passes.append("onednn_convolutions")
+                self.report.weight_folds += fused.rewrites
+            self.folded, self.gm = fused.folded, fused.folded.gm
 
     def fill_report(self, sched: Schedule, rendered: dict[str, RenderedKernel]) -> None:
         for step in sched.steps:

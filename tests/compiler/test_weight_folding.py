@@ -27,13 +27,15 @@ def test_conv_bn_relu_folds_and_matches_eager(codegen):
     _, out, report = compiled_run(model, x, codegen=codegen)
     (graph,) = report.graphs
     # the C++ codegen runs CPU inference graphs channels-last (compiler.layout): the folded weight converted too
-    layout = [("convert_weight_layout", "convolution")] if codegen == "cpp" else []
+    # and the conv + relu is oneDNN's fused convolution over a packed weight (compiler.onednn_convolutions)
+    layout = [("convert_weight_layout", "convolution"),
+              ("onednn_convolutions", "convolution_pointwise(relu)")] if codegen == "cpp" else []
     assert [(f.pass_name, f.op) for f in graph.weight_folds] == [("fold_batch_norm", "convolution"), *layout]
     assert "fold_batch_norm" in graph.passes and "fold_batch_norm: 1 convolution" in str(graph)
     # what is left after the convolution is the relu: the batch norm's arithmetic is gone (channels-last:
-    # one more kernel, the input's NCHW -> NHWC copy for the convolution)
-    convert = [("convolution.default",)] if codegen == "cpp" else []
-    assert [k.ops for k in graph.kernels] == [*convert, ("relu.default",)]
+    # the relu fused into oneDNN's convolution, whose NHWC input and output are copied from and to NCHW)
+    expected = [("_convolution_pointwise.default",)] * 2 if codegen == "cpp" else [("relu.default",)]
+    assert [k.ops for k in graph.kernels] == expected
     with torch.no_grad():
         assert_close(out, model(x))
 
