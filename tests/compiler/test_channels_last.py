@@ -197,8 +197,8 @@ def test_rule_reads_a_folded_weight_by_its_shape_only(monkeypatch):
     decides a CPU graph as it would a GPU one."""
     import compiler.layout
 
-    def as_on_a_gpu(gm, device, option, kind, cudagraphs=False, codegen=""):
-        return compiler.layout.choose_layout(gm, torch.device("cuda"), option, kind, cudagraphs, codegen)
+    def as_on_a_gpu(gm, device, option, kind, cudagraphs=False, codegen="", dynamic=False):
+        return compiler.layout.choose_layout(gm, torch.device("cuda"), option, kind, cudagraphs, codegen, dynamic)
 
     monkeypatch.setattr("compiler.pipeline.choose_layout", as_on_a_gpu)
     m, x = model(), torch.randn(2, 3, 9, 11)
