@@ -1,0 +1,31 @@
+"""Regression tests for compiler bugs ``crucible fuzz --dynamic`` found (graphs compiled once with symbolic
+sizes and run at several sizes); each docstring names the graph that exposed it."""
+
+from __future__ import annotations
+
+import torch
+
+from compiler.backend import crucible_backend
+from compiler.report import collect_reports
+
+aten = torch.ops.aten
+
+
+def _dynamic(fn, codegen: str):
+    return torch.compile(fn, backend=crucible_backend, options={"codegen": codegen, "strict": True}, dynamic=True)
+
+
+def test_channels_last_convolution_with_symbolic_sizes() -> None:
+    """crucible fuzz --dynamic, crucible-cpp, seed 130: ``convolution(x0 [1, 2, 5, 5], x1 [2, 2, 1, 1])``
+    fell back to eager (compiler_error in 'lower': "Cannot convert symbols to int"): the C++ codegen's
+    channels-last layout computed NHWC strides with ``int()`` of each size. Static sizes compiled."""
+    def conv(x, w):
+        return (aten.convolution.default(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),)
+
+    compiled = _dynamic(conv, "cpp")
+    w = torch.randn(2, 2, 1, 1)
+    with collect_reports() as report:
+        for shape in ((1, 2, 5, 5), (1, 2, 63, 63), (1, 2, 7, 9)):
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x, w)[0], conv(x, w)[0])
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
