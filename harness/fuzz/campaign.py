@@ -144,6 +144,9 @@ class CampaignSummary:
     # "op | error" -> graphs eager could not run (or ran twice differently, or died running them):
     # what costs validity; one count per invalid graph
     invalid: Counter = field(default_factory=Counter)
+    # "layer | op | error" -> graphs failing in a layer below the target (fail_upstream: Dynamo's capture
+    # or AOTAutograd fail the same way on their own backends): never findings, shown in the summary
+    upstream: Counter = field(default_factory=Counter)
     # graphs the oracle passed by an allowance (``harness.fuzz.subject.compare_outputs``): "rounding
     # spread" (within the rounding-noise references' error), "float64 order-dependent" (outputs
     # not compared): shown in the summary, so a campaign says how much it could not judge strictly
@@ -315,6 +318,9 @@ def run_campaign(request: CampaignRequest, runner: Any,
                 if _invalid(record):
                     error = str(record.error or record.status).splitlines()[0]
                     summary.invalid[f"{blamed_op(graph, error)} | {error[:120]}"] += 1
+                if record.status == Status.FAIL_UPSTREAM:  # no finding, but what the layers below break on
+                    error = str(record.error or "").splitlines()[0] if record.error else "?"
+                    summary.upstream[f"{record.failing_layer} | {blamed_op(graph, error)} | {error[:120]}"] += 1
                 summary.ops_covered.update(graph.ops)
                 summary.spec_rejections += len(getattr(graph, "rejected", []))
                 on_progress(summary)

@@ -343,7 +343,8 @@ def fuzz_summary(summary: Any) -> dict[str, Any]:
             "statuses": dict(summary.statuses), "spec_rejections": summary.spec_rejections,
             "invalid": dict(summary.invalid.most_common(20)), "allowances": dict(summary.allowances),
             "replay": summary.replay.as_dict() if summary.replay is not None else None,
-            "dynamic": dict(summary.dynamic), "dynamic_reasons": dict(summary.dynamic_reasons)}
+            "dynamic": dict(summary.dynamic), "dynamic_reasons": dict(summary.dynamic_reasons),
+            "upstream": dict(summary.upstream.most_common(20))}
 
 
 def render_summary(summary: Any) -> str:
@@ -361,6 +362,9 @@ def render_summary(summary: Any) -> str:
     if s["invalid"]:  # the op specs' gaps: graphs that are not valid by construction
         lines.append("invalid graphs (eager failed), by op and error:\n" +
                      "\n".join(f"  {n:4d}  {what}" for what, n in list(s["invalid"].items())[:8]))
+    if s["upstream"]:  # failures of the layers below the target: not findings, worth a look
+        lines.append("failing below the target (fail_upstream), by layer, op and error:\n" +
+                     "\n".join(f"  {n:4d}  {what}" for what, n in list(s["upstream"].items())[:8]))
     lines += replay_lines(summary.replay)
     if summary.findings:
         rows = [[f.key, f.signature, f.hits, len(f.graph.nodes), f.known or ("REPLAYED" if f.replayed else "NEW")]
