@@ -132,3 +132,17 @@ def test_planted_symbolic_bug_is_found_with_dynamic_and_missed_without(monkeypat
 
     assert findings(True) == ["fail_accuracy | aten.add.Tensor | rmse"]
     assert findings(False) == []
+
+
+def test_localization_runs_the_further_sizes(monkeypatch) -> None:
+    """A failure only a further size shows is charged to the first value diverging there (with every
+    intermediate an output), not passed as "needs the original fusion"."""
+    from compiler.codegen import triton_tiles
+    from harness.fuzz.localize import localize
+
+    monkeypatch.setattr(triton_tiles.SizeLaunch, "config", triton_tiles.SizeLaunch.config)
+    fuzz_plants.launch_config_kept_from_first_call()
+    graph = FuzzGraph(BROADCAST_SUM.inputs, BROADCAST_SUM.nodes, BROADCAST_SUM.outputs, [[[7, 1025], [1025]]])
+    result = localize(graph, parse_target("crucible-interpret"))
+    assert result.status == Status.FAIL_ACCURACY and result.op == "aten.add.Tensor", result.error
+    assert "call 2 at 7x1025" in result.diverged
