@@ -97,14 +97,16 @@ class DynamicSizes:
         for index, shapes in enumerate(self.graph.calls):
             sized = self.graph.at_call(index)
             label = f"call {index + 2} at {_shapes(shapes)}"
+            ctx.phase(Phase.EAGER)  # a hang or crash of eager at a size is the graph's, not the compiler's
             try:
                 eager = sized.function()(*sized.make_inputs(ctx.device))
             except Exception as exc:  # noqa: BLE001 -- the graph is not valid at this size
                 dropped.append(f"{label}: eager fails ({type(exc).__name__})")
                 continue
+            ctx.phase(Phase.REFERENCE)
             reference = optional_reference(ctx, lambda sized=sized: sized.function(reference=True)(
                 *sized.make_inputs("cpu", reference=True)))
-            ctx.phase(Phase.RUN)
+            ctx.phase(Phase.COMPILE)  # a new size may compile; --coverage traces this phase
             before = dynamo_counters()[0]
             try:
                 with self._collect(ctx.target):
@@ -112,7 +114,7 @@ class DynamicSizes:
             except Exception as exc:  # noqa: BLE001 -- a new size may compile: classified as the first call
                 reason, detail = describe_error(exc)
                 self._finish(ctx, fields, rows, dropped)
-                raise SubjectFailed(classify(exc, Phase.RUN, FIRST_CALL), f"{reason} ({label})", detail) from exc
+                raise SubjectFailed(classify(exc, Phase.COMPILE, FIRST_CALL), f"{reason} ({label})", detail) from exc
             ctx.phase(Phase.COMPARE)
             failing, reason, metrics = self.judge(sized, sized.outputs, eager, compiled, reference)
             rows.append({"batch": None, "shapes": shapes, "status": Status.FAIL_ACCURACY if failing else Status.PASS,
