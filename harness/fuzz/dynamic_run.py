@@ -51,7 +51,7 @@ class DynamicSizes:
         self.graph, self.fn, self.inputs, self.judge = graph, fn, inputs, judge
         self.compiled: Callable[..., Any] | None = None
         self.reports: list[Any] = []  # Crucible's GraphReports of every compile, first call onwards
-        self.graphs_after_first = 0  # Dynamo's graph count once the first size compiled
+        self.verdict: Grade | SubjectFailed | None = None  # the further sizes' verdict, once graded
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
         target = ctx.target
@@ -65,10 +65,7 @@ class DynamicSizes:
             calls[0] += 1
             inputs = self.inputs if calls[0] == 1 else self.graph.make_inputs(ctx.device)
             with self._collect(target):
-                out = compiled(*inputs)
-            if calls[0] == 1:
-                self.graphs_after_first = dynamo_counters()[0]
-            return out
+                return compiled(*inputs)
 
         return call
 
@@ -88,7 +85,18 @@ class DynamicSizes:
     def grade(self, ctx: Context, first: Grade) -> Grade:
         """``first`` (the generated size's verdict, a pass) and every further size's, with the fields
         of a ``--dynamic`` result; raises ``SubjectFailed`` for an error at a size, a dynamic-only
-        compiler error or an unexpected recompile."""
+        compiler error or an unexpected recompile. The further sizes run once: the engine grades the
+        first and the second call at the generated size, and the second gets the same verdict."""
+        if self.verdict is None:
+            try:
+                self.verdict = self._grade(ctx, first)
+            except SubjectFailed as failed:
+                self.verdict = failed
+        if isinstance(self.verdict, SubjectFailed):
+            raise self.verdict
+        return self.verdict
+
+    def _grade(self, ctx: Context, first: Grade) -> Grade:
         fields = dict(first.fields or {}, dynamic=1)
         self._check_fallbacks(ctx, fields)
         rows: list[dict[str, Any]] = [{"batch": None, "shapes": [d["shape"] for d in self.graph.inputs],
@@ -111,6 +119,7 @@ class DynamicSizes:
             try:
                 with self._collect(ctx.target):
                     compiled = self.compiled(*sized.make_inputs(ctx.device))  # type: ignore[misc]
+                graphs = dynamo_counters()[0] - before
             except Exception as exc:  # noqa: BLE001 -- a new size may compile: classified as the first call
                 reason, detail = describe_error(exc)
                 self._finish(ctx, fields, rows, dropped)
@@ -118,7 +127,7 @@ class DynamicSizes:
             ctx.phase(Phase.COMPARE)
             failing, reason, metrics = self.judge(sized, sized.outputs, eager, compiled, reference)
             rows.append({"batch": None, "shapes": shapes, "status": Status.FAIL_ACCURACY if failing else Status.PASS,
-                         "graphs": dynamo_counters()[0] - before, "error": reason or None})
+                         "graphs": graphs, "error": reason or None})
             ran.append(index)
             if failing:
                 self._finish(ctx, fields, rows, dropped)
@@ -137,7 +146,8 @@ class DynamicSizes:
         return Grade(True, "", fields)
 
     def _finish(self, ctx: Context, fields: dict[str, Any], rows: list[dict[str, Any]], dropped: list[str]) -> None:
-        fields.update(sizes=rows, recompiles=max(0, dynamo_counters()[0] - self.graphs_after_first))
+        # counted around the further calls alone: the baseline's own compiles must not count
+        fields.update(sizes=rows, recompiles=sum(row["graphs"] for row in rows))
         if dropped:
             fields["dynamic_note"] = "; ".join(dropped)
         if self.reports:

@@ -146,3 +146,16 @@ def test_localization_runs_the_further_sizes(monkeypatch) -> None:
     result = localize(graph, parse_target("crucible-interpret"))
     assert result.status == Status.FAIL_ACCURACY and result.op == "aten.add.Tensor", result.error
     assert "call 2 at 7x1025" in result.diverged
+
+
+def test_dynamos_own_recompiles_are_not_findings() -> None:
+    """A sliced input whose last dim equals its stride (2) is duck-sized by Dynamo with a stride guard
+    that a new size breaks: Dynamo recompiles on any backend, so it is counted, not a finding. (The
+    engine grades the first and the second call: the further sizes ran twice and the second count
+    included the eager baseline's own compiles, which made every such graph an UnexpectedRecompile.)"""
+    graph = FuzzGraph([_input([3, 2], 1, layout="sliced")],
+                      [Node("aten.abs.default", "aten.abs.default(x0)", ["v0"], [([3, 2], "float32")])],
+                      ["v0"], [[[3, 5]], [[7, 5]]])
+    result = run_graph(graph, parse_target("crucible-interpret"))
+    assert result.status == Status.PASS, result.error
+    assert result.recompiles == 1 and [row["graphs"] for row in result.sizes] == [0, 1, 0]
