@@ -159,3 +159,24 @@ def test_dynamos_own_recompiles_are_not_findings() -> None:
     result = run_graph(graph, parse_target("crucible-interpret"))
     assert result.status == Status.PASS, result.error
     assert result.recompiles == 1 and [row["graphs"] for row in result.sizes] == [0, 1, 0]
+
+
+def test_repro_runs_every_size(monkeypatch, capsys) -> None:
+    """A --dynamic finding's repro compiles once with dynamic shapes and checks every size: 0 on the real
+    compiler, 1 with the launch config kept from the first call (only the further size shows it)."""
+    from compiler.codegen import triton_tiles
+    from harness.fuzz.repro import write_repro
+    from harness.result import Result
+
+    graph = FuzzGraph(BROADCAST_SUM.inputs, BROADCAST_SUM.nodes, BROADCAST_SUM.outputs, [[[7, 1025], [1025]]])
+    text = write_repro(graph, "crucible-interpret", None, Result("fuzz/x", "crucible-interpret", Status.FAIL_ACCURACY))
+
+    def run() -> int:
+        namespace: dict[str, Any] = {"__name__": "repro"}
+        exec(compile(text, "repro.py", "exec"), namespace)  # noqa: S102 -- the script under test
+        return namespace["main"]()
+
+    assert run() == 0
+    monkeypatch.setattr(triton_tiles.SizeLaunch, "config", triton_tiles.SizeLaunch.config)
+    fuzz_plants.launch_config_kept_from_first_call()
+    assert run() == 1 and "(inputs [[7, 1025], [1025]])" in capsys.readouterr().out
