@@ -29,3 +29,19 @@ def test_channels_last_convolution_with_symbolic_sizes() -> None:
             x = torch.randn(shape)
             torch.testing.assert_close(compiled(x, w)[0], conv(x, w)[0])
     assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+
+
+def test_upsample_by_a_scale_factor_with_symbolic_sizes(codegen: str) -> None:
+    """crucible fuzz --dynamic, crucible-cpp, seed 134: ``upsample_bilinear2d.vec(x [1, 2, 4, 5], None,
+    False, [2.0, 1.5])`` fell back to eager (compiler_error in 'schedule': "size expression
+    TruncToInt(1.5*ToFloat(s13)) has no integer spelling"): an output size computed through floats
+    had no C or Python spelling. Static sizes compiled."""
+    def upsample(x):
+        return (aten.upsample_bilinear2d.vec(x, None, False, [2.0, 1.5]),)
+
+    compiled = _dynamic(upsample, codegen)
+    with collect_reports() as report:
+        for shape in ((1, 2, 4, 5), (1, 2, 7, 9), (3, 2, 33, 17)):
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x)[0], upsample(x)[0])
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
