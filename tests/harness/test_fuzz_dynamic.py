@@ -156,14 +156,14 @@ def test_dynamos_own_recompiles_are_not_findings() -> None:
     graph = FuzzGraph([_input([3, 2], 1, layout="sliced")],
                       [Node("aten.abs.default", "aten.abs.default(x0)", ["v0"], [([3, 2], "float32")])],
                       ["v0"], [[[3, 5]], [[7, 5]]])
-    result = run_graph(graph, parse_target("crucible-interpret"))
+    result = run_graph(graph, parse_target("aot_eager"))  # the count is the harness's, whatever the backend
     assert result.status == Status.PASS, result.error
     assert result.recompiles == 1 and [row["graphs"] for row in result.sizes] == [0, 1, 0]
 
 
 def test_repro_runs_every_size(monkeypatch, capsys) -> None:
-    """A --dynamic finding's repro compiles once with dynamic shapes and checks every size: 0 on the real
-    compiler, 1 with the launch config kept from the first call (only the further size shows it)."""
+    """A --dynamic finding's repro compiles once with dynamic shapes and checks every size: it exits 1
+    with the launch config kept from the first call, which only the further size shows."""
     from compiler.codegen import triton_tiles
     from harness.fuzz.repro import write_repro
     from harness.result import Result
@@ -176,7 +176,8 @@ def test_repro_runs_every_size(monkeypatch, capsys) -> None:
         exec(compile(text, "repro.py", "exec"), namespace)  # noqa: S102 -- the script under test
         return namespace["main"]()
 
-    assert run() == 0
     monkeypatch.setattr(triton_tiles.SizeLaunch, "config", triton_tiles.SizeLaunch.config)
     fuzz_plants.launch_config_kept_from_first_call()
-    assert run() == 1 and "(inputs [[7, 1025], [1025]])" in capsys.readouterr().out
+    assert run() == 1
+    out = capsys.readouterr().out
+    assert "v1: max abs err" in out and "(inputs [[7, 1025], [1025]])" in out, out
