@@ -47,8 +47,11 @@ Judge = Callable[[FuzzGraph, list[str], tuple, tuple, Any], tuple[str, str, dict
 class DynamicSizes:
     """The dynamic-shape side of one ``GraphSubject``: its compile, and the grading at further sizes."""
 
-    def __init__(self, graph: FuzzGraph, fn: Callable[..., Any], inputs: list[torch.Tensor], judge: Judge) -> None:
-        self.graph, self.fn, self.inputs, self.judge = graph, fn, inputs, judge
+    def __init__(self, graph: FuzzGraph, fn: Callable[..., Any], inputs: list[torch.Tensor], judge: Judge,
+                 trace: Callable[[Callable[..., Any], list[torch.Tensor]], Any]) -> None:
+        """``judge``: the oracle over one call's outputs (``compare_outputs``); ``trace``: a function and
+        its inputs to the ATen graph a static fx compile takes (``harness.fuzz.subject.capture_aten``)."""
+        self.graph, self.fn, self.inputs, self.judge, self.trace = graph, fn, inputs, judge, trace
         self.compiled: Callable[..., Any] | None = None
         self.reports: list[Any] = []  # Crucible's GraphReports of every compile, first call onwards
         self.verdict: Grade | SubjectFailed | None = None  # the further sizes' verdict, once graded
@@ -173,13 +176,11 @@ class DynamicSizes:
         raise SubjectFailed(Status.FAIL_COMPILE, f"{DYNAMIC_FALLBACK}: {message} (static sizes compile)")
 
     def _compile_static(self, ctx: Context) -> None:
-        from harness.fuzz.subject import capture_aten
-
         static = FuzzGraph(self.graph.inputs, self.graph.nodes, self.graph.outputs)
         inputs = static.make_inputs(ctx.device)
         fn = static.function()
         try:
-            ctx.target.compile(capture_aten(fn, inputs), inputs, capture="fx")(*inputs)
+            ctx.target.compile(self.trace(fn, inputs), inputs, capture="fx")(*inputs)
         except Exception as exc:  # noqa: BLE001 -- the static compile fails too: its error is the finding
             reason, detail = describe_error(exc)
             raise SubjectFailed(classify(exc, Phase.COMPILE, FIRST_CALL), reason, detail) from exc

@@ -126,7 +126,7 @@ class GraphSubject(Subject):
         assert self._fn is not None
         if self.graph.dynamic:
             self._sizes = DynamicSizes(self.graph, self._fn, self._inputs, lambda g, names, e, c, r: compare_outputs(
-                g, names, e, c, r, rounding_spread=True, references={}, tiers=self.tiers))
+                g, names, e, c, r, rounding_spread=True, references={}, tiers=self.tiers), capture_aten)
             return self._sizes.compile(ctx)
         fn = capture_aten(self._fn, self._inputs) if self.via == "fx" and ctx.target.is_crucible else self._fn
         compiled = ctx.target.compile(fn, self._inputs, capture=self.via)
