@@ -159,6 +159,14 @@ def _code(e: sympy.Expr, div: str) -> str:
     name = type(e).__name__
     if name in _CASTS:
         return _CASTS[name][div].format(_code(e.args[0], div))
+    if name in ("Min", "Max"):  # a view's clipped length (diagonal with an offset: Min(1, s4 - 1))
+        args = [_code(a, div) for a in _sorted(e.args)]
+        if div == "//":
+            return f"{name.lower()}({', '.join(args)})"
+        out = args[0]
+        for arg in args[1:]:
+            out = f"({out} {'<' if name == 'Min' else '>'} {arg} ? {out} : {arg})"
+        return out
     if name == "FloorDiv":
         return f"({_code(e.args[0], div)} {div} {_code(e.args[1], div)})"
     if name == "CeilDiv":

@@ -45,3 +45,19 @@ def test_upsample_by_a_scale_factor_with_symbolic_sizes(codegen: str) -> None:
             x = torch.randn(shape)
             torch.testing.assert_close(compiled(x)[0], upsample(x)[0])
     assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+
+
+def test_diagonal_with_an_offset_over_symbolic_sizes(codegen: str) -> None:
+    """crucible fuzz --dynamic, crucible-cpp, seed 136: ``exp(diagonal(x [2, 1], -1))`` fell back to eager
+    (compiler_error in 'render': "size expression Min(1, s4 - 1) has no integer spelling"): a diagonal's
+    length is the smaller of two sizes. Static sizes compiled."""
+    def diagonal_exp(x, y):
+        return (aten.exp.default(aten.diagonal.default(x, -1)), aten.diagonal.default(y, 1).exp())
+
+    compiled = _dynamic(diagonal_exp, codegen)
+    with collect_reports() as report:
+        for rows, cols in ((2, 5), (3, 9), (9, 4)):
+            x, y = torch.randn(rows, 1), torch.randn(rows, cols)
+            for got, want in zip(compiled(x, y), diagonal_exp(x, y)):
+                torch.testing.assert_close(got, want)
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
