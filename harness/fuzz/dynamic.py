@@ -55,8 +55,11 @@ class SymbolicDims:
         """Every input's shape with ``values`` for the symbols, or None when a guard fails there."""
         full = {**self.known, **values}
         for guard in self.guards:
-            held = guard.xreplace(full)
-            if held is not sympy.true and not (held.is_Boolean and bool(held)):
+            try:
+                held = bool(guard.xreplace(full))
+            except TypeError:  # undecidable (a symbol the trace did not back): take it as broken
+                held = False
+            if not held:
                 return None
         return [[d if isinstance(d, int) else int(d.xreplace(full)) for d in dims] for dims in self.dims]
 
