@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,7 +66,17 @@ class SymbolicDims:
 
 
 def symbolic_dims(graph: FuzzGraph) -> SymbolicDims | None:
-    """``graph``'s input dims over the symbols of a fake-tensor trace (None: the trace failed)."""
+    """``graph``'s input dims over the symbols of a fake-tensor trace (None: the trace failed).
+
+    Remembered per graph (``_traced``): hypothesis replays an example and requires the same draws, and
+    a trace in a process that has run others need not end the same way (a campaign of seed 138 died
+    with "Inconsistent data generation" when a replayed graph drew for fewer symbols)."""
+    return _traced(FuzzGraph(graph.inputs, graph.nodes, graph.outputs).to_json())
+
+
+@lru_cache(maxsize=4096)  # a campaign's graphs and their shrinks; ~1 KB each
+def _traced(graph_json: str) -> SymbolicDims | None:
+    graph = FuzzGraph.from_json(graph_json)
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
@@ -95,7 +106,7 @@ def symbolic_dims(graph: FuzzGraph) -> SymbolicDims | None:
                 row.append(int(expr))
                 continue
             row.append(expr)
-            for sym in expr.free_symbols:
+            for sym in sorted(expr.free_symbols, key=str):
                 symbols[sym] = values[sym]
         dims.append(row)
     guards = [env.replace(g.expr) for g in env.guards]
@@ -131,7 +142,7 @@ def further_calls(draw: Any, graph: FuzzGraph, blocks: TargetBlocks,
     calls = []
     for _ in range(FURTHER_CALLS):
         values: dict[sympy.Symbol, int] = {}
-        for sym in sorted(dims.symbols, key=str):
+        for sym in dims.symbols:  # in order of first appearance in the inputs' dims
             size = draw(st.sampled_from(candidate_sizes(dims.symbols[sym], blocks, dims.floors.get(sym, 0))))
             trial = {**values, sym: size}
             shapes = dims.shapes(trial)

@@ -43,6 +43,8 @@ def test_symbols_follow_the_graphs_ties() -> None:
     sum; a view to literal sizes leaves a guard that keeps its input's sizes; a size-1 dim is fixed."""
     dims = symbolic_dims(BROADCAST_SUM)
     assert dims is not None and len(dims.symbols) == 2 and dims.dims[0][1] == dims.dims[1][0]
+    # one trace per graph: hypothesis's replay of an example must draw for the same symbols
+    assert symbolic_dims(FuzzGraph.from_json(BROADCAST_SUM.to_json())) is dims
     cat = _graph(("aten.cat.default", "aten.cat.default([x0, x1], 1)", [4, 10]),
                  ("aten.add.Tensor", "aten.add.Tensor(v0, x2)", [4, 10]),
                  inputs=[_input([4, 7], 1), _input([4, 3], 2), _input([1, 10], 3)])
