@@ -30,13 +30,15 @@ import torch.fx
 from compiler import ir
 from compiler.folding import FoldedGraph, _real_tensors, graph_module
 from compiler.graph import contiguous_strides, same_layout
+from compiler.sizes import is_static
 
 aten = torch.ops.aten
 
 
 def channels_last_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """NHWC strides of an (N, C, H, W) shape (size-0/1 dims counted as 1, like ``contiguous_strides``)."""
-    n, c, h, w = (max(int(s), 1) for s in shape)
+    """NHWC strides of an (N, C, H, W) shape (size-0/1 dims counted as 1, like ``contiguous_strides``).
+    A symbolic size (``compiler.sizes``) is never 0 or 1 (Dynamo specializes those) and stays as is."""
+    n, c, h, w = (max(s, 1) if is_static(s) else s for s in shape)
     return (h * w * c, 1, w * c, c)
 
 

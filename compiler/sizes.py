@@ -136,9 +136,18 @@ def code(size: Any, language: str = "c") -> str:
     return _code(size, "/" if language == "c" else "//")
 
 
+# Conversions in a size computed through floats (an upsample's output size from a scale factor:
+# TruncToInt(1.5*ToFloat(s13))), spelled per language by the floor-division operator's language;
+# the float arithmetic is double in both, as torch's meta function computes it.
+_CASTS = {"ToFloat": {"/": "((double)({}))", "//": "float({})"},
+          "TruncToInt": {"/": "((int64_t)({}))", "//": "int({})"}}
+
+
 def _code(e: sympy.Expr, div: str) -> str:
     if e.is_Integer:
         return str(int(e))
+    if e.is_Float or e.is_Rational:  # a scale factor's constant, inside a float computation
+        return repr(float(e))
     if e.is_Symbol:
         return e.name
     if e.is_Add:
@@ -148,6 +157,16 @@ def _code(e: sympy.Expr, div: str) -> str:
     if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
         return "(" + " * ".join([_code(e.base, div)] * int(e.exp)) + ")"
     name = type(e).__name__
+    if name in _CASTS:
+        return _CASTS[name][div].format(_code(e.args[0], div))
+    if name in ("Min", "Max"):  # a view's clipped length (diagonal with an offset: Min(1, s4 - 1))
+        args = [_code(a, div) for a in _sorted(e.args)]
+        if div == "//":
+            return f"{name.lower()}({', '.join(args)})"
+        out = args[0]
+        for arg in args[1:]:
+            out = f"({out} {'<' if name == 'Min' else '>'} {arg} ? {out} : {arg})"
+        return out
     if name == "FloorDiv":
         return f"({_code(e.args[0], div)} {div} {_code(e.args[1], div)})"
     if name == "CeilDiv":

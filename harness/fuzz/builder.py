@@ -67,6 +67,8 @@ class GraphLimits:
     # compare, 20 small graphs' worth), and many rows of a long row meet no corner one row does not
     max_rows_numel: int = 1 << 15
     corners: frozenset[str] = CORNERS
+    # crucible fuzz --dynamic: each graph also gets further calls at other sizes (harness.fuzz.dynamic)
+    dynamic: bool = False
 
 
 def draw_shape(draw: Any, limits: GraphLimits, min_rank: int = 0, max_rank: int | None = None,

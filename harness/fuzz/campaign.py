@@ -126,6 +126,7 @@ class CampaignRequest:
     coverage_session: str = ""  # set by run_campaign: the workers report lines per campaign
     coverage_sample: int = 1  # trace 1 generated graph in N, and every graph with an op none traced had
     seed_corpus: SeedCorpus | None = None  # seeds mutated besides plain generation (harness.fuzz.seeds)
+    dynamic: bool = False  # compile each graph with symbolic sizes and run it at further sizes
 
 
 @dataclass
@@ -143,6 +144,9 @@ class CampaignSummary:
     # "op | error" -> graphs eager could not run (or ran twice differently, or died running them):
     # what costs validity; one count per invalid graph
     invalid: Counter = field(default_factory=Counter)
+    # "layer | op | error" -> graphs failing in a layer below the target (fail_upstream: Dynamo's capture
+    # or AOTAutograd fail the same way on their own backends): never findings, shown in the summary
+    upstream: Counter = field(default_factory=Counter)
     # graphs the oracle passed by an allowance (``harness.fuzz.subject.compare_outputs``): "rounding
     # spread" (within the rounding-noise references' error), "float64 order-dependent" (outputs
     # not compared): shown in the summary, so a campaign says how much it could not judge strictly
@@ -155,6 +159,10 @@ class CampaignSummary:
     seed_candidates: list = field(default_factory=list)
     traced: int = 0  # generated graphs run under the tracer (all of them unless sampled)
     traced_ops: set = field(default_factory=set)
+    # --dynamic: graphs with further calls, the calls run and dropped, recompiles (``dynamic_counts``)
+    dynamic: Counter = field(default_factory=Counter)
+    # --dynamic: typed refusals, "fallback dynamic_unsupported: feature" or "extern symbolic_size: op"
+    dynamic_reasons: Counter = field(default_factory=Counter)
 
     @property
     def valid(self) -> int:
@@ -178,6 +186,26 @@ class CampaignSummary:
 def allowances(result: Result) -> list[str]:
     """The oracle allowances a passing result used."""
     return sorted(result.allowances or {})
+
+
+def count_dynamic(summary: CampaignSummary, record: Result, graph: FuzzGraph) -> None:
+    """A --dynamic graph's share of the summary: further calls run, sizes dropped, recompiles, and the
+    typed refusals (``dynamic_unsupported`` fallbacks, ``symbolic_size`` extern calls) by reason."""
+    from harness.fuzz.dynamic_run import TYPED_REASONS
+
+    summary.dynamic["graphs with further calls"] += 1
+    summary.dynamic["further calls"] += len(graph.calls)
+    rows = record.sizes or []
+    summary.dynamic["further calls graded"] += max(0, len(rows) - 1)
+    summary.dynamic["further calls eager could not run"] += (record.dynamic_note or "").count("eager fails")
+    summary.dynamic["recompiles"] += record.recompiles or 0
+    for fallback in record.fallbacks or []:
+        if fallback.get("reason") in TYPED_REASONS:
+            feature = (fallback.get("message") or "").removeprefix("DynamicUnsupported: ").split(":")[0]
+            summary.dynamic_reasons[f"fallback {fallback['reason']}: {feature}"] += 1
+    for extern in record.extern_ops or []:
+        if extern.get("reason") in TYPED_REASONS:
+            summary.dynamic_reasons[f"extern {extern['reason']}: {extern['op']}"] += extern.get("calls", 1)
 
 
 class _Found(Exception):
@@ -246,7 +274,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
     if request.coverage and not request.coverage_session:
         request = replace(request, coverage_session=uuid.uuid4().hex)
     specs = select_specs(request.ops)
-    limits = GraphLimits(max_nodes=request.max_nodes, blocks=target_blocks(request.target))
+    limits = GraphLimits(max_nodes=request.max_nodes, blocks=target_blocks(request.target), dynamic=request.dynamic)
     summary = CampaignSummary(ops_selected=len(specs))
     if replay is not None:
         summary.replay = _replay(replay, request, runner, summary, on_finding, claim, foreign)
@@ -285,9 +313,14 @@ def run_campaign(request: CampaignRequest, runner: Any,
                 summary.statuses[record.status] += 1
                 if record.status.passed:
                     summary.allowances.update(allowances(record))
+                if graph.dynamic:
+                    count_dynamic(summary, record, graph)
                 if _invalid(record):
                     error = str(record.error or record.status).splitlines()[0]
                     summary.invalid[f"{blamed_op(graph, error)} | {error[:120]}"] += 1
+                if record.status == Status.FAIL_UPSTREAM:  # no finding, but what the layers below break on
+                    error = str(record.error or "").splitlines()[0] if record.error else "?"
+                    summary.upstream[f"{record.failing_layer} | {blamed_op(graph, error)} | {error[:120]}"] += 1
                 summary.ops_covered.update(graph.ops)
                 summary.spec_rejections += len(getattr(graph, "rejected", []))
                 on_progress(summary)

@@ -45,6 +45,9 @@ def add_fuzz_parser(sub: Any) -> None:
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per graph before it is a hang (default 120)")
     p.add_argument("--capture", choices=CAPTURES, default="fx",
                    help="hand graphs to the compiler directly (fx, default) or through torch.compile (dynamo)")
+    p.add_argument("--dynamic", action="store_true",
+                   help="compile each graph once with symbolic sizes (torch.compile dynamic=True) and run it at "
+                        "further sizes drawn from its structure; recompiles and dynamic-only fallbacks are findings")
     p.add_argument("--oracle-tiers", choices=("on", "off"), default="on",
                    help="the exact tier (outputs of exact ops equal eager's bit for bit), the relative check (RMS "
                         "error in ulps) and the bias check "
@@ -198,7 +201,8 @@ def cmd_fuzz(args: argparse.Namespace) -> int:
                               shrink_seconds=args.shrink_seconds, timeout_s=args.timeout,
                               in_process=args.in_process, max_findings=args.max_findings, capture=args.capture,
                               imports=tuple(args.imports), oracle_tiers=args.oracle_tiers == "on",
-                              coverage=coverage_roots(args, target), coverage_sample=coverage_sample(args))
+                              coverage=coverage_roots(args, target), coverage_sample=coverage_sample(args),
+                              dynamic=args.dynamic)
     run_id = args.run_id or f"fuzz-{target}-s{args.seed}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:4]}"
     return _run_and_store(request, run_id, args.db, args.jobs, args.cluster, args.mixed_versions, args.replay,
                           args.seed_corpus)
@@ -217,6 +221,8 @@ def how_found(request: Any, jobs: int = 1, seed_corpus: str | None = None) -> st
         words += ["--coverage"]
     if request.capture != "fx":
         words += ["--capture", request.capture]
+    if request.dynamic:
+        words += ["--dynamic"]
     if not request.oracle_tiers:
         words += ["--oracle-tiers", "off"]
     if request.examples is not None:
@@ -248,7 +254,7 @@ def _run_and_store(request: Any, run_id: str, db: str, jobs: int = 1, cluster: s
     metadata = run_metadata("fuzz", request.target, request.seed, None, {})
     metadata["fuzz"] = {"ops": request.ops, "examples": request.examples, "seconds": request.seconds,
                         "capture": request.capture, "max_nodes": request.max_nodes, "jobs": jobs,
-                        "oracle_tiers": request.oracle_tiers}
+                        "oracle_tiers": request.oracle_tiers, "dynamic": request.dynamic}
     if corpus is not None:
         metadata["fuzz"]["seed_corpus"] = {"name": corpus.name, "seeds": len(corpus.seeds), "digest": corpus.digest,
                                            "dropped": corpus.dropped}
@@ -336,7 +342,9 @@ def fuzz_summary(summary: Any) -> dict[str, Any]:
             "elapsed_s": summary.elapsed_s, "graphs_per_s": summary.graphs / max(summary.elapsed_s, 1e-9),
             "statuses": dict(summary.statuses), "spec_rejections": summary.spec_rejections,
             "invalid": dict(summary.invalid.most_common(20)), "allowances": dict(summary.allowances),
-            "replay": summary.replay.as_dict() if summary.replay is not None else None}
+            "replay": summary.replay.as_dict() if summary.replay is not None else None,
+            "dynamic": dict(summary.dynamic), "dynamic_reasons": dict(summary.dynamic_reasons),
+            "upstream": dict(summary.upstream.most_common(20))}
 
 
 def render_summary(summary: Any) -> str:
@@ -347,9 +355,16 @@ def render_summary(summary: Any) -> str:
              "statuses: " + ", ".join(f"{k} {v}" for k, v in sorted(s["statuses"].items()))]
     if s["allowances"]:  # passes the strict RMSE check alone would have failed, or could not judge
         lines.append("passed by an oracle allowance: " + ", ".join(f"{k} {v}" for k, v in sorted(s["allowances"].items())))
+    if s["dynamic"]:  # --dynamic: what ran at further sizes, and what the compiler refused with a typed reason
+        lines.append("dynamic shapes: " + ", ".join(f"{k} {v}" for k, v in s["dynamic"].items()))
+        lines.append("typed dynamic refusals (counted, not findings): " + (", ".join(
+            f"{k} {v}" for k, v in sorted(s["dynamic_reasons"].items())) or "none"))
     if s["invalid"]:  # the op specs' gaps: graphs that are not valid by construction
         lines.append("invalid graphs (eager failed), by op and error:\n" +
                      "\n".join(f"  {n:4d}  {what}" for what, n in list(s["invalid"].items())[:8]))
+    if s["upstream"]:  # failures of the layers below the target: not findings, worth a look
+        lines.append("failing below the target (fail_upstream), by layer, op and error:\n" +
+                     "\n".join(f"  {n:4d}  {what}" for what, n in list(s["upstream"].items())[:8]))
     lines += replay_lines(summary.replay)
     if summary.findings:
         rows = [[f.key, f.signature, f.hits, len(f.graph.nodes), f.known or ("REPLAYED" if f.replayed else "NEW")]

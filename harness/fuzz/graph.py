@@ -80,6 +80,15 @@ def _group_norm_reference(x: torch.Tensor, weight: Any, bias: Any, n: int, c: in
     return out, mean.reshape(n, groups), rstd.reshape(n, groups)
 
 
+def _resized(desc: dict[str, Any], shape: list[int]) -> dict[str, Any]:
+    """An input description at ``shape``: an expanded input's stored dims follow the dims it is not
+    broadcast along."""
+    out = {**desc, "shape": list(shape)}
+    if desc.get("expand_from") is not None:
+        out["expand_from"] = [1 if stored == 1 else new for stored, new in zip(desc["expand_from"], shape)]
+    return out
+
+
 class _ReferenceAten:
     """``torch.ops.aten`` for the float64 reference, with the few ops whose float64 kernels are not
     a sound truth replaced (``_REFERENCE_OPS``)."""
@@ -124,22 +133,40 @@ class FuzzGraph:
     inputs: list[dict[str, Any]] = field(default_factory=list)  # harness.fuzz.values descriptions
     nodes: list[Node] = field(default_factory=list)
     outputs: list[str] = field(default_factory=list)
+    # ``crucible fuzz --dynamic``: the input shapes of the calls after the first, one list of shapes per
+    # call (``harness.fuzz.dynamic``); the graph is then compiled once with symbolic sizes and run at each
+    calls: list[list[list[int]]] = field(default_factory=list)
 
     # -- identity -----------------------------------------------------------------------
     def to_json(self) -> str:
-        return json.dumps({"inputs": self.inputs, "nodes": [vars(n) for n in self.nodes],
-                           "outputs": self.outputs}, sort_keys=True)
+        doc: dict[str, Any] = {"inputs": self.inputs, "nodes": [vars(n) for n in self.nodes], "outputs": self.outputs}
+        if self.calls:  # only then: a static graph keeps its JSON, its name and its stored signature
+            doc["calls"] = self.calls
+        return json.dumps(doc, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str | dict) -> FuzzGraph:
         doc = json.loads(text) if isinstance(text, str) else text
         nodes = [Node(n["op"], n["expr"], list(n["outputs"]), [(list(s), d) for s, d in n["out_meta"]],
                       bool(n.get("returns_tuple"))) for n in doc["nodes"]]
-        return cls(list(doc["inputs"]), nodes, list(doc["outputs"]))
+        calls = [[list(shape) for shape in call] for call in doc.get("calls", [])]
+        return cls(list(doc["inputs"]), nodes, list(doc["outputs"]), calls)
 
     @property
     def ops(self) -> list[str]:
         return [n.op for n in self.nodes]
+
+    @property
+    def dynamic(self) -> bool:
+        """Run at further sizes (``calls``) after one compile with symbolic sizes."""
+        return bool(self.calls)
+
+    def at_call(self, index: int) -> FuzzGraph:
+        """The graph with its inputs at the sizes of further call ``index`` (and no further calls):
+        eager, the float64 reference and the oracle's extra references then build their inputs at
+        that size. Node metadata keeps the first call's shapes (only dtypes and structure are read)."""
+        inputs = [_resized(desc, shape) for desc, shape in zip(self.inputs, self.calls[index])]
+        return FuzzGraph(inputs, self.nodes, self.outputs)
 
     def input_names(self) -> list[str]:
         return [f"x{i}" for i in range(len(self.inputs))]
@@ -228,9 +255,10 @@ class FuzzGraph:
             return VALUE_NAME.sub(lambda m: rename.get(m.group(0), m.group(0)), text)
 
         kept = [Node(n.op, renamed(n.expr), list(n.outputs), list(n.out_meta), n.returns_tuple) for n in nodes]
-        return FuzzGraph([self.inputs[i] for i in used], kept, [renamed(o) for o in outputs])
+        calls = [[call[i] for i in used] for call in self.calls]
+        return FuzzGraph([self.inputs[i] for i in used], kept, [renamed(o) for o in outputs], calls)
 
     def prefix(self, count: int) -> FuzzGraph:
         """The graph of its first ``count`` nodes, returning every value they define (for localization)."""
         nodes = self.nodes[:count]
-        return FuzzGraph(self.inputs, nodes, [o for n in nodes for o in n.outputs])
+        return FuzzGraph(self.inputs, nodes, [o for n in nodes for o in n.outputs], self.calls)

@@ -40,6 +40,11 @@ class LocalizeSubject(GraphSubject):
         failing, reason, fields = compare_outputs(full, full.outputs, eager, compiled, reference,
                                                   rounding_spread=True, references=self._allowance_references,
                                                   tiers=self.tiers)
+        if not failing and self._sizes is not None:  # --dynamic: the first value diverging at a further size
+            graded = self._sizes.grade(ctx, Grade(True, "", fields))
+            if graded.passed:
+                return graded
+            return Grade(False, graded.reason, {**(graded.fields or {}), "diverged": graded.reason})
         if not failing:
             return Grade(True, "", fields)
         op, diverged = divergence(full, failing, reason, eager, compiled, reference)

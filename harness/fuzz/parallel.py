@@ -48,6 +48,9 @@ def merge_summaries(summaries: list[CampaignSummary], elapsed_s: float) -> Campa
         statuses, findings, foreign = dict(s.statuses), dict(s.findings), dict(s.foreign_hits)
         merged.invalid.update(dict(s.invalid))
         merged.allowances.update(dict(s.allowances))
+        merged.dynamic.update(dict(s.dynamic))
+        merged.upstream.update(dict(s.upstream))
+        merged.dynamic_reasons.update(dict(s.dynamic_reasons))
         merged.graphs += s.graphs
         merged.executions += s.executions
         merged.statuses.update(statuses)

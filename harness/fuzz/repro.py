@@ -3,7 +3,8 @@
 The script embeds the input builder (``harness/fuzz/values.py``, torch only), the input
 descriptions and the graph source; it runs eager, the float64 reference and the target
 (through ``torch.compile``; on ``crucible-sim`` under the simulator's memory checks), prints per
-output where they disagree, and exits 1 while the finding reproduces, 0 once it is fixed.
+output where they disagree, and exits 1 while the finding reproduces, 0 once it is fixed. A
+``--dynamic`` finding (``FuzzGraph.calls``) is compiled once with dynamic shapes and run at every size.
 """
 
 from __future__ import annotations
@@ -117,28 +118,49 @@ def checked():
     return checking()
 
 
+def at(call):
+    """The input descriptions at a further call's shapes (a --dynamic finding; None: as generated)."""
+    if call is None:
+        return INPUTS
+    out = []
+    for d, shape in zip(INPUTS, call):
+        d = dict(d, shape=list(shape))
+        if d.get("expand_from") is not None:  # the stored dims follow the dims not broadcast along
+            d["expand_from"] = [1 if s == 1 else n for s, n in zip(d["expand_from"], shape)]
+        out.append(d)
+    return out
+
+
 def main():
-    inputs = [make_input(d, DEVICE) for d in INPUTS]
-    fresh = lambda: [make_input(d, DEVICE) for d in INPUTS]
-    eager = build(False)(*fresh())
-    try:
-        ref = build(True)(*[t.double().cpu() if t.is_floating_point() else t.cpu() for t in fresh()])
-    except Exception:
-        ref = None
-    compiled = torch.compile(build(False), backend=BACKEND, options=OPTIONS, dynamic=False)
-    try:
-        with checked():
-            got = compiled(*inputs)
-    except Exception as exc:
-        print(f"target {TARGET} raised {type(exc).__name__}: {exc}")
-        return 1
-    lines = [describe(name, e.cpu() if isinstance(e, torch.Tensor) else e, g,
-                      None if ref is None else ref[i]) for i, (name, e, g) in enumerate(zip(OUTPUTS, eager, got))]
-    for line in lines:
-        if line:
-            print(line)
+    # a --dynamic finding: compiled once with symbolic sizes, called at the generated size and at CALLS
+    compiled = torch.compile(build(False), backend=BACKEND, options=OPTIONS, dynamic=bool(CALLS))
+    failed = False
+    for call in [None, *CALLS]:
+        descs = at(call)
+        fresh = lambda: [make_input(d, DEVICE) for d in descs]
+        try:
+            eager = build(False)(*fresh())
+        except Exception:
+            continue  # not valid at this size (the fuzzer dropped it too)
+        try:
+            ref = build(True)(*[t.double().cpu() if t.is_floating_point() else t.cpu() for t in fresh()])
+        except Exception:
+            ref = None
+        where = "" if call is None else f" (inputs {call})"
+        try:
+            with checked():
+                got = compiled(*fresh())
+        except Exception as exc:
+            print(f"target {TARGET} raised {type(exc).__name__}{where}: {exc}")
+            return 1
+        lines = [describe(name, e.cpu() if isinstance(e, torch.Tensor) else e, g,
+                          None if ref is None else ref[i]) for i, (name, e, g) in enumerate(zip(OUTPUTS, eager, got))]
+        for line in lines:
+            if line:
+                print(line + where)
+        failed = failed or any(lines)
     print(f"expected: {EXPECTED}")
-    return 1 if any(lines) else 0
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":
@@ -172,7 +194,7 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         f"OPTIONS = {dict(t.options) or None!r}", f"DEVICE = {t.device!r}",
         f"EXPECTED = {'outputs as eager computes them (NaN/inf positions, integers exact, float error no worse than eager)'!r}",
         # Python literals (repr): JSON's false/true are no Python names
-        f"INPUTS = {graph.inputs!r}", f"OUTPUTS = {graph.outputs!r}",
+        f"INPUTS = {graph.inputs!r}", f"OUTPUTS = {graph.outputs!r}", f"CALLS = {graph.calls!r}",
         f"EXACT = {[o for o in graph.outputs if exact_cone(graph, o)] if tiers else []!r}", f"BIAS = {tiers!r}",
         f"BIAS_DTYPES = ({''.join(f'torch.{d}, '.replace('torch.torch.', 'torch.') for d in oracle.BIAS_DTYPES)})",
         f"BIAS_MIN_ELEMENTS = {oracle.BIAS_MIN_ELEMENTS!r}", f"BIAS_SIGMAS = {oracle.BIAS_SIGMAS!r}",

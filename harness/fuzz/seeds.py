@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from harness.fuzz.builder import VALUE_NAME, GraphDraw, GraphLimits, graphs
 from harness.fuzz.coverage import CoverageMap
+from harness.fuzz.dynamic import dynamic_graphs
 from harness.fuzz.graph import FuzzGraph, namespace
 from harness.fuzz.values import FLOAT_DTYPES, layout_of
 
@@ -148,9 +149,11 @@ def corpus_graphs(specs: list[Any], limits: GraphLimits, corpus: SeedCorpus | No
     """The campaign's strategy: plain generation, and with seeds, as often mutations of a seed."""
     plain = graphs(specs, limits)
     if corpus is None or not corpus.seeds:
-        return plain
-    ways = {"plain": plain, "extend": extended(corpus.seeds, specs, limits), "inputs": new_inputs(corpus.seeds)}
-    return st.sampled_from(MIX).flatmap(ways.__getitem__)
+        strategy = plain
+    else:
+        ways = {"plain": plain, "extend": extended(corpus.seeds, specs, limits), "inputs": new_inputs(corpus.seeds)}
+        strategy = st.sampled_from(MIX).flatmap(ways.__getitem__)
+    return dynamic_graphs(strategy, limits.blocks) if limits.dynamic else strategy
 
 
 def new_seeds(found: list[tuple[str, CoverageMap]], corpus: SeedCorpus | None) -> list[tuple[str, str, int]]:

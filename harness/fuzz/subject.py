@@ -26,6 +26,7 @@ import torch
 
 from harness.engine import Context, Grade, Subject, execute, optional_reference
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
+from harness.fuzz.dynamic_run import DynamicSizes
 from harness.fuzz.exact import bitwise_mismatch, exact_cone, zero_sign_choice
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.nan_sign import nan_sign_only
@@ -100,6 +101,7 @@ class GraphSubject(Subject):
         self._fn: Callable[..., Any] | None = None
         self._inputs: list[torch.Tensor] = []
         self._allowance_references: dict[str, Any] = {}  # compare_outputs' extra references, once each
+        self._sizes: DynamicSizes | None = None  # a graph with further calls: compiled with symbolic sizes
 
     def build(self, ctx: Context) -> None:
         self._fn = self.graph.function()
@@ -117,10 +119,15 @@ class GraphSubject(Subject):
         """An ATen graph handed over directly (fx) skips Dynamo: only AOTAutograd is below the target."""
         if target.backend is None:
             return ()
-        return (Layer.CAPTURE, Layer.AOT_AUTOGRAD) if self.via == "dynamo" else (Layer.AOT_AUTOGRAD,)
+        return (Layer.CAPTURE, Layer.AOT_AUTOGRAD) if self.via == "dynamo" or self.graph.dynamic else \
+            (Layer.AOT_AUTOGRAD,)
 
     def compile(self, ctx: Context) -> Callable[[], Any]:
         assert self._fn is not None
+        if self.graph.dynamic:
+            self._sizes = DynamicSizes(self.graph, self._fn, self._inputs, lambda g, names, e, c, r: compare_outputs(
+                g, names, e, c, r, rounding_spread=True, references={}, tiers=self.tiers), capture_aten)
+            return self._sizes.compile(ctx)
         fn = capture_aten(self._fn, self._inputs) if self.via == "fx" and ctx.target.is_crucible else self._fn
         compiled = ctx.target.compile(fn, self._inputs, capture=self.via)
         calls = [0]
@@ -135,10 +142,12 @@ class GraphSubject(Subject):
         failing, reason, fields = compare_outputs(self.graph, self.graph.outputs, eager, compiled, reference,
                                                   rounding_spread=True, references=self._allowance_references,
                                                   tiers=self.tiers)
-        if not failing:
-            return Grade(True, "", fields)
-        fields.update(op=self.graph.output_ops()[failing], failing_outputs=[self.graph.outputs.index(failing)])
-        return Grade(False, reason, fields)
+        if failing:
+            fields.update(op=self.graph.output_ops()[failing], failing_outputs=[self.graph.outputs.index(failing)])
+        first = Grade(not failing, reason, fields)
+        if self._sizes is None or not first.passed:
+            return first
+        return self._sizes.grade(ctx, first)
 
     def finish(self, ctx: Context) -> None:
         status = ctx.draft.get("status")

@@ -382,3 +382,72 @@ def pow_of_minus_one_to_inf() -> None:
 
     _redefine(formulas, "pow_", "(x.eq(-1) & vabs(y).eq(math.inf))", "(x.eq(-2) & vabs(y).eq(math.inf))")
     pointwise.pow_ = formulas.pow_  # the pow lowerings read the name from their own module
+
+
+# -- plants for the dynamic-shape mode (tests/harness/test_fuzz_dynamic.py) -----------------------------
+def launch_config_kept_from_first_call() -> None:
+    """A size-generic Triton kernel keeps the grid and block sizes its first launch chose (a launch
+    config cached per kernel where it must be chosen per size): a later, larger size runs too few
+    programs, or a persistent reduction too short a block, and leaves part of its output unwritten.
+    Static kernels never take this path, and the first size always comes out right."""
+    from compiler.codegen import triton_tiles
+
+    config = triton_tiles.SizeLaunch.config
+    kept: dict[Any, Any] = {}
+
+    def planted(self: Any, xnumel: int, rnumel: int) -> Any:
+        if self not in kept:
+            kept[self] = config(self, xnumel, rnumel)
+        return kept[self]
+
+    triton_tiles.SizeLaunch.config = planted
+
+
+def placeholders_specialize_sizes() -> None:
+    """Lowering reads every input size as a Python int (``int(symint)``), which specializes each symbolic
+    size to its first value: Dynamo installs the guard and recompiles at every other size."""
+    from compiler.lowering import GraphLowering
+
+    lower = GraphLowering.lower_placeholder
+
+    def planted(self: Any, node: Any) -> Any:
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor):
+            [int(s) for s in val.shape]
+        return lower(self, node)
+
+    GraphLowering.lower_placeholder = planted
+
+
+def add_fails_on_symbolic_sizes() -> None:
+    """add.Tensor's lowering raises a plain RuntimeError when its operands have symbolic sizes (not the
+    typed refusal): the graph falls back with ``compiler_error``, and compiles with static sizes."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowering import LOWERINGS
+    from compiler.lowerings.symbolic import has_symbolic_sizes
+
+    original = LOWERINGS[aten.add]
+
+    def planted(ctx: Any, node: Any, *args: Any, **kwargs: Any) -> Any:
+        if has_symbolic_sizes([a.meta.get("val") for a in node.all_input_nodes]):
+            raise RuntimeError("planted: add over symbolic sizes")
+        return original(ctx, node, *args, **kwargs)
+
+    LOWERINGS[aten.add] = planted
+
+
+def add_refuses_symbolic_sizes() -> None:
+    """add.Tensor's lowering refuses symbolic sizes with the typed reason (``DynamicUnsupported``):
+    a counted fallback, never a finding."""
+    import compiler.lowerings  # noqa: F401
+    from compiler.lowering import LOWERINGS
+    from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes
+
+    original = LOWERINGS[aten.add]
+
+    def planted(ctx: Any, node: Any, *args: Any, **kwargs: Any) -> Any:
+        if has_symbolic_sizes([a.meta.get("val") for a in node.all_input_nodes]):
+            raise DynamicUnsupported("planted_feature", "add over symbolic sizes")
+        return original(ctx, node, *args, **kwargs)
+
+    LOWERINGS[aten.add] = planted

@@ -1,0 +1,63 @@
+"""Regression tests for compiler bugs ``crucible fuzz --dynamic`` found (graphs compiled once with symbolic
+sizes and run at several sizes); each docstring names the graph that exposed it."""
+
+from __future__ import annotations
+
+import torch
+
+from compiler.backend import crucible_backend
+from compiler.report import collect_reports
+
+aten = torch.ops.aten
+
+
+def _dynamic(fn, codegen: str):
+    return torch.compile(fn, backend=crucible_backend, options={"codegen": codegen, "strict": True}, dynamic=True)
+
+
+def test_channels_last_convolution_with_symbolic_sizes() -> None:
+    """crucible fuzz --dynamic, crucible-cpp, seed 130: ``convolution(x0 [1, 2, 5, 5], x1 [2, 2, 1, 1])``
+    fell back to eager (compiler_error in 'lower': "Cannot convert symbols to int"): the C++ codegen's
+    channels-last layout computed NHWC strides with ``int()`` of each size. Static sizes compiled."""
+    def conv(x, w):
+        return (aten.convolution.default(x, w, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 1),)
+
+    compiled = _dynamic(conv, "cpp")
+    w = torch.randn(2, 2, 1, 1)
+    with collect_reports() as report:
+        for shape in ((1, 2, 5, 5), (1, 2, 63, 63), (1, 2, 7, 9)):
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x, w)[0], conv(x, w)[0])
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+
+
+def test_upsample_by_a_scale_factor_with_symbolic_sizes(codegen: str) -> None:
+    """crucible fuzz --dynamic, crucible-cpp, seed 134: ``upsample_bilinear2d.vec(x [1, 2, 4, 5], None,
+    False, [2.0, 1.5])`` fell back to eager (compiler_error in 'schedule': "size expression
+    TruncToInt(1.5*ToFloat(s13)) has no integer spelling"): an output size computed through floats
+    had no C or Python spelling. Static sizes compiled."""
+    def upsample(x):
+        return (aten.upsample_bilinear2d.vec(x, None, False, [2.0, 1.5]),)
+
+    compiled = _dynamic(upsample, codegen)
+    with collect_reports() as report:
+        for shape in ((1, 2, 4, 5), (1, 2, 7, 9), (3, 2, 33, 17)):
+            x = torch.randn(shape)
+            torch.testing.assert_close(compiled(x)[0], upsample(x)[0])
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+
+
+def test_diagonal_with_an_offset_over_symbolic_sizes(codegen: str) -> None:
+    """crucible fuzz --dynamic, crucible-cpp, seed 136: ``exp(diagonal(x [2, 1], -1))`` fell back to eager
+    (compiler_error in 'render': "size expression Min(1, s4 - 1) has no integer spelling"): a diagonal's
+    length is the smaller of two sizes. Static sizes compiled."""
+    def diagonal_exp(x, y):
+        return (aten.exp.default(aten.diagonal.default(x, -1)), aten.diagonal.default(y, 1).exp())
+
+    compiled = _dynamic(diagonal_exp, codegen)
+    with collect_reports() as report:
+        for rows, cols in ((2, 5), (3, 9), (9, 4)):
+            x, y = torch.randn(rows, 1), torch.randn(rows, cols)
+            for got, want in zip(compiled(x, y), diagonal_exp(x, y)):
+                torch.testing.assert_close(got, want)
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
