@@ -117,23 +117,59 @@ def test_convolutions_over_symbolic_batch_and_image() -> None:
     check_sizes(lambda x: (grouped(x), depthwise(x) * 2), lambda n, h: (r(n, 4, h, h + 2),), [(2, 5), (3, 9)], "gemm")
 
 
+def test_batch_norm_folds_into_a_convolution_template_over_symbolic_sizes() -> None:
+    """The fold reads only the weights, so it holds for every size; the relu joins the template."""
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
+    with torch.no_grad():
+        net[1].running_mean.uniform_(-1, 1)
+        net[1].running_var.uniform_(0.5, 2)
+    report = check_sizes(net, lambda n, h: (r(n, 3, h, h - 1),), [(2, 5), (3, 9)], "gemm")
+    assert len(report.kernels) == 1 and "fold_batch_norm" in report.graphs[0].passes
+
+
+def test_training_an_mlp_compiles_forward_and_backward_gemms_once() -> None:
+    """The backward's GEMMs read transposed operands and the saved symbolic batch."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.GELU(), torch.nn.Linear(16, 4))
+    graphs: list = []
+
+    def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Callable:
+        graphs.append(gm)
+        return crucible_backend(gm, example_inputs, options=OPTIONS)
+
+    compiled = torch.compile(mlp, backend=backend, dynamic=True)
+    with compiler.collect_reports() as report:
+        for n in (3, 17, 33):
+            x = torch.randn(n, 8)
+            grads = []
+            for model in (compiled, mlp):
+                mlp.zero_grad()
+                model(x).square().sum().backward()
+                grads.append([p.grad.clone() for p in mlp.parameters()])
+            for ours, eager in zip(*grads):
+                torch.testing.assert_close(ours, eager, rtol=1e-4, atol=1e-4)
+    assert len(graphs) == 1 and not report.fallbacks and not report.externs
+    assert sum(k.kind == "template:gemm" for k in report.kernels) == 5  # 2 forward, 3 backward
+    assert all(k.size_args for k in report.kernels)
+
+
 def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
     """(B, L, heads * 8) as (B, heads, L, 8): head counts static, as in a model's attention."""
     return x.unflatten(-1, (heads, 8)).transpose(1, 2)
 
 
-# (b, l, s) per call: L != S, rows of 5, 17 and 65 around the interpreter's 16- and 64-row blocks
+# (batch, query length, keys) per call: L != S, rows of 5, 17 and 65 around the interpreter's 16- and 64-row blocks
 ATTENTION_SIZES = [(2, 5, 7), (3, 17, 9), (5, 65, 63)]
 ATTENTIONS = {
     "plain": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v) * 2,
-              lambda b, l, s: (r(b, 4, l, 8), r(b, 4, s, 8), r(b, 4, s, 8))),
+              lambda b, n, s: (r(b, 4, n, 8), r(b, 4, s, 8), r(b, 4, s, 8))),
     "causal": (lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True),
-               lambda b, l, s: (r(b, 4, l, 8), r(b, 4, s, 8), r(b, 4, s, 8))),
+               lambda b, n, s: (r(b, 4, n, 8), r(b, 4, s, 8), r(b, 4, s, 8))),
     "additive_mask": (lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m),
-                      lambda b, l, s: (r(b, 4, l, 8), r(b, 4, s, 8), r(b, 4, s, 8), r(l, s))),
+                      lambda b, n, s: (r(b, 4, n, 8), r(b, 4, s, 8), r(b, 4, s, 8), r(n, s))),
     "grouped_query_causal": (lambda q, k, v: F.scaled_dot_product_attention(
         _heads(q, 4), _heads(k, 2), _heads(v, 2), is_causal=True, enable_gqa=True) + 1,
-        lambda b, l, s: (r(b, l, 32), r(b, s, 16), r(b, s, 16))),
+        lambda b, n, s: (r(b, n, 32), r(b, s, 16), r(b, s, 16))),
 }
 
 
@@ -148,7 +184,7 @@ def test_attention_template_over_symbolic_batch_and_lengths(case: str) -> None:
 
 def test_a_boolean_mask_over_symbolic_lengths() -> None:
     fn = lambda q, k, v, m: F.scaled_dot_product_attention(q, k, v, attn_mask=m)  # noqa: E731
-    check_sizes(fn, lambda b, l, s: (r(b, 4, l, 8), r(b, 4, s, 8), r(b, 4, s, 8), r(b, 1, l, s) > -1),
+    check_sizes(fn, lambda b, n, s: (r(b, 4, n, 8), r(b, 4, s, 8), r(b, 4, s, 8), r(b, 1, n, s) > -1),
                 ATTENTION_SIZES[:2], "attention")
 
 
