@@ -117,6 +117,18 @@ def test_convolutions_over_symbolic_batch_and_image() -> None:
     check_sizes(lambda x: (grouped(x), depthwise(x) * 2), lambda n, h: (r(n, 4, h, h + 2),), [(2, 5), (3, 9)], "gemm")
 
 
+def test_a_strided_convolutions_epilogue_fuses_at_batch_one_and_more() -> None:
+    """Regression (timm/test_resnet under --dynamic): with stride 2 the output side is
+    ``(h - 1) // 2 + 1``, and sympy distributes the channel count over that sum in one product of the
+    sizes and not in the other (``16*f + 16`` against ``16*(f + 1)``), so the relu's iteration space
+    (batch 1) or its read of the channels-last result (batch 2) did not match the template's by
+    structure and ran as a second kernel."""
+    conv = torch.nn.Conv2d(3, 16, 3, stride=2, padding=1, bias=False).eval()
+    for batch in (1, 2):
+        report = check_sizes(lambda x: torch.relu(conv(x)), lambda h, b=batch: (r(b, 3, h, h),), [(9,), (6,)], "gemm")
+        assert len(report.kernels) == 1, [k.ops for k in report.kernels]
+
+
 def test_batch_norm_folds_into_a_convolution_template_over_symbolic_sizes() -> None:
     """The fold reads only the weights, so it holds for every size; the relu joins the template."""
     net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).eval()
