@@ -20,6 +20,12 @@ import torch
 from compiler.templates.tiles import attention_tiles, gemm_tiles, next_pow2
 
 LOG2E = 1.4426950408889634
+# What a size-generic template decides per launch and what it fixed without the sizes (the compile
+# report's ``KernelReport.size_decisions``; docs/compiler.md, "Decisions that depend on sizes")
+GEMM_DECISIONS = ("per launch: tile, grid, EVEN_M/N/K masks",
+                  "size-independent: one tile per program (no persistent or TMA variants), no split-K, int64 indices")
+ATTENTION_DECISIONS = ("per launch: tile, grid, head-dim blocks, default softmax scale",
+                       "size-independent: int64 indices")
 
 
 def _lambda(sizes: tuple[str, ...], values: tuple[str, ...]) -> Any:
@@ -40,6 +46,8 @@ class GemmSizeLaunch:
     dtype: torch.dtype
     batched: bool
     interpret: bool
+
+    decisions = GEMM_DECISIONS
 
     def numels(self) -> Any:
         return _lambda(self.sizes, (self.batch, self.m, self.n, self.k))
@@ -70,6 +78,8 @@ class AttentionSizeLaunch:
     dim_v: str
     scale: float | None
     interpret: bool
+
+    decisions = ATTENTION_DECISIONS
 
     def numels(self) -> Any:
         return _lambda(self.sizes, (self.rows, self.bh, self.keys, self.dim, self.dim_v))

@@ -75,4 +75,6 @@ def _measured_rule(family: str, shape: tuple[int, ...], dtype: torch.dtype, epil
     if family == "conv":  # not measured yet: cuDNN keeps every convolution
         return Choice(False, f"{LIBRARY} (default rule: convolutions keep cuDNN until the template is measured)")
     what = "a decode GEMM without a pointwise consumer" if decode else f"{family} of this shape"
+    if family == "gemm" and not isinstance(shape[0] * shape[1], int):
+        what = "a GEMM with symbolic rows (not known to be decode rows: the size-independent choice)"
     return Choice(False, f"{LIBRARY} (default rule: ATen measured faster for {what})")
