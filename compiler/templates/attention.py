@@ -54,7 +54,7 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
     # fp32 inputs: exact products (as the math path); the interpreter computes in fp32 throughout
     exact = ', input_precision="ieee"' if interpret or compute_dtype(t.q.dtype) == t.q.dtype else ""
     body = [f"L = {code(length, 'python')}", f"S = {code(keys, 'python')}", f"D = {code(dim, 'python')}",
-            f"DV = {code(dim_v, 'python')}", f"G = {group}", f"HKV = {code(kv_heads, 'python')}",
+            f"DV = {code(dim_v, 'python')}", f"G = {code(group, 'python')}", f"HKV = {code(kv_heads, 'python')}",
             f"pid_bh = tl.program_id(1){i64}", "xb = pid_bh // HKV", "hk = pid_bh % HKV",
             "rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)",
             "rvalid = rows < G * L", "rows = tl.where(rvalid, rows, 0)",

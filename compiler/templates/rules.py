@@ -185,10 +185,9 @@ def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v:
     if head_dim is None and not ctx.capabilities.interpreted:  # (the interpreter has no register limit)
         raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"a symbolic head dim ({dim}, {v.shape[3]}): the attention "
                           f"template's registers need it known to be at most {MAX_HEAD_DIM}")
-    if query_group(heads, kv_heads) == 0:
+    if query_group(heads, kv_heads) == 0 and not _guarded_divisible(vals[0], heads, kv_heads):
         raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"{heads} query heads over {kv_heads} key/value heads: the "
-                          "template needs the group size static (the head counts are symbols that do not divide "
-                          "by structure)")
+                          "template needs the group size static, or its divisibility guarded by Dynamo")
     if scale is not None and not isinstance(scale, (int, float)):
         raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"a softmax scale computed from sizes ({scale})")
     full = (batch, heads, length, keys)
@@ -200,6 +199,15 @@ def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v:
                                  float(scale) if scale is not None else default_scale)
     out = emit(ctx, template, ir.cast(acc_read(template), q.dtype), q.dtype, _output_stride(vals[0]))
     return out if single else [out] + [None] * (len(vals) - 1)
+
+
+def _guarded_divisible(val: Any, heads: Any, kv_heads: Any) -> bool:
+    """Whether Dynamo already guards ``heads % kv_heads == 0`` (SDPA's grouped-query check installs it),
+    so the kernel may compute the group size as a floor division at run time; read from the shape
+    environment's guards, never adding one."""
+    env = getattr(getattr(val, "fake_mode", None), "shape_env", None)
+    wanted = f"Eq(Mod({heads}, {kv_heads}), 0)"
+    return env is not None and any(str(g.expr) == wanted for g in getattr(env, "guards", ()))
 
 
 def _additive(mask: TensorValue, dtype: torch.dtype) -> TensorValue:

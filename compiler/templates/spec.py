@@ -17,6 +17,7 @@ from typing import Any
 
 import sympy
 import torch
+from torch.utils._sympy.functions import FloorDiv
 
 from compiler import ir, sizes
 from compiler.graph import ComputedNode, View, contiguous_strides
@@ -70,8 +71,11 @@ class AttentionTemplate:
         return (self.q.shape[0], self.q.shape[1], self.q.shape[2], self.v.shape[3])
 
     @property
-    def group(self) -> int:
-        return query_group(self.q.shape[1], self.k.shape[1])
+    def group(self) -> Any:
+        """Query heads per kv head: an int, or (symbolic head counts whose divisibility Dynamo guards,
+        ``rules._guarded_divisible``) the floor division the kernel computes from its size arguments."""
+        heads, kv_heads = self.q.shape[1], self.k.shape[1]
+        return query_group(heads, kv_heads) or FloorDiv(heads, kv_heads)
 
     def operand_loads(self) -> list[Expr]:
         return []

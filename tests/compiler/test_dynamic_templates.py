@@ -16,7 +16,7 @@ import torch
 import compiler
 from compiler.backend import crucible_backend
 from compiler.capabilities import Capabilities
-from compiler.report import CompileReport, ExternReason
+from compiler.report import CompileReport
 from compiler.templates import policy, tiles
 
 F = torch.nn.functional
@@ -203,15 +203,28 @@ def test_a_boolean_mask_over_symbolic_lengths() -> None:
                 ATTENTION_SIZES[:2], "attention")
 
 
-def test_symbolic_head_counts_that_do_not_divide_by_structure_are_a_typed_extern_call() -> None:
-    """Grouped-query heads as symbols (H and Hkv of the inputs): the template needs the group size
-    static; the op runs in ATen with ``symbolic_size`` and the graph around it still compiles."""
-    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True) * 2  # noqa: E731
-    report = compiler.inspect(fn, r(2, 4, 5, 8), r(2, 2, 7, 8), r(2, 2, 7, 8), dynamic=True, codegen="triton",
-                              extern="none")
-    assert not report.fallbacks
-    (extern,) = report.externs
-    assert extern.reason is ExternReason.SYMBOLIC_SIZE and "group size static" in extern.message
+def test_symbolic_head_counts_take_the_group_size_at_run_time() -> None:
+    """Grouped-query heads as symbols (H and Hkv of the inputs): SDPA's check makes Dynamo guard
+    ``H % Hkv == 0``, so the kernel computes the group size from its size arguments; one compile serves
+    groups of 2 and 4."""
+    fn = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, enable_gqa=True, is_causal=True) * 2  # noqa: E731
+    check_sizes(fn, lambda b, h, g, n, s: (r(b, h * g, n, 4), r(b, h, s, 4), r(b, h, s, 4)),
+                [(2, 3, 2, 5, 7), (5, 2, 4, 17, 9)], "attention")
+
+
+def test_unguarded_symbolic_head_counts_are_a_typed_extern_call() -> None:
+    """Without Dynamo's divisibility guard the group size is unknown: the rule refuses with
+    ``symbolic_size`` (read from the shape environment's guards; none is added)."""
+    from types import SimpleNamespace
+
+    from compiler.templates import rules
+
+    h, g = sympy.Symbol("s1", positive=True, integer=True), sympy.Symbol("s2", positive=True, integer=True)
+    guarded = SimpleNamespace(fake_mode=SimpleNamespace(shape_env=SimpleNamespace(
+        guards=[SimpleNamespace(expr=sympy.Eq(sympy.Mod(h, g), 0))])))
+    unguarded = SimpleNamespace(fake_mode=SimpleNamespace(shape_env=SimpleNamespace(guards=[])))
+    assert rules._guarded_divisible(guarded, h, g)
+    assert not rules._guarded_divisible(unguarded, h, g) and not rules._guarded_divisible(torch.empty(1), h, g)
 
 
 def test_size_dependent_template_decisions_take_the_size_independent_choice() -> None:
