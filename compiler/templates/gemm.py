@@ -215,9 +215,14 @@ def _layout(e: Expr, batched: bool) -> str:
     return {first: "rows", first + 1: "cols"}.get(unit[0], "strided") if unit else "strided"
 
 
+H200_SMS = 132  # what the GPU build check (``compiler.gpu_build``, sm_90) renders for without a GPU
+
+
 def _sm_count() -> int:
     import torch
 
+    if not torch.cuda.is_available():  # rendered for ``gpu_build`` on a CPU-only machine
+        return H200_SMS
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
 
 

@@ -241,3 +241,23 @@ def test_size_dependent_template_decisions_take_the_size_independent_choice() ->
     assert tiles.gemm_split_k(s0, 2048, 8192, interpret=False) == 1
     with tiles.forced_split_k(2):
         assert tiles.gemm_split_k(4, 16, 2 * s0, interpret=True) == 1
+
+
+def test_the_gpu_build_check_builds_template_kernels_static_and_size_generic(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``CRUCIBLE_GPU_BUILD_CHECK=1`` builds every interpreted graph's kernels for sm_90 without a GPU.
+    Regression: it rendered template kernels with the plain Triton renderer (``KeyError: 'acc1 is not a
+    parameter of kernel0'``, static sizes too), and a size-generic kernel's parameters did not count its
+    size arguments; the GEMM template asked CUDA for its SM count."""
+    from compiler import gpu_build
+
+    if not gpu_build.available():
+        pytest.skip("Triton without its NVIDIA backend")
+    monkeypatch.setenv("CRUCIBLE_GPU_BUILD_CHECK", "1")
+    fn = lambda a, b: torch.relu(a @ b) + 1  # noqa: E731
+    attention = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True)  # noqa: E731
+    static = compiler.inspect(fn, r(33, 64), r(64, 48), codegen="triton", extern="none")
+    generic = compiler.inspect(attention, r(2, 4, 5, 8), r(2, 4, 7, 8), r(2, 4, 7, 8), dynamic=True,
+                               codegen="triton", extern="none")
+    for report, kind in ((static, "template:gemm"), (generic, "template:attention")):
+        assert not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+        assert "gpu_build" in report.graphs[0].pass_seconds and [k.kind for k in report.kernels] == [kind]
