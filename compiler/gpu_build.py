@@ -24,6 +24,9 @@ POINTER = {torch.float32: "*fp32", torch.float16: "*fp16", torch.bfloat16: "*bf1
            torch.int64: "*i64", torch.int32: "*i32", torch.int16: "*i16", torch.int8: "*i8", torch.uint8: "*u8",
            torch.bool: "*i1"}
 LAUNCH_OPTIONS = ("num_warps", "num_stages", "num_ctas")
+# a size-generic kernel (symbolic sizes) is built with the launch config its rule picks at this value of
+# every size: not a multiple of any block, so the masked variants are the ones built
+EXAMPLE_SIZE = 37
 
 
 def available() -> bool:
@@ -47,10 +50,15 @@ def build_for(rendered: RenderedKernel, dtypes: Sequence[torch.dtype], arch: int
     fn = getattr(load_module(rendered.source, symbol), symbol)
     names = list(fn.arg_names)
     meta = dict(rendered.meta)
+    launch = rendered.size_launch
+    if launch is not None:  # sizes are trailing int64 arguments; the launch rule picks the config
+        _, meta = launch.config(*launch.numels()(*[EXAMPLE_SIZE] * len(rendered.sizes)))
     constexprs = {k: v for k, v in meta.items() if k not in LAUNCH_OPTIONS}
-    if len(dtypes) + len(constexprs) != len(names):
-        raise ValueError(f"{symbol}: {len(names)} parameters, {len(dtypes)} buffers and {sorted(constexprs)}")
+    if len(dtypes) + len(rendered.sizes) + len(constexprs) != len(names):
+        raise ValueError(f"{symbol}: {len(names)} parameters, {len(dtypes)} buffers, sizes {rendered.sizes} "
+                         f"and {sorted(constexprs)}")
     signature = {n: POINTER[d] for n, d in zip(names, dtypes)}
+    signature.update({n: "i64" for n in rendered.sizes})
     signature.update({n: "constexpr" for n in constexprs})
     source = triton.compiler.ASTSource(fn, signature, constexprs={(names.index(k),): v for k, v in constexprs.items()})
     options = {k: meta[k] for k in LAUNCH_OPTIONS if k in meta} | BUILD_OPTIONS
@@ -68,9 +76,9 @@ class GpuBuildError(RuntimeError):
 def check_kernels(kernels: Sequence[Kernel], arch: int = 90) -> None:
     """Render ``kernels`` (scheduled for Triton) for the GPU and build each for ``sm_{arch}``; raises
     ``GpuBuildError`` naming the first that fails, with Triton's error."""
-    from compiler.codegen.triton import TritonRenderer
+    from compiler.codegen.registry import renderer_for
 
-    renderer = TritonRenderer(interpret=False)
+    renderer = renderer_for("triton", torch.device("cuda"))  # the GPU renderer, templates included
     for kernel in kernels:
         rendered = renderer.render(kernel)
         error = build_for(rendered, [kernel.param(a).dtype for a in rendered.args], arch)

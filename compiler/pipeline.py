@@ -246,7 +246,7 @@ class GraphCompilation:
                 ir_ops = sorted({e.op.value for st in step.stores for e in st.value.walk() if e.src})
                 self.report.kernels.append(KernelReport(step.name, r.codegen, tuple(dict.fromkeys(step.origins)),
                                                         r.source, kind, tuple(ir_ops), r.symbol or r.name,
-                                                        step.size_args))
+                                                        step.size_args, getattr(r.size_launch, "decisions", ())))
             else:
                 self.report.externs.append(ExternReport(str(step.op), step.reason, step.message))
         self.report.refused_fusions = list(sched.refusals)

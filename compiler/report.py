@@ -63,6 +63,8 @@ class KernelReport:
     symbol: str = ""  # the function's name in the source (what profilers show), when not ``name``
     # the size symbols it takes as arguments (``compiler.sizes``): non-empty for a size-generic kernel
     size_args: tuple[str, ...] = ()
+    # a size-generic template: what it decides per launch and what it fixed without the sizes
+    size_decisions: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -181,6 +183,8 @@ class GraphReport:
             guards = "; ".join(f"{g.expr} ({g.reason})" for g in self.size_guards) or "none added"
             head += (f"\n  dynamic: symbols {symbols}; {generic} of {len(self.kernels)} kernels size-generic; "
                      f"guards: {guards}")
+            decided = dict.fromkeys((k.kind, k.size_decisions) for k in self.kernels if k.size_decisions)
+            head += "".join(f"\n  sizes in {kind}: {'; '.join(d)}" for kind, d in decided)
         if self.fallback is not None:
             head += f"\n  FELL BACK TO EAGER in pass {self.failed_pass!r}: {self.fallback.value}: {self.fallback_message}"
         rows = [(k.name, k.kind, k.codegen, ", ".join(k.ops)) for k in self.kernels]

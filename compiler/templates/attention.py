@@ -6,6 +6,10 @@ Grouped-query heads share their key/value loads: a program owns a block of *rows
 where row ``r`` is query position ``r % L`` of query head ``kv_head * G + r // L`` (``G`` query heads
 per kv head). So decoding (one query token) puts the G heads of a group in one tile instead of
 padding a single row to the tile's 16, and every key/value tile is read once per group.
+
+Symbolic sizes (``compiler.sizes``): the sizes, strides and offsets are kernel arguments, and the
+tile, the grid, the head-dim blocks and (a symbolic head dim) the softmax scale are chosen at each
+launch (``launch.AttentionSizeLaunch``); every key and row edge is masked already.
 """
 
 from __future__ import annotations
@@ -16,6 +20,8 @@ from compiler.codegen.base import RenderedKernel
 from compiler.codegen.shared import compute_dtype
 from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
 from compiler.graph import View
+from compiler.sizes import code
+from compiler.templates.launch import AttentionSizeLaunch
 from compiler.templates.writer import ExprWriter, finish_source
 from compiler.templates.spec import AttentionTemplate, TemplateKernel
 from compiler.templates.tiles import attention_tiles, bucket, fingerprint, next_pow2
@@ -24,7 +30,8 @@ LOG2E = 1.4426950408889634
 
 
 def _address(ptr: str, view: View, names: list[str]) -> str:
-    terms = [str(view.offset)] + [f"{n} * {st}" if st != 1 else n for n, st in zip(names, view.stride) if st]
+    terms = [code(view.offset, "python")] + [f"{n} * {code(st, 'python')}" if st != 1 else n
+                                             for n, st in zip(names, view.stride) if st != 0]
     return f"{ptr} + ({' + '.join(terms)})"
 
 
@@ -33,19 +40,21 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
     assert isinstance(t, AttentionTemplate)
     batch, heads, length, dim = t.q.shape
     kv_heads, keys, dim_v = t.k.shape[1], t.k.shape[2], t.v.shape[3]
-    group = heads // kv_heads
+    group = t.group
     interpret = renderer.interpret
+    generic = bool(k.size_args)
     out_vars = {0: "xb", 1: "qh[:, None]", 2: "ql[:, None]", 3: "rdv[None, :]"}
     epi = ExprWriter(renderer, k, out_vars, "omask", acc=t.acc, prefix="e")
     pq, pk, pv = epi.param(t.q.buffer), epi.param(t.k.buffer), epi.param(t.v.buffer)
     pm = epi.param(t.mask.buffer) if t.mask is not None else None
     epilogue = epi.stores(k, "[BLOCK_M, BLOCK_DV]")
-    wide = max((p.span for p in k.params), default=0) > INT32_LIMIT
+    wide = generic or max((p.span for p in k.params), default=0) > INT32_LIMIT
     i64 = ".to(tl.int64)" if wide else ""
     up = ".to(tl.float32)" if interpret else ""
     # fp32 inputs: exact products (as the math path); the interpreter computes in fp32 throughout
     exact = ', input_precision="ieee"' if interpret or compute_dtype(t.q.dtype) == t.q.dtype else ""
-    body = [f"L = {length}", f"S = {keys}", f"D = {dim}", f"DV = {dim_v}", f"G = {group}", f"HKV = {kv_heads}",
+    body = [f"L = {code(length, 'python')}", f"S = {code(keys, 'python')}", f"D = {code(dim, 'python')}",
+            f"DV = {code(dim_v, 'python')}", f"G = {code(group, 'python')}", f"HKV = {code(kv_heads, 'python')}",
             f"pid_bh = tl.program_id(1){i64}", "xb = pid_bh // HKV", "hk = pid_bh % HKV",
             "rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)",
             "rvalid = rows < G * L", "rows = tl.where(rvalid, rows, 0)",
@@ -56,7 +65,7 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
             "m_i = tl.full([BLOCK_M], float('-inf'), tl.float32)",
             "l_i = tl.full([BLOCK_M], 0.0, tl.float32)",
             "acc = tl.full([BLOCK_M, BLOCK_DV], 0.0, tl.float32)",
-            f"qk_scale = {t.scale * LOG2E!r}"]
+            f"qk_scale = {'QK_SCALE' if generic else repr(t.scale * LOG2E)}"]
     if t.causal and not interpret:  # keys past the block's last row are all masked: skip them
         body.append("hi = tl.minimum(S, tl.reduce(tl.where(rvalid, ql, 0), 0, "
                     "tl.standard._elementwise_max) + 1)")
@@ -81,19 +90,24 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
              + f", mask=cvalid[:, None] & (rdv[None, :] < DV), other=0.0){up}",
              f"acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{exact})",
              "m_i = m_new"]
-    body.append(f"for n0 in range(0, {'hi' if t.causal and not interpret else keys}, BLOCK_N):")
+    body.append(f"for n0 in range(0, {'hi' if t.causal and not interpret else code(keys, 'python')}, BLOCK_N):")
     body += ["    " + line for line in loop]
     body += ["acc = acc / l_i[:, None]", "omask = rvalid[:, None] & (rdv[None, :] < DV)"] + epilogue
     rows = group * length
+    params, args = epi.signature()
+    title = (f"attention {batch}x{heads}x{length}x{dim} over {kv_heads} kv heads x {keys} keys "
+             f"{TL_DTYPE[t.q.dtype]}{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''}")
+    if generic:
+        launch = AttentionSizeLaunch(k.size_args, *(code(v, "python") for v in (rows, batch * kv_heads, keys, dim, dim_v)),
+                                     t.scale, interpret)
+        return finish_source(k, params + list(k.size_args), ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV", "QK_SCALE"],
+                             body, title, args, [((), {})], libdevice=epi.uses_libdevice(), size_launch=launch)
     launches = []
     candidates = attention_tiles(rows, keys, dim, interpret)
     for tile in candidates:
         meta = {"BLOCK_M": tile.block_m, "BLOCK_N": tile.block_n, "BLOCK_D": max(16, next_pow2(dim)),
                 "BLOCK_DV": max(16, next_pow2(dim_v)), "num_warps": tile.warps, "num_stages": tile.stages}
         launches.append(((math.ceil(rows / tile.block_m), batch * kv_heads), meta))
-    params, args = epi.signature()
-    title = (f"attention {batch}x{heads}x{length}x{dim} over {kv_heads} kv heads x {keys} keys "
-             f"{TL_DTYPE[t.q.dtype]}{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''}")
     key = (f"attention {t.q.dtype} {bucket(batch * kv_heads)}x{bucket(rows)}x{bucket(keys)} d{dim}/{dim_v}"
            f"{' causal' if t.causal else ''}{' masked' if t.mask is not None else ''} tiles {fingerprint(candidates)}")
     return finish_source(k, params, ["BLOCK_M", "BLOCK_N", "BLOCK_D", "BLOCK_DV"], body, title, args, launches, key,

@@ -5,6 +5,10 @@ prologue expressions the template computes while loading its tiles. Groups (dept
 the GEMM's batch dim. The result is stored as ``(groups, N*OH*OW, C_out/groups)``, i.e. channels-last
 for one group, and handed on as an ``(N, C, OH, OW)`` view of it (a gather for grouped convolutions
 with several channels per group).
+
+Symbolic sizes (batch, image): the index arithmetic takes them as ``SIZE`` leaves
+(``compiler.sizes``), so the same gather and store serve every size; channels and the kernel window
+come from the weight, which is static.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import torch
 from compiler import ir
 from compiler.graph import View
 from compiler.lowerings.rules import Lazy, TensorValue, read, register
+from compiler.sizes import shape_of
 from compiler.templates.emit import DTYPES, decide, emit
 from compiler.templates.spec import GemmTemplate, acc_read
 
@@ -27,7 +32,7 @@ I = ir.INDEX_DTYPE  # noqa: E741
 
 
 def _c(v: int) -> ir.Expr:
-    return ir.const(v, I)
+    return ir.size(v)  # a constant, or a symbolic size
 
 
 def _div(a: ir.Expr, b: int) -> ir.Expr:
@@ -65,7 +70,7 @@ def lower_convolution(ctx: GraphLowering, node: Any, x: TensorValue, w: TensorVa
                       groups: int) -> Any:
     out = node.meta["val"]
     unsupported = _unsupported(x, w, transposed)
-    shape = tuple(out.shape)
+    shape = shape_of(out.shape)
     decide(ctx, "conv", unsupported, shape, x.dtype, node)
     n, cin, h, wd = x.shape
     cout, cin_g, kh, kw = w.shape

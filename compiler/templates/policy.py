@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from compiler.capabilities import Capabilities
+from compiler.sizes import within
 
 
 @dataclass(frozen=True)
@@ -64,12 +65,16 @@ def _measured_rule(family: str, shape: tuple[int, ...], dtype: torch.dtype, epil
                    masked: bool = False) -> Choice:
     if dtype not in MEASURED_DTYPES:
         return Choice(False, f"{LIBRARY} (default rule: {dtype} templates are not measured faster)")
-    if family == "gemm" and shape[0] * shape[1] <= DECODE_ROWS and epilogue:
+    # symbolic sizes (``compiler.sizes``): rows not known to be at most DECODE_ROWS are not decode rows,
+    # and a symbolic query length is not 1 (sizes compare by structure; no guard is added)
+    decode = family == "gemm" and within(shape[0] * shape[1], DECODE_ROWS)
+    if decode and epilogue:
         return Choice(True, "")
     if family == "attention" and (shape[2] == 1 or masked):
         return Choice(True, "")
     if family == "conv":  # not measured yet: cuDNN keeps every convolution
         return Choice(False, f"{LIBRARY} (default rule: convolutions keep cuDNN until the template is measured)")
-    what = "a decode GEMM without a pointwise consumer" if family == "gemm" and shape[0] * shape[1] <= DECODE_ROWS \
-        else f"{family} of this shape"
+    what = "a decode GEMM without a pointwise consumer" if decode else f"{family} of this shape"
+    if family == "gemm" and not isinstance(shape[0] * shape[1], int):
+        what = "a GEMM with symbolic rows (not known to be decode rows: the size-independent choice)"
     return Choice(False, f"{LIBRARY} (default rule: ATen measured faster for {what})")

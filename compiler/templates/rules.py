@@ -12,13 +12,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from compiler import fused_attention, ir
+from compiler import fused_attention, ir, sizes
 from compiler.graph import View
-from compiler.lowerings.rules import (Lazy, Strided, TensorValue, as_expr, broadcast_read, identity_index, read,
-                                      register)
+from compiler.lowerings.rules import (Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read, identity_index,
+                                      read, register)
+from compiler.lowerings.symbolic import dense_order
+from compiler.report import ExternReason
 from compiler.templates import conv  # noqa: F401  (registers the convolution rule)
 from compiler.templates.emit import DTYPES, decide, emit
-from compiler.templates.spec import AttentionTemplate, GemmTemplate, acc_read
+from compiler.templates.spec import AttentionTemplate, GemmTemplate, acc_read, query_group
 from compiler.templates.tiles import gemm_split_k
 
 if TYPE_CHECKING:
@@ -142,6 +144,9 @@ def _mask_view(ctx: GraphLowering, mask: TensorValue, full: tuple[int, ...]) -> 
 def _output_stride(val: Any) -> tuple[int, ...] | None:
     """Eager's output layout when it is a dense permutation (flash attention returns (B, L, H, D)
     memory viewed as (B, H, L, D): consumers' reshape to (B, L, H*D) is then a view)."""
+    shape, stride = sizes.shape_of(val.shape), sizes.shape_of(val.stride())
+    if not sizes.all_static(shape + stride):  # symbolic sizes: matched by structure (they cannot be sorted)
+        return stride if dense_order(shape, stride) is not None else None
     dims = sorted((st, n) for st, n in zip(val.stride(), val.shape) if n > 1)
     span = 1
     for st, n in dims:
@@ -162,6 +167,7 @@ def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v:
         decide(ctx, "attention", f"rank-{len(q.shape)} attention (the template takes (B, H, L, D))", (), q.dtype)
     batch, heads, length, dim = q.shape
     kv_heads, keys = k.shape[1], k.shape[2]
+    head_dim = max(dim, v.shape[3]) if sizes.all_static((dim, v.shape[3])) else None
     unsupported = None
     if q.dtype not in DTYPES or k.dtype != q.dtype or v.dtype != q.dtype:
         unsupported = f"{q.dtype} attention (templates cover float32, float16, bfloat16)"
@@ -169,19 +175,39 @@ def _attention(ctx: GraphLowering, node: Any, q: TensorValue, k: TensorValue, v:
         unsupported = "attention dropout (keeps ATen's random generator)"
     elif used - {0}:
         unsupported = "the log-sum-exp or RNG state is read (a backward needs it; the template is forward only)"
-    elif max(dim, v.shape[3]) > MAX_HEAD_DIM:
-        unsupported = f"head dim {max(dim, v.shape[3])} (template up to {MAX_HEAD_DIM})"
-    elif heads % kv_heads or k.shape[0] != batch:
+    elif head_dim is not None and head_dim > MAX_HEAD_DIM:
+        unsupported = f"head dim {head_dim} (template up to {MAX_HEAD_DIM})"
+    elif (query_group(heads, kv_heads) == 0 and sizes.all_static((heads, kv_heads))) or k.shape[0] != batch:
         unsupported = f"{heads} query heads over {kv_heads} key/value heads"
     elif mask is not None and mask.dtype not in DTYPES:
         unsupported = f"{mask.dtype} attention mask (boolean masks reach us as additive float masks)"
     decide(ctx, "attention", unsupported, (batch, heads, length, keys, dim), q.dtype, masked=mask is not None)
+    if head_dim is None and not ctx.capabilities.interpreted:  # (the interpreter has no register limit)
+        raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"a symbolic head dim ({dim}, {v.shape[3]}): the attention "
+                          f"template's registers need it known to be at most {MAX_HEAD_DIM}")
+    if query_group(heads, kv_heads) == 0 and not _guarded_divisible(vals[0], heads, kv_heads):
+        raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"{heads} query heads over {kv_heads} key/value heads: the "
+                          "template needs the group size static, or its divisibility guarded by Dynamo")
+    if scale is not None and not isinstance(scale, (int, float)):
+        raise Unsupported(ExternReason.SYMBOLIC_SIZE, f"a softmax scale computed from sizes ({scale})")
     full = (batch, heads, length, keys)
+    # SDPA's default scale 1 / sqrt(head dim): a number here, or (a symbolic head dim) computed at
+    # each launch from the actual one (``launch.AttentionSizeLaunch``)
+    default_scale = 1 / math.sqrt(dim) if sizes.is_static(dim) else None
     template = AttentionTemplate(ctx.new_name("acc"), _strided(ctx, q), _strided(ctx, k), _strided(ctx, v),
                                  _mask_view(ctx, mask, full) if mask is not None else None, bool(causal),
-                                 float(scale) if scale is not None else 1 / math.sqrt(dim))
+                                 float(scale) if scale is not None else default_scale)
     out = emit(ctx, template, ir.cast(acc_read(template), q.dtype), q.dtype, _output_stride(vals[0]))
     return out if single else [out] + [None] * (len(vals) - 1)
+
+
+def _guarded_divisible(val: Any, heads: Any, kv_heads: Any) -> bool:
+    """Whether Dynamo already guards ``heads % kv_heads == 0`` (SDPA's grouped-query check installs it),
+    so the kernel may compute the group size as a floor division at run time; read from the shape
+    environment's guards, never adding one."""
+    env = getattr(getattr(val, "fake_mode", None), "shape_env", None)
+    wanted = f"Eq(Mod({heads}, {kv_heads}), 0)"
+    return env is not None and any(str(g.expr) == wanted for g in getattr(env, "guards", ()))
 
 
 def _additive(mask: TensorValue, dtype: torch.dtype) -> TensorValue:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+import sympy
 import torch
 
 from compiler import ir
@@ -49,10 +50,19 @@ def _row_major(shape: tuple[int, ...]) -> Expr:
     return ir.linear_index([ir.xvar(d) for d in range(len(shape))], contiguous_strides(shape))
 
 
+def _same_size(a: object, b: object) -> bool:
+    """Whether two sizes are equal: ints by value, symbolic ones (``compiler.sizes``) up to expansion,
+    since sympy distributes a number over a sum (``16 * (f + 1)`` becomes ``16*f + 16``) in one product
+    and not in another (a convolution's ``N*OH*OW*C`` built in two orders)."""
+    if isinstance(a, int) and isinstance(b, int):
+        return a == b
+    return a == b or sympy.expand(a - b) == 0
+
+
 def _var_map(consumer: tuple[int, ...], template: tuple[int, ...]) -> tuple[dict[Expr, Expr], bool] | None:
     """Consumer XVARs as expressions of the template's, and whether the map goes through the flat
     row-major position (a reshape) rather than dim by dim; None when the spaces differ."""
-    if numel(consumer) != numel(template):
+    if not _same_size(numel(consumer), numel(template)):
         return None
     zero = ir.const(0, ir.INDEX_DTYPE)
     if [n for n in consumer if n != 1] == [n for n in template if n != 1]:
@@ -66,8 +76,8 @@ def _var_map(consumer: tuple[int, ...], template: tuple[int, ...]) -> tuple[dict
         if n == 1:
             mapping[ir.xvar(d)] = zero
             continue
-        q = flat if st == 1 else ir.binary(ir.Op.DIV, flat, ir.const(st, ir.INDEX_DTYPE))
-        mapping[ir.xvar(d)] = q if d == 0 else ir.binary(ir.Op.MOD, q, ir.const(n, ir.INDEX_DTYPE))
+        q = flat if st == 1 else ir.binary(ir.Op.DIV, flat, ir.size(st))
+        mapping[ir.xvar(d)] = q if d == 0 else ir.binary(ir.Op.MOD, q, ir.size(n))
     return mapping, True
 
 
@@ -80,27 +90,26 @@ def _gather_map(consumer: tuple[int, ...], load: Expr, k: _KernelBuilder) -> dic
     stored, _, _ = k.produced[load.arg]
     if aff is None or aff.get(None, 0) != 0:
         return None
-    dims = []
-    for d, n in enumerate(consumer):
-        coef = aff.get(ir.xvar(d), 0)
-        if n != 1 and coef <= 0:
-            return None
-        if n != 1:
-            dims.append((coef, n, d))
-    if any(v is not None and v.op is not ir.Op.XVAR for v in aff) or len(aff) - (None in aff) != len(dims):
+    left = {d: (aff.get(ir.xvar(d), 0), n) for d, n in enumerate(consumer) if n != 1}
+    if any(v is not None and v.op is not ir.Op.XVAR for v in aff) or len(aff) - (None in aff) != len(left):
         return None
-    span = 1
-    for coef, n, _ in sorted(dims):
-        if coef != span:
+    # the mixed radix from the fastest dim up: each coefficient the span of the faster dims, equal by
+    # structure (symbolic sizes cannot be sorted; ``compiler.sizes``)
+    dims, span = [], 1
+    while left:
+        d = next((d for d, (coef, _) in left.items() if _same_size(coef, span)), None)
+        if d is None:
             return None
-        span *= n
-    if span != numel(k.ranges):
+        coef, n = left.pop(d)
+        dims.append((coef, n, d))
+        span = span * n
+    if not _same_size(span, numel(k.ranges)):
         return None
     zero = ir.const(0, ir.INDEX_DTYPE)
     mapping = {ir.xvar(d): zero for d, n in enumerate(consumer) if n == 1}
-    for coef, n, d in dims:
-        q = stored if coef == 1 else ir.binary(ir.Op.DIV, stored, ir.const(coef, ir.INDEX_DTYPE))
-        mapping[ir.xvar(d)] = q if coef * n == span else ir.binary(ir.Op.MOD, q, ir.const(n, ir.INDEX_DTYPE))
+    for coef, n, d in sorted(dims, key=lambda t: t[2]):
+        q = stored if coef == 1 else ir.binary(ir.Op.DIV, stored, ir.size(coef))
+        mapping[ir.xvar(d)] = q if _same_size(coef * n, span) else ir.binary(ir.Op.MOD, q, ir.size(n))
     return mapping
 
 

@@ -13,10 +13,13 @@ value and the renderer recognises it by name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
+import sympy
 import torch
+from torch.utils._sympy.functions import FloorDiv
 
-from compiler import ir
+from compiler import ir, sizes
 from compiler.graph import ComputedNode, View, contiguous_strides
 from compiler.ir import Expr
 from compiler.scheduler import Kernel
@@ -58,7 +61,7 @@ class AttentionTemplate:
     v: View
     mask: View | None  # additive float mask broadcast to (B, H, L, S), or None
     causal: bool
-    scale: float
+    scale: float | None  # None: SDPA's 1 / sqrt(head dim) of a symbolic head dim, computed per launch
     lse: str | None = None  # buffer for the log-sum-exp (natural log) per (B, H, L), when it is read
 
     family = "attention"
@@ -67,11 +70,27 @@ class AttentionTemplate:
     def out_shape(self) -> tuple[int, ...]:
         return (self.q.shape[0], self.q.shape[1], self.q.shape[2], self.v.shape[3])
 
+    @property
+    def group(self) -> Any:
+        """Query heads per kv head: an int, or (symbolic head counts whose divisibility Dynamo guards,
+        ``rules._guarded_divisible``) the floor division the kernel computes from its size arguments."""
+        heads, kv_heads = self.q.shape[1], self.k.shape[1]
+        return query_group(heads, kv_heads) or FloorDiv(heads, kv_heads)
+
     def operand_loads(self) -> list[Expr]:
         return []
 
 
 Template = GemmTemplate | AttentionTemplate
+
+
+def query_group(heads: Any, kv_heads: Any) -> int:
+    """Query heads per key/value head; 0 when ``kv_heads`` does not divide ``heads`` or (symbolic
+    head counts) is not known to: sizes are compared by structure, never guarded (``compiler.sizes``)."""
+    if sizes.all_static((heads, kv_heads)):
+        return heads // kv_heads if heads % kv_heads == 0 else 0
+    ratio = sympy.simplify(sympy.sympify(heads) / kv_heads)
+    return int(ratio) if ratio.is_Integer and ratio > 0 else 0
 
 
 def acc_read(template: Template) -> Expr:
@@ -116,6 +135,24 @@ class TemplateKernel(Kernel):
         assert self.template is not None
         return self.template.family
 
+    @property
+    def size_args(self) -> tuple[str, ...]:
+        """The epilogue's size symbols plus the template's own (its M/N/K or attention shapes, its
+        operands' strides and offsets): a template kernel over symbolic sizes takes them all as
+        arguments, its grid and tiles chosen at each launch (``compiler.templates.launch``)."""
+        return sizes.ordered(set(super().size_args) | template_symbols(self.template))
+
     def __str__(self) -> str:
         lines = super().__str__().splitlines()
         return "\n".join([f"{lines[0]} {describe(self.template)}", *lines[1:]])
+
+
+def template_symbols(template: Template | None) -> set[str]:
+    """The size symbols ``template``'s loop reads (none for static sizes)."""
+    if isinstance(template, GemmTemplate):
+        leaves = [e.arg for x in (template.a, template.b) for e in x.walk() if e.op is ir.Op.SIZE]
+        return sizes.symbols(template.batch, template.m, template.n, template.k, leaves)
+    if isinstance(template, AttentionTemplate):
+        views = [v for v in (template.q, template.k, template.v, template.mask) if v is not None]
+        return sizes.symbols(*[(v.shape, v.stride, v.offset) for v in views])
+    return set()

@@ -101,6 +101,8 @@ _forced_split: list[int] = []
 
 def gemm_split_k(m: int, n: int, k: int, interpret: bool) -> int:
     """How many K chunks a (M, N, K) GEMM is split into (1: none); see ``SPLIT_K_*`` above."""
+    if not all(isinstance(v, int) for v in (m, n, k)):
+        return 1  # symbolic sizes: no split (it changes the graph; ``compiler.sizes`` never guards a size)
     if _forced_split:
         s = _forced_split[-1]
         return s if 1 < s <= k and k % s == 0 else 1

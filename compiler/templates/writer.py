@@ -91,10 +91,11 @@ class ExprWriter(_KernelWriter):
 
 def finish_source(k: Kernel, params: list[str], consts: list[str], body: list[str], title: str,
                   args: list[str], launches: list[tuple[tuple[int, ...], dict]], tuning_key: str = "",
-                  libdevice: bool = False) -> RenderedKernel:
+                  libdevice: bool = False, size_launch: object = None) -> RenderedKernel:
     """The ``@triton.jit`` module text, named by content like the pointwise kernels; ``tuning_key``
     names what the tuned launch config depends on (``compiler.tuning_cache``); ``libdevice``: the body
-    calls it (``ExprWriter.uses_libdevice``)."""
+    calls it (``ExprWriter.uses_libdevice``); ``size_launch``: a size-generic kernel's per-launch
+    config (``compiler.templates.launch``), whose size arguments end ``params``."""
     origins = ", ".join(dict.fromkeys(k.origins)) or "(none)"
     src = ["import triton", "import triton.language as tl",
            *(["from triton.language.extra import libdevice"] if libdevice else []), "", "", "@triton.jit",
@@ -107,4 +108,5 @@ def finish_source(k: Kernel, params: list[str], consts: list[str], body: list[st
     symbol = kernel_symbol([title.split()[0], *k.origins], hashlib.sha256(text.encode()).hexdigest())
     grid, meta = launches[0]
     return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), tuple(args), grid, meta,
-                          tuple(launches[1:]), symbol, tuning_key if len(launches) > 1 else "")
+                          tuple(launches[1:]), symbol, tuning_key if len(launches) > 1 else "",
+                          sizes=k.size_args if size_launch is not None else (), size_launch=size_launch)

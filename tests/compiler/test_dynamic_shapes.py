@@ -122,15 +122,29 @@ def test_convolutions_over_a_symbolic_batch_and_image_stay_contiguous(codegen: s
     assert "symbolic sizes" in report.graphs[-1].layout_reason
 
 
-def test_an_unsupported_op_is_an_extern_call_with_its_rule_and_reason(codegen: str) -> None:
-    """The CPU attention rule decides by sizes (its kernel choice): over symbolic ones it is not
-    lowered yet and runs in ATen with ``symbolic_size`` naming the rule and the comparison it could
-    not make; the graph around it still compiles."""
+def test_an_unsupported_op_is_an_extern_call_with_its_rule_and_reason(codegen: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lowering rule that compares a symbolic size (a stand-in for sigmoid's, choosing by the row
+    count as a kernel choice would) makes its op an extern call with ``symbolic_size`` naming the rule
+    and the comparison it could not make; the graph around it still compiles. (The CPU attention rule
+    was the example until stage 3 made it compare no size: SDPA over symbolic sizes is now the extern
+    call the default rule chooses, as for static sizes.)"""
+    from compiler.lowerings.rules import LOWERINGS, find_rule
+
+    sigmoid = find_rule(torch.ops.aten.sigmoid.default)
+
+    def lower_sigmoid_by_rows(ctx: object, node: object, x: object) -> object:
+        if x.shape[0] > 64:  # raises TypeError for a symbolic row count (sizes never guard)
+            pass
+        return sigmoid(ctx, node, x)
+
+    monkeypatch.setitem(LOWERINGS, torch.ops.aten.sigmoid.default, lower_sigmoid_by_rows)
+    report = check_sizes(lambda x: torch.sigmoid(x.relu()) * 2, lambda n: (r(n, 5),), [(3,), (7,)], codegen)
+    assert [(e.op, e.reason) for e in report.externs] == [("aten.sigmoid.default", ExternReason.SYMBOLIC_SIZE)]
+    assert "lower_sigmoid_by_rows rule needs static sizes" in report.externs[0].message
     fn = lambda q: torch.nn.functional.scaled_dot_product_attention(q.relu(), q, q) * 2
     report = check_sizes(fn, lambda b, s: (r(b, 4, s, 8),), [(2, 5), (3, 7)], codegen)  # no two sizes equal
     reasons = [(e.op, e.reason) for e in report.externs]
-    assert reasons == [("aten._scaled_dot_product_flash_attention_for_cpu.default", ExternReason.SYMBOLIC_SIZE)]
-    assert "lower_sdpa_cpu rule needs static sizes" in report.externs[0].message
+    assert reasons == [("aten._scaled_dot_product_flash_attention_for_cpu.default", ExternReason.LIBRARY_KERNEL)]
 
 
 def test_indexing_reflection_padding_and_selects(codegen: str) -> None:
