@@ -74,6 +74,7 @@ class EntrySubject(Subject):
         self._eager_ops: int | None = None
         self._counters = (0, 0)
         self._compiled: Any = None  # the compiled model: --dynamic runs it again at the further sizes
+        self._compiled_model: Any = None  # what was compiled: its state is restarted before each further size
 
     @property
     def dtype(self) -> torch.dtype | None:
@@ -210,7 +211,8 @@ class EntrySubject(Subject):
         target = ctx.target
         # the capture probe rides along the target's compile only, not the attribution's re-runs
         probe = self._probe if target.is_crucible else None
-        compiled = target.compile(self._model(ctx.device, self.dtype), capture="dynamo", dynamic=self.dynamic,
+        model = self._model(ctx.device, self.dtype)
+        compiled = target.compile(model, capture="dynamo", dynamic=self.dynamic,
                                   wrap=probe.wrap if probe is not None else None)
         first = self.variants[0]
         calls = [0]
@@ -233,7 +235,7 @@ class EntrySubject(Subject):
                 ctx.draft["backward_graphs"] = out.backward_graphs
             return out
 
-        self._compiled = compiled
+        self._compiled, self._compiled_model = compiled, model
         return call
 
     def grade(self, ctx: Context, eager: StepOutput, compiled: StepOutput, reference: StepOutput | None) -> Grade:
@@ -258,6 +260,7 @@ class EntrySubject(Subject):
             ctx.phase(Phase.RUN)
             graphs_before = dynamo_counters()[0]
             try:
+                self._restart_state(ctx)
                 out = step(self.mode, self._compiled, *fresh_inputs(variant.args, variant.kwargs), self.entry.seed)
                 if ctx.device == "cuda":
                     torch.cuda.synchronize()
@@ -288,6 +291,22 @@ class EntrySubject(Subject):
             ctx.draft.update(fields)
             raise SubjectFailed(worst[0], worst[1], worst[2])
         return Grade(False, worst[1], fields)
+
+    def _restart_state(self, ctx: Context) -> None:
+        """The compiled model's parameters and buffers set back to a fresh copy's, in place (Dynamo's
+        guards see the same tensors): eager and the float64 reference run every further size on a
+        fresh model, and a model that updates its state in forward (a step counter, running
+        statistics) would otherwise meet each further size with the earlier calls' updates."""
+        model = self._compiled_model
+        if not isinstance(model, torch.nn.Module):
+            return
+        fresh = self._model(ctx.device, self.dtype)
+        state = {**dict(fresh.named_parameters()), **dict(fresh.named_buffers())}
+        with torch.no_grad():
+            for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+                source = state.get(name)
+                if source is not None and source.shape == tensor.shape and source.dtype == tensor.dtype:
+                    tensor.copy_(source)
 
     def finish(self, ctx: Context) -> None:
         if not self.analyse or self._captured:

@@ -129,8 +129,10 @@ def reference_runs(models: ModelCopies, sizes: list[tuple[Any, tuple, dict]], se
             model64 = models.fresh(dev, torch.float64)
             outs = []
             for _, args, kwargs in sizes:
-                if mode == "train" and isinstance(model64, torch.nn.Module):
-                    model64 = models.fresh(dev, torch.float64)  # gradients must not accumulate
+                if outs and isinstance(model64, torch.nn.Module):
+                    # every size from a fresh copy, as eager runs it: gradients must not accumulate,
+                    # nor state a model updates in forward (a step counter, running statistics)
+                    model64 = models.fresh(dev, torch.float64)
                 outs.append(step(mode, model64, cast(args, dev, torch.float64),
                                   cast(kwargs, dev, torch.float64), seed))
             synchronize(dev)

@@ -198,6 +198,28 @@ def test_dynamic_records_recompiles_of_a_shape_specializing_model() -> None:
     assert result.recompiles >= 1 and result.guard_failures >= 1
 
 
+class _Counter(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("steps", torch.zeros((), dtype=torch.long))
+
+    def forward(self, x):
+        self.steps += 1
+        return x * self.steps
+
+
+def test_dynamic_further_sizes_start_from_the_state_eager_starts_from() -> None:
+    """A model that updates its state in forward met each further size with the earlier calls'
+    updates while eager ran that size on a fresh copy: mutation/counter_int, batchnorm_train,
+    combined and swap_buffers failed with --dynamic on every target, Inductor's included."""
+    entry = _entry("counter", lambda scale: Built(_Counter(), (torch.randn(4, 3),)))
+    result = run_entry(entry, parse_target("aot_eager"), capture=False, dynamic=True)
+    assert result.status == Status.PASS, result.error
+    assert [s["status"] for s in result.sizes] == [Status.PASS] * 3
+    # the float64 reference too: it ran the further sizes on one model, a step ahead at each
+    assert [s["rmse_ratio"] for s in result.sizes] == [0.0] * 3
+
+
 def test_dynamic_crucible_compiles_every_size_without_recompiling() -> None:
     """Issue 36: the symbolic graph compiles to size-generic kernels; later sizes compile nothing."""
     result = run_entry(_entry("mlp", _mlp), parse_target("crucible-cpp"), capture=False, dynamic=True)
