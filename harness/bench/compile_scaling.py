@@ -5,7 +5,9 @@
 
 Defaults (mlp and convnet at 100, 1,000 and 2,000 nodes) take about ten minutes on a loaded 2-core
 machine, most of it Inductor's; the slope target's range wants ``--sizes 1000 4000 20000`` and
-``--families hourglass`` adds the real network (``--no-inductor`` leaves Inductor out).
+``--families hourglass`` adds the real network (``--no-inductor`` leaves Inductor out). ``--clock cpu``
+times Crucible's stages in CPU seconds (the worker's and its finished children's: the C++ compiler's),
+which other jobs on a shared machine do not stretch; slopes read on a loaded machine want it.
 
 Graphs. Each family is a real block structure repeated until its ATen graph has about the asked
 number of nodes: ``mlp`` residual blocks (layer norm, linear, GELU, linear, add) on a (4, 32) input,
@@ -106,6 +108,30 @@ def _timed(seconds: dict[str, float], stage: str, fn: Callable) -> Callable:
     return run
 
 
+class _CpuTime:
+    """``time`` whose ``perf_counter`` counts CPU seconds: this process's and those of its children
+    that have ended (the C++ compiler's runs), so a stage's figure does not grow with the load other
+    processes put on the machine. Everything else is ``time``'s."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(time, name)
+
+    @staticmethod
+    def perf_counter() -> float:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+
+
+def use_cpu_clock() -> None:
+    """Every stage timer of this worker (the pipeline's passes, AOTAutograd's capture, the stages
+    here) reads CPU seconds instead of wall seconds."""
+    import compiler.pipeline
+    from harness.bench import compile_time, render_check
+
+    for module in (sys.modules[__name__], compile_time, render_check, compiler.pipeline):
+        module.time = _CpuTime()  # type: ignore[attr-defined]
+
+
 def measure(family: str, size: int, compiler_name: str) -> dict[str, Any]:
     """One cold compile in this process: {"nodes", "whole", stage seconds...}."""
     import torch
@@ -157,7 +183,7 @@ def measure(family: str, size: int, compiler_name: str) -> dict[str, Any]:
     return {"nodes": sum(g.fx_nodes for g in reports.graphs), "whole": whole, **seconds, **passes}
 
 
-def run_row(family: str, size: int, compiler_name: str, limit: float) -> dict[str, Any]:
+def run_row(family: str, size: int, compiler_name: str, limit: float, clock: str = "wall") -> dict[str, Any]:
     """``measure`` in a fresh process group with empty caches (``turns.run_worker``: past the limit
     the worker and what it started, Inductor's compile workers, are killed): its row, or
     {"timeout": limit}, or {"error": ...}."""
@@ -167,7 +193,8 @@ def run_row(family: str, size: int, compiler_name: str, limit: float) -> dict[st
         env = {**os.environ, "CRUCIBLE_CACHE_DIR": os.path.join(cache, "crucible"),
                "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
                "TRITON_CACHE_DIR": os.path.join(cache, "triton"), "OMP_NUM_THREADS": "1"}
-        command = [sys.executable, "-m", "harness.bench.compile_scaling", "--row", family, str(size), compiler_name]
+        command = [sys.executable, "-m", "harness.bench.compile_scaling", "--row", family, str(size), compiler_name,
+                   "--clock", clock if compiler_name != "inductor" else "wall"]
         status, out, err = run_worker(command, limit, env)
     if status is None:
         return {"timeout": limit}
@@ -222,11 +249,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--limit", type=float, default=600.0, help="seconds a Crucible row may take")
     parser.add_argument("--inductor-limit", type=float, default=300.0, help="seconds an Inductor row may take")
     parser.add_argument("--no-inductor", action="store_true", help="leave Inductor out")
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="what a Crucible stage's seconds are: wall time, or CPU time of the worker and its "
+                             "finished children (steady on a loaded machine; Inductor's rows stay wall time, its "
+                             "compile workers outlive the row)")
     parser.add_argument("--row", nargs=3, metavar=("FAMILY", "SIZE", "COMPILER"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.row:  # a worker: one measurement, printed as one RESULT line
         family, size, compiler_name = args.row
         from harness.bench.turns import RESULT
+
+        if args.clock == "cpu":
+            use_cpu_clock()
 
         print(RESULT + json.dumps(measure(family, int(size), compiler_name)), flush=True)
         return
@@ -243,7 +277,7 @@ def main(argv: list[str] | None = None) -> None:
             for compiler_name in compilers:
                 limit = args.inductor_limit if compiler_name == "inductor" else args.limit
                 row = {"family": family, "size": size, "compiler": compiler_name,
-                       **run_row(family, size, compiler_name, limit)}
+                       **run_row(family, size, compiler_name, limit, args.clock)}
                 nodes = row.setdefault("nodes", nodes) or nodes  # Inductor's rows: the same model's count
                 print(json.dumps({k: round(v, 3) if isinstance(v, float) else v for k, v in row.items()}), flush=True)
                 kept = best.setdefault((family, size, compiler_name), row)
