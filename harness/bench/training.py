@@ -151,6 +151,24 @@ def peak_step_bytes(step: Callable, batch: tuple, target: torch.Tensor, device: 
     return torch.cuda.max_memory_allocated() - held
 
 
+def saved_bytes(step: Callable, batch: tuple, target: torch.Tensor, model: torch.nn.Module) -> int:
+    """Bytes of the distinct storages one step's forward saves for its backward (autograd's saved
+    tensors, compiled graphs' included), less the model's own parameters and buffers: the
+    activations a partition keeps alive, on any device."""
+    held = {t.untyped_storage().data_ptr() for t in (*model.parameters(), *model.buffers())}
+    saved: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in held:
+            saved[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        step(batch, target)
+    return sum(saved.values())
+
+
 def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[str, ...], steps: int,
                 turns: Turns | None = None) -> dict[str, Any]:
     """One model in one dtype under every backend: first every backend's first steps (compiling,
@@ -198,12 +216,13 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
                 row["error"] = error_line(why)
             result["backends"][backend] = row
         turns.timing()
-        for backend, (step, _) in live.items():
+        for backend, (step, model) in live.items():
             row = result["backends"][backend]
             try:
                 with _cache_env_of(backend, Path(tmp)):
                     row["ms"] = step_ms(step, data[-1], targets[-1], device, steps)
                     row["peak_mb"] = _mb(peak_step_bytes(step, data[-1], targets[-1], device))
+                    row["saved_mb"] = _mb(saved_bytes(step, data[-1], targets[-1], model))
             except Exception as why:  # noqa: BLE001
                 row["error"] = error_line(why)
     live.clear()
@@ -275,12 +294,15 @@ def render(results: list[dict], backends: tuple[str, ...]) -> str:
     text = ["step time (ms, median):\n" + tabulate(
         speed, headers=["model", "dtype", *shown, *[r[0] for r in RATIOS]], tablefmt="github")]
     rest = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "peak_mb"), ".0f") for b in shown],
+             *[_fmt(_get(r, b, "saved_mb"), ".1f") for b in shown],
              *[_fmt(_get(r, b, "first_step_s"), ".1f") for b in compiled],
              _fmt(_get(r, "eager", "noise_err"), ".2g"),
              *[_fmt(_get(r, b, "update_err"), ".2g") for b in compiled]] for r in results]
-    text.append("peak MB above the held state, first step s (cold compile), update err after "
+    text.append("peak MB above the held state (CUDA), MB saved for the backward, first step s (cold compile), "
+                f"update err after "
                 f"{PARITY_STEPS} steps:\n" + tabulate(
-                    rest, headers=["model", "dtype", *[f"{b} MB" for b in shown], *[f"{b} first" for b in compiled],
+                    rest, headers=["model", "dtype", *[f"{b} MB" for b in shown], *[f"{b} saved" for b in shown],
+                                   *[f"{b} first" for b in compiled],
                                    "eager noise", *[f"{b} err" for b in compiled]], tablefmt="github"))
     geo = [[dtype, *[_fmt(geomean([x for r in results if r["dtype"] == dtype and (x := _ratio(r, s, f))]))
                      for _, s, f in RATIOS]] for dtype in DTYPES if any(r["dtype"] == dtype for r in results)]

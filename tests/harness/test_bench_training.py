@@ -47,3 +47,15 @@ def test_bad_arguments_are_clear_errors(capsys) -> None:
     with pytest.raises(SystemExit):
         training.main(["--backends", "crucible", "eager", "--device", "cpu"])
     assert "put eager first" in capsys.readouterr().err
+
+
+def test_saved_bytes_counts_activations_not_the_model() -> None:
+    model = torch.nn.Linear(4, 4, bias=False)
+    x = torch.randn(8, 4)
+
+    def step(batch: tuple, target: torch.Tensor) -> None:
+        model(*batch).relu().sum().backward()
+
+    # the linear saves its input (for the weight's gradient) and the relu its output: 2 x 8 x 4 floats;
+    # the weight, saved too, is the model's own
+    assert training.saved_bytes(step, (x,), torch.zeros(()), model) == 2 * 8 * 4 * 4
