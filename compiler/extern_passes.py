@@ -41,20 +41,18 @@ the activation fused. The erf GELU (BERT's) stays: cuBLASLt's epilogue is the ta
 
 from __future__ import annotations
 
-import functools
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.fx
 
+from compiler.activations import VIEWS as _VIEWS, activations as _activations
 from compiler.folding import FoldedGraph, _real_tensors, graph_module
 from compiler.report import WeightFold
 from compiler.templates.policy import DECODE_ROWS
 
 aten = torch.ops.aten
-_VIEWS = (aten.view.default, aten.reshape.default, aten._unsafe_view.default)
 _ALIGN_BYTES = 16
 
 
@@ -268,65 +266,7 @@ def _same_layout(a: Any, b: Any) -> bool:
 
 # --- epilogues ------------------------------------------------------------------------
 
-@functools.cache
-def _gelu_patterns(dtype: torch.dtype, approximate: str) -> list[torch.fx.Graph]:
-    """The decomposed graphs of GELU (``approximate`` "tanh" or "none", the erf form) as they reach
-    these passes."""
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from compiler.decompositions import decomposition_table_for_compiler
-
-    def torch_form(x: torch.Tensor) -> torch.Tensor:
-        return torch.nn.functional.gelu(x, approximate=approximate)
-
-    def gpt2_form(x: torch.Tensor) -> torch.Tensor:  # transformers' NewGELUActivation
-        return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * torch.pow(x, 3.0))))
-
-    example = torch.empty(2, 2, dtype=dtype)
-    forms = (torch_form, gpt2_form) if approximate == "tanh" else (torch_form,)
-    return [make_fx(f, decomposition_table=decomposition_table_for_compiler(), tracing_mode="fake")(example).graph
-            for f in forms]
-
-
 _GEMMS = (aten.addmm.default, aten.mm.default)
-# activation kinds _activations finds, and the decomposed op whose presence makes a pattern worth matching
-_GELU_MARKERS = {"gelu_tanh": (aten.tanh.default, "tanh"), "gelu_erf": (aten.erf.default, "none")}
-
-
-def _activations(graph: torch.fx.Graph, kinds: tuple[str, ...] = ("relu", "gelu_tanh"),
-                 gemms: tuple = (aten.addmm.default,)) -> list[tuple[torch.fx.Node, torch.fx.Node | None, torch.fx.Node, str]]:
-    """(GEMM, the view between it and its activation or None, the node computing the activation,
-    kind) for activation consumers (``kinds`` of "relu", "gelu_tanh", "gelu_erf") that alone read a
-    GEMM of ``gemms``."""
-    from torch.fx.passes.utils.matcher_utils import SubgraphMatcher
-
-    def producer(x: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node | None] | None:
-        view = x if x.target in _VIEWS and len(x.args[0].users) == 1 else None
-        gemm = view.args[0] if view is not None else x
-        return (gemm, view) if gemm.target in gemms else None
-
-    found: dict[torch.fx.Node, tuple] = {}
-    dtypes = set()
-    for node in graph.nodes:
-        if "relu" in kinds and node.target is aten.relu.default and isinstance(node.args[0], torch.fx.Node):
-            p = producer(node.args[0])
-            if p is not None and len(node.args[0].users) == 1:
-                found[p[0]] = (*p, node, "relu")
-        if node.target in gemms:
-            dtypes.add(node.meta["val"].dtype)
-    targets = {n.target for n in graph.nodes}
-    for kind in kinds:
-        marker = _GELU_MARKERS.get(kind)
-        if marker is None or marker[0] not in targets:
-            continue
-        for dtype in dtypes:
-            for pattern in _gelu_patterns(dtype, marker[1]):
-                for match in SubgraphMatcher(pattern, ignore_literals=False).match(graph):
-                    (x,), (last,) = match.placeholder_nodes, match.returning_nodes
-                    p = producer(x)
-                    if p is not None and all(u in match.nodes_map.values() for u in x.users):
-                        found.setdefault(p[0], (*p, last, kind))
-    return list(found.values())
 
 
 def fuse_extern_epilogues(folded: FoldedGraph, device: torch.device) -> RewrittenGraph:
@@ -435,8 +375,9 @@ def onednn_linears(folded: FoldedGraph, device: torch.device) -> RewrittenGraph:
     alone reads the result fused into it (a copy; the input graph untouched), and a line per rewrite.
     On this CPU ATen's addmm runs MKL's sgemm, which oneDNN's kernel beats by 1.5x and more at these
     sizes (``ONEDNN_MIN_MACS``); the fused activation saves a pass over the result."""
-    if device.type != "cpu" or not onednn_available() or _symbolic(folded.gm):
-        return RewrittenGraph(folded, [])
+    if device.type != "cpu" or not onednn_available() or _symbolic(folded.gm) or \
+            not any(_linear_operands(n) is not None for n in folded.gm.graph.nodes):
+        return RewrittenGraph(folded, [])  # nothing to rewrite: no copy of the graph
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(folded.gm.graph, {}))
     gm = graph_module(folded.gm, graph)

@@ -291,13 +291,14 @@ def convert_weight_layout(folded: FoldedGraph, static_inputs: Sequence[int]) -> 
     index = {n: i for i, n in enumerate(placeholders)}
     by_source: dict[int, torch.fx.Node] = {}
     conversions = list(folded.conversions)
+    folds = {id(f.folded_weight): f for f in folded.folds}  # one lookup a convolution: deep stacks have thousands
     for conv in conv2d_nodes(gm):
         weight = conv.args[1]
         val = weight.meta["val"]
         if is_channels_last(val.shape, val.stride()):
             continue
         if weight.op == "get_attr":
-            fold = next((f for f in folded.folds if f.folded_weight is getattr(gm, weight.target)), None)
+            fold = folds.pop(id(getattr(gm, weight.target)), None)
             if fold is None:
                 continue
             fold.folded_weight = _channels_last_like(val)
