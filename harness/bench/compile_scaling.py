@@ -220,7 +220,9 @@ def slopes(rows: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     """codegen -> stage -> slope text over the rows in SLOPE_RANGE (all families together)."""
     out: dict[str, dict[str, str]] = {}
     for codegen in sorted({r["compiler"] for r in rows if r["compiler"] != "inductor"}):
-        mine = [r for r in rows if r["compiler"] == codegen and SLOPE_RANGE[0] <= r.get("nodes", 0) <= SLOPE_RANGE[1]]
+        # by the size asked for: a graph asked at 20,000 nodes may come out at 20,001
+        mine = [r for r in rows if r["compiler"] == codegen and SLOPE_RANGE[0] <= r.get("size", 0) <= SLOPE_RANGE[1]
+                and r.get("nodes", 0) > 0]
         stages = sorted({k for r in mine for k, v in r.items() if isinstance(v, float)} - {"timeout"})
         texts = {}
         for stage in stages:

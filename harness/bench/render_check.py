@@ -36,6 +36,7 @@ def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, col
     from torch._functorch.aot_autograd import aot_module_simplified, make_boxed_func
 
     from compiler import gpu_build
+    from compiler.backend import gc_paused
     from compiler.codegen.registry import renderer_for
     from compiler.cudagraphs import static_input_indices
     from compiler.decompositions import capture_decomposition_table
@@ -83,6 +84,7 @@ def render_graphs(model: torch.nn.Module, inputs: tuple, build: bool = True, col
         captured[0] = time.perf_counter()  # a later graph's capture starts after this one
         return make_boxed_func(gm.forward)
 
+    @gc_paused()  # as the real backend compiles: a full collection walks the whole heap, more of it as graphs grow
     def backend(gm: torch.fx.GraphModule, example_inputs: list) -> Any:
         compile_fn = functools.partial(render, dynamo_inputs=len(example_inputs))
         captured[0] = time.perf_counter()
