@@ -19,12 +19,15 @@ def test_slope_is_the_log_log_fit() -> None:
 
 
 def test_slopes_per_family_and_stage() -> None:
-    rows = [{"family": "mlp", "compiler": "cpp", "nodes": n, "lower": n / 1000, "wrap": 0.0005 * math.sqrt(n)}
+    rows = [{"family": "mlp", "compiler": "cpp", "size": n, "nodes": n, "lower": n / 1000, "wrap": 0.0005 * math.sqrt(n)}
             for n in (100, 1000, 4000)]
-    rows.append({"family": "mlp", "compiler": "inductor", "nodes": 4000, "whole": 9.0})
+    # asked for 20,000 nodes, came out at 20,001: still in the range (it was left out, and with it the slope's top)
+    rows.append({"family": "mlp", "compiler": "cpp", "size": 20000, "nodes": 20001, "lower": 100.0,
+                 "wrap": 0.0005 * math.sqrt(20001)})
+    rows.append({"family": "mlp", "compiler": "inductor", "size": 4000, "nodes": 4000, "whole": 9.0})
     text = compile_scaling.slopes(rows)
     assert set(text) == {"cpp"}
-    assert text["cpp"]["lower"] == "mlp 1.00"  # the 100-node row is outside the range
+    assert text["cpp"]["lower"] == "mlp 1.55"  # the 100-node row is outside the range, the steep top is in (1.00 without it)
     assert text["cpp"]["wrap"] == "mlp -"  # under 0.05 s: too small to say
 
 
