@@ -126,24 +126,29 @@ class UnrenderableSize(ValueError):
 
 
 def code(size: Any, language: str = "c") -> str:
-    """``size`` as integer code in ``language`` ("c" or "python"; the symbols are variables of the
-    same name). Sums and products are spelled alike; floor division and modulo (of non-negative
-    values, as sizes are) are ``/``/``%`` in C and ``//``/``%`` in Python."""
+    """``size`` as integer code in ``language`` ("c", "python" for host code, "triton" for a Triton
+    kernel's body; the symbols are variables of the same name). Sums and products are spelled alike;
+    floor division and modulo (of non-negative values, as sizes are) are ``/``/``%`` in C and
+    ``//``/``%`` in Python and Triton."""
     if isinstance(size, int):
         return str(size)
     if isinstance(size, sympy.Integer):
         return str(int(size))
-    return _code(size, "/" if language == "c" else "//")
+    if language not in _CASTS["ToFloat"]:
+        raise ValueError(f"language {language!r}: sizes are spelled in {', '.join(_CASTS['ToFloat'])}")
+    return _code(size, language)
 
 
 # Conversions in a size computed through floats (an upsample's output size from a scale factor:
-# TruncToInt(1.5*ToFloat(s13))), spelled per language by the floor-division operator's language;
-# the float arithmetic is double in both, as torch's meta function computes it.
-_CASTS = {"ToFloat": {"/": "((double)({}))", "//": "float({})"},
-          "TruncToInt": {"/": "((int64_t)({}))", "//": "int({})"}}
+# TruncToInt(1.5*ToFloat(s13))); the float arithmetic is double in every language, as torch's meta
+# function computes it. A Triton kernel's size arguments are scalars of its own types, which Python's
+# float() and int() do not take when the kernel is built for a GPU (the interpreter took them).
+_CASTS = {"ToFloat": {"c": "((double)({}))", "python": "float({})", "triton": "({}).to(tl.float64)"},
+          "TruncToInt": {"c": "((int64_t)({}))", "python": "int({})", "triton": "({}).to(tl.int64)"}}
 
 
-def _code(e: sympy.Expr, div: str) -> str:
+def _code(e: sympy.Expr, language: str) -> str:
+    div = "/" if language == "c" else "//"
     if e.is_Integer:
         return str(int(e))
     if e.is_Float or e.is_Rational:  # a scale factor's constant, inside a float computation
@@ -151,31 +156,31 @@ def _code(e: sympy.Expr, div: str) -> str:
     if e.is_Symbol:
         return e.name
     if e.is_Add:
-        return "(" + " + ".join(_code(a, div) for a in _sorted(e.args)) + ")"
+        return "(" + " + ".join(_code(a, language) for a in _sorted(e.args)) + ")"
     if e.is_Mul:
-        return "(" + " * ".join(_code(a, div) for a in _sorted(e.args)) + ")"
+        return "(" + " * ".join(_code(a, language) for a in _sorted(e.args)) + ")"
     if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:
-        return "(" + " * ".join([_code(e.base, div)] * int(e.exp)) + ")"
+        return "(" + " * ".join([_code(e.base, language)] * int(e.exp)) + ")"
     name = type(e).__name__
     if name in _CASTS:
-        return _CASTS[name][div].format(_code(e.args[0], div))
+        return _CASTS[name][language].format(_code(e.args[0], language))
     if name in ("Min", "Max"):  # a view's clipped length (diagonal with an offset: Min(1, s4 - 1))
-        args = [_code(a, div) for a in _sorted(e.args)]
-        if div == "//":
+        args = [_code(a, language) for a in _sorted(e.args)]
+        if language != "c":  # Triton maps the builtins to its minimum/maximum
             return f"{name.lower()}({', '.join(args)})"
         out = args[0]
         for arg in args[1:]:
             out = f"({out} {'<' if name == 'Min' else '>'} {arg} ? {out} : {arg})"
         return out
     if name == "FloorDiv":
-        return f"({_code(e.args[0], div)} {div} {_code(e.args[1], div)})"
+        return f"({_code(e.args[0], language)} {div} {_code(e.args[1], language)})"
     if name == "CeilDiv":
-        a, b = (_code(x, div) for x in e.args)
+        a, b = (_code(x, language) for x in e.args)
         return f"(({a} + {b} - 1) {div} {b})"
     if name in ("Mod", "PythonMod"):
-        return f"({_code(e.args[0], div)} % {_code(e.args[1], div)})"
+        return f"({_code(e.args[0], language)} % {_code(e.args[1], language)})"
     if name == "ModularIndexing":
-        base, divisor, modulus = (_code(x, div) for x in e.args)
+        base, divisor, modulus = (_code(x, language) for x in e.args)
         return f"(({base} {div} {divisor}) % {modulus})"
     raise UnrenderableSize(f"size expression {e} ({name}) has no integer spelling")
 

@@ -103,7 +103,7 @@ def unravel(flat: str, dims: tuple[int, ...], floordiv: str) -> list[str]:
     """The index code of each dim of ``sizes`` from the flat index ``flat``; ``floordiv`` is the
     language's integer division of non-negative values (``/`` in C++, ``//`` in Triton)."""
     out = []
-    language = "c" if floordiv == "/" else "python"
+    language = "c" if floordiv == "/" else "triton"
     for stride, modulus in unravel_terms(dims):
         code = flat if stride == 1 else f"({flat} {floordiv} {size_code(stride, language)})"
         out.append(code if modulus is None else f"{code} % {size_code(modulus, language)}")

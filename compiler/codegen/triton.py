@@ -147,14 +147,14 @@ class _KernelWriter:
 
     # --- expressions --------------------------------------------------------------
     def index_code(self, e: Expr) -> str:
-        code = affine_index_code(e, self.expr, "python")
+        code = affine_index_code(e, self.expr, "triton")
         return code if code is not None else self.expr(e)
 
     def expr(self, e: Expr) -> str:
         hit = self.names.get(e)
         if hit is not None:
             return hit
-        code = leaf(e, literal, "python")
+        code = leaf(e, literal, "triton")
         if code is not None:
             return code
         op = e.op
@@ -397,10 +397,10 @@ class _KernelWriter:
         k = self.k
         wide = self.needs_int64()
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
-        lines = [f"xnumel = {size_code(k.xnumel, 'python')}", f"xoffset = {pid} * XBLOCK"]
+        lines = [f"xnumel = {size_code(k.xnumel, 'triton')}", f"xoffset = {pid} * XBLOCK"]
         if k.is_reduction:
             lines += ["xindex = xoffset + tl.arange(0, XBLOCK)[:, None]", "xmask = xindex < xnumel",
-                      f"rnumel = {size_code(k.rnumel, 'python')}"]
+                      f"rnumel = {size_code(k.rnumel, 'triton')}"]
         else:
             lines += ["xindex = xoffset + tl.arange(0, XBLOCK)", "xmask = xindex < xnumel"]
         lines += unravel("x", "xindex", k.ranges)
@@ -423,7 +423,7 @@ class _KernelWriter:
         body = self.header() + self.pre
         if self.looped:
             # The bound is a literal: Triton 3.6's interpreter cannot loop to an assigned bound (FINDINGS.md).
-            body.append(f"for roffset in range(0, {size_code(k.rnumel, 'python')}, RBLOCK):")
+            body.append(f"for roffset in range(0, {size_code(k.rnumel, 'triton')}, RBLOCK):")
             loop_head = ["rindex = roffset + tl.arange(0, RBLOCK)[None, :]", "rmask = rindex < rnumel"]
             loop_head += unravel("r", "rindex", k.rranges)
             body += ["    " + line for line in loop_head + self.loop]

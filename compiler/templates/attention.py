@@ -30,7 +30,7 @@ LOG2E = 1.4426950408889634
 
 
 def _address(ptr: str, view: View, names: list[str]) -> str:
-    terms = [code(view.offset, "python")] + [f"{n} * {code(st, 'python')}" if st != 1 else n
+    terms = [code(view.offset, "triton")] + [f"{n} * {code(st, 'triton')}" if st != 1 else n
                                              for n, st in zip(names, view.stride) if st != 0]
     return f"{ptr} + ({' + '.join(terms)})"
 
@@ -53,8 +53,8 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
     up = ".to(tl.float32)" if interpret else ""
     # fp32 inputs: exact products (as the math path); the interpreter computes in fp32 throughout
     exact = ', input_precision="ieee"' if interpret or compute_dtype(t.q.dtype) == t.q.dtype else ""
-    body = [f"L = {code(length, 'python')}", f"S = {code(keys, 'python')}", f"D = {code(dim, 'python')}",
-            f"DV = {code(dim_v, 'python')}", f"G = {code(group, 'python')}", f"HKV = {code(kv_heads, 'python')}",
+    body = [f"L = {code(length, 'triton')}", f"S = {code(keys, 'triton')}", f"D = {code(dim, 'triton')}",
+            f"DV = {code(dim_v, 'triton')}", f"G = {code(group, 'triton')}", f"HKV = {code(kv_heads, 'triton')}",
             f"pid_bh = tl.program_id(1){i64}", "xb = pid_bh // HKV", "hk = pid_bh % HKV",
             "rows = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)",
             "rvalid = rows < G * L", "rows = tl.where(rvalid, rows, 0)",
@@ -90,7 +90,7 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
              + f", mask=cvalid[:, None] & (rdv[None, :] < DV), other=0.0){up}",
              f"acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v{exact})",
              "m_i = m_new"]
-    body.append(f"for n0 in range(0, {'hi' if t.causal and not interpret else code(keys, 'python')}, BLOCK_N):")
+    body.append(f"for n0 in range(0, {'hi' if t.causal and not interpret else code(keys, 'triton')}, BLOCK_N):")
     body += ["    " + line for line in loop]
     body += ["acc = acc / l_i[:, None]", "omask = rvalid[:, None] & (rdv[None, :] < DV)"] + epilogue
     rows = group * length

@@ -65,17 +65,17 @@ class _GemmWriter:
         if aff is not None:
             ptr = self.epi.param(e.arg)
             coef = [aff.get(ir.xvar(d), 0) for d in range(var_count)]
-            terms = [code(aff.get(None, 0), "python")]
+            terms = [code(aff.get(None, 0), "triton")]
             names = self.lb + [rows, cols]
             # every tile dim appears (times 0 for a size-1 dim the view dropped): a full-shaped tile
-            terms += [f"{n} * {code(c, 'python')}" if c != 1 else n for n, c in zip(names, coef)
+            terms += [f"{n} * {code(c, 'triton')}" if c != 1 else n for n, c in zip(names, coef)
                       if c != 0 or n in (rows, cols)]
             kstride = coef[-2 + kdim]
             pointers = f"{name}_ptrs = {ptr} + ({' + '.join(terms)})"
             load = f"tl.load({name}_ptrs)"
             masked = f"tl.load({name}_ptrs, mask={kmask}, other=0.0)"
             loads = ["if EVEN_K:", f"    {name} = {load}", "else:", f"    {name} = {masked}"]
-            advance = f"{name}_ptrs += BLOCK_K * {code(kstride, 'python')}" if kstride != 0 else ""
+            advance = f"{name}_ptrs += BLOCK_K * {code(kstride, 'triton')}" if kstride != 0 else ""
             desc = self.descriptor(name, ptr, aff, coef, kdim) if self.tma else None
             if desc is None:
                 lines_pre.append(pointers)
@@ -141,7 +141,7 @@ class _GemmWriter:
         ieee = t.operand_dtype.is_floating_point and compute_dtype(t.operand_dtype) == t.operand_dtype \
             and not t.allow_tf32
         precision = ', input_precision="ieee"' if ieee or self.r.interpret else ""
-        head = [f"M = {code(t.m, 'python')}", f"N = {code(t.n, 'python')}", f"K = {code(t.k, 'python')}"]
+        head = [f"M = {code(t.m, 'triton')}", f"N = {code(t.n, 'triton')}", f"K = {code(t.k, 'triton')}"]
         body = ["grid_m = (M + BLOCK_M - 1) // BLOCK_M", "grid_n = (N + BLOCK_N - 1) // BLOCK_N",
                 "width = GROUP_M * grid_n", "group_id = pid // width",
                 "group_size = tl.minimum(grid_m - group_id * GROUP_M, GROUP_M)",
@@ -159,7 +159,7 @@ class _GemmWriter:
         body += a_pre + b_pre
         # the bound as a literal: Triton's interpreter turns every assigned value (K = 27) into a tensor,
         # which 3.6's cannot convert to a range bound under numpy 2 (harness/FINDINGS.md)
-        body.append(f"for k0 in range(0, {code(t.k, 'python')}, BLOCK_K):")
+        body.append(f"for k0 in range(0, {code(t.k, 'triton')}, BLOCK_K):")
         body += ["    " + line for line in a_in + b_in]
         body.append(f"    acc = tl.dot({a}, {b}, acc{precision})")
         body += ["omask = (rm[:, None] < M) & (rn[None, :] < N)"] + epilogue
