@@ -27,12 +27,11 @@ def _compiled(fn: Callable, codegen: str, strict: bool = True) -> tuple[Callable
     return torch.compile(fn, backend=backend, dynamic=True), graphs
 
 
-def check_sizes(fn: Callable, make: Callable[..., tuple], shapes: list[tuple], codegen: str,
-                tol: float = 1e-4, generic: bool = True) -> CompileReport:
-    """``fn`` against eager at each of ``shapes`` (``make(*shape)`` builds the inputs): no graph is
-    compiled after the first call (a Dynamo restart inside the first call is not a recompile), no
-    graph falls back, and (``generic``) every kernel takes its sizes as arguments."""
-    compiled, graphs = _compiled(fn, codegen)
+def run_sizes(compiled: Callable, graphs: list, fn: Callable, make: Callable[..., tuple], shapes: list[tuple],
+              tol: float) -> CompileReport:
+    """``compiled`` against ``fn`` at each of ``shapes``; ``graphs`` collects what its backend was given.
+    No graph is compiled after the first call (a Dynamo restart inside it is not a recompile) and
+    none falls back; the calls' compile report."""
     with torch.no_grad(), compiler.collect_reports() as report:
         for i, shape in enumerate(shapes):
             args = make(*shape)
@@ -41,6 +40,16 @@ def check_sizes(fn: Callable, make: Callable[..., tuple], shapes: list[tuple], c
                 first = len(graphs)
     assert len(graphs) == first, f"recompiled: {len(graphs) - first} more graphs after the first call"
     assert not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+    return report
+
+
+def check_sizes(fn: Callable, make: Callable[..., tuple], shapes: list[tuple], codegen: str,
+                tol: float = 1e-4, generic: bool = True) -> CompileReport:
+    """``fn`` against eager at each of ``shapes`` (``make(*shape)`` builds the inputs): no graph is
+    compiled after the first call (a Dynamo restart inside the first call is not a recompile), no
+    graph falls back, and (``generic``) every kernel takes its sizes as arguments."""
+    compiled, graphs = _compiled(fn, codegen)
+    report = run_sizes(compiled, graphs, fn, make, shapes, tol)
     assert report.kernels and report.graphs[-1].dynamic
     if generic:
         assert all(k.size_args for k in report.kernels), [k.name for k in report.kernels if not k.size_args]

@@ -18,6 +18,7 @@ from compiler.backend import crucible_backend
 from compiler.capabilities import Capabilities
 from compiler.report import CompileReport
 from compiler.templates import policy, tiles
+from tests.compiler.test_dynamic_shapes import run_sizes
 
 F = torch.nn.functional
 r = torch.randn
@@ -36,14 +37,7 @@ def check_sizes(fn: Callable, make: Callable[..., tuple], shapes: list[tuple], f
         return crucible_backend(gm, example_inputs, options=OPTIONS)
 
     compiled = torch.compile(fn, backend=backend, dynamic=True)
-    with torch.no_grad(), compiler.collect_reports() as report:
-        for i, shape in enumerate(shapes):
-            args = make(*shape)
-            torch.testing.assert_close(compiled(*args), fn(*args), rtol=tol, atol=tol)
-            if i == 0:
-                first = len(graphs)
-    assert len(graphs) == first, f"recompiled: {len(graphs) - first} more graphs after the first call"
-    assert not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+    report = run_sizes(compiled, graphs, fn, make, shapes, tol)
     assert not report.externs, [(e.op, e.reason, e.message) for e in report.externs]
     templates = [k for k in report.kernels if k.kind.startswith("template:")]
     assert templates and all(k.kind == f"template:{family}" for k in templates), [k.kind for k in report.kernels]
