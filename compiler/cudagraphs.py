@@ -12,10 +12,13 @@ batches: ~40 us of host time per launched step on the H200).
   A non-tensor input that differs from the captured value does the same.
 * Outputs: each replay writes the same memory, so outputs are copied out (one device copy each):
   what a call returned is never overwritten by a later replay.
+* Inputs a kernel writes (an input mutation kept in the graph: batch norm's running statistics in
+  a training forward): a static one is written in place by the replay, and is restored after the
+  capture's extra runs of the wrapper (the side-stream run, the tuning run), so each call applies its
+  update once; a copied one is copied back to the caller's tensor after each replay.
 * Graphs that cannot be captured run as usual with a recorded ``CudaGraphStatus``: CPU graphs
   (accepted, not an error), CPU inputs, extern ops that sync with the host, extern calls that write
-  into an argument, kernels that write into a graph input (an input mutation kept in the graph), a
-  capture that raises.
+  into an argument, a capture that raises.
 """
 
 from __future__ import annotations
@@ -50,14 +53,13 @@ def capture_blocker(schedule: Schedule) -> tuple[CudaGraphStatus, str] | None:
         written = [a.name for a in getattr(schema, "arguments", ()) if a.alias_info is not None and a.alias_info.is_write]
         if written:
             return CudaGraphStatus.INPUT_MUTATION, f"{node.op} writes into its argument {', '.join(written)}"
-    # a write back into a graph input (``compiler.lowerings.mutation``): a copied input would not reach the
-    # caller, and the capture's extra runs of the wrapper would apply the update more than once
-    inputs = {b.name for b in schedule.inputs if b is not None}
-    for kernel in schedule.kernels:
-        written = [p.buffer for p in kernel.params if p.written and p.buffer in inputs]
-        if written:
-            return CudaGraphStatus.INPUT_MUTATION, f"{kernel.name} writes into graph input {', '.join(written)}"
     return None
+
+
+def written_inputs(schedule: Schedule) -> list[int]:
+    """Positions of the graph inputs a kernel writes into (``compiler.lowerings.mutation``)."""
+    written = {p.buffer for kernel in schedule.kernels for p in kernel.params if p.written}
+    return [i for i, b in enumerate(schedule.inputs) if b is not None and b.name in written]
 
 
 def static_input_indices(num_graph_inputs: int, num_dynamo_inputs: int | None, kind: str) -> list[int]:
@@ -84,7 +86,7 @@ def with_cudagraphs(call: Callable[[list], Any], schedule: Schedule, report: Gra
         report.cudagraph, report.cudagraph_message = blocker
         return call
     report.cudagraph = CudaGraphStatus.WARMING_UP
-    return CudaGraphRunner(call, report, static_inputs, tuning)
+    return CudaGraphRunner(call, report, static_inputs, tuning, written_inputs(schedule))
 
 
 class CudaGraphRunner:
@@ -93,8 +95,9 @@ class CudaGraphRunner:
     WARMUP_CALLS = 1
 
     def __init__(self, call: Callable[[list], Any], report: GraphReport, static_inputs: Sequence[int],
-                 tuning: DeferredTuning | None = None) -> None:
+                 tuning: DeferredTuning | None = None, written: Sequence[int] = ()) -> None:
         self.call = call
+        self.written = tuple(written)
         self.tuning = tuning
         self.report = report
         self.static = frozenset(static_inputs)
@@ -121,6 +124,9 @@ class CudaGraphRunner:
         self.static_positions = [i for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
         self.static_ptrs = [a.data_ptr() if i in self.static_positions else None for i, a in enumerate(args)]
         self.constants = [(i, a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
+        self.written_back = [(i, t) for i, t in self.copied if i in self.written]
+        # the runs below write static inputs in place: their values are put back before the first replay
+        before = [(args[i], args[i].clone()) for i in self.written if i in self.static and isinstance(args[i], torch.Tensor)]
         if self.tuning is not None and self.tuning.pending:
             # a graph replays the launch configs it captured: its deferred candidates are built and
             # timed first (``call`` tunes once they are built), on the captured inputs' copies
@@ -138,7 +144,9 @@ class CudaGraphRunner:
                 self.outputs = self.call(list(self.inputs))
         except Exception as why:  # noqa: BLE001  (a graph that cannot be captured runs uncaptured)
             self.inputs = self.copied = []
+            _restore(before)
             return self.give_up(CudaGraphStatus.CAPTURE_FAILED, f"{type(why).__name__}: {why}".splitlines()[0], args)
+        _restore(before)
         self.graph = graph
         self.report.cudagraph = CudaGraphStatus.CAPTURED
         self.report.cudagraph_message = (f"{len(self.static_positions)} static inputs read in place, "
@@ -158,6 +166,8 @@ class CudaGraphRunner:
             buf.copy_(args[i])
         assert self.graph is not None
         self.graph.replay()
+        for i, buf in self.written_back:
+            args[i].copy_(buf)
         self.report.cudagraph_replays += 1
         return _copy_out(self.outputs)
 
@@ -165,6 +175,11 @@ class CudaGraphRunner:
         if _data_ptrs_equal is not None:  # in C++: a model has hundreds of parameters (~0.1 us each in Python)
             return _data_ptrs_equal(args, self.static_ptrs, self.static_positions)
         return all(args[i].data_ptr() == self.static_ptrs[i] for i in self.static_positions)
+
+
+def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+    for tensor, value in saved:
+        tensor.copy_(value)
 
 
 _data_ptrs_equal = getattr(torch._C, "_tensors_data_ptrs_at_indices_equal", None)

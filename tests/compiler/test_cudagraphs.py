@@ -124,3 +124,49 @@ def test_cpu_tensor_input_is_reported_not_an_error() -> None:
         for _ in range(3):
             torch.testing.assert_close(compiled(a, b), a * b.sum())
     assert [g.cudagraph for g in report.graphs] == [CudaGraphStatus.CPU_INPUTS]
+
+
+@pytest.mark.gpu
+def test_training_forward_writing_running_statistics_is_captured() -> None:
+    """Batch norm in training mode writes its running statistics (graph inputs, static buffers): the
+    forward is captured, each call updates them once (the capture's extra runs are undone), and they
+    and the gradients match eager's after every step."""
+    torch.manual_seed(0)
+
+    def make() -> torch.nn.Module:
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU()).cuda().train()
+
+    eager, model = make(), make()
+    compiled = torch.compile(model, backend="crucible", options={"cudagraphs": True, "strict": True})
+    xs = [torch.randn(2, 3, 16, 16, device="cuda") for _ in range(4)]
+    with compiler.collect_reports() as report:
+        for x in xs:
+            eager(x).square().sum().backward()
+            compiled(x).square().sum().backward()
+            torch.testing.assert_close(model[1].running_mean, eager[1].running_mean)
+            torch.testing.assert_close(model[1].running_var, eager[1].running_var)
+            assert int(model[1].num_batches_tracked) == int(eager[1].num_batches_tracked)
+    torch.testing.assert_close(model[0].weight.grad, eager[0].weight.grad, rtol=1e-3, atol=1e-3)
+    forward = [g for g in report.graphs if g.kind == "forward"]
+    assert forward and forward[0].cudagraph is CudaGraphStatus.CAPTURED, forward[0].cudagraph_message
+    assert forward[0].cudagraph_replays == 3
+
+
+@pytest.mark.gpu
+def test_written_copied_input_reaches_the_caller() -> None:
+    """A kernel writing into an input that is not static (copied into the graph's buffer): each replay
+    copies the written value back to the caller's tensor."""
+    def f(buf, x):
+        buf.mul_(0.5).add_(x)
+        return x + 1
+
+    compiled = torch.compile(f, backend="crucible", options={"cudagraphs": True, "strict": True})
+    buf, ref = torch.ones(8, device="cuda"), torch.ones(8, device="cuda")
+    with compiler.collect_reports() as report:
+        for k in range(4):
+            x = torch.full((8,), float(k), device="cuda")
+            compiled(buf, x)
+            f(ref, x)
+            torch.testing.assert_close(buf, ref)
+    assert report.graphs[0].cudagraph is CudaGraphStatus.CAPTURED, report.graphs[0].cudagraph_message
