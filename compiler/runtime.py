@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import torch
 
 from compiler import config, tuning_cache
+from compiler.bucket_tuning import BucketTuner
 from compiler.cache_files import report_rebuilt, write_atomic
 from compiler.interpreter import interpreted
 from compiler.launch_binding import (  # noqa: F401  (re-exported: the launcher API)
@@ -217,6 +218,7 @@ class KernelLauncher:
         # a size-generic kernel: its launch config from each call's sizes (``triton_tiles.SizeLaunch``)
         self.size_launch = rendered.size_launch
         self.numels = rendered.size_launch.numels() if rendered.size_launch is not None else None
+        self.buckets = BucketTuner(self) if rendered.size_launch is not None else None  # its configs per size bucket
 
     def check_alignment(self, positions: Sequence[int]) -> None:
         """Check only these argument positions (the graph's inputs and extern results) before a bound
@@ -259,6 +261,8 @@ class KernelLauncher:
         every mode; with ``"off"`` launches run the first candidate (the renderer's best guess)
         untimed, with ``"deferred"`` the one quickest to build (``quickest_to_build``) until
         ``retune``. Returns the configs ``"deferred"`` builds later."""
+        if self.buckets is not None:  # a size-generic kernel tunes per size bucket as it meets them
+            self.buckets.mode = mode
         if self.tuned or self.interpret:
             return []
         if self.symbol in _TUNED or self.cached_config():
@@ -284,9 +288,8 @@ class KernelLauncher:
         if self.bound is not None:
             self.bound(*args)
             return
-        if self.numels is not None:  # buffers, then the size arguments
-            grid, meta = self.size_launch.config(*self.numels(*args[len(self.rendered.args):]))
-            self.fn[grid](*args, **meta)
+        if self.buckets is not None:  # buffers, then the size arguments
+            self.buckets.launch(args, *self.numels(*args[len(self.rendered.args):]))
             return
         self.dispatch(*args)
 

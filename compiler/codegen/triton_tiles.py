@@ -58,8 +58,8 @@ def tiles(k: Any, interpret: bool) -> list[tuple[int, int, int]]:
 class SizeLaunch:
     """How a size-generic kernel is launched: its ``xnumel`` and ``rnumel`` as Python code over its
     size arguments ``sizes`` (the trailing launch arguments); ``config`` picks the grid and the block
-    sizes per launch, from the actual sizes, with ``tiles``'s first rule (one config: nothing is
-    timed per size yet; per-bucket tuning is stage 2 of the dynamic-shape work)."""
+    sizes per launch from the actual sizes: ``tiles``'s candidates, tuned per size bucket
+    (``compiler.bucket_tuning``)."""
 
     sizes: tuple[str, ...]
     xnumel: str
@@ -73,12 +73,20 @@ class SizeLaunch:
         return eval(f"lambda {', '.join(self.sizes)}: {body}")  # noqa: S307  (our own generated code)
 
     def config(self, xnumel: int, rnumel: int) -> tuple[tuple[int, ...], dict[str, int]]:
+        """The first candidate at these sizes (the tile rule's best guess)."""
+        return self.candidates(xnumel, rnumel)[0]
+
+    def candidates(self, xnumel: int, rnumel: int) -> list[tuple[tuple[int, ...], dict[str, int]]]:
+        """Every candidate (grid, meta) at these sizes: ``tiles``'s list, timed per size bucket
+        (``compiler.bucket_tuning``)."""
         shape = _Sizes(xnumel, rnumel, bool(self.rnumel), self.persistent)
-        xblock, rblock, warps = tiles(shape, self.interpret)[0]
-        meta = {"XBLOCK": xblock} if self.interpret else {"XBLOCK": xblock, "num_warps": warps}
-        if self.rnumel:
-            meta["RBLOCK"] = rblock
-        return (max(1, -(-xnumel // xblock)),), meta
+        out = []
+        for xblock, rblock, warps in tiles(shape, self.interpret):
+            meta = {"XBLOCK": xblock} if self.interpret else {"XBLOCK": xblock, "num_warps": warps}
+            if self.rnumel:
+                meta["RBLOCK"] = rblock
+            out.append(((max(1, -(-xnumel // xblock)),), meta))
+        return out
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ def test_the_issue_example_compiles_to_one_generic_gemm_with_its_epilogue() -> N
     assert kernel.kind == "template:gemm" and len(kernel.size_args) == 3
     assert {"mm.default", "relu.default", "add.Tensor"} <= set(kernel.ops)
     # the compile report says what the kernel decides per launch and what it fixed without the sizes
-    assert kernel.size_decisions[0].startswith("per launch: tile, grid, EVEN_M/N/K masks")
+    assert kernel.size_decisions[0].startswith("per launch: tile (tuned per size bucket), grid, EVEN_M/N/K masks")
     assert "size-independent" in kernel.size_decisions[1] and "sizes in template:gemm" in str(report)
 
 

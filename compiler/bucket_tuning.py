@@ -1,0 +1,140 @@
+"""Launch configs of size-generic Triton kernels, tuned per size bucket (dynamic shapes, stage 2).
+
+A kernel compiled for symbolic sizes takes its sizes as arguments, and each launch computes the
+numbers its launch depends on (``xnumel`` and ``rnumel`` of a pointwise or reduction kernel,
+``triton_tiles.SizeLaunch``; a template's batch, M, N and K or its attention rows, keys and head
+dims, ``templates.launch``) and their candidate configs. The candidates depend on the sizes (a
+persistent reduction's RBLOCK is its row's next power of two, a GEMM's tiles its M), so they are
+tuned per **bucket**: the next power of two of each of those numbers, as the tuning cache buckets a
+static template's rows. Per bucket, by the ``tuning`` option:
+
+* ``"off"``, interpreted kernels, a bucket with one candidate, and launches inside a CUDA-graph
+  capture (nothing can be timed there): the first candidate, the tile rule's best guess, untimed.
+* ``"first_call"``: the first launch in a bucket builds and times every candidate on its real
+  arguments and keeps the fastest.
+* ``"deferred"`` (the default): the first launch in a bucket runs the first candidate and queues the
+  others' builds on the background builder (``compiler.tuning``); the first launch in that bucket
+  after they are built times them, so a new size never waits for builds.
+
+A pick is shared by every launcher of the same kernel in the process and kept in the tuning cache
+(``compiler.tuning_cache``) under the kernel's key and the bucket, so a later process starts tuned.
+The timed launches run the kernel on the launch's own arguments: a kernel is a pure function into
+buffers it alone writes, so running it again is harmless.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any
+
+import torch
+
+from compiler import config, tuning_cache
+
+# (kernel symbol, bucket of each launch number) -> index of the picked candidate, for every launcher in the process
+_PICKS: dict[tuple, int] = {}
+
+
+def bucket(n: int) -> int:
+    """The next power of two of ``n`` (at least 1)."""
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+class BucketTuner:
+    """The per-bucket picks of one launcher (a ``runtime.KernelLauncher`` with a ``size_launch``)."""
+
+    def __init__(self, launcher: Any) -> None:
+        self.launcher = launcher
+        self.mode = "off"  # the tuning option; set by the launcher's ``defer_tuning``
+        self.built: dict[tuple, threading.Event] = {}  # deferred buckets: their builds are done
+
+    def launch(self, args: tuple, *numbers: int) -> None:
+        """Launch on ``args`` (buffers, then size arguments); ``numbers``: what the launch depends on."""
+        configs = self.launcher.size_launch.candidates(*numbers)
+        key = (self.launcher.symbol, *(bucket(n) for n in numbers))
+        index = _PICKS.get(key)
+        if index is None:
+            index = self.decide(key, configs, args)
+        grid, meta = configs[index if index < len(configs) else 0]
+        self.launcher.fn[grid](*args, **meta)
+
+    def decide(self, key: tuple, configs: list, args: tuple) -> int:
+        """The candidate for a bucket with no pick yet (recorded once it is final)."""
+        if self.launcher.interpret or len(configs) == 1 or self.mode == "off" or _capturing():
+            return 0
+        cached = tuning_cache.lookup(self.cache_key(key, configs), len(configs))
+        if cached is not None:
+            _PICKS[key] = cached
+            return cached
+        if self.mode == "deferred":
+            built = self.built.get(key[1:])
+            if built is None:
+                self.built[key[1:]] = self.queue_builds(configs[1:], args)
+                return 0
+            if not built.is_set():
+                return 0
+        _PICKS[key] = index = self.time(key, configs, args)
+        return index
+
+    def queue_builds(self, configs: list, args: tuple) -> threading.Event:
+        from compiler.tuning import _builder
+
+        done, left = threading.Event(), [len(configs)]
+        lock = threading.Lock()
+        fn = self.launcher.fn
+        # built for dtypes, not the tensors (the queue would keep them alive), with aligned pointers as
+        # the wrapper allocates them; a launch that specializes otherwise builds its own variant
+        signature = [a.dtype if isinstance(a, torch.Tensor) else a for a in args]
+
+        def build(grid: tuple, meta: dict) -> None:
+            try:
+                fn.warmup(*signature, grid=grid, **meta)
+            except Exception:  # noqa: BLE001, S110  (timing skips a config that does not build)
+                pass
+            finally:
+                with lock:
+                    left[0] -= 1
+                    if left[0] == 0:
+                        done.set()
+
+        _builder().submit([lambda grid=grid, meta=meta: build(grid, meta) for grid, meta in configs])
+        return done
+
+    def time(self, key: tuple, configs: list, args: tuple) -> int:
+        from triton.testing import do_bench
+
+        from compiler import runtime
+
+        started = time.perf_counter()
+        timings = []
+        for index, (grid, meta) in enumerate(configs):
+            try:
+                timings.append((do_bench(lambda grid=grid, meta=meta: self.launcher.fn[grid](*args, **meta),
+                                         warmup=1, rep=4, return_mode="median"), index))
+            except Exception:  # noqa: BLE001, S112  (a config that does not compile, e.g. out of resources)
+                continue
+        runtime.TUNING_SECONDS[0] += time.perf_counter() - started
+        if not timings:
+            return 0
+        ms, index = min(timings)
+        timed = {i: t for t, i in timings}
+        tuning_cache.store(self.cache_key(key, configs), index, str(configs[index][1]), ms * 1e3,
+                           [(str(m), timed[i] * 1e3 if i in timed else None) for i, (_, m) in enumerate(configs)])
+        if config.debug_level() >= 1:
+            table = ", ".join(f"{configs[i][1]} {t * 1e3:.1f}us" for t, i in timings)
+            print(f"[crucible] {self.launcher.rendered.name} bucket {_name(key)} launch configs: {table}; "
+                  f"picked {configs[index][1]}", file=sys.stderr)
+        return index
+
+    def cache_key(self, key: tuple, configs: list) -> str:
+        return f"{self.launcher.tuning_key()} bucket {_name(key)} ({len(configs)} configs)"
+
+
+def _name(key: tuple) -> str:
+    return "x".join(str(b) for b in key[1:])
+
+
+def _capturing() -> bool:
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
