@@ -220,6 +220,8 @@ class EntrySubject(Subject):
         def call() -> StepOutput:
             calls[0] += 1
             if calls[0] > 1:
+                if self.mode != "inference":
+                    _detach_state(model)
                 return step(self.mode, compiled, *fresh_inputs(first.args, first.kwargs), self.entry.seed)
             self._counters = dynamo_counters()
             with _compile_reports(target) as reports:
@@ -307,6 +309,7 @@ class EntrySubject(Subject):
                 source = state.get(name)
                 if source is not None and source.shape == tensor.shape and source.dtype == tensor.dtype:
                     tensor.copy_(source)
+        _detach_state(model)
 
     def finish(self, ctx: Context) -> None:
         if not self.analyse or self._captured:
@@ -321,6 +324,18 @@ class EntrySubject(Subject):
             if self.variants:
                 self._capture_apart(ctx)
             ctx.draft["phase"] = where
+
+
+def _detach_state(model: Any) -> None:
+    """Buffers the last training step wrote from values that require grad (``buf.copy_(x)``) hold that
+    step's autograd history; a later step would backward into it after it was freed ("Trying to
+    backward through the graph a second time"), in eager as well. The compiled model's later steps
+    start from detached buffers, as a fresh model's first step does (eager runs every step on one)."""
+    if not isinstance(model, torch.nn.Module):
+        return
+    for tensor in model.buffers():
+        if tensor.grad_fn is not None and tensor._base is None:
+            tensor.detach_()
 
 
 def _grade(entry: Entry, eager: StepOutput, compiled: StepOutput, reference: StepOutput | None) -> Grade:

@@ -331,3 +331,28 @@ def test_the_report_totals_recompiles_and_lists_the_entries_that_recompiled() ->
     assert "dynamic/b" in listed and "2/9: fail_compile" in listed and "dynamic/a" not in listed
     clean = render_report(run, [result("dynamic/a", 0, ["pass"] * 3)])
     assert "every entry passed every size without recompiling" in clean
+
+
+class _CopyIntoBuffer(nn.Module):
+    """mutation/copy_buffer's pattern: a buffer written from a value that requires grad."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = nn.Linear(3, 3)
+        self.register_buffer("last", torch.zeros(4, 3))
+
+    def forward(self, x):
+        y = self.lin(x)
+        self.last.copy_(y * 2)
+        return y + self.last
+
+
+@pytest.mark.parametrize("dynamic", [False, True])
+def test_train_steps_after_the_first_start_from_detached_buffers(dynamic: bool) -> None:
+    """The buffer keeps the first step's autograd history; the second compiled step (and each further
+    --dynamic size) backwarded into it after it was freed, "Trying to backward through the graph a
+    second time", on Inductor and Crucible alike, while eager ran one step per fresh model:
+    mutation/copy_buffer, index_put_buffer, running_stats and setitem_buffer failed in train mode."""
+    entry = _entry("copy_buffer", lambda scale: Built(_CopyIntoBuffer(), (torch.randn(4, 3),)))
+    result = run_entry(entry, parse_target("aot_eager"), capture=False, mode="train", dynamic=dynamic)
+    assert result.status == Status.PASS, result.error
