@@ -26,7 +26,7 @@ import torch
 
 from harness.engine import Context, Grade, Subject, execute, optional_reference
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
-from harness.fuzz.decisions import float64_noise_decisions
+from harness.fuzz.decisions import noise_decisions
 from harness.fuzz.dynamic_run import DynamicSizes
 from harness.fuzz.exact import bitwise_mismatch, exact_cone, zero_sign_choice
 from harness.fuzz.graph import FuzzGraph
@@ -46,7 +46,7 @@ NEAR_TIES = "near-tied indices"
 NAN_SIGN = "sign of a NaN"
 ZERO_SIGN = "sign of a zero"
 ORDER_DEPENDENT = "float64 order-dependent"
-NOISE_DECISIONS = "float64 decisions on rounding noise"
+NOISE_DECISIONS = "decisions on rounding noise"
 CANCELLATION = "relative error after a norm's cancellation"
 # Ops whose result subtracts a statistic they accumulate ((x - mean) * rstd): their small outputs
 # come from cancellation, so each one's error in ulps at its own magnitude is the statistic's absolute
@@ -253,7 +253,7 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
             parity = ParityResult(True)
             allow(NEAR_TIES)
         if (not parity.passed and rounding_spread and isinstance(e, torch.Tensor)
-                and isinstance(compiled[i], torch.Tensor) and float64_noise_decisions(graph, name, e, compiled[i])):
+                and isinstance(compiled[i], torch.Tensor) and noise_decisions(graph, name, e, compiled[i])):
             parity = ParityResult(True)
             allow(NOISE_DECISIONS)
         if (not parity.passed and rounding_spread and isinstance(e, torch.Tensor)
