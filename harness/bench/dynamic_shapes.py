@@ -1,7 +1,7 @@
-"""Dynamic shapes on a CPU: one size-generic compile against a static compile per size.
+"""Dynamic shapes: one size-generic compile against a static compile per size.
 
-    python -m harness.bench.dynamic_shapes [--codegen cpp] [--only NAME ...] [--inductor]
-                                           [--baseline-tree DIR] [--repeat N]
+    python -m harness.bench.dynamic_shapes [--codegen cpp] [--device cpu|cuda] [--only NAME ...]
+                                           [--inductor] [--baseline-tree DIR] [--repeat N]
 
 Each workload (a pointwise chain, softmax + layer norm, a small MLP, a transformer encoder layer)
 runs at several sizes (batch and sequence length both change) under Crucible compiled with
@@ -9,7 +9,8 @@ runs at several sizes (batch and sequence length both change) under Crucible com
 ``--inductor`` under Inductor's ``dynamic=True``. Printed per workload and mode: graphs compiled
 over all sizes (the first call's Dynamo restarts included), compile seconds of the first call,
 Crucible's lower + schedule + render seconds of its first graph, the median run time per size after
-warm-up, and the dynamic / static ratios of both.
+warm-up, and the dynamic / static ratios of both. ``--device cuda`` runs the models and inputs on
+the GPU (use ``--codegen triton``), synchronizing around each timed call.
 
 ``--baseline-tree DIR`` (a checkout of another commit, e.g. ``git archive HEAD~1 | tar -x -C DIR``)
 adds the cost of the size representation on static graphs: the same static compiles' lower +
@@ -61,17 +62,20 @@ def workloads() -> dict[str, tuple[Callable[[], Any], Callable[..., tuple], list
     }
 
 
-def _median_ms(fn: Callable[[], Any], repeat: int) -> float:
+def _median_ms(fn: Callable[[], Any], repeat: int, sync: Callable[[], None] = lambda: None) -> float:
     times = []
     for _ in range(repeat):
+        sync()
         start = time.perf_counter()
         fn()
+        sync()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
 
-def measure(name: str, mode: str, codegen: str, repeat: int) -> dict[str, Any]:
-    """One workload under ``mode`` ("static", "dynamic", "inductor"): graphs, compile and run times."""
+def measure(name: str, mode: str, codegen: str, repeat: int, device: str = "cpu") -> dict[str, Any]:
+    """One workload under ``mode`` ("static", "dynamic", "inductor") on ``device``: graphs, compile and
+    run times."""
     import torch
 
     import compiler
@@ -80,6 +84,8 @@ def measure(name: str, mode: str, codegen: str, repeat: int) -> dict[str, Any]:
     torch._dynamo.reset()
     make_model, make_inputs, shapes = workloads()[name]
     model = make_model()
+    model = model.to(device) if isinstance(model, torch.nn.Module) else model
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     graphs: list[Any] = []
     if mode == "inductor":
         from torch._inductor.compile_fx import compile_fx
@@ -96,13 +102,14 @@ def measure(name: str, mode: str, codegen: str, repeat: int) -> dict[str, Any]:
     out: dict[str, Any] = {"workload": name, "mode": mode, "run_ms": []}
     with torch.no_grad(), compiler.collect_reports() as report:
         for i, shape in enumerate(shapes):
-            inputs = make_inputs(*shape)
+            inputs = tuple(t.to(device) for t in make_inputs(*shape))
             start = time.perf_counter()
             compiled(*inputs)
+            sync()
             if i == 0:
                 out["compile_s"] = time.perf_counter() - start
             compiled(*inputs)  # warm (a new static size compiled on the call before)
-            out["run_ms"].append(_median_ms(lambda inputs=inputs: compiled(*inputs), repeat))
+            out["run_ms"].append(_median_ms(lambda inputs=inputs: compiled(*inputs), repeat, sync))
     out["graphs"] = len(graphs)
     first = report.graphs[0] if report.graphs else None
     out["passes_s"] = sum(first.pass_seconds.get(p, 0.0) for p in PASSES) if first is not None else None
@@ -161,6 +168,7 @@ def _in_tree(tree: Path, name: str, codegen: str) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench.dynamic_shapes", description=__doc__.split("\n\n")[0])
     parser.add_argument("--codegen", default="cpp", choices=("cpp", "triton"))
+    parser.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     parser.add_argument("--only", nargs="*", default=None, help="workloads to run (default: all)")
     parser.add_argument("--inductor", action="store_true", help="also Inductor with dynamic=True (slow cold compiles)")
     parser.add_argument("--repeat", type=int, default=20, help="runs per size for the median")
@@ -181,9 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     modes = ["static", "dynamic"] + (["inductor"] if args.inductor else [])
     rows = []
     if not args.baseline_only:
-        measure(names[0], "static", args.codegen, 2)  # warm-up: imports, torch's one-time set-up
+        measure(names[0], "static", args.codegen, 2, args.device)  # warm-up: imports, torch's one-time set-up
     for name in names if not args.baseline_only else []:
-        results = {mode: measure(name, mode, args.codegen, args.repeat) for mode in modes}
+        results = {mode: measure(name, mode, args.codegen, args.repeat, args.device) for mode in modes}
         for mode, r in results.items():
             ratio = [d / s for d, s in zip(r["run_ms"], results["static"]["run_ms"])]
             rows.append([name, mode, r["graphs"], f"{r['compile_s']:.2f}",
