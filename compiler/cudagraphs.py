@@ -1,7 +1,7 @@
-"""CUDA graphs for static shapes (``options={"cudagraphs": True}``).
+"""CUDA graphs, one per size of the inputs (``options={"cudagraphs": True}``).
 
-A compiled graph's wrapper runs plainly on its first call (kernels are bound then), is captured
-into a ``torch.cuda.CUDAGraph`` on the second (after its deferred launch configs are built and timed,
+A compiled graph's wrapper runs plainly on its first call at a size (kernels are bound then), is
+captured into a ``torch.cuda.CUDAGraph`` on the second (after its deferred launch configs are built and timed,
 ``compiler.tuning``: a graph replays the configs it captured), and replayed from then on: one host call
 for the whole graph instead of one per kernel and extern call (the wrapper is host-bound on small
 batches: ~40 us of host time per launched step on the H200).
@@ -9,7 +9,9 @@ batches: ~40 us of host time per launched step on the H200).
 * Inputs: parameters and buffers (the inputs Dynamo and AOTAutograd mark static) are read in
   place; every other tensor input is copied into a buffer the graph owns before each replay. A
   call whose static input has moved (a parameter re-assigned) runs the wrapper without the graph.
-  A non-tensor input that differs from the captured value does the same.
+* Sizes: the copied inputs' shapes and strides and the non-tensor inputs (a graph with symbolic
+  sizes takes them as ints) pick the size's graph; each new size warms up and is captured as the
+  first was, up to ``CudaGraphRunner.MAX_SIZES`` sizes.
 * Outputs: each replay writes the same memory, so outputs are copied out (one device copy each):
   what a call returned is never overwritten by a later replay.
 * Inputs a kernel writes (an input mutation kept in the graph: batch norm's running statistics in
@@ -89,10 +91,27 @@ def with_cudagraphs(call: Callable[[list], Any], schedule: Schedule, report: Gra
     return CudaGraphRunner(call, report, static_inputs, tuning, written_inputs(schedule))
 
 
+class _SizeGraph:
+    """The capture of one size: its calls so far, and once captured the graph with its buffers."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.copied: list[tuple[int, torch.Tensor]] = []  # (position, the graph's buffer for that input)
+        self.written_back: list[tuple[int, torch.Tensor]] = []
+        self.static_ptrs: list[int | None] = []
+        self.outputs: Any = None
+
+
 class CudaGraphRunner:
-    """Warm-up call, then capture, then replays (see the module docstring)."""
+    """Per distinct size of the inputs: a warm-up call, then capture, then replays (see the module
+    docstring). A static graph has one size; a graph with symbolic sizes records a CUDA graph for
+    each size it is called with (at most ``MAX_SIZES``; later sizes run uncaptured), as Inductor's
+    CUDA-graph trees do. The sizes' graphs share one memory pool: they never run at once, and each
+    replay's outputs are copied out before another graph can write that memory."""
 
     WARMUP_CALLS = 1
+    MAX_SIZES = 64
 
     def __init__(self, call: Callable[[list], Any], report: GraphReport, static_inputs: Sequence[int],
                  tuning: DeferredTuning | None = None, written: Sequence[int] = ()) -> None:
@@ -101,80 +120,102 @@ class CudaGraphRunner:
         self.tuning = tuning
         self.report = report
         self.static = frozenset(static_inputs)
-        self.calls = 0
-        self.graph: torch.cuda.CUDAGraph | None = None
+        self.sizes: dict[tuple, _SizeGraph] = {}
+        self.keyed: tuple[list[int], list[int]] | None = None  # positions of (copied tensors, non-tensors)
+        self.pool: Any = None
+        self.static_positions: list[int] = []
         self.failed = False
 
-    def __call__(self, args: list) -> Any:
-        if self.graph is not None:
-            return self.replay(args)
-        self.calls += 1
-        if self.failed or self.calls <= self.WARMUP_CALLS:
-            return self.call(args)
-        return self.capture(args)
+    def size_key(self, args: list) -> tuple:
+        """What tells one size from another: the copied inputs' shapes and strides and the non-tensor
+        arguments (symbolic sizes); parameters and buffers keep theirs (a moved one is caught apart)."""
+        if self.keyed is None:
+            self.keyed = ([i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and i not in self.static],
+                          [i for i, a in enumerate(args) if not isinstance(a, torch.Tensor)])
+        tensors, others = self.keyed
+        return (tuple((args[i].shape, args[i].stride()) for i in tensors), tuple(args[i] for i in others))
 
-    def capture(self, args: list) -> Any:
+    def __call__(self, args: list) -> Any:
+        if self.failed:
+            return self.call(args)
+        key = self.size_key(args)
+        size = self.sizes.get(key)
+        if size is None:
+            if len(self.sizes) >= self.MAX_SIZES:
+                self.report.cudagraph_uncaptured_calls += 1
+                return self.call(args)
+            size = self.sizes[key] = _SizeGraph()
+        if size.graph is not None:
+            return self.replay(size, args)
+        size.calls += 1
+        if size.calls <= self.WARMUP_CALLS:
+            return self.call(args)
+        return self.capture(size, args)
+
+    def capture(self, size: _SizeGraph, args: list) -> Any:
         cpu = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.device.type != "cuda"]
         if cpu:
             return self.give_up(CudaGraphStatus.CPU_INPUTS, f"inputs {cpu} are CPU tensors", args)
         # tensors the graph reads: static inputs in place, the others in buffers it owns
-        self.inputs = [a if i in self.static or not isinstance(a, torch.Tensor) else _same_layout_copy(a)
-                       for i, a in enumerate(args)]
-        self.copied = [(i, t) for i, t in enumerate(self.inputs) if isinstance(t, torch.Tensor) and i not in self.static]
-        self.static_positions = [i for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
-        self.static_ptrs = [a.data_ptr() if i in self.static_positions else None for i, a in enumerate(args)]
-        self.constants = [(i, a) for i, a in enumerate(args) if not isinstance(a, torch.Tensor)]
-        self.written_back = [(i, t) for i, t in self.copied if i in self.written]
+        inputs = [a if i in self.static or not isinstance(a, torch.Tensor) else _same_layout_copy(a)
+                  for i, a in enumerate(args)]
+        copied = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in self.static]
         # the runs below write static inputs in place: their values are put back before the first replay
         before = [(args[i], args[i].clone()) for i in self.written if i in self.static and isinstance(args[i], torch.Tensor)]
         if self.tuning is not None and self.tuning.pending:
             # a graph replays the launch configs it captured: its deferred candidates are built and
             # timed first (``call`` tunes once they are built), on the captured inputs' copies
             self.tuning.wait()
-            self.call(list(self.inputs))
+            self.call(list(inputs))
         try:
             # one run on a side stream first, as CUDA's capture rules ask (libraries set up lazily per stream)
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
-                self.call(list(self.inputs))
+                self.call(list(inputs))
             torch.cuda.current_stream().wait_stream(side)
+            if self.pool is None:
+                self.pool = torch.cuda.graph_pool_handle()
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                self.outputs = self.call(list(self.inputs))
+            with torch.cuda.graph(graph, pool=self.pool):
+                size.outputs = self.call(list(inputs))
         except Exception as why:  # noqa: BLE001  (a graph that cannot be captured runs uncaptured)
-            self.inputs = self.copied = []
             _restore(before)
             return self.give_up(CudaGraphStatus.CAPTURE_FAILED, f"{type(why).__name__}: {why}".splitlines()[0], args)
         _restore(before)
-        self.graph = graph
+        size.graph, size.copied = graph, copied
+        size.written_back = [(i, t) for i, t in copied if i in self.written]
+        size.static_ptrs = [a.data_ptr() if i in self.static and isinstance(a, torch.Tensor) else None
+                            for i, a in enumerate(args)]
+        self.static_positions = [i for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
         self.report.cudagraph = CudaGraphStatus.CAPTURED
+        captured = sum(1 for s in self.sizes.values() if s.graph is not None)
         self.report.cudagraph_message = (f"{len(self.static_positions)} static inputs read in place, "
-                                         f"{len(self.copied)} copied in")
-        return self.replay(args)
+                                         f"{len(copied)} copied in" + (f"; {captured} sizes captured" if captured > 1 else ""))
+        return self.replay(size, args)
 
     def give_up(self, status: CudaGraphStatus, message: str, args: list) -> Any:
         self.failed = True
         self.report.cudagraph, self.report.cudagraph_message = status, message
         return self.call(args)
 
-    def replay(self, args: list) -> Any:
-        if not self.static_inputs_in_place(args) or any(args[i] != v for i, v in self.constants):
+    def replay(self, size: _SizeGraph, args: list) -> Any:
+        if not self.static_inputs_in_place(size, args):
             self.report.cudagraph_uncaptured_calls += 1
             return self.call(args)
-        for i, buf in self.copied:
+        for i, buf in size.copied:
             buf.copy_(args[i])
-        assert self.graph is not None
-        self.graph.replay()
-        for i, buf in self.written_back:
+        assert size.graph is not None
+        size.graph.replay()
+        for i, buf in size.written_back:
             args[i].copy_(buf)
         self.report.cudagraph_replays += 1
-        return _copy_out(self.outputs)
+        return _copy_out(size.outputs)
 
-    def static_inputs_in_place(self, args: list) -> bool:
+    def static_inputs_in_place(self, size: _SizeGraph, args: list) -> bool:
         if _data_ptrs_equal is not None:  # in C++: a model has hundreds of parameters (~0.1 us each in Python)
-            return _data_ptrs_equal(args, self.static_ptrs, self.static_positions)
-        return all(args[i].data_ptr() == self.static_ptrs[i] for i in self.static_positions)
+            return _data_ptrs_equal(args, size.static_ptrs, self.static_positions)
+        return all(args[i].data_ptr() == size.static_ptrs[i] for i in self.static_positions)
 
 
 def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:

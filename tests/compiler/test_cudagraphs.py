@@ -170,3 +170,35 @@ def test_written_copied_input_reaches_the_caller() -> None:
             f(ref, x)
             torch.testing.assert_close(buf, ref)
     assert report.graphs[0].cudagraph is CudaGraphStatus.CAPTURED, report.graphs[0].cudagraph_message
+
+
+def test_sizes_are_told_apart_by_copied_inputs_and_symbolic_sizes() -> None:
+    """The runner's size key: the copied inputs' shapes and strides and the int arguments (a graph with
+    symbolic sizes takes them so); a static input's (a parameter's) shape does not count."""
+    from compiler.cudagraphs import CudaGraphRunner
+    from compiler.report import GraphReport
+
+    runner = CudaGraphRunner(lambda args: None, GraphReport(0, "inference", 0, "triton"), static_inputs=[0])
+    w, x4, x8 = torch.randn(3), torch.randn(4, 3), torch.randn(8, 3)
+    assert runner.size_key([w, x4, 4]) == runner.size_key([w, x4.clone(), 4])
+    assert runner.size_key([w, x4, 4]) != runner.size_key([w, x8, 8])
+    assert runner.size_key([w, x4, 4]) != runner.size_key([w, x4, 5])
+    assert runner.size_key([w, x4, 4]) != runner.size_key([w, x8.t().contiguous().t()[:4], 4])  # strides
+    assert runner.size_key([torch.randn(5), x4, 4]) == runner.size_key([w, x4, 4])
+
+
+@pytest.mark.gpu
+def test_symbolic_sizes_record_one_graph_per_size() -> None:
+    """Issue 36 stage 5: a graph compiled with symbolic sizes records a CUDA graph per size it meets
+    (warm-up call, capture on the second call at that size), and each replay is right at its size."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.LayerNorm(32)).cuda().eval()
+    compiled = torch.compile(model, backend="crucible", dynamic=True, options={"cudagraphs": True, "strict": True})
+    rows = [4, 8, 4, 8, 12, 4, 8]
+    with torch.no_grad(), compiler.collect_reports() as report:
+        for n in rows:
+            x = torch.randn(n, 16, device="cuda")
+            torch.testing.assert_close(compiled(x), model(x), rtol=1e-4, atol=1e-4)
+    (graph,) = [g for g in report.graphs if g.cudagraph is not None]
+    assert graph.dynamic and graph.cudagraph is CudaGraphStatus.CAPTURED, graph.cudagraph_message
+    assert graph.cudagraph_replays == 4  # 4: calls 3 (capture), 6; 8: calls 4 (capture), 7; 12: warm-up only
+    assert "2 sizes captured" in graph.cudagraph_message
