@@ -14,6 +14,8 @@ import pytest
 from harness.cli import main
 from harness.mutate.operators import mutants_of
 from harness.mutate.tracing import LineTracer, load_coverage_file
+from harness.fuzz.graph import FuzzGraph
+from harness.status import Status
 
 SOURCE = textwrap.dedent('''\
     import math
@@ -408,3 +410,24 @@ def test_report_scores_gpu_only_mutants_apart_and_lists_survivors() -> None:
     assert "killed by: a failure 1, a crash 1" in text
     assert "not mutated: 7 sites" in text and "compiler/gpu.py 7" in text
     assert "m2 compiler/x.py:2 boundary" in text and "+    if a <= 2:" in text and "m4 compiler/x.py:4" in text
+
+
+@pytest.mark.parametrize(("status", "error", "own"), [
+    (Status.PASS, None, True),  # the unmutated compiler passes the graph: the mutant's failure
+    (Status.FAIL_RUN, "ValueError: Mask argument cannot be block type", True),  # another error kind
+    (Status.FAIL_ACCURACY, "v0: NaN positions differ", True),  # another status
+    (Status.FAIL_RUN, "NameError: name 'omask' is not defined", False),  # the same failure: not the mutant's
+])
+def test_a_failure_the_unmutated_compiler_shares_is_not_a_kill(monkeypatch, status, error, own: bool) -> None:
+    """Regression: a graph the mutant failed with NameError met a known ValueError of the unmutated
+    compiler; the failure was taken for that bug and the mutant (attention.py:95) survived."""
+    from harness import pool
+    from harness.mutate import tasks
+    from harness.result import Result
+
+    monkeypatch.setattr(pool, "run_task", lambda task, target, progress: Result(
+        name="g", target="crucible-interpret", status=status, error=error))
+    graph = FuzzGraph([{"shape": [2], "dtype": "float32"}], [], ["x0"]).to_json()
+    worker = type("W", (), {"progress": None})()
+    signature = "fail_run | aten.scaled_dot_product_attention.default | NameError"
+    assert tasks._not_unmutated_failure(graph, signature, "crucible-interpret", worker) is own
