@@ -105,8 +105,6 @@ class BucketTuner:
     def time(self, key: tuple, configs: list, args: tuple) -> int:
         from triton.testing import do_bench
 
-        from compiler import runtime
-
         started = time.perf_counter()
         timings = []
         for index, (grid, meta) in enumerate(configs):
@@ -115,7 +113,7 @@ class BucketTuner:
                                          warmup=1, rep=4, return_mode="median"), index))
             except Exception:  # noqa: BLE001, S112  (a config that does not compile, e.g. out of resources)
                 continue
-        runtime.TUNING_SECONDS[0] += time.perf_counter() - started
+        self.launcher.count_tuning(time.perf_counter() - started)
         if not timings:
             return 0
         ms, index = min(timings)

@@ -358,6 +358,10 @@ class KernelLauncher:
                                      self.checked, self.dispatch, device)
             self.launch_path = "triton" if self.bound is not None else "dispatch"
 
+    @staticmethod
+    def count_tuning(seconds: float) -> None:
+        TUNING_SECONDS[0] += seconds
+
     def tune(self, args: tuple) -> None:
         if self.symbol in _TUNED:
             # an identical kernel (same source: same name) tuned since this one was loaded, such as

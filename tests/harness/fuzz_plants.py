@@ -392,15 +392,15 @@ def launch_config_kept_from_first_call() -> None:
     Static kernels never take this path, and the first size always comes out right."""
     from compiler.codegen import triton_tiles
 
-    config = triton_tiles.SizeLaunch.config
+    candidates = triton_tiles.SizeLaunch.candidates
     kept: dict[Any, Any] = {}
 
     def planted(self: Any, xnumel: int, rnumel: int) -> Any:
         if self not in kept:
-            kept[self] = config(self, xnumel, rnumel)
+            kept[self] = candidates(self, xnumel, rnumel)
         return kept[self]
 
-    triton_tiles.SizeLaunch.config = planted
+    triton_tiles.SizeLaunch.candidates = planted
 
 
 def placeholders_specialize_sizes() -> None:

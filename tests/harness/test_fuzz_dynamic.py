@@ -125,7 +125,7 @@ def test_planted_symbolic_bug_is_found_with_dynamic_and_missed_without(monkeypat
     A change to the generator changes the draws: then choose the seed again."""
     from compiler.codegen import triton_tiles
 
-    monkeypatch.setattr(triton_tiles.SizeLaunch, "config", triton_tiles.SizeLaunch.config)
+    monkeypatch.setattr(triton_tiles.SizeLaunch, "candidates", triton_tiles.SizeLaunch.candidates)
     fuzz_plants.launch_config_kept_from_first_call()
 
     def findings(dynamic: bool) -> list[str]:
@@ -143,7 +143,7 @@ def test_localization_runs_the_further_sizes(monkeypatch) -> None:
     from compiler.codegen import triton_tiles
     from harness.fuzz.localize import localize
 
-    monkeypatch.setattr(triton_tiles.SizeLaunch, "config", triton_tiles.SizeLaunch.config)
+    monkeypatch.setattr(triton_tiles.SizeLaunch, "candidates", triton_tiles.SizeLaunch.candidates)
     fuzz_plants.launch_config_kept_from_first_call()
     graph = FuzzGraph(BROADCAST_SUM.inputs, BROADCAST_SUM.nodes, BROADCAST_SUM.outputs, [[[7, 1025], [1025]]])
     result = localize(graph, parse_target("crucible-interpret"))
@@ -179,7 +179,7 @@ def test_repro_runs_every_size(monkeypatch, capsys) -> None:
         exec(compile(text, "repro.py", "exec"), namespace)  # noqa: S102 -- the script under test
         return namespace["main"]()
 
-    monkeypatch.setattr(triton_tiles.SizeLaunch, "config", triton_tiles.SizeLaunch.config)
+    monkeypatch.setattr(triton_tiles.SizeLaunch, "candidates", triton_tiles.SizeLaunch.candidates)
     fuzz_plants.launch_config_kept_from_first_call()
     assert run() == 1
     out = capsys.readouterr().out
