@@ -32,14 +32,10 @@ from typing import Any
 import torch
 
 from compiler import config, tuning_cache
+from compiler.templates.tiles import bucket  # the tuning cache's size bucket, as a static template's
 
 # (kernel symbol, bucket of each launch number) -> index of the picked candidate, for every launcher in the process
 _PICKS: dict[tuple, int] = {}
-
-
-def bucket(n: int) -> int:
-    """The next power of two of ``n`` (at least 1)."""
-    return 1 << max(0, int(n) - 1).bit_length()
 
 
 class BucketTuner:
