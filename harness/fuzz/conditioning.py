@@ -23,18 +23,15 @@ from __future__ import annotations
 
 import torch
 
-from harness.fuzz.graph import FuzzGraph, namespace
+from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, namespace
 from harness.fuzz.specs import OP_SPECS
 from harness.fuzz.values import DTYPES, make_input
 
 HUGE_FLOAT64 = 2.0 ** 1000  # inputs this large overflow float64 partial sums and products
 ACCUMULATING = ("reduction", "nn", "scan")  # op families whose result sums many values
 # op -> its output whose value on |inputs| is the sum of |terms| (the numerator of the summation
-# condition number): var_mean's mean is a mean like any other
-LINEAR_ACCUMULATIONS = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim",
-                                         "aten.mean.default", "aten.cumsum.default", "aten.mm.default",
-                                         "aten.bmm.default", "aten.matmul.default"), 0),
-                        "aten.var_mean.correction": 1}
+# condition number)
+LINEAR_ACCUMULATIONS = ACCUMULATION_NOISE
 # products whose partial products may pass the dtype's max in one order and not in another: the
 # product of max(|term|, 1) bounds every partial product
 PRODUCTS = {"aten.prod.dim_int": 0, "aten.prod.default": 0, "aten.cumprod.default": 0}

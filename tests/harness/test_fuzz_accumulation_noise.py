@@ -1,0 +1,90 @@
+"""The rounding-noise references model a sum's partial sums (``harness.fuzz.graph.ACCUMULATION_NOISE``):
+a correct kernel may add cancelling terms in another order than eager's and be many ulps of the
+result off float64, while a kernel that accumulates in a narrower dtype than ATen's, or rounds its
+partial sums to one, still fails."""
+
+from __future__ import annotations
+
+import torch
+
+from harness.fuzz.graph import FuzzGraph, Node
+from harness.fuzz.subject import compare_outputs
+
+# fuzzer, crucible-interpret, seed 154: the mean of 16,391 sliced float32 values in (-1, 1) whose
+# sum cancels (sum|x| / |sum| = 2,190); Crucible's mean was 38 ulps from float64, eager's 2.8
+SEED_154 = {"dtype": "float32", "layout": "sliced", "profile": "unit", "seed": 65535, "shape": [16391]}
+
+
+def _mean(desc: dict) -> FuzzGraph:
+    dtype = desc["dtype"]
+    return FuzzGraph([desc], [Node("aten.mean.dim", "aten.mean.dim(x0, [0])", ["v1"], [([], dtype)])], ["v1"])
+
+
+def _blocked_mean(x: torch.Tensor, block: int, accumulate: torch.dtype) -> torch.Tensor:
+    """x's mean as a looped GPU reduction computes it: ``block`` running sums in ``accumulate``,
+    each adding one value per step, then summed, rounded back to x's dtype."""
+    n = x.numel()
+    padded = torch.zeros(-(-n // block) * block, dtype=accumulate)
+    padded[:n] = x.to(accumulate)
+    acc = torch.zeros(block, dtype=accumulate)
+    for row in padded.view(-1, block):
+        acc = (acc + row).to(accumulate)
+    return (acc.sum(dtype=accumulate) / n).to(x.dtype)
+
+
+def _judge(graph: FuzzGraph, compiled: torch.Tensor, spread: bool = True) -> str:
+    eager = graph.function()(*graph.make_inputs())
+    reference = graph.function(reference=True)(*graph.make_inputs("cpu", reference=True))
+    return compare_outputs(graph, ["v1"], eager, (compiled,), reference, rounding_spread=spread)[1]
+
+
+def _ulps(value: torch.Tensor, graph: FuzzGraph) -> float:
+    truth = graph.function(reference=True)(*graph.make_inputs("cpu", reference=True))[0].item()
+    return abs(value.double().item() - truth) / (torch.finfo(value.dtype).eps * abs(truth))
+
+
+def test_another_float32_summation_order_of_a_cancelling_mean_passes() -> None:
+    graph = _mean(SEED_154)
+    x = graph.make_inputs()[0]
+    for block in (1, 4, 64, 1024):
+        compiled = _blocked_mean(x, block, torch.float32)
+        assert _judge(graph, compiled) == "", block
+    # the test means something: sequential float32 summation fails the relative check without the
+    # accumulation noise (many ulps of a result 2,190 times smaller than its terms)
+    sequential = _blocked_mean(x, 1, torch.float32)
+    assert _ulps(sequential, graph) > 4 * _ulps(graph.function()(x)[0], graph) + 16
+    assert "relative error" in _judge(graph, sequential, spread=False)
+
+
+def test_partial_sums_rounded_to_a_narrower_dtype_still_fail() -> None:
+    graph = _mean(SEED_154)
+    x = graph.make_inputs()[0]
+    for narrow in (torch.bfloat16, torch.float16):
+        assert _judge(graph, _blocked_mean(x, 64, narrow).to(torch.float32)) != "", narrow
+
+
+def test_a_16_bit_mean_accumulated_in_its_own_dtype_fails() -> None:
+    """ATen sums 16-bit floats in float32: the noise is a float32 unit roundoff of the terms'
+    magnitude, so a kernel summing in float16 itself is no order difference (15 ulps of the result
+    against eager's 0.4, where the terms cancel 128-fold). (bfloat16 running sums of these values
+    happen to stay within the scalar's bound: 2 ulps against eager's 0.4.)"""
+    desc = {**SEED_154, "dtype": "float16", "shape": [4096], "layout": "contiguous"}
+    graph = _mean(desc)
+    x = graph.make_inputs()[0]
+    assert _judge(graph, _blocked_mean(x, 16, torch.float16)) != ""
+    assert _judge(graph, _blocked_mean(x, 16, torch.float32)) == ""
+
+
+def test_the_noise_is_the_terms_magnitude_only_at_the_sum() -> None:
+    """The rounding-noise reference moves the mean by about a float32 unit roundoff of mean|x|, and
+    an elementwise op's value only by its own rounding."""
+    graph = FuzzGraph([SEED_154], [Node("aten.mean.dim", "aten.mean.dim(x0, [0])", ["v1"], [([], "float32")]),
+                                   Node("aten.neg.default", "aten.neg.default(x0)", ["v2"], [([16391], "float32")])],
+                      ["v1", "v2"])
+    inputs = graph.make_inputs("cpu", reference=True)
+    truth = graph.function(reference=True)(*inputs)
+    noisy = graph.function(reference=True, rounding_noise=0)(*inputs)
+    u = torch.finfo(torch.float32).eps / 2
+    magnitude = inputs[0].abs().mean().item()
+    assert 0.5 * u * magnitude < abs(noisy[0].item() - truth[0].item()) < 1.5 * u * magnitude
+    assert torch.all((noisy[1] - truth[1]).abs() <= u * truth[1].abs())
