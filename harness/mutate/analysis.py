@@ -6,7 +6,11 @@
    ``--coverage-file`` replaces the tracing).
 2. Selection: every mutant the operators propose on a covered line of the chosen files, sorted by
    id, shuffled with ``random.Random(seed)``, the first ``--mutants``: the same sources, coverage and
-   seed give the same mutants, and a larger ``--mutants`` extends the sample. Each goes to the first target whose baseline reaches its line; mutants only a CUDA
+   seed give the same mutants, and a larger ``--mutants`` extends the sample. A line of a module- or
+   class-level assignment (a table, a constant, a field's default) runs at import, so it is reached
+   only when a line the baseline ran inside a function reads a name it binds (``Mutant.data_names``;
+   names only code outside the traced files reads stay reached): the GPU tile tables a CPU campaign
+   imports but never reads were 10 of the 53 survivors of a 110-mutant run. Each goes to the first target whose baseline reaches its line; mutants only a CUDA
    target reaches are counted apart (GPU-only code), and sites no target reaches are reported.
 3. Mutants run as ``harness.mutate.tasks.MutantTask`` on the single-host pool or the cluster
    executor (``harness.cluster.open_executor``). Each verdict is appended to the results file
@@ -26,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from harness.mutate.operators import OPERATORS, Mutant, mutants_of
+from harness.mutate.operators import OPERATORS, Mutant, mutants_of, names_read
 from harness.mutate.tasks import MAX_ROUNDS, START_S, Edit, MutantTask, package_location, run_child
 from harness.pool import WorkerConfig
 from harness.result import Result
@@ -175,12 +179,35 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
     called = {t: None if given else {f: set(n) for f, n in (results.baselines[t].get("calls") or {}).items()}
               for t in request.targets}
 
+    readers: dict[str, tuple[set[str], set[str]]] = {}
+
+    def read(target: str) -> tuple[set[str], set[str]]:
+        """(names functions of the package read, those read on lines the target's baseline ran)."""
+        if target not in readers:
+            every, ran = set(), set()
+            for file, lines in covered[target].items():
+                path = Path(base, file)
+                if path.suffix == ".py" and path.is_file():
+                    source = path.read_bytes()
+                    every |= names_read(source)
+                    ran |= names_read(source, lines)
+            readers[target] = every, ran
+        return readers[target]
+
     def reaches(target: str, mutant: Mutant) -> bool:
         span = set(range(mutant.line, mutant.end_line + 1))
         if not span & covered[target].get(mutant.file, set()):
             return False
         calls = called[target]
         return mutant.lambda_line is None or calls is None or mutant.lambda_line in calls.get(mutant.file, set())
+
+    def data_read(target: str, mutant: Mutant) -> bool:
+        """Data run at import is reached when code that ran reads it (or only code elsewhere reads it)."""
+        names = set(mutant.data_names)
+        if not names:
+            return True
+        every, ran = read(target)
+        return not names & every or bool(names & ran)
 
     candidates: list[tuple[Mutant, str]] = []
     unreached: dict[str, int] = {}
@@ -194,8 +221,17 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
                 candidates.append((mutant, target))
     candidates.sort(key=lambda pair: pair[0].id)
     # a shuffle, then the first N: a larger --mutants later keeps these and adds more (the resumed
-    # file's verdicts stay valid)
+    # file's verdicts stay valid); the data rule filters after the shuffle, so that it only drops
+    # mutants from an earlier sample
     random.Random(request.seed).shuffle(candidates)
+    kept = []
+    for mutant, target in candidates:
+        target = next((t for t in request.targets if reaches(t, mutant) and data_read(t, mutant)), None)
+        if target is None:
+            unreached[mutant.file] = unreached.get(mutant.file, 0) + 1
+        else:
+            kept.append((mutant, target))
+    candidates = kept
     return candidates[: request.mutants], {"candidates": len(candidates), "unreached": unreached}
 
 

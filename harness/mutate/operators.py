@@ -69,6 +69,10 @@ class Mutant:
     # the first line of the innermost lambda around the edit, None outside one: a lambda's line runs
     # when the lambda is made (a table of ``op: lambda x: ...`` at import), its body only when called
     lambda_line: int | None = None
+    # the names the module- or class-level assignment around the edit binds (a table, a constant, a
+    # dataclass field's default), () inside a function or lambda: such a line runs at import, so it
+    # counts as reached only when a line that ran inside a function reads one of them
+    data_names: tuple[str, ...] = ()
 
     def apply(self, source: bytes) -> bytes:
         return source[: self.start] + self.replacement.encode() + source[self.end:]
@@ -257,6 +261,35 @@ def _lambda_line(node: ast.AST, parents: dict) -> int | None:
         node = parents[id(node)][0]
 
 
+def _data_names(node: ast.AST, parents: dict) -> tuple[str, ...]:
+    """What the module- or class-level assignment around ``node`` binds (``Mutant.data_names``)."""
+    assignment = None
+    while id(node) in parents:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            return ()
+        if assignment is None and isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            assignment = node
+        node = parents[id(node)][0]
+    if assignment is None:
+        return ()
+    targets = assignment.targets if isinstance(assignment, ast.Assign) else [assignment.target]
+    return tuple(sorted({n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}))
+
+
+def names_read(source: bytes, lines: set[int] | None = None) -> set[str]:
+    """The names and attribute names code inside the functions and lambdas of ``source`` reads (with
+    ``lines``: on those lines only)."""
+    found: set[str] = set()
+    for scope in ast.walk(ast.parse(source)):
+        if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        for node in ast.walk(scope):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            if name is not None and (lines is None or node.lineno in lines):
+                found.add(name)
+    return found
+
+
 def _dump_with(statement: ast.AST, node: ast.AST, new: ast.AST, parents: dict) -> str:
     """``ast.dump`` of the top-level ``statement`` with ``node`` replaced by ``new`` (put back afterwards)."""
     parent, name, index = parents[id(node)]
@@ -322,5 +355,5 @@ def mutants_of(source: bytes, file: str, operators: tuple[str, ...] = OPERATORS,
                 digest = hashlib.sha1(f"{file}:{start}:{end}:{text}".encode()).hexdigest()[:12]
                 found.setdefault(digest, Mutant(digest, file, site.line_of(start), site.line_of(max(start, end - 1)),
                                                 family, start, end, site.text(start, end), text,
-                                                _lambda_line(node, parents)))
+                                                _lambda_line(node, parents), _data_names(node, parents)))
     return sorted(found.values(), key=lambda m: (m.start, m.end, m.id))

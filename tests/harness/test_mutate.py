@@ -378,6 +378,33 @@ def test_a_lambda_counts_as_reached_only_when_it_ran(tmp_path: Path, monkeypatch
     assert {m.line for m, _ in picked} == {2} and reach["unreached"]["faketable/__init__.py"] > 0
 
 
+def test_data_counts_as_reached_only_when_code_that_ran_reads_it(tmp_path: Path, monkeypatch) -> None:
+    """Module-level tables run at import: a table only an unexecuted branch reads is not mutated (the
+    GPU tile tables a CPU campaign imports were 10 of 53 survivors), one read by a line that ran is,
+    and so is data no function of the package reads (read from elsewhere, so no evidence either way)."""
+    from harness.mutate.analysis import MutateRequest, ResultsFile, plan, source_files, sources_digest
+    from harness.mutate.tasks import package_location
+
+    (tmp_path / "faketiles").mkdir()
+    source = ("GPU = [128, 64]\nCPU = [16]\nEXPORTED = 3 + 4\n\n\ndef pick(gpu):\n    if gpu > 0:\n"
+              "        return GPU[0] + 1\n    return CPU[0] + 1\n")
+    (tmp_path / "faketiles" / "__init__.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert {m.line: m.data_names for m in mutants_of(source.encode(), "faketiles/__init__.py")} == {
+        1: ("GPU",), 2: ("CPU",), 3: ("EXPORTED",), 7: (), 8: (), 9: ()}
+    # (line 8's mutants are unreached by their line, line 1's by the data rule)
+    location, base = package_location("faketiles")
+    files = source_files(location, base, ())
+    request = MutateRequest(package="faketiles", campaign="x:y", targets=("eager",), out=str(tmp_path / "m.jsonl"))
+    results = ResultsFile(request.out, request.key(sources_digest(base, files)))
+    results.baselines["eager"] = {"signatures": [], "lines": {"faketiles/__init__.py": [1, 2, 3, 6, 7, 9]},
+                                  "calls": {"faketiles/__init__.py": [6]}}
+    picked, reach = plan(request, results, location, base, files, lambda line: None)
+    assert {m.line for m, _ in picked} == {2, 3, 7, 9}
+    assert reach["unreached"]["faketiles/__init__.py"] == len(
+        [m for m in mutants_of(source.encode(), "faketiles/__init__.py") if m.line in (1, 8)])
+
+
 @pytest.mark.parametrize("package,cache,expected", [
     ("compiler", "auto", "warm"), ("compiler.lowerings", "auto", "warm"),
     # Inductor's FX graph cache is keyed by its installed sources: a warm copy would replay the baseline
