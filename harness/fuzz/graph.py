@@ -62,15 +62,21 @@ def _round_step(value: Any, dtype_name: str, index: int, terms: Any = None) -> A
     return value if dtype is None else value.to(dtype).to(value.dtype)
 
 
-def _rounding_noise(seed: int) -> Any:
+def _rounding_noise(seed: int, float64_rounded: frozenset[int] = frozenset()) -> Any:
     def noise(value: Any, dtype_name: str, index: int, terms: Any = None) -> Any:
         dtype = _narrower(value, dtype_name)
-        if dtype is None:
+        wide = (dtype is None and index in float64_rounded and isinstance(value, torch.Tensor)
+                and value.dtype == torch.float64)
+        if dtype is None and not wide:
             return value
-        inexact = value.to(dtype).to(value.dtype) != value  # what the working dtype rounds (NaN: a no-op)
         gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
         sign = torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1
-        noisy = torch.where(inexact, value * (1 + sign * (torch.finfo(dtype).eps / 2)), value)
+        if wide:  # a float64 value is its own working dtype: one ulp (half of one would round back)
+            dtype = torch.float64
+            noisy = value * (1 + sign * torch.finfo(dtype).eps)
+        else:
+            inexact = value.to(dtype).to(value.dtype) != value  # what the working dtype rounds (NaN: a no-op)
+            noisy = torch.where(inexact, value * (1 + sign * (torch.finfo(dtype).eps / 2)), value)
         if isinstance(terms, torch.Tensor) and terms.shape == value.shape:
             # an accumulation's partial sums round at the magnitude of its terms (see ACCUMULATION_NOISE)
             sign = torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1
@@ -230,19 +236,24 @@ class FuzzGraph:
         return "\n".join([f"def {name}({', '.join(self.input_names())}):", *body, f"    return ({outs})"]) + "\n"
 
     def function(self, reference: bool = False, rounding_noise: int | None = None,
-                 round_steps: bool = False) -> Any:
+                 round_steps: bool = False, float64_rounded: frozenset[str] = frozenset()) -> Any:
         """The graph as a Python function with a code object of its own.
 
         ``rounding_noise`` (a seed; with ``reference``): every value a node computes is perturbed
         where its working dtype would have to round it (the float64 value is not representable
         there) by one unit roundoff of that dtype, with a random sign: a Monte Carlo estimate of how
         much the graph amplifies the rounding of its intermediates (``ParityOracle.compare``'s
-        ``spread``). ``round_steps`` (with ``reference``): every such value is rounded to its
+        ``spread``); ``float64_rounded`` names the float64 values that carry one ulp of noise too
+        (the outputs of ops that round: a float64 graph's eager run is its reference's own
+        computation, so only this says that log(cosh(x)) near 0 turns cosh's last bit into thousands
+        of ulps). ``round_steps`` (with ``reference``): every such value is rounded to its
         working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
         ns.update(_terms=_terms, _absolute=_absolute)
         if rounding_noise is not None:
-            ns["_noise"] = _rounding_noise(rounding_noise)
+            ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
+                i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)
+                if out in float64_rounded))
         elif round_steps:
             ns["_noise"] = _round_step
         code = compile(self.source(rounding_noise=rounding_noise is not None or round_steps),

@@ -28,7 +28,7 @@ from harness.engine import Context, Grade, Subject, execute, optional_reference
 from harness.fuzz.conditioning import ill_conditioned, order_dependent
 from harness.fuzz.decisions import noise_decisions
 from harness.fuzz.dynamic_run import DynamicSizes
-from harness.fuzz.exact import bitwise_mismatch, exact_cone, zero_sign_choice
+from harness.fuzz.exact import bitwise_mismatch, exact_cone, node_is_exact, zero_sign_choice
 from harness.fuzz.graph import FuzzGraph
 from harness.fuzz.nan_sign import nan_sign_only
 from harness.fuzz.ties import near_tied_indices
@@ -288,9 +288,12 @@ def _rounded_steps(graph: FuzzGraph) -> tuple | None:
 
 
 def _noisy_references(graph: FuzzGraph) -> list[tuple]:
-    """The float64 reference run ``NOISE_SAMPLES`` times with rounding noise ([] if it cannot run)."""
+    """The float64 reference run ``NOISE_SAMPLES`` times with rounding noise ([] if it cannot run), on
+    float64 values too where their op rounds (not an exact one: ``harness.fuzz.exact``)."""
+    rounded = frozenset(out for n in graph.nodes if not node_is_exact(n.op, n.expr, [d for _, d in n.out_meta])
+                        for out, (_, dtype) in zip(n.outputs, n.out_meta) if dtype == "float64")
     try:
-        return [graph.function(reference=True, rounding_noise=seed)(*graph.make_inputs("cpu", reference=True))
-                for seed in range(NOISE_SAMPLES)]
+        return [graph.function(reference=True, rounding_noise=seed, float64_rounded=rounded)(
+            *graph.make_inputs("cpu", reference=True)) for seed in range(NOISE_SAMPLES)]
     except Exception:  # noqa: BLE001 -- as the plain reference: no float64 kernel for some op
         return []

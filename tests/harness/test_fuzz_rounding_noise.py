@@ -1,7 +1,9 @@
-"""The rounding-noise references model a sum's partial sums (``harness.fuzz.graph.ACCUMULATION_NOISE``):
-a correct kernel may add cancelling terms in another order than eager's and be many ulps of the
-result off float64, while a kernel that accumulates in a narrower dtype than ATen's, or rounds its
-partial sums to one, still fails."""
+"""The rounding-noise references (``FuzzGraph.function(rounding_noise=...)``) model a sum's partial
+sums (``harness.fuzz.graph.ACCUMULATION_NOISE``): a correct kernel may add cancelling terms in another
+order than eager's and be many ulps of the result off float64, while a kernel that accumulates in a
+narrower dtype than ATen's, or rounds its partial sums to one, still fails. And they put an ulp of
+noise on float64 values that ops round, so a float64 step that amplifies its operand's last bit is
+judged by how much it amplifies, not against eager's error of 0."""
 
 from __future__ import annotations
 
@@ -88,3 +90,51 @@ def test_the_noise_is_the_terms_magnitude_only_at_the_sum() -> None:
     magnitude = inputs[0].abs().mean().item()
     assert 0.5 * u * magnitude < abs(noisy[0].item() - truth[0].item()) < 1.5 * u * magnitude
     assert torch.all((noisy[1] - truth[1]).abs() <= u * truth[1].abs())
+
+
+# fuzzer, crucible-cpp, seed 157: log(cosh(x)) over float64 randn. Near 0, cosh(x) is 1 + x^2/2 and
+# log turns cosh's last bit into thousands of ulps of x^2/2: Crucible's cosh, (exp(x) + exp(-x)) / 2,
+# is an ulp from ATen's, 5,980 ulps RMS after the log, and eager's error is 0 by construction (a
+# float64 graph's eager run is its reference's own computation)
+SEED_157 = FuzzGraph([{"dtype": "float64", "layout": "contiguous", "profile": "normal", "seed": 5,
+                       "shape": [1, 2, 3, 5]}],
+                     [Node("aten.cosh.default", "aten.cosh.default(x0)", ["v3"], [([1, 2, 3, 5], "float64")]),
+                      Node("aten.log.default", "aten.log.default(v3)", ["v4"], [([1, 2, 3, 5], "float64")])],
+                     ["v4"])
+
+
+def _judge_float64(compiled: torch.Tensor, spread: bool = True) -> str:
+    graph = SEED_157
+    eager = graph.function()(*graph.make_inputs())
+    reference = graph.function(reference=True)(*graph.make_inputs("cpu", reference=True))
+    return compare_outputs(graph, ["v4"], eager, (compiled,), reference, rounding_spread=spread)[1]
+
+
+def test_a_float64_step_that_amplifies_its_operands_last_bit_passes_by_the_spread() -> None:
+    x = SEED_157.make_inputs()[0]
+    crucible_order = torch.log((torch.exp(x) + torch.exp(-x)) * 0.5)
+    assert "relative error" in _judge_float64(crucible_order, spread=False)
+    assert _judge_float64(crucible_order) == ""
+
+
+def test_a_float64_value_computed_in_float32_still_fails() -> None:
+    x = SEED_157.make_inputs()[0]
+    through_float32 = torch.log(torch.cosh(x.float()).double())
+    assert _judge_float64(through_float32) != ""
+    assert _judge_float64(torch.log(torch.cosh(x) * (1 + 2 ** -40))) != ""
+
+
+def test_exact_float64_ops_carry_no_noise() -> None:
+    """A copy or a floor is exact: one ulp on floor(x * 2^40) would be 2^-12 of frac's operand."""
+    graph = FuzzGraph([{"dtype": "float64", "profile": "normal", "seed": 0, "shape": [64]}],
+                      [Node("aten.floor.default", "aten.floor.default(x0)", ["v1"], [([64], "float64")]),
+                       Node("aten.exp.default", "aten.exp.default(x0)", ["v2"], [([64], "float64")])],
+                      ["v1", "v2"])
+    from harness.fuzz.subject import _noisy_references
+
+    inputs = graph.make_inputs("cpu", reference=True)
+    truth = graph.function(reference=True)(*inputs)
+    noisy = _noisy_references(graph)[0]
+    assert torch.equal(noisy[0], truth[0])
+    assert not torch.equal(noisy[1], truth[1])
+    assert torch.all((noisy[1] - truth[1]).abs() <= 2 * torch.finfo(torch.float64).eps * truth[1].abs())
