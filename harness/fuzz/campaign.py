@@ -260,14 +260,16 @@ def run_campaign(request: CampaignRequest, runner: Any,
                  claim: Callable[[Finding], bool] = lambda f: True,
                  should_stop: Callable[[], bool] = lambda: False,
                  found_elsewhere: Callable[[str], bool] = lambda sig: False,
-                 replay: list[StoredFinding] | None = None) -> CampaignSummary:
+                 replay: list[StoredFinding] | None = None,
+                 on_graph: Callable[[FuzzGraph], None] = lambda graph: None) -> CampaignSummary:
     """Fuzz ``request.target`` through ``runner`` (``harness.fuzz.workers``) until the budget is spent.
 
     ``claim``, ``found_elsewhere`` and ``should_stop`` let campaigns run side by side
     (``harness.fuzz.parallel``): ``claim(finding)`` is False when another campaign found that
     signature first, and a failure whose signature is ``found_elsewhere`` is not shrunk here:
     both count as hits of the other campaign's finding; ``should_stop()`` ends the campaign.
-    ``replay``: stored findings to re-run first (``harness.fuzz.replay``); None when replay is off."""
+    ``replay``: stored findings to re-run first (``harness.fuzz.replay``); None when replay is off.
+    ``on_graph(graph)``: after each generated graph ran (not the shrinker's)."""
     foreign: set[str] = set()
     if request.seconds is None and request.examples is None:
         raise ValueError("give a budget: seconds or examples")
@@ -323,6 +325,7 @@ def run_campaign(request: CampaignRequest, runner: Any,
                     summary.upstream[f"{record.failing_layer} | {blamed_op(graph, error)} | {error[:120]}"] += 1
                 summary.ops_covered.update(graph.ops)
                 summary.spec_rejections += len(getattr(graph, "rejected", []))
+                on_graph(graph)
                 on_progress(summary)
             if not record.against_compiler:
                 return

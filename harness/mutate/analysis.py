@@ -60,6 +60,7 @@ class MutateRequest:
     workdir: str | None = None
     mem_limit_mb: int | None = None  # address space per mutant process beyond its start (None: no limit)
     cache: str = "warm"  # warm: each mutant's kernel cache starts as a copy of the baseline's; cold: empty
+    focus_s: float | None = None  # a survivor's second round: seconds on the ops that reach its lines
 
     def settings(self, target: str) -> dict:
         """A child campaign's settings (``harness.mutate.child``); a CUDA target's carry the GPUs this
@@ -77,7 +78,8 @@ class MutateRequest:
     def key(self, digest: str) -> str:
         """What a results file's mutants depend on: a session resumes only a file with this key."""
         fields = {k: v for k, v in asdict(self).items() if k not in ("jobs", "cluster", "mixed_versions", "out",
-                                                                       "workdir", "mutants", "cache", "mem_limit_mb")}
+                                                                       "workdir", "mutants", "cache", "mem_limit_mb",
+                                                                       "focus_s")}
         return hashlib.sha1(json.dumps([fields, digest], sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -109,26 +111,30 @@ def baseline_cache(request: MutateRequest, target: str) -> str:
 
 
 def covered_lines(request: MutateRequest, target: str, location: str, base: str,
-                  trace: bool = True) -> dict:
+                  trace: bool = True, attribute: bool = False) -> dict:
     """Run the baseline campaign of ``target`` on a pristine copy (with line tracing when ``trace``):
-    {"lines": {file: [lines]} or None, "signatures": [...], "graphs", "seconds"}; its kernel cache is
-    kept (``baseline_cache``). Raises when the baseline cannot run: then no mutant could be judged."""
-    settings = dict(request.settings(target), trace=trace, stop_early=False)
+    {"lines": {file: [lines]} or None, "signatures": [...], "graphs", "seconds", "line_ops": which
+    graph's ops first ran each line, with ``attribute``}; its kernel cache is kept
+    (``baseline_cache``). Raises when the baseline cannot run: then no mutant could be judged."""
+    settings = dict(request.settings(target), trace=trace, stop_early=False, attribute=attribute)
     timeout = (request.seconds or 3600.0) * 4 + START_S
     run = run_child(settings, request.package, location, base, None, timeout, request.workdir,
                     keep_cache=baseline_cache(request, target))
     if run.status != "ok":
         raise RuntimeError(f"the baseline campaign on {target} did not finish ({run.status}); its output:\n{run.log}")
     return {"lines": run.lines, "calls": run.calls, "signatures": sorted(f["signature"] for f in run.found), "graphs": run.graphs,
-            "seconds": run.campaign_s, "import_s": run.import_s, "copy_s": run.copy_s}
+            "seconds": run.campaign_s, "import_s": run.import_s, "copy_s": run.copy_s, "line_ops": run.line_ops}
 
 
 class ResultsFile:
-    """The JSON-lines results file: a ``config`` line, ``baseline`` lines, one ``mutant`` line each."""
+    """The JSON-lines results file: a ``config`` line, ``baseline`` lines, ``reach`` lines (which ops
+    reach each line, per target: ``--focus-s``), one ``mutant`` line per verdict (the last one of a
+    mutant counts: a focused round's comes after its first)."""
 
     def __init__(self, path: str, key: str) -> None:
         self.path, self.key = path, key
         self.baselines: dict[str, dict] = {}
+        self.reach: dict[str, dict] = {}
         self.done: dict[str, dict] = {}
         if os.path.exists(path) and os.path.getsize(path):
             records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
@@ -138,6 +144,8 @@ class ResultsFile:
             for record in records[1:]:
                 if record["kind"] == "baseline":
                     self.baselines[record["target"]] = record
+                elif record["kind"] == "reach":
+                    self.reach[record["target"]] = record
                 elif record["kind"] == "mutant" and record["verdict"] != "error":  # a harness error runs again
                     self.done[record["id"]] = record
         else:
@@ -162,16 +170,31 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
     """Baselines (stored or run), then the selected (mutant, target) pairs, and what was not reached."""
     from harness.mutate.tracing import load_coverage_file
 
+    focus = request.focus_s is not None and request.campaign == "fuzz"
     missing = [t for t in request.targets if t not in results.baselines]
     if missing:
         log(f"baseline campaign on {', '.join(missing)} (a pristine copy, line tracing on)...")
         with ThreadPoolExecutor(max_workers=max(1, min(len(missing), request.jobs))) as threads:
             runs = dict(zip(missing, threads.map(
-                lambda t: covered_lines(request, t, location, base, trace=request.coverage_file is None), missing)))
+                lambda t: covered_lines(request, t, location, base, trace=request.coverage_file is None or focus,
+                                        attribute=focus), missing)))
         for target in missing:
+            line_ops = runs[target].pop("line_ops")
             record = {"kind": "baseline", "target": target, **runs[target]}
             results.append(record)
             results.baselines[target] = record
+            if focus:
+                results.append(reach := {"kind": "reach", "target": target, "line_ops": line_ops})
+                results.reach[target] = reach
+    unattributed = [t for t in request.targets if focus and t not in results.reach]
+    if unattributed:  # a results file from a run without --focus-s: the baseline campaign again, attributed
+        log(f"which ops reach each line on {', '.join(unattributed)} (--focus-s: the baseline campaign again)...")
+        with ThreadPoolExecutor(max_workers=max(1, min(len(unattributed), request.jobs))) as threads:
+            runs = dict(zip(unattributed, threads.map(
+                lambda t: covered_lines(request, t, location, base, attribute=True), unattributed)))
+        for target in unattributed:
+            results.append(reach := {"kind": "reach", "target": target, "line_ops": runs[target]["line_ops"]})
+            results.reach[target] = reach
     given = load_coverage_file(request.coverage_file, base) if request.coverage_file else None
     covered = {t: {f: set(n) for f, n in (given or results.baselines[t]["lines"] or {}).items()}
                for t in request.targets}
@@ -235,6 +258,54 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
     return candidates[: request.mutants], {"candidates": len(candidates), "unreached": unreached}
 
 
+def focus_ops(mutant: Mutant, line_ops: dict) -> list[str]:
+    """The ops whose baseline graphs first ran a line of ``mutant`` ({file: {line: ops}}, lines as
+    JSON keys), sorted; [] when none is known."""
+    lines = line_ops.get(mutant.file) or {}
+    return sorted({op for n in range(mutant.line, mutant.end_line + 1) for op in lines.get(str(n), ())})
+
+
+def _focused_round(request: MutateRequest, results: ResultsFile, chosen: list[tuple[Mutant, str]], location: str,
+                   base: str, log: Callable[[str], None]) -> None:
+    """``--focus-s``: each survivor of the first round is fuzzed again for ``focus_s`` seconds on only
+    the ops that reach its lines in the baseline (``focus_ops``): an op one graph in a hundred draws
+    (a pooling mode, an argument combination) gets the whole budget. Its verdict replaces the first."""
+    from harness.cluster import open_executor
+
+    todo = []
+    for mutant, target in chosen:
+        first = results.done.get(mutant.id)
+        if first is None or first["verdict"] != "survived" or "focus" in first:
+            continue
+        ops = focus_ops(mutant, results.reach[target]["line_ops"] or {})
+        if ops:
+            todo.append((mutant, target, ops))
+    if not todo:
+        return
+    log(f"focused round: {len(todo)} survivors, {request.focus_s:g}s each on the ops that reach their lines")
+    round_s = request.focus_s + START_S
+    tasks = {f"mutant/{m.id}": (m, t, ops) for m, t, ops in todo}
+
+    def record(result: Result) -> None:
+        mutant, target, ops = tasks[result.name]
+        entry = dict(results.done[mutant.id], verdict=verdict(result), status=str(result.status), how=result.error,
+                     focus={"ops": ops, "seconds": request.focus_s, "graphs": result.cases,
+                            "campaign_s": result.run_s, "wall_s": result.wall_s})
+        results.append(entry)
+        results.done[mutant.id] = entry
+        log(f"[focused] {mutant.id} {mutant.file}:{mutant.line} on {len(ops)} ops: {entry['verdict']}"
+            f"{' (' + result.error + ')' if result.error else ''}")
+
+    config = WorkerConfig(target="eager", timeout_s=MAX_ROUNDS * round_s + 60, jobs=request.jobs, threads=1)
+    with open_executor(config, request.cluster, request.mixed_versions) as executor:
+        executor.run([MutantTask(name, request.package, location, base, Edit(m.file, m.start, m.end, m.replacement),
+                                 dict(request.settings(t), ops=",".join(ops), seconds=request.focus_s, graphs=None,
+                                      stop_early=True),
+                                 tuple(results.baselines[t]["signatures"]), round_s, request.workdir,
+                                 baseline_cache(request, t) if request.cache == "warm" else None)
+                      for name, (m, t, ops) in tasks.items()], record)
+
+
 def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, list_only: bool = False) -> dict:
     """The whole analysis; returns the summary ``harness.mutate.command.render`` prints (``list_only``:
     the baselines and the plan, ``{"chosen": [(mutant, target)]}``, no mutant run)."""
@@ -278,6 +349,8 @@ def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, lis
         config = WorkerConfig(target="eager", timeout_s=MAX_ROUNDS * round_s + 60, jobs=request.jobs, threads=1)
         with open_executor(config, request.cluster, request.mixed_versions) as executor:
             executor.run(tasks, record)
+    if request.focus_s is not None and request.campaign == "fuzz":
+        _focused_round(request, results, chosen, location, base, log)
     chosen_ids = {m.id for m, _ in chosen}
     return {"records": [r for i, r in results.done.items() if i in chosen_ids], "reach": reach,
             "baselines": results.baselines, "wall_s": time.monotonic() - started, "out": request.out}

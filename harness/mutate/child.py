@@ -56,7 +56,7 @@ class Budget:
     target: str
 
 
-def _fuzz(settings: dict, exclude: set[str]) -> tuple[int, list[dict]]:
+def _fuzz(settings: dict, exclude: set[str], on_graph: Any = lambda graph: None) -> tuple[int, list[dict]]:
     from harness.fuzz.campaign import CampaignRequest, run_campaign
     from harness.fuzz.workers import InProcessRunner
 
@@ -71,7 +71,7 @@ def _fuzz(settings: dict, exclude: set[str]) -> tuple[int, list[dict]]:
 
     summary = run_campaign(request, InProcessRunner(request.target), on_finding=on_finding,
                            should_stop=lambda: bool(found) and settings.get("stop_early", True),
-                           found_elsewhere=lambda sig: sig in exclude, replay=None)
+                           found_elsewhere=lambda sig: sig in exclude, replay=None, on_graph=on_graph)
     return summary.graphs, found
 
 
@@ -122,20 +122,27 @@ def main(path: str) -> int:
         from harness.pool import _limit_memory
 
         _limit_memory(settings["mem_limit_mb"])
-    from harness.mutate.tracing import LineTracer, relative_lines
+    from harness.mutate.tracing import Attribution, LineTracer, relative_lines
 
     exclude = set(settings.get("exclude", []))
-    run = _fuzz if settings["campaign"] == "fuzz" else _plugin
     imported = time.monotonic()
     tracer = LineTracer([settings["trace"]]) if settings.get("trace") else None
+    # with ``attribute`` (a fuzz campaign, traced): which graph's ops first ran each line
+    attribution = Attribution(tracer) if tracer is not None and settings.get("attribute") else None
     with tracer if tracer is not None else contextlib.nullcontext():
-        graphs, found = run(settings, exclude)
+        if settings["campaign"] != "fuzz":
+            graphs, found = _plugin(settings, exclude)
+        elif attribution is not None:
+            graphs, found = _fuzz(settings, exclude, lambda graph: attribution.after(graph.ops))
+        else:
+            graphs, found = _fuzz(settings, exclude)
         if settings.get("corpus_suite") and not (found and settings.get("stop_early", True)):
             found += _corpus(settings, exclude)
     out = {"graphs": graphs, "found": found, "import_s": imported - started,
            "campaign_s": time.monotonic() - imported,
            "lines": relative_lines(tracer.lines, settings["root"]) if tracer is not None else None,
-           "calls": relative_lines(tracer.calls, settings["root"]) if tracer is not None else None}
+           "calls": relative_lines(tracer.calls, settings["root"]) if tracer is not None else None,
+           "line_ops": relative_lines(attribution.ops, settings["root"]) if attribution is not None else None}
     with open(settings["out"], "w") as f:
         json.dump(out, f)
     return 0

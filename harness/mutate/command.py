@@ -32,6 +32,9 @@ def add_parser(sub: Any) -> None:
     budget.add_argument("--budget-s", type=float,
                         help="seconds of fuzzing per mutant, on one core (default 120)")
     budget.add_argument("--budget-graphs", type=int, help="graphs generated per mutant instead of seconds")
+    p.add_argument("--focus-s", type=float, metavar="SECONDS",
+                   help="a second round for each survivor: SECONDS of fuzzing on only the ops whose baseline graphs "
+                        "first ran its lines (fuzz campaigns; resumes a results file made without it)")
     p.add_argument("--mutants", type=int, default=100, help="mutants to sample from the covered sites (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed of the campaigns and of the sample (default 0)")
     p.add_argument("--operators", help=f"only these operators, comma-separated ({', '.join(OPERATORS)})")
@@ -66,6 +69,9 @@ def _request(args: argparse.Namespace) -> Any:
     positive("--budget-s", args.budget_s)
     positive("--budget-graphs", args.budget_graphs, integer=True)
     positive("--mutants", args.mutants, integer=True)
+    positive("--focus-s", args.focus_s)
+    if args.focus_s is not None and args.campaign != "fuzz":
+        raise UsageError("--focus-s narrows a fuzz campaign to ops; a --campaign MODULE:FUNCTION has none")
     positive("-j/--jobs", args.jobs, integer=True)
     positive("--mem-limit-mb", args.mem_limit_mb, integer=True)
     check_cluster_settings(args)
@@ -104,6 +110,7 @@ def _request(args: argparse.Namespace) -> Any:
                          corpus_suite=args.corpus_suite, corpus_entries=_entries(args),
                          jobs=args.jobs, cluster=args.cluster, mixed_versions=args.mixed_versions,
                          coverage_file=args.coverage_file, out=args.out, workdir=args.workdir, cache=_cache(args),
+                         focus_s=args.focus_s,
                          mem_limit_mb=args.mem_limit_mb if args.mem_limit_mb is not None else default_mem_limit(args.jobs))
 
 
@@ -162,6 +169,13 @@ def cmd_mutate(args: argparse.Namespace) -> int:
 _KILLED_BY = {"fail_run": "a failure", "timeout": "a hang", "crash": "a crash", "fail_compile": "no campaign (import failed)"}
 
 
+def counts_first(records: list[dict]) -> str:
+    """The score before the focused round (its kills counted as survivors), CPU targets."""
+    cpu = [r for r in records if not r["gpu_only"] and r["verdict"] in ("killed", "survived")]
+    killed = sum(r["verdict"] == "killed" and "focus" not in r for r in cpu)
+    return f"{100 * killed / len(cpu):.1f}%, {killed} of {len(cpu)}" if cpu else "n/a"
+
+
 def render(summary: dict) -> str:
     records = summary["records"]
     lines = []
@@ -182,6 +196,12 @@ def render(summary: dict) -> str:
             rows.append([operator, len(mine), killed, sum(r["verdict"] == "survived" for r in mine)])
     if rows:
         lines.append(tabulate(rows, headers=["operator", "mutants", "killed", "survived"]))
+    focused = [r for r in records if "focus" in r]
+    if focused:
+        killed = sum(r["verdict"] == "killed" for r in focused)
+        lines.append(f"focused round: {killed} of {len(focused)} first-round survivors killed by "
+                     f"{focused[0]['focus']['seconds']:g}s on the ops that reach their lines "
+                     f"(first round alone: {counts_first(records)})")
     how = Counter(_KILLED_BY.get(r["status"], r["status"]) for r in records if r["verdict"] == "killed")
     if how:
         lines.append("killed by: " + ", ".join(f"{k} {v}" for k, v in how.most_common()))
@@ -208,7 +228,9 @@ def render(summary: dict) -> str:
     if survivors:
         lines.append(f"surviving mutants ({len(survivors)}):")
         for r in sorted(survivors, key=lambda r: (r["file"], r["line"])):
+            focus = (f"; focused: {r['focus']['graphs'] or 0} graphs on {', '.join(r['focus']['ops'])}"
+                     if "focus" in r else "")
             lines.append(f"  {r['id']} {r['file']}:{r['line']} {r['operator']} on {r['target']} "
-                         f"({r['graphs'] or 0} graphs)\n" + "\n".join("    " + x for x in r["diff"].splitlines()))
+                         f"({r['graphs'] or 0} graphs{focus})\n" + "\n".join("    " + x for x in r["diff"].splitlines()))
     lines.append(f"results: {summary['out']} (this session: {summary['wall_s']:.0f}s wall)")
     return "\n".join(lines)

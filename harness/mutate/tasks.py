@@ -65,6 +65,7 @@ class ChildRun:
     graphs: int | None = None
     lines: dict | None = None
     calls: dict | None = None  # first lines of the code objects that ran (harness.mutate.tracing)
+    line_ops: dict | None = None  # {file: {line: ops of the graph that first ran it}} (``attribute``)
     copy_s: float = 0.0
     import_s: float = 0.0
     campaign_s: float = 0.0
@@ -171,8 +172,8 @@ def run_child(settings: dict, package: str, location: str, base: str, edit: Edit
             os.makedirs(os.path.dirname(keep_cache), exist_ok=True)
             shutil.move(cache, keep_cache)
         doc = json.loads(Path(out).read_text())
-        return ChildRun("ok", doc["found"], doc["graphs"], doc["lines"], doc["calls"], copy_s, doc["import_s"],
-                        doc["campaign_s"], tail)
+        return ChildRun("ok", doc["found"], doc["graphs"], doc["lines"], doc["calls"], doc.get("line_ops"), copy_s,
+                        doc["import_s"], doc["campaign_s"], tail)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

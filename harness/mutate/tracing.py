@@ -111,10 +111,34 @@ class LineTracer:
         self._tool = tool
 
 
-def relative_lines(lines: dict[str, set[int]], base: str) -> dict[str, list[int]]:
+class Attribution:
+    """Which graph first ran each line a ``LineTracer`` records: ``after(ops)`` after each graph gives
+    the lines new since the last call to that graph's ops (``ops``: {absolute file: {line: ops}}).
+    Lines the imports and the first graph ran go to the first graph's ops; a line shared by every
+    graph is attributed to whichever ran first, so this says which ops *can* reach a line, cheaply,
+    not all that do."""
+
+    def __init__(self, tracer: LineTracer) -> None:
+        self.tracer = tracer
+        self.known: dict[str, set[int]] = {}
+        self.ops: dict[str, dict[int, list[str]]] = defaultdict(dict)
+
+    def after(self, ops: list[str]) -> None:
+        for file, lines in list(self.tracer.lines.items()):
+            seen = self.known.setdefault(file, set())
+            if len(lines) == len(seen):
+                continue
+            new = lines.copy() - seen
+            seen |= new
+            for line in new:
+                self.ops[file][line] = sorted(set(ops))
+
+
+def relative_lines(lines: dict[str, Any], base: str) -> dict[str, Any]:
     """``lines`` keyed by path relative to ``base`` (the package's parent directory), sorted."""
     base = os.path.realpath(base)
-    return {os.path.relpath(f, base): sorted(n) for f, n in sorted(lines.items()) if f.startswith(base + os.sep)}
+    return {os.path.relpath(f, base): sorted(n) if isinstance(n, set) else n
+            for f, n in sorted(lines.items()) if f.startswith(base + os.sep)}
 
 
 def load_coverage_file(path: str, base: str) -> dict[str, set[int]]:

@@ -458,3 +458,54 @@ def test_a_failure_the_unmutated_compiler_shares_is_not_a_kill(monkeypatch, stat
     worker = type("W", (), {"progress": None})()
     signature = "fail_run | aten.scaled_dot_product_attention.default | NameError"
     assert tasks._not_unmutated_failure(graph, signature, "crucible-interpret", worker) is own
+
+
+def test_attribution_gives_each_line_the_ops_of_the_graph_that_first_ran_it(tmp_path: Path, monkeypatch) -> None:
+    from harness.mutate.tracing import Attribution
+
+    (tmp_path / "fakelower").mkdir()
+    (tmp_path / "fakelower" / "__init__.py").write_text(
+        "def pool(x):\n    return x * 2\n\n\ndef add(x):\n    return x + 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with LineTracer([str(tmp_path / "fakelower")]) as tracer:
+        import fakelower
+
+        attribution = Attribution(tracer)
+        fakelower.add(1)
+        attribution.after(["aten.add.Tensor"])
+        fakelower.pool(1)
+        fakelower.add(1)
+        attribution.after(["aten.max_pool2d.default", "aten.add.Tensor"])
+    file = os.path.realpath(tmp_path / "fakelower" / "__init__.py")
+    assert attribution.ops[file][6] == ["aten.add.Tensor"]
+    assert attribution.ops[file][2] == ["aten.add.Tensor", "aten.max_pool2d.default"]
+
+
+def test_a_focused_round_fuzzes_a_survivor_on_the_ops_that_reach_it(tmp_path: Path) -> None:
+    """``--focus-s``: a first-round survivor whose line the baseline reached through square's graphs is
+    fuzzed again on square alone, killed there, and the report counts it apart."""
+    from harness.mutate.analysis import MutateRequest, ResultsFile, _focused_round, focus_ops
+    from harness.mutate.command import render
+    from harness.mutate.tasks import package_location
+
+    source = (Path(__file__).parents[2] / "compiler/lowerings/pointwise.py").read_bytes()
+    mutant = next(m for m in mutants_of(source, "compiler/lowerings/pointwise.py", ("drop",))
+                  if m.original == "x * x" and b"lambda x: x * x, a, compute=common" in source.splitlines()[m.line - 1])
+    line_ops = {mutant.file: {str(mutant.line): ["aten.square.default"], str(mutant.line + 1): ["aten.add.Tensor"]}}
+    assert focus_ops(mutant, line_ops) == ["aten.square.default"]
+    request = MutateRequest(targets=("crucible-cpp",), out=str(tmp_path / "m.jsonl"), focus_s=30.0, cache="cold")
+    results = ResultsFile(request.out, "k")
+    results.baselines["crucible-cpp"] = {"signatures": [], "graphs": 1, "seconds": 1.0}
+    results.reach["crucible-cpp"] = {"line_ops": line_ops}
+    first = {"kind": "mutant", **mutant.to_dict(), "target": "crucible-cpp", "gpu_only": False, "verdict": "survived",
+             "status": "pass", "how": None, "graphs": 700, "diff": mutant.diff(source)}
+    results.done[mutant.id] = first
+    location, base = package_location("compiler")
+    _focused_round(request, results, [(mutant, "crucible-cpp")], location, base, lambda line: None)
+    entry = results.done[mutant.id]
+    assert entry["verdict"] == "killed" and "aten.square" in entry["how"], entry
+    assert entry["focus"]["ops"] == ["aten.square.default"]
+    assert ResultsFile(request.out, "k").done[mutant.id]["focus"]  # appended: a resumed run skips it
+    text = render({"records": [entry], "reach": {"unreached": {}}, "baselines": {}, "wall_s": 1.0,
+                   "out": request.out})
+    assert "focused round: 1 of 1 first-round survivors killed" in text and "first round alone: 0.0%" in text
