@@ -28,7 +28,7 @@ import torch
 import torch.fx
 
 from compiler import ir
-from compiler.folding import FoldedGraph, _real_tensors, graph_module
+from compiler.folding import BatchNormFold, FoldedGraph, _real_tensors, graph_module
 from compiler.graph import contiguous_strides, same_layout
 from compiler.sizes import is_static
 
@@ -291,7 +291,9 @@ def convert_weight_layout(folded: FoldedGraph, static_inputs: Sequence[int]) -> 
     index = {n: i for i, n in enumerate(placeholders)}
     by_source: dict[int, torch.fx.Node] = {}
     conversions = list(folded.conversions)
-    folds = {id(f.folded_weight): f for f in folded.folds}  # one lookup a convolution: deep stacks have thousands
+    # one lookup a convolution (deep stacks have thousands); batch norm folds only: the GEMM passes'
+    # stacked weights (compiler.extern_passes.StackedWeight) are refilled by the same guard, and have none
+    folds = {id(f.folded_weight): f for f in folded.folds if isinstance(f, BatchNormFold)}
     for conv in conv2d_nodes(gm):
         weight = conv.args[1]
         val = weight.meta["val"]

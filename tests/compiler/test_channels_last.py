@@ -395,3 +395,30 @@ def test_a_gpu_conv_whose_users_permute_it_to_nhwc_produces_nhwc(monkeypatch):
     _, got, _ = compiled_run(m, x, codegen="triton")
     with torch.no_grad():
         assert_close(got, m(x))
+
+
+def test_a_stacked_gemm_weight_among_the_folds_is_left_to_its_own_refill():
+    """H200 (cudagraphs GPU test, conv + batch norm + a linear): the CUDA GEMM pass's stacked weight
+    sits in the folds beside the batch norm's, has no ``folded_weight``, and the lookup of folded conv
+    weights read it from every fold: AttributeError, the graph failed to compile."""
+    from compiler.extern_passes import StackedWeight
+    from compiler.folding import BatchNormFold, FoldedGraph
+    from compiler.layout import convert_weight_layout
+
+    weight = torch.randn(8, 3, 3, 3)
+    gm = torch.fx.GraphModule(torch.nn.Module(), torch.fx.Graph())
+    gm.register_buffer("_folded0_weight", weight)
+    x = gm.graph.placeholder("x")
+    x.meta["val"] = torch.empty(2, 3, 8, 8)
+    w = gm.graph.get_attr("_folded0_weight")
+    w.meta["val"] = weight
+    conv = gm.graph.call_function(torch.ops.aten.convolution.default, (x, w, None, [1, 1], [0, 0], [1, 1], False,
+                                                                       [0, 0], 1))
+    conv.meta["val"] = torch.empty(2, 8, 6, 6)
+    gm.graph.output(conv)
+    gm.recompile()
+    fold = BatchNormFold("convolution", conv.name, 1, None, 2, 3, None, None, 1e-5, 0, weight, torch.zeros(8))
+    stack = StackedWeight([4, 5], 0, torch.zeros(16, 4))
+    converted = convert_weight_layout(FoldedGraph(gm, [stack, fold]), [1, 2, 3, 4, 5])
+    assert is_channels_last(fold.folded_weight.shape, fold.folded_weight.stride())
+    assert converted.folds[0] is stack
