@@ -114,7 +114,7 @@ def covered_lines(request: MutateRequest, target: str, location: str, base: str,
                   trace: bool = True, attribute: bool = False) -> dict:
     """Run the baseline campaign of ``target`` on a pristine copy (with line tracing when ``trace``):
     {"lines": {file: [lines]} or None, "signatures": [...], "graphs", "seconds", "line_ops": which
-    graph's ops first ran each line, with ``attribute``}; its kernel cache is kept
+    ops reach each line, with ``attribute``: ``harness.mutate.tracing.Attribution``}; its kernel cache is kept
     (``baseline_cache``). Raises when the baseline cannot run: then no mutant could be judged."""
     settings = dict(request.settings(target), trace=trace, stop_early=False, attribute=attribute)
     timeout = (request.seconds or 3600.0) * 4 + START_S
@@ -259,7 +259,7 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
 
 
 def focus_ops(mutant: Mutant, line_ops: dict) -> list[str]:
-    """The ops whose baseline graphs first ran a line of ``mutant`` ({file: {line: ops}}, lines as
+    """The ops whose baseline graphs run a line of ``mutant`` most reliably (``Attribution``) ({file: {line: ops}}, lines as
     JSON keys), sorted; [] when none is known."""
     lines = line_ops.get(mutant.file) or {}
     return sorted({op for n in range(mutant.line, mutant.end_line + 1) for op in lines.get(str(n), ())})

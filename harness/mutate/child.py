@@ -127,7 +127,7 @@ def main(path: str) -> int:
     exclude = set(settings.get("exclude", []))
     imported = time.monotonic()
     tracer = LineTracer([settings["trace"]]) if settings.get("trace") else None
-    # with ``attribute`` (a fuzz campaign, traced): which graph's ops first ran each line
+    # with ``attribute`` (a fuzz campaign, traced): which ops reach each line
     attribution = Attribution(tracer) if tracer is not None and settings.get("attribute") else None
     with tracer if tracer is not None else contextlib.nullcontext():
         if settings["campaign"] != "fuzz":
@@ -142,7 +142,7 @@ def main(path: str) -> int:
            "campaign_s": time.monotonic() - imported,
            "lines": relative_lines(tracer.lines, settings["root"]) if tracer is not None else None,
            "calls": relative_lines(tracer.calls, settings["root"]) if tracer is not None else None,
-           "line_ops": relative_lines(attribution.ops, settings["root"]) if attribution is not None else None}
+           "line_ops": relative_lines(attribution.ops(), settings["root"]) if attribution is not None else None}
     with open(settings["out"], "w") as f:
         json.dump(out, f)
     return 0

@@ -34,7 +34,7 @@ def add_parser(sub: Any) -> None:
     budget.add_argument("--budget-graphs", type=int, help="graphs generated per mutant instead of seconds")
     p.add_argument("--focus-s", type=float, metavar="SECONDS",
                    help="a second round for each survivor: SECONDS of fuzzing on only the ops whose baseline graphs "
-                        "first ran its lines (fuzz campaigns; resumes a results file made without it)")
+                        "run its lines most reliably (fuzz campaigns; resumes a results file made without it)")
     p.add_argument("--mutants", type=int, default=100, help="mutants to sample from the covered sites (default 100)")
     p.add_argument("--seed", type=int, default=0, help="seed of the campaigns and of the sample (default 0)")
     p.add_argument("--operators", help=f"only these operators, comma-separated ({', '.join(OPERATORS)})")

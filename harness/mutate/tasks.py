@@ -65,7 +65,7 @@ class ChildRun:
     graphs: int | None = None
     lines: dict | None = None
     calls: dict | None = None  # first lines of the code objects that ran (harness.mutate.tracing)
-    line_ops: dict | None = None  # {file: {line: ops of the graph that first ran it}} (``attribute``)
+    line_ops: dict | None = None  # {file: {line: the ops that reach it}} (``attribute``)
     copy_s: float = 0.0
     import_s: float = 0.0
     campaign_s: float = 0.0

@@ -19,7 +19,7 @@ import json
 import os
 import sys
 import threading
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -38,6 +38,16 @@ class LineTracer:
         self.calls: dict[str, set[int]] = defaultdict(set)
         self._wanted: dict[str, str | None] = {}
         self._tool: int | None = None
+        # with ``Attribution``: the (file, line) pairs run since the last ``take`` (None: not kept)
+        self.current: set[tuple[str, int]] | None = None
+
+    def take(self) -> set[tuple[str, int]]:
+        """The lines run since the last call (``current``), and a fresh set; on Python 3.12+ each
+        line's event is enabled again, so the next call sees every line that runs again."""
+        ran, self.current = self.current or set(), set()
+        if self._tool is not None:
+            sys.monitoring.restart_events()  # type: ignore[attr-defined]
+        return ran
 
     def _file(self, filename: str) -> str | None:
         """``filename`` resolved when it is under a root, else None (memoized: called per frame)."""
@@ -81,6 +91,8 @@ class LineTracer:
             file = self._file(frame.f_code.co_filename)
             if file is not None:
                 self.lines[file].add(frame.f_lineno)
+                if self.current is not None:
+                    self.current.add((file, frame.f_lineno))
         return self._line
 
     # -- Python 3.12+: sys.monitoring, each line reported once
@@ -96,6 +108,8 @@ class LineTracer:
             file = self._file(code.co_filename)
             if file is not None:
                 self.lines[file].add(line)
+                if self.current is not None:
+                    self.current.add((file, line))
             return disable
 
         def on_start(code: Any, offset: int) -> Any:
@@ -111,27 +125,39 @@ class LineTracer:
         self._tool = tool
 
 
+MAX_FOCUS_OPS = 4  # a line more ops reach about as often is generic: no op to focus on
+
+
 class Attribution:
-    """Which graph first ran each line a ``LineTracer`` records: ``after(ops)`` after each graph gives
-    the lines new since the last call to that graph's ops (``ops``: {absolute file: {line: ops}}).
-    Lines the imports and the first graph ran go to the first graph's ops; a line shared by every
-    graph is attributed to whichever ran first, so this says which ops *can* reach a line, cheaply,
-    not all that do."""
+    """Which ops reach each line a ``LineTracer`` records: ``after(ops)`` after each graph counts,
+    for every line the graph ran, its ops. ``ops()`` then gives each line the ops whose graphs run it
+    most reliably: the share of an op's graphs that ran the line, those above half the best share,
+    at most ``MAX_FOCUS_OPS`` (a line that more ops reach as reliably, the compile pipeline's, gets
+    none). Attributing each line to the first graph that ran it gave every line the first graph's
+    ops (a campaign's first graph runs most of the pipeline), and focused nothing."""
 
     def __init__(self, tracer: LineTracer) -> None:
         self.tracer = tracer
-        self.known: dict[str, set[int]] = {}
-        self.ops: dict[str, dict[int, list[str]]] = defaultdict(dict)
+        tracer.take()
+        self.hits: dict[tuple[str, int], Counter] = defaultdict(Counter)
+        self.graphs_with: Counter = Counter()
 
     def after(self, ops: list[str]) -> None:
-        for file, lines in list(self.tracer.lines.items()):
-            seen = self.known.setdefault(file, set())
-            if len(lines) == len(seen):
-                continue
-            new = lines.copy() - seen
-            seen |= new
-            for line in new:
-                self.ops[file][line] = sorted(set(ops))
+        distinct = set(ops)
+        self.graphs_with.update(distinct)
+        for key in self.tracer.take():
+            self.hits[key].update(distinct)
+
+    def ops(self) -> dict[str, dict[int, list[str]]]:
+        """{absolute file: {line: ops}}, lines with no specific ops left out."""
+        out: dict[str, dict[int, list[str]]] = defaultdict(dict)
+        for (file, line), counts in self.hits.items():
+            share = {op: n / self.graphs_with[op] for op, n in counts.items()}
+            best = max(share.values())
+            chosen = sorted((op for op, v in share.items() if v > best / 2), key=lambda op: (-share[op], op))
+            if len(chosen) <= MAX_FOCUS_OPS:
+                out[file][line] = sorted(chosen)
+        return out
 
 
 def relative_lines(lines: dict[str, Any], base: str) -> dict[str, Any]:
