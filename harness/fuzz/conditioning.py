@@ -13,7 +13,9 @@ oracle allowances (``harness.fuzz.campaign.allowances``):
   the float64 one, measured by running the op on the absolute values of its float64 inputs; or an
   output downstream of one of those, or of a prod or cumprod, whose sum|terms| (product of
   max(|term|, 1)) passes the dtype's max: which partial sums or products overflow, to +-inf or to
-  NaN, depends on the order, whether or not eager's did. Every digit of the working-precision
+  NaN, depends on the order, whether or not eager's did; or a prod or cumprod whose product of
+  min(|term|, 1) is below the dtype's smallest normal where the product does not round to 0 (which partial
+  products go subnormal or to 0 depends on the order). Every digit of the working-precision
   result is then rounding noise whose value depends on the order (fuzzer, crucible-cpp, seed 21:
   digamma of a float32 sum of int32 extremes, 36 in float64, was 0 in eager (digamma -inf) and 2
   in Crucible).
@@ -75,6 +77,7 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
         magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
                       for k, v in values.items()}
         at_least_one = {k: v.clamp_min(1) if isinstance(v, torch.Tensor) else v for k, v in magnitudes.items()}
+        at_most_one = {k: v.clamp_max(1) if isinstance(v, torch.Tensor) else v for k, v in magnitudes.items()}
         for node, k in nodes:
             out = values[node.outputs[k]]
             operands = at_least_one if node.op in PRODUCTS else magnitudes
@@ -91,6 +94,15 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
             if bool(overflows.any()):
                 return True
             if node.op in PRODUCTS:
+                # a product of min(|term|, 1) below the smallest normal: some order's partial products
+                # go subnormal or to 0 where the product itself is not 0, and another's do not (H200,
+                # float32: prod([1, 1e-38, 1e38, 1e-38, 0.5]) is 5e-39; eager's order gave 0, Inductor's
+                # and Crucible's 5e-39 or 0 by the row, so logical_not(prod) flipped)
+                low = eval(node.expr, {**namespace(reference=True), **at_most_one})  # noqa: S307
+                low = low[k] if isinstance(low, tuple) else low
+                representable = out.double().abs() >= info.smallest_normal * info.eps / 2  # rounds to nonzero
+                if bool(((low.double() < info.smallest_normal) & representable).any()):
+                    return True
                 continue
             cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
             # ... where eager's working-precision value did lose the digits (an exact cancellation of

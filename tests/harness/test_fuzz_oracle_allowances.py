@@ -209,6 +209,26 @@ def test_a_product_whose_partial_products_may_overflow_is_not_compared() -> None
     assert run_graph(graph, parse_target("crucible-cpp")).status == Status.PASS
 
 
+def test_a_product_whose_partial_products_may_underflow_is_not_compared() -> None:
+    """H200, float32: prod([1, 1e-38, 1e38, 1e-38, 0.5]) is 5e-39; eager's order gave 0 and Inductor's
+    5e-39, so logical_not(prod) flipped (the crucible-triton finding of seed 5, over special values).
+    Terms scaled to 1e-13 (a product of three is 1e-39, subnormal) are order-dependent too; products
+    of ordinary values, and one that rounds to 0 in every order, are judged."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    x = {"shape": [4, 3], "dtype": "float32", "layout": "contiguous", "profile": "positive", "seed": 0}
+
+    def scaled(factor: float) -> FuzzGraph:
+        nodes = [Node("aten.mul.Scalar", f"aten.mul.Scalar(x0, {factor})", ["v0"], [([4, 3], "float32")]),
+                 Node("aten.prod.dim_int", "aten.prod.dim_int(v0, -1, False)", ["v1"], [([4], "float32")]),
+                 Node("aten.logical_not.default", "aten.logical_not.default(v1)", ["v2"], [([4], "bool")])]
+        return FuzzGraph([x], nodes, ["v2"])
+
+    assert ill_conditioned(scaled(1e-13), "v2")
+    assert not ill_conditioned(scaled(1.0), "v2")
+    assert not ill_conditioned(scaled(1e-20), "v2")  # 1e-60: 0 whatever the order
+
+
 def test_eagers_overflow_is_excused_where_the_target_is_the_truth_at_the_outputs_scale() -> None:
     """Fuzzer, crucible-cpp, seed 27: layer norm of (1.1, -3.4e38, -1.2, 3.4e38) is NaN in eager (its
     Welford overflows); Crucible gives (4.7e-39, -1.41, -4.9e-39, 1.41) where float64 gives 4.6e-39 and
