@@ -50,7 +50,7 @@ _TORCH_RULES = [
     aten.gelu.default, aten.silu.default, aten.mish.default,
     aten.hardswish.default, aten.hardsigmoid.default, aten.hardtanh.default, aten.leaky_relu.default,
     aten.elu.default, aten.softplus.default, aten.std.correction,
-    aten.addcdiv.default, aten.logit.default, aten.masked_fill.Scalar,
+    aten.logit.default, aten.masked_fill.Scalar,
     aten.masked_fill.Tensor, aten.rsub.Scalar, aten.clamp.Tensor, aten.hardshrink.default,
     aten.softshrink.default, aten.threshold.default, aten.xlogy.Tensor, aten.log_sigmoid_forward.default,
     aten.glu.default, aten.nan_to_num.default,
@@ -182,6 +182,17 @@ def layer_norm(x: torch.Tensor, normalized_shape: Any, weight: Any, bias: Any, e
     # contiguous, as ATen's: the elementwise form kept a transposed input's strides, and a later view
     # of the output failed to trace (fuzzer, crucible-cpp, seed 26)
     return out.to(x.dtype).contiguous(), mean, rstd
+
+
+@rule("crucible:addcdiv_in_atens_order", aten.addcdiv.default)
+def addcdiv(x: torch.Tensor, tensor1: torch.Tensor, tensor2: torch.Tensor, *, value: Any = 1) -> torch.Tensor:
+    # ATen's CPU kernel computes x + value * t1 / t2 left to right ((value * t1) / t2, torch's rule), its
+    # CUDA kernel x + value * (t1 / t2): value * t1 overflows where t1 / t2 does not, and the reverse,
+    # so the two orders put inf in different places (fuzzer, crucible-triton, seed 161, H200:
+    # addcdiv's inf positions differed from eager's on torch's rule)
+    if x.device.type == "cuda":
+        return x + value * (tensor1 / tensor2)
+    return decomposition_table[aten.addcdiv.default](x, tensor1, tensor2, value=value)
 
 
 @rule("crucible:group_norm_centred", aten.native_group_norm.default)

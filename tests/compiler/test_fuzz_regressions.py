@@ -930,6 +930,39 @@ def test_division_by_a_row_invariant_subnormal_or_huge_value(codegen: str, devic
     torch.testing.assert_close(q, x / d, rtol=2e-7, atol=0, equal_nan=True)
 
 
+def test_addcdiv_computes_in_atens_order_on_its_device(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-triton, seed 161 (H200): addcdiv's inf positions differed from eager's. ATen's
+    CPU kernel computes x + value * t1 / t2 left to right, its CUDA kernel x + value * (t1 / t2);
+    torch's rule, used on both, is the CPU order. Here value * t1 overflows where t1 / t2 does not
+    (value 1e10), and t1 / t2 where value * t1 does not (value 1e-10)."""
+    x = torch.tensor([0.0, 1.0, -2.0, 3.0], device=device)
+    t1 = torch.tensor([1e30, 1e30, 2.0, -1e30], device=device)
+    t2 = torch.tensor([1e30, 1e-10, 4.0, 1e-10], device=device)
+    for value in (1e10, 1e-10):
+        fn = lambda a, b, c: aten.addcdiv.default(a, b, c, value=value)  # noqa: E731
+        got, want = _compiled(fn, x, t1, t2, codegen=codegen)(x, t1, t2), fn(x, t1, t2)
+        assert torch.equal(got.isinf(), want.isinf()), (value, got, want)
+        torch.testing.assert_close(got, want, rtol=2e-7, atol=0, equal_nan=True)
+
+
+def test_addcdivs_rule_traces_atens_order_for_each_device() -> None:
+    """The rule on fake CUDA tensors divides first; on CPU it multiplies by the value first."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from compiler.decompositions import decomposition_table_for_compiler
+
+    def order(device: str) -> list[str]:
+        with FakeTensorMode():
+            x = torch.empty(4, device=device)
+            gm = make_fx(lambda a, b, c: aten.addcdiv.default(a, b, c, value=3.0),
+                         decomposition_table=decomposition_table_for_compiler(), tracing_mode="fake")(x, x, x)
+        return [n.target.__name__.split(".")[0] for n in gm.graph.nodes if n.op == "call_function"]
+
+    assert order("cuda") == ["div", "mul", "add"]
+    assert order("cpu") == ["mul", "div", "add"]
+
+
 def test_a_node_with_a_thousand_outputs_is_cut_into_kernels(codegen: str, device: str) -> None:
     """Fuzzer, crucible-cpp, seed 28: ``split(exp(x0), 1)`` of 1025 elements was one kernel of 1026
     arguments, which ctypes refuses (1024 at most; CUDA's parameter space is smaller still). A kernel
