@@ -3,6 +3,7 @@ the shrunk graph that exposed it."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import torch
@@ -939,7 +940,7 @@ def test_addcdiv_computes_in_atens_order_on_its_device(codegen: str, device: str
     t1 = torch.tensor([1e30, 1e30, 2.0, -1e30], device=device)
     t2 = torch.tensor([1e30, 1e-10, 4.0, 1e-10], device=device)
     for value in (1e10, 1e-10):
-        fn = lambda a, b, c, v=value: aten.addcdiv.default(a, b, c, value=v)  # noqa: E731
+        fn = functools.partial(aten.addcdiv.default, value=value)
         got, want = _compiled(fn, x, t1, t2, codegen=codegen)(x, t1, t2), fn(x, t1, t2)
         assert torch.equal(got.isinf(), want.isinf()), (value, got, want)
         torch.testing.assert_close(got, want, rtol=2e-7, atol=0, equal_nan=True)
