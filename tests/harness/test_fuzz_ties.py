@@ -108,3 +108,22 @@ def test_cummax_over_atens_inconsistent_exp2_passes_on_crucible() -> None:
     record = run_graph(graph, parse_target("crucible-cpp"))
     assert record.status == Status.PASS, record.error
     assert allowances(record) == ["near-tied indices"]
+
+
+def test_an_index_seen_through_an_unsqueeze_is_judged_as_the_index_ops_own() -> None:
+    """Fuzzer, crucible-interpret, seed 171: ``unsqueeze(argmax(mish(x)))`` over 65,535 bfloat16 values
+    in (-1, 1) picked another of the maxima that are equal to within bfloat16 rounding. Through the
+    unsqueeze the allowance saw no index op and the graph failed; a far smaller value still fails."""
+    x = {"dtype": "bfloat16", "layout": "contiguous", "profile": "unit", "seed": 0, "shape": [4096]}
+    nodes = [Node("aten.mish.default", "aten.mish.default(x0)", ["v1"], [([4096], "bfloat16")]),
+             Node("aten.argmax.default", "aten.argmax.default(v1, 0, False)", ["v2"], [([], "int64")]),
+             Node("aten.unsqueeze.default", "aten.unsqueeze.default(v2, 0)", ["v5"], [([1], "int64")])]
+    graph = FuzzGraph([x], nodes, ["v5"])
+    values = graph.pruned(["v1"]).function()(*graph.pruned(["v1"]).make_inputs())[0].float()
+    eager = graph.function()(*graph.make_inputs())[0]
+    top = values.max()
+    near = ((values < top) & (values >= top * (1 - 1e-2))).nonzero().flatten()  # bfloat16's rtol is 1.6e-2
+    assert near.numel()
+    assert near_tied_indices(graph, "v5", eager, near[:1].clone())
+    far = (values < top * 0.5).nonzero().flatten()
+    assert not near_tied_indices(graph, "v5", eager, far[:1].clone())
