@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -76,11 +77,15 @@ class MutateRequest:
                 "corpus_suite": self.corpus_suite, "corpus_entries": list(self.corpus_entries)}
 
     def key(self, digest: str) -> str:
-        """What a results file's mutants depend on: a session resumes only a file with this key."""
+        """What a results file's mutants depend on: a session resumes only a file with this key. The
+        Python version is part of it: the operators' candidates come from ``ast``, whose positions
+        differ between versions (f-strings have parts with positions from 3.12), so another version
+        draws another sample from the same sources and seed, and a resumed file would mix two."""
         fields = {k: v for k, v in asdict(self).items() if k not in ("jobs", "cluster", "mixed_versions", "out",
                                                                        "workdir", "mutants", "cache", "mem_limit_mb",
                                                                        "focus_s")}
-        return hashlib.sha1(json.dumps([fields, digest], sort_keys=True).encode()).hexdigest()[:16]
+        python = list(sys.version_info[:2])
+        return hashlib.sha1(json.dumps([fields, digest, python], sort_keys=True).encode()).hexdigest()[:16]
 
 
 def source_files(location: str, base: str, paths: tuple[str, ...]) -> list[str]:
@@ -139,8 +144,8 @@ class ResultsFile:
         if os.path.exists(path) and os.path.getsize(path):
             records = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
             if not records or records[0].get("kind") != "config" or records[0].get("key") != key:
-                raise UsageError(f"--out {path}: holds a mutation run with other settings or sources; give another "
-                                 f"--out (or delete it to start over)")
+                raise UsageError(f"--out {path}: holds a mutation run with other settings, sources or Python "
+                                 f"version; give another --out (or delete it to start over)")
             for record in records[1:]:
                 if record["kind"] == "baseline":
                     self.baselines[record["target"]] = record

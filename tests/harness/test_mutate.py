@@ -516,3 +516,16 @@ def test_a_focused_round_fuzzes_a_survivor_on_the_ops_that_reach_it(tmp_path: Pa
     text = render({"records": [entry], "reach": {"unreached": {}}, "baselines": {}, "wall_s": 1.0,
                    "out": request.out})
     assert "focused round: 1 of 1 first-round survivors killed" in text and "first round alone: 0.0%" in text
+
+
+def test_a_results_file_resumes_only_on_the_python_version_that_drew_its_sample(monkeypatch) -> None:
+    """The sample comes from ``ast`` positions, which differ between Python versions: a file drawn on
+    3.11 resumed on 3.12 ran 27 other mutants as if they belonged to the same sample."""
+    import sys
+
+    from harness.mutate.analysis import MutateRequest
+
+    request = MutateRequest()
+    here = request.key("digest")
+    monkeypatch.setattr(sys, "version_info", (3, sys.version_info[1] + 1, 0, "final", 0))
+    assert request.key("digest") != here
