@@ -84,6 +84,13 @@ class ExprWriter(_KernelWriter):
                 # (a Python float has no type to broadcast: add it to a tile instead)
                 value = f"(tl.full({shape}, 0, tl.float32) + {value})"
             index = self.index_code(store.index)
+            if self.mask_for(store.index) is None and self.mask is not None:
+                # an output whose every dim is 1 (a 1x1 GEMM): its index is a constant, a scalar
+                # pointer, which takes neither the tile's value nor its mask (Triton: "Value argument
+                # cannot be block type if pointer argument is not a block"; fuzzer,
+                # crucible-interpret:extern=none, seed 171: log10(addmm) of a [1, 2] x [2, 1]
+                # product). A pointer per lane, all to that element; the mask keeps the one in range.
+                index = f"{index} + tl.full({shape}, 0, tl.int32)"
             ptr = self.param(store.buffer)
             self.pre.append(f"tl.store({ptr} + ({index}), ({value}).to({TL_DTYPE[store.value.dtype]}), {self.mask})")
         return self.pre

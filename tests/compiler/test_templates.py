@@ -118,6 +118,18 @@ def test_an_operand_that_depends_only_on_the_batch_index_loads_unmasked(device: 
     compile_none(lambda a, b: torch.bmm(a * 0.5, b), (a, _rand(3, 7, 6, dtype=torch.float32, device=device)))
 
 
+def test_a_one_element_output_stores_through_a_block_pointer(device: str) -> None:
+    """Regression (fuzzer, crucible-interpret:extern=none, seed 171, 10-minute coverage campaign):
+    ``log10(addmm(c, a, b))`` with a [1, 2] by [2, 1] product: every output dim is 1, the store's index
+    was the constant 0, and Triton refused the tile's value at a scalar pointer ("Value argument
+    cannot be block type if pointer argument is not a block"). A batched one-element product too."""
+    a = _rand(1, 3, dtype=torch.float32, device=device)[:, :2]  # narrowed, as the fuzzer's was
+    b, c = _rand(2, 1, dtype=torch.float32, device=device), _rand(1, dtype=torch.float32, device=device)
+    compile_none(lambda c, a, b: torch.log10(torch.addmm(c, a, b).abs() + 1), (c, a, b))
+    compile_none(lambda a, b: torch.bmm(a, b) * 2, (_rand(3, 1, 4, dtype=torch.float32, device=device),
+                                                     _rand(3, 4, 1, dtype=torch.float32, device=device)))
+
+
 @pytest.mark.parametrize("beta", [1.0, 0.0])
 def test_addmm_with_alpha_zero_ignores_nan_in_the_matrices(beta: float, device: str) -> None:
     """ATen's addmm with alpha = 0 reads neither matrix (a BLAS gemm), so a NaN in ``a`` does not reach
