@@ -31,9 +31,6 @@ from harness.fuzz.values import DTYPES, make_input
 
 HUGE_FLOAT64 = 2.0 ** 1000  # inputs this large overflow float64 partial sums and products
 ACCUMULATING = ("reduction", "nn", "scan")  # op families whose result sums many values
-# op -> its output whose value on |inputs| is the sum of |terms| (the numerator of the summation
-# condition number)
-LINEAR_ACCUMULATIONS = ACCUMULATION_NOISE
 # products whose partial products may pass the dtype's max in one order and not in another: the
 # product of max(|term|, 1) bounds every partial product
 PRODUCTS = {"aten.prod.dim_int": 0, "aten.prod.default": 0, "aten.cumprod.default": 0}
@@ -64,7 +61,7 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     beyond the unit roundoff of its float result dtype, in the float64 reference, or it or a
     product may overflow by its order (see the module's docstring)."""
     upstream = graph.upstream([name])
-    kinds = {**LINEAR_ACCUMULATIONS, **PRODUCTS}
+    kinds = {**ACCUMULATION_NOISE, **PRODUCTS}  # op -> its accumulating output
     nodes = [(n, kinds[n.op]) for n in graph.nodes if n.op in kinds and n.outputs[kinds[n.op]] in upstream
              and DTYPES.get(n.out_meta[kinds[n.op]][1], torch.int64).is_floating_point]
     if not nodes:

@@ -30,6 +30,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from harness.mutate.operators import OPERATORS, Mutant, mutants_of, names_read
 from harness.mutate.tasks import MAX_ROUNDS, START_S, Edit, MutantTask, package_location, run_child
@@ -170,6 +171,12 @@ def verdict(result: Result) -> str:
     return "killed" if result.status.failed and result.phase == "run" else "error"
 
 
+def _side_by_side(request: MutateRequest, targets: list[str], run: Callable[[str], dict]) -> dict[str, dict]:
+    """``run(target)`` for each target, up to ``request.jobs`` at once: {target: its result}."""
+    with ThreadPoolExecutor(max_workers=max(1, min(len(targets), request.jobs))) as threads:
+        return dict(zip(targets, threads.map(run, targets)))
+
+
 def plan(request: MutateRequest, results: ResultsFile, location: str, base: str, files: list[str],
          log: Callable[[str], None]) -> tuple[list[tuple[Mutant, str]], dict]:
     """Baselines (stored or run), then the selected (mutant, target) pairs, and what was not reached."""
@@ -179,10 +186,8 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
     missing = [t for t in request.targets if t not in results.baselines]
     if missing:
         log(f"baseline campaign on {', '.join(missing)} (a pristine copy, line tracing on)...")
-        with ThreadPoolExecutor(max_workers=max(1, min(len(missing), request.jobs))) as threads:
-            runs = dict(zip(missing, threads.map(
-                lambda t: covered_lines(request, t, location, base, trace=request.coverage_file is None or focus,
-                                        attribute=focus), missing)))
+        runs = _side_by_side(request, missing, lambda t: covered_lines(
+            request, t, location, base, trace=request.coverage_file is None or focus, attribute=focus))
         for target in missing:
             line_ops = runs[target].pop("line_ops")
             record = {"kind": "baseline", "target": target, **runs[target]}
@@ -194,9 +199,7 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
     unattributed = [t for t in request.targets if focus and t not in results.reach]
     if unattributed:  # a results file from a run without --focus-s: the baseline campaign again, attributed
         log(f"which ops reach each line on {', '.join(unattributed)} (--focus-s: the baseline campaign again)...")
-        with ThreadPoolExecutor(max_workers=max(1, min(len(unattributed), request.jobs))) as threads:
-            runs = dict(zip(unattributed, threads.map(
-                lambda t: covered_lines(request, t, location, base, attribute=True), unattributed)))
+        runs = _side_by_side(request, unattributed, lambda t: covered_lines(request, t, location, base, attribute=True))
         for target in unattributed:
             results.append(reach := {"kind": "reach", "target": target, "line_ops": runs[target]["line_ops"]})
             results.reach[target] = reach
@@ -216,9 +219,9 @@ def plan(request: MutateRequest, results: ResultsFile, location: str, base: str,
             for file, lines in covered[target].items():
                 path = Path(base, file)
                 if path.suffix == ".py" and path.is_file():
-                    source = path.read_bytes()
-                    every |= names_read(source)
-                    ran |= names_read(source, lines)
+                    in_file, on_lines = names_read(path.read_bytes(), lines)
+                    every |= in_file
+                    ran |= on_lines
             readers[target] = every, ran
         return readers[target]
 
@@ -275,8 +278,6 @@ def _focused_round(request: MutateRequest, results: ResultsFile, chosen: list[tu
     """``--focus-s``: each survivor of the first round is fuzzed again for ``focus_s`` seconds on only
     the ops that reach its lines in the baseline (``focus_ops``): an op one graph in a hundred draws
     (a pooling mode, an argument combination) gets the whole budget. Its verdict replaces the first."""
-    from harness.cluster import open_executor
-
     todo = []
     for mutant, target in chosen:
         first = results.done.get(mutant.id)
@@ -301,20 +302,35 @@ def _focused_round(request: MutateRequest, results: ResultsFile, chosen: list[tu
         log(f"[focused] {mutant.id} {mutant.file}:{mutant.line} on {len(ops)} ops: {entry['verdict']}"
             f"{' (' + result.error + ')' if result.error else ''}")
 
+    _run_mutants(request, [_mutant_task(request, results, location, base, m, t, round_s, ops=",".join(ops),
+                                        seconds=request.focus_s, graphs=None) for m, t, ops in todo],
+                 round_s, record)
+
+
+def _mutant_task(request: MutateRequest, results: ResultsFile, location: str, base: str, mutant: Mutant,
+                 target: str, round_s: float, **settings: Any) -> MutantTask:
+    """``mutant``'s campaign on ``target`` (its child stops at the first kill), ``settings`` over the
+    request's; the baseline's signatures are no kill, its kernel cache the mutant's first (warm)."""
+    return MutantTask(f"mutant/{mutant.id}", request.package, location, base,
+                      Edit(mutant.file, mutant.start, mutant.end, mutant.replacement),
+                      dict(request.settings(target), stop_early=True, **settings),
+                      tuple(results.baselines[target]["signatures"]), round_s, request.workdir,
+                      baseline_cache(request, target) if request.cache == "warm" else None)
+
+
+def _run_mutants(request: MutateRequest, tasks: list[MutantTask], round_s: float,
+                 record: Callable[[Result], None]) -> None:
+    """``tasks`` on the single-host pool or the cluster, ``record`` called with each verdict."""
+    from harness.cluster import open_executor
+
     config = WorkerConfig(target="eager", timeout_s=MAX_ROUNDS * round_s + 60, jobs=request.jobs, threads=1)
     with open_executor(config, request.cluster, request.mixed_versions) as executor:
-        executor.run([MutantTask(name, request.package, location, base, Edit(m.file, m.start, m.end, m.replacement),
-                                 dict(request.settings(t), ops=",".join(ops), seconds=request.focus_s, graphs=None,
-                                      stop_early=True),
-                                 tuple(results.baselines[t]["signatures"]), round_s, request.workdir,
-                                 baseline_cache(request, t) if request.cache == "warm" else None)
-                      for name, (m, t, ops) in tasks.items()], record)
+        executor.run(tasks, record)
 
 
 def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, list_only: bool = False) -> dict:
     """The whole analysis; returns the summary ``harness.mutate.command.render`` prints (``list_only``:
     the baselines and the plan, ``{"chosen": [(mutant, target)]}``, no mutant run)."""
-    from harness.cluster import open_executor
     from harness.targets import parse_target
 
     location, base = package_location(request.package)
@@ -330,11 +346,7 @@ def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, lis
     round_s = (request.seconds if request.seconds is not None else
                3 * max(b["seconds"] for b in results.baselines.values())) + START_S
     mutants = {m.id: (m, t) for m, t in todo}
-    tasks = [MutantTask(f"mutant/{m.id}", request.package, location, base,
-                        Edit(m.file, m.start, m.end, m.replacement),
-                        dict(request.settings(t), stop_early=True),
-                        tuple(results.baselines[t]["signatures"]), round_s, request.workdir,
-                        baseline_cache(request, t) if request.cache == "warm" else None) for m, t in todo]
+    tasks = [_mutant_task(request, results, location, base, m, t, round_s) for m, t in todo]
     started = time.monotonic()
 
     def record(result: Result) -> None:
@@ -351,9 +363,7 @@ def run_analysis(request: MutateRequest, log: Callable[[str], None] = print, lis
             f"{entry['verdict']}{' (' + result.error + ')' if result.error else ''}")
 
     if tasks:
-        config = WorkerConfig(target="eager", timeout_s=MAX_ROUNDS * round_s + 60, jobs=request.jobs, threads=1)
-        with open_executor(config, request.cluster, request.mixed_versions) as executor:
-            executor.run(tasks, record)
+        _run_mutants(request, tasks, round_s, record)
     if request.focus_s is not None and request.campaign == "fuzz":
         _focused_round(request, results, chosen, location, base, log)
     chosen_ids = {m.id for m, _ in chosen}

@@ -276,18 +276,21 @@ def _data_names(node: ast.AST, parents: dict) -> tuple[str, ...]:
     return tuple(sorted({n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}))
 
 
-def names_read(source: bytes, lines: set[int] | None = None) -> set[str]:
-    """The names and attribute names code inside the functions and lambdas of ``source`` reads (with
-    ``lines``: on those lines only)."""
-    found: set[str] = set()
+def names_read(source: bytes, lines: set[int]) -> tuple[set[str], set[str]]:
+    """The names and attribute names code inside the functions and lambdas of ``source`` reads: all
+    of them, and those read on ``lines``."""
+    every: set[str] = set()
+    on_lines: set[str] = set()
     for scope in ast.walk(ast.parse(source)):
         if not isinstance(scope, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             continue
         for node in ast.walk(scope):
             name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
-            if name is not None and (lines is None or node.lineno in lines):
-                found.add(name)
-    return found
+            if name is not None:
+                every.add(name)
+                if node.lineno in lines:
+                    on_lines.add(name)
+    return every, on_lines
 
 
 def _dump_with(statement: ast.AST, node: ast.AST, new: ast.AST, parents: dict) -> str:
