@@ -18,8 +18,8 @@ static template's rows. Per bucket, by the ``tuning`` option:
 
 A pick is shared by every launcher of the same kernel in the process and kept in the tuning cache
 (``compiler.tuning_cache``) under the kernel's key and the bucket, so a later process starts tuned.
-The timed launches run the kernel on the launch's own arguments: a kernel is a pure function into
-buffers it alone writes, so running it again is harmless.
+The timed launches run the kernel on the launch's own arguments; the buffers it reads and writes
+(``KernelLauncher.rewritten``) are put back after timing, so the launch that follows updates them once.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from compiler import config, tuning_cache
+from compiler.tuning import restored
 from compiler.templates.tiles import bucket  # the tuning cache's size bucket, as a static template's
 
 # (kernel symbol, bucket of each launch number) -> index of the picked candidate, for every launcher in the process
@@ -103,12 +104,13 @@ class BucketTuner:
 
         started = time.perf_counter()
         timings = []
-        for index, (grid, meta) in enumerate(configs):
-            try:
-                timings.append((do_bench(lambda grid=grid, meta=meta: self.launcher.fn[grid](*args, **meta),
-                                         warmup=1, rep=4, return_mode="median"), index))
-            except Exception:  # noqa: BLE001, S112  (a config that does not compile, e.g. out of resources)
-                continue
+        with restored(args, self.launcher.rewritten):
+            for index, (grid, meta) in enumerate(configs):
+                try:
+                    timings.append((do_bench(lambda grid=grid, meta=meta: self.launcher.fn[grid](*args, **meta),
+                                             warmup=1, rep=4, return_mode="median"), index))
+                except Exception:  # noqa: BLE001, S112  (a config that does not compile, e.g. out of resources)
+                    continue
         self.launcher.count_tuning(time.perf_counter() - started)
         if not timings:
             return 0

@@ -99,6 +99,9 @@ def load_kernels(rendered: dict[str, RenderedKernel], device: torch.device,
         if isinstance(launchers[n], KernelLauncher) and buffers is not None:
             launchers[n].check_alignment([i for i, a in enumerate(rendered[n].args)
                                           if a not in buffers or buffers[a].kind != "computed"])
+        if isinstance(launchers[n], KernelLauncher):
+            params = [kernels[n].param(a) for a in rendered[n].args]
+            launchers[n].rewritten = tuple(i for i, p in enumerate(params) if p.read and p.written)
     now: dict[tuple, Callable[[], None]] = {}  # identical kernels (a model's layers) build once
     later: dict[tuple, Callable[[], None]] = {}
     retuned = []

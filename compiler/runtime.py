@@ -33,6 +33,7 @@ from compiler.interpreter import interpreted
 from compiler.launch_binding import (  # noqa: F401  (re-exported: the launcher API)
     ALIGNMENT, _aligned, bind_launch, bind_static_launch, loaded_function, static_launch_refusal)
 from compiler.codegen.base import RenderedKernel
+from compiler.tuning import restored
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -186,8 +187,9 @@ class KernelLauncher:
 
     When the renderer offered alternative launch configs (compiled GPU kernels),
     the first call times each one on the real arguments and keeps the fastest.
-    A kernel is a pure function of its inputs into buffers it alone writes, so
-    running it several times is harmless."""
+    Timing runs a kernel many times: the buffers it both reads and writes (an input
+    mutation kept in the graph, an update in place: ``rewritten``) are put back after
+    timing, so the launch that follows applies the update once."""
 
     def __init__(self, rendered: RenderedKernel, interpret: bool) -> None:
         self.rendered = rendered
@@ -219,6 +221,8 @@ class KernelLauncher:
         self.size_launch = rendered.size_launch
         self.numels = rendered.size_launch.numels() if rendered.size_launch is not None else None
         self.buckets = BucketTuner(self) if rendered.size_launch is not None else None  # its configs per size bucket
+        # argument positions the kernel reads and writes, restored after timing (set by the load pass)
+        self.rewritten: tuple[int, ...] = ()
 
     def check_alignment(self, positions: Sequence[int]) -> None:
         """Check only these argument positions (the graph's inputs and extern results) before a bound
@@ -362,20 +366,9 @@ class KernelLauncher:
     def count_tuning(seconds: float) -> None:
         TUNING_SECONDS[0] += seconds
 
-    def tune(self, args: tuple) -> None:
-        if self.symbol in _TUNED:
-            # an identical kernel (same source: same name) tuned since this one was loaded, such as
-            # another layer's copy in the same graph: every launcher of a graph loads before any tunes
-            self.grid, self.meta = _TUNED[self.symbol]
-            self.tuned = True
-            return
-        if self.cached_config():
-            return
-        key = self.tuning_key()
+    def _time_configs(self, args: tuple, timings: list[tuple[float, int]]) -> None:
         from triton.testing import do_bench
 
-        started = time.perf_counter()
-        timings = []
         for index, (grid, meta) in enumerate(self.configs):
             try:
                 static = self.static_config_launch(args, grid, meta)
@@ -391,6 +384,21 @@ class KernelLauncher:
                 timings.append((do_bench(launch, warmup=1, rep=4, return_mode="median"), index))
             except Exception:  # noqa: BLE001, S112  (a config that does not compile, e.g. out of resources)
                 continue
+
+    def tune(self, args: tuple) -> None:
+        if self.symbol in _TUNED:
+            # an identical kernel (same source: same name) tuned since this one was loaded, such as
+            # another layer's copy in the same graph: every launcher of a graph loads before any tunes
+            self.grid, self.meta = _TUNED[self.symbol]
+            self.tuned = True
+            return
+        if self.cached_config():
+            return
+        key = self.tuning_key()
+        started = time.perf_counter()
+        timings = []
+        with restored(args, self.rewritten):
+            self._time_configs(args, timings)
         if timings:
             ms, index = min(timings)
             self.grid, self.meta = _TUNED[self.symbol] = self.configs[index]

@@ -29,8 +29,9 @@ and single-config kernels have nothing to tune.
 from __future__ import annotations
 
 import collections
+import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from compiler import config
@@ -184,3 +185,17 @@ def tuned_call(call: Callable[[list], Any], tuning: DeferredTuning | None) -> Ca
 
     run.tuning = tuning  # type: ignore[attr-defined]  (the CUDA-graph runner waits on it)
     return run
+
+
+@contextlib.contextmanager
+def restored(args: Sequence[Any], positions: Sequence[int]) -> Iterator[None]:
+    """The tensors of ``args`` at ``positions`` (what a kernel reads and writes) put back as they were
+    when the block ends: timing launch configs runs the kernel many times, and an update in place
+    (a running mean, a step counter kept in the graph) must apply once (GPU, crucible-triton: every
+    mutation entry of the smoke tier was off by its repeated updates)."""
+    saved = [(args[i], args[i].clone()) for i in positions if hasattr(args[i], "copy_")]
+    try:
+        yield
+    finally:
+        for tensor, value in saved:
+            tensor.copy_(value)

@@ -32,6 +32,7 @@ class _Launcher:
         self.symbol, self.interpret, self.fn = symbol, interpret, _Kernel()
         self.size_launch = SizeLaunch(("s0",), "s0", "128", persistent=False, interpret=interpret)
         self.rendered = type("R", (), {"name": symbol})()
+        self.rewritten: tuple[int, ...] = ()
         self.tuner = BucketTuner(self)
         self.tuner.mode = mode
 
@@ -72,6 +73,29 @@ def test_first_call_times_each_bucket_once_and_keeps_the_fastest() -> None:
     other = _Launcher("k_first", "first_call")  # another launcher of the same kernel shares the picks
     other.tuner.launch((), 110, 128)
     assert len(other.fn.launches) == 1 and other.fn.launches[0]["RBLOCK"] == 4096
+
+
+def test_timing_a_bucket_puts_back_what_the_kernel_updates_in_place() -> None:
+    """A size-generic kernel that reads and writes a buffer (``KernelLauncher.rewritten``): its
+    candidates' timed runs are undone, and the launch after them updates it once."""
+    import torch
+
+    launcher = _Launcher("k_in_place", "first_call")
+    launcher.rewritten = (0,)
+
+    class Adding(_Kernel):  # each launch adds 1 to its first argument, as ``total += x.sum(0)`` would
+        def __getitem__(self, grid: tuple):
+            def run(*args, **meta):
+                args[0].add_(1)
+                self.launches.append(dict(meta, grid=grid))
+            return run
+
+    launcher.fn = Adding()
+    total = torch.zeros(4)
+    launcher.tuner.launch((total,), 100, 128)
+    assert len(launcher.fn.launches) > 1 and torch.equal(total, torch.ones(4))
+    launcher.tuner.launch((total,), 3000, 128)  # another bucket: timed again, applied once
+    assert torch.equal(total, torch.full((4,), 2.0))
 
 
 def test_picks_reach_a_later_process_through_the_tuning_cache() -> None:

@@ -122,6 +122,49 @@ def test_a_first_candidate_that_fails_on_this_gpu_has_every_candidate_timed(fres
     assert ran[-1] == launcher.configs[1][1]
 
 
+def test_timing_puts_back_what_the_kernel_updates_in_place(fresh, monkeypatch) -> None:
+    """A kernel that reads and writes a buffer (a running statistic or a step counter kept in the
+    graph) runs many times while its configs are timed: the load pass marks that buffer, timing puts
+    it back, and the launch after it updates it once (GPU, crucible-triton: the smoke tier's mutation
+    entries were off by the repeated updates of their running statistics)."""
+    import dataclasses
+
+    import triton.testing
+
+    from compiler.pipeline import load_kernels
+    from compiler.scheduler import Param
+
+    rendered = _reduction()
+    kernel = _rendered(lambda a: a.sum(-1), torch.randn(64, 100_000))[1][rendered.name]
+    in_place = dataclasses.replace(kernel, params=tuple(
+        Param(p.buffer, p.dtype, p.span, True, True) if i == len(rendered.args) - 1 else p
+        for i, p in enumerate(kernel.params)))
+    monkeypatch.setattr(runtime.KernelLauncher, "build_jobs", lambda self, dtypes, configs: [])
+    monkeypatch.setitem(runtime.LOADERS, "triton", lambda r, device: runtime.KernelLauncher(r, interpret=False))
+    launchers = load_kernels({rendered.name: rendered}, torch.device("cpu"), {rendered.name: in_place},
+                             None, "first_call", [], None)
+    launcher = launchers[rendered.name]
+    assert launcher.rewritten == (len(rendered.args) - 1,) and not launcher.tuned
+
+    class Fn:  # each launch adds 1 to its last argument, as ``total += x.sum(0)`` would
+        arg_names = launcher.fn.arg_names
+
+        def run(self, *args, grid, warmup, **meta):
+            if not warmup:
+                args[-1].add_(1)
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: self.run(*args, grid=grid, warmup=False, **meta)
+
+    launcher.fn = Fn()
+    monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: [fn() for _ in range(3)] and 1.0)
+    total = torch.zeros(64)
+    launcher(torch.zeros(64, 100_000), total)
+    assert launcher.tuned and torch.equal(total, torch.ones(64))  # timed 3 times per config, applied once
+    launcher._time_configs((torch.zeros(64, 100_000), total), [])  # timing alone, nothing put back
+    assert total[0].item() == 1 + 3 * len(launcher.configs)  # what the launch would have met unmarked
+
+
 def test_the_tuning_cache_decides_before_the_load_pass(fresh) -> None:
     from compiler import tuning_cache
 
