@@ -15,26 +15,15 @@ from typing import Any
 
 import torch
 import torch.fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from compiler import ir, onednn_convolutions
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
 from compiler.layout import channels_last_strides, feeds_nhwc_permutes, is_channels_last, strides_like_reads
-from compiler.lowerings.rules import (
-    LOWERINGS,
-    Lazy,
-    Strided,
-    TensorValue,
-    Unsupported,
-    as_expr,
-    broadcast_read,
-    count_ops,
-    find_rule,
-    identity_index,
-    read,
-    register,
-)
+from compiler.lowerings.rules import (LOWERINGS, Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read,
+                                      count_ops, find_rule, identity_index, read, register)
 from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.pointwise import REDUCED_FLOATS
@@ -252,11 +241,12 @@ class GraphLowering:
         if not isinstance(value, torch.Tensor) or value.layout != torch.strided:
             return value  # a library's opaque tensor (a packed oneDNN weight): passed to its call as it is
         name = f"const{len(self.graph.constants)}"
+        if value.device != self.graph.device:  # a real copy (at offset 0), whatever fake mode the caller runs under
+            with unset_fake_temporarily():
+                value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
+                                            device=self.graph.device).copy_(value)
         if value.storage_offset() != 0:
             self.storage_offsets[name] = value.storage_offset()
-        if value.device != self.graph.device:
-            value = torch.empty_strided(value.shape, value.stride(), dtype=value.dtype,
-                                        device=self.graph.device).copy_(value)
         self.graph.constants[name] = value
         if is_channels_last(value.shape, value.stride()):
             self.nhwc_buffers.add(name)
@@ -481,19 +471,5 @@ def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabili
     return GraphLowering(gm, device, capabilities, extern_mode, layout).run()
 
 
-__all__ = [
-    "LOWERINGS",
-    "GraphLowering",
-    "Lazy",
-    "Op",
-    "Strided",
-    "DynamicUnsupported",
-    "TensorValue",
-    "Unsupported",
-    "as_expr",
-    "broadcast_read",
-    "identity_index",
-    "lower",
-    "read",
-    "register",
-]
+__all__ = ["LOWERINGS", "GraphLowering", "Lazy", "Op", "Strided", "DynamicUnsupported", "TensorValue", "Unsupported",
+           "as_expr", "broadcast_read", "identity_index", "lower", "read", "register"]
