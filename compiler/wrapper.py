@@ -263,6 +263,8 @@ def size_bindings(schedule: Schedule, inputs: list[str]) -> list[str]:
     is the bare symbol. Empty for a static graph."""
     wanted = sizes.symbols(*[(b.shape, b.stride) for b in schedule.buffers.values()])
     wanted |= {name for k in schedule.kernels for name in k.size_args}
+    # a graph may return a size (``x.size(0) * x.size(1)``) and pass one to an extern call
+    wanted |= _symbols_in([schedule.outputs, *[(e.args, e.kwargs) for e in schedule.externs]])
     if not wanted:
         return []
     lines, bound = [], set()
@@ -281,6 +283,17 @@ def size_bindings(schedule: Schedule, inputs: list[str]) -> list[str]:
         raise DynamicUnsupported("unbound_symbol", f"size symbols {sorted(missing)} are neither a size input "
                                  "nor a tensor input's size or stride")
     return lines
+
+
+def _symbols_in(value: Any) -> set[str]:
+    """The size symbols of graph outputs or extern arguments: views, nested lists, tuples and dict values."""
+    if isinstance(value, View):
+        return sizes.symbols(value.shape, value.stride, value.offset)
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, (list, tuple)):
+        return set().union(*map(_symbols_in, value))
+    return sizes.symbols(value)
 
 
 def _may_alias(op: Any) -> bool:

@@ -343,3 +343,14 @@ def test_a_saved_transposed_output_keeps_its_traced_strides_over_symbolic_sizes(
             out.backward(torch.ones_like(out))
             grads.append((qi.grad, ki.grad))
         torch.testing.assert_close(grads[1], grads[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_graph_returning_sizes_binds_them(codegen: str) -> None:
+    """A graph whose outputs are size expressions and nothing else reads them (GPU smoke tier,
+    zoo/string_format: Dynamo hands over ``(s77, s27)`` to format a shape; the wrapper returned the
+    symbols unbound, NameError)."""
+    def sizes_out(x: torch.Tensor) -> tuple:
+        return x.size(0) * x.size(1) + 1, x.size(0)
+
+    compiled, graphs = _compiled(sizes_out, codegen)
+    run_sizes(compiled, graphs, sizes_out, lambda n: (r(n, 4),), [(3,), (5,), (12,)], 1e-6)
