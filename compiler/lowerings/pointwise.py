@@ -207,6 +207,13 @@ for _op, _fn in FLOAT_UNARY.items():
     register(_op)(_unary_float(_fn))
 
 
+def frac(x: V) -> V:
+    """ATen's ``x - trunc(x)``, whose zeros are +0.0 (round to nearest): the compiled GPU kernel of the
+    bare difference gave -0.0 for -0.0 (H200, crucible-triton, fuzzer seed 187), so zeros are set."""
+    diff = x - trunc(x)
+    return sel(diff == 0, 0, diff)
+
+
 SAME_TYPE_UNARY: dict[Any, Callable[[V], V]] = {
     aten.neg: lambda x: -x,
     aten.abs: vabs,
@@ -217,7 +224,7 @@ SAME_TYPE_UNARY: dict[Any, Callable[[V], V]] = {
     aten.ceil: lambda x: x.u(Op.CEIL) if x.e.dtype.is_floating_point else x,
     aten.trunc: lambda x: trunc(x) if x.e.dtype.is_floating_point else x,
     aten.round: lambda x: round_half_even(x) if x.e.dtype.is_floating_point else x,
-    aten.frac: lambda x: x - trunc(x),
+    aten.frac: lambda x: frac(x),
     aten.square: lambda x: x * x,
     aten.bitwise_not: lambda x: x.u(Op.NOT) if x.e.dtype == torch.bool else x.u(Op.BITNOT),
     aten.positive: lambda x: x,

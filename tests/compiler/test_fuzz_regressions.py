@@ -1008,3 +1008,16 @@ def test_log10_is_exact_at_powers_of_ten(codegen: str, device: str) -> None:
                         codegen=codegen)(x)
         torch.testing.assert_close(got[0], torch.log10(x), equal_nan=True, rtol=0, atol=0)
         torch.testing.assert_close(got[1], torch.frac(torch.log10(x)), equal_nan=True, rtol=0, atol=0)
+
+
+def test_frac_of_zeros_and_integers_is_positive_zero(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-triton on the H200, seed 187: frac(-0.0) was -0.0 where ATen's x - trunc(x)
+    is +0.0 (the exact tier compares bits). Any zero result is set to +0.0; on the CPU both codegens
+    gave +0.0 before as well, so this fails without the fix only on the GPU."""
+    x = torch.tensor([-0.0, 0.0, -1.0, 1.0, -3e38, 3e38, -1e4, 2.5, -2.5, math.inf, -math.inf, math.nan],
+                     device=device)
+    got = _compiled(lambda a: aten.frac.default(a), x, codegen=codegen)(x)
+    want = torch.frac(x)
+    number = ~torch.isnan(want)  # (a NaN's sign is no verdict: the exact tier excuses it too)
+    assert torch.equal(torch.signbit(got[number]), torch.signbit(want[number])), (got, want)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
