@@ -46,14 +46,17 @@ ACCUMULATION_NOISE = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default
                                        "aten.bmm.default", "aten.matmul.default"), 0),
                       "aten.var_mean.correction": 1}
 # op -> its output whose formula, the one ATen's kernels and a compiler's rule both evaluate, adds
-# terms that cancel: gelu is 0.5x + 0.5x * erf(x / sqrt 2) (tanh for approximate='tanh'), and for x
-# below -4 the two halves cancel to a millionth of |x|. An ulp of erf's result, where ATen's and the
+# terms that cancel. Inference batch norm is x * a + (b - mean * a) with a = w / sqrt(var + eps) in
+# ATen's CPU kernel (for contiguous statistics) and Crucible's fold: where x is near the mean the sum
+# is far smaller than its terms (fuzzer, crucible-cpp, seed 185: a result of -0.034 from terms near 1,
+# 30 ulps off, and digamma's pole at 0 turned that into 1e-4). gelu is 0.5x + 0.5x * erf(x / sqrt 2)
+# (tanh for approximate='tanh'), and for x below -4 the two halves cancel to a millionth of |x|. An ulp of erf's result, where ATen's and the
 # compiler's erf differ, is then ~10^5 ulps of gelu's (fuzzer, crucible-interpret:extern=all, seed 184:
 # float64 gelu 6,150 ulps RMS from eager's, both 2e-11 relative from the erfc form's value, in
 # opposite directions). The rounding-noise references give such an output one unit roundoff at the
 # magnitude of its terms (the op run on |operands|), as an accumulation's; not a sum, so the
 # summation condition number (harness.fuzz.conditioning) leaves it out.
-CANCELLING_FORMULAS = {"aten.gelu.default": 0}
+CANCELLING_FORMULAS = {"aten.gelu.default": 0, "aten._native_batch_norm_legit_no_training.default": 0}
 TERMS_NOISE = {**ACCUMULATION_NOISE, **CANCELLING_FORMULAS}
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
 
@@ -94,6 +97,19 @@ def _rounding_noise(seed: int, float64_rounded: frozenset[int] = frozenset()) ->
             noisy = noisy + torch.where(torch.isfinite(step), step, torch.zeros_like(step))
         return noisy
     return noise
+
+
+def _batch_norm_terms(x: Any, weight: Any, bias: Any, mean: Any, var: Any, momentum: float, eps: float) -> tuple:
+    """The magnitude of inference batch norm's terms, |x| * |a| + |b| + |mean| * |a| (operands are
+    already magnitudes; ``_native_batch_norm_legit_no_training``'s signature and tuple result)."""
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    scale = torch.rsqrt(var + eps) * (weight if weight is not None else 1)
+    terms = (x + mean.reshape(shape)) * scale.reshape(shape) + (bias.reshape(shape) if bias is not None else 0)
+    return (terms,)
+
+
+# ops whose terms are not the op run on the magnitudes of its operands (that would cancel too)
+TERMS_OF = {"aten._native_batch_norm_legit_no_training.default": "_batch_norm_terms"}
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -238,6 +254,8 @@ class FuzzGraph:
             summed = TERMS_NOISE.get(n.op)
             if summed is not None:
                 magnitudes = VALUE_NAME.sub(lambda m: f"_absolute({m.group(0)})", n.expr)
+                if n.op in TERMS_OF:
+                    magnitudes = magnitudes.replace(f"{n.op}(", f"{TERMS_OF[n.op]}(")
                 body.append(f"    _t = _terms(lambda: {magnitudes}, {summed})")
             # a noise stream of its own per value, the same in every rendering
             body += [f"    {out} = _noise({out}, {dtype!r}, {i * 64 + j}{', _t' if j == summed else ''})"
@@ -259,7 +277,7 @@ class FuzzGraph:
         of ulps). ``round_steps`` (with ``reference``): every such value is rounded to its
         working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
-        ns.update(_terms=_terms, _absolute=_absolute)
+        ns.update(_terms=_terms, _absolute=_absolute, _batch_norm_terms=_batch_norm_terms)
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)
