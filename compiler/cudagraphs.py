@@ -203,12 +203,12 @@ class CudaGraphRunner:
         if not self.static_inputs_in_place(size, args):
             self.report.cudagraph_uncaptured_calls += 1
             return self.call(args)
-        for i, buf in size.copied:
-            buf.copy_(args[i])
+        # one host call per direction: a training backward copies in hundreds of saved tensors, and
+        # one ``copy_`` each was as much host time as the kernel launches the replay saves
+        _copy_all([buf for _, buf in size.copied], [args[i] for i, _ in size.copied])
         assert size.graph is not None
         size.graph.replay()
-        for i, buf in size.written_back:
-            args[i].copy_(buf)
+        _copy_all([args[i] for i, _ in size.written_back], [buf for _, buf in size.written_back])
         self.report.cudagraph_replays += 1
         return _copy_out(size.outputs)
 
@@ -230,9 +230,25 @@ def _same_layout_copy(t: torch.Tensor) -> torch.Tensor:
     return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
+def _copy_all(destinations: list[torch.Tensor], sources: list[torch.Tensor]) -> None:
+    if destinations:
+        torch._foreach_copy_(destinations, sources)
+
+
 def _copy_out(out: Any) -> Any:
-    if isinstance(out, torch.Tensor):
-        return _same_layout_copy(out)
-    if isinstance(out, (list, tuple)):
-        return type(out)(_copy_out(o) for o in out)
-    return out
+    """The replay's outputs in fresh tensors of the same layouts (nested lists and tuples kept)."""
+    sources: list[torch.Tensor] = []
+    fresh: list[torch.Tensor] = []
+
+    def empty(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            sources.append(value)
+            fresh.append(torch.empty_strided(value.size(), value.stride(), dtype=value.dtype, device=value.device))
+            return fresh[-1]
+        if isinstance(value, (list, tuple)):
+            return type(value)(empty(v) for v in value)
+        return value
+
+    result = empty(out)
+    _copy_all(fresh, sources)
+    return result

@@ -84,6 +84,22 @@ def test_option_is_a_bool() -> None:
         Options.parse({"cudagraphs": "yes"})
 
 
+def test_replay_outputs_are_copied_out_in_their_layouts() -> None:
+    """What a replay returns is copied out of the graph's memory in one batched copy: fresh storage,
+    the same strides, nesting and non-tensor values kept (a training forward returns hundreds of
+    saved tensors; one ``copy_`` each was host time the replay was meant to save)."""
+    from compiler.cudagraphs import _copy_out
+
+    base = torch.randn(6, 4)
+    out = (base.t(), [base[1:3], 7], torch.randn(()), None)
+    copied = _copy_out(out)
+    assert isinstance(copied, tuple) and isinstance(copied[1], list) and copied[1][1] == 7 and copied[3] is None
+    for got, want in ((copied[0], out[0]), (copied[1][0], out[1][0]), (copied[2], out[2])):
+        assert torch.equal(got, want) and got.stride() == want.stride()
+        assert got.untyped_storage().data_ptr() != base.untyped_storage().data_ptr()
+    assert _copy_out([]) == [] and _copy_out(3) == 3
+
+
 @pytest.mark.gpu
 def test_capture_replay_and_outputs_survive_the_next_replay() -> None:
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
