@@ -12,7 +12,7 @@ batches: ~40 us of host time per launched step on the H200).
 * Sizes: the copied inputs' shapes and strides and the non-tensor inputs (a graph with symbolic
   sizes takes them as ints) pick the size's graph; each new size warms up and is captured as the
   first was, up to ``CudaGraphRunner.MAX_SIZES`` sizes.
-* Outputs: each replay writes the same memory, so outputs are copied out (one device copy each):
+* Outputs: each replay writes the same memory, so outputs are copied out (one batched device copy):
   what a call returned is never overwritten by a later replay.
 * Inputs a kernel writes (an input mutation kept in the graph: batch norm's running statistics in
   a training forward): a static one is written in place by the replay, and is restored after the
