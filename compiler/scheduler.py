@@ -97,11 +97,6 @@ class Kernel:
     def rnumel(self) -> int:
         return numel(self.rranges)
 
-    @property
-    def max_span(self) -> int:
-        """The largest element offset any parameter is addressed at (plus one), for index width."""
-        return max((p.span for p in self.params), default=0)
-
     def live_stores(self) -> list[Store]:
         return [s for s in self.stores if s.buffer in self.kept]
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Iterable
 
 import torch
 
@@ -39,6 +40,12 @@ from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
 
 INT32_LIMIT = 2**31 - 1
+
+
+def past_int32(values: Iterable) -> bool:
+    """Whether an index over these spans or element counts can pass int32: any above the limit, or
+    any symbolic (a static kernel over a slice of an input of symbolic size: its span is not known)."""
+    return any(not isinstance(v, int) or v > INT32_LIMIT for v in values)
 
 
 def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
@@ -414,7 +421,7 @@ class _KernelWriter:
         if self.generic:
             return True  # sizes unknown until the launch
         touched = [param.span for param, _ in self.params.signature()]
-        return self.k.xnumel * max(self.k.rnumel, 1) > INT32_LIMIT or max(touched, default=0) > INT32_LIMIT
+        return past_int32([self.k.xnumel * max(self.k.rnumel, 1), *touched])
 
     def assemble(self) -> RenderedKernel:
         k = self.k

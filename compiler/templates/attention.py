@@ -18,7 +18,7 @@ import math
 
 from compiler.codegen.base import RenderedKernel
 from compiler.codegen.shared import compute_dtype
-from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
+from compiler.codegen.triton import TL_DTYPE, TritonRenderer, past_int32
 from compiler.graph import View
 from compiler.sizes import code
 from compiler.templates.launch import AttentionSizeLaunch
@@ -48,7 +48,7 @@ def write_attention(renderer: TritonRenderer, k: TemplateKernel) -> RenderedKern
     pq, pk, pv = epi.param(t.q.buffer), epi.param(t.k.buffer), epi.param(t.v.buffer)
     pm = epi.param(t.mask.buffer) if t.mask is not None else None
     epilogue = epi.stores(k, "[BLOCK_M, BLOCK_DV]")
-    wide = generic or max((p.span for p in k.params), default=0) > INT32_LIMIT
+    wide = generic or past_int32(p.span for p in k.params)
     i64 = ".to(tl.int64)" if wide else ""
     up = ".to(tl.float32)" if interpret else ""
     # fp32 inputs: exact products (as the math path); the interpreter computes in fp32 throughout

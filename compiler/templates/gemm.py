@@ -18,7 +18,7 @@ from compiler import ir
 from compiler.sizes import code
 from compiler.codegen.base import RenderedKernel
 from compiler.codegen.shared import compute_dtype
-from compiler.codegen.triton import INT32_LIMIT, TL_DTYPE, TritonRenderer
+from compiler.codegen.triton import TL_DTYPE, TritonRenderer, past_int32
 from compiler.ir import Expr, Op
 from compiler.templates.launch import GemmSizeLaunch
 from compiler.templates.writer import ExprWriter, finish_source
@@ -49,8 +49,8 @@ class _GemmWriter:
         self.sms = 1 if renderer.interpret or self.generic else _sm_count()
         self.layouts: list[str] = []  # per operand, for the tuning key
         self.tma = tma_enabled() and not self.generic  # render the TMA branch (configs with TMA=True take it)
-        self.wide = self.generic or max((p.span for p in k.params), default=0) > INT32_LIMIT or \
-            t.batch * max(t.m * t.k, t.k * t.n, t.m * t.n) > INT32_LIMIT
+        largest = t.batch * max(t.m * t.k, t.k * t.n, t.m * t.n)
+        self.wide = self.generic or past_int32([*(p.span for p in k.params), largest])
 
     def operand(self, name: str, e: Expr, rows: str, cols: str, kdim: int) -> tuple[list[str], list[str], str]:
         """(lines before the K loop, lines inside it, the loaded tile's name) for operand ``name``.

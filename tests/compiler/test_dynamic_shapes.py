@@ -354,3 +354,15 @@ def test_a_graph_returning_sizes_binds_them(codegen: str) -> None:
 
     compiled, graphs = _compiled(sizes_out, codegen)
     run_sizes(compiled, graphs, sizes_out, lambda n: (r(n, 4),), [(3,), (5,), (12,)], 1e-6)
+
+
+def test_a_static_kernel_over_a_window_of_a_symbolic_input(codegen: str) -> None:
+    """A kernel of static size reading a fixed window of an input of symbolic size: how far its
+    parameter reaches is symbolic, so the Triton renderer's int32 check takes int64 offsets instead of
+    comparing (fuzzer, crucible-interpret --dynamic, seed 193: as_strided(x, [1, 2], [2, 1]) then exp,
+    TypeError "cannot determine truth value of Relational")."""
+    def window_exp(x: torch.Tensor) -> torch.Tensor:
+        return torch.exp(torch.as_strided(x, [1, 2], [2, 1]))
+
+    compiled, graphs = _compiled(window_exp, codegen)
+    run_sizes(compiled, graphs, window_exp, lambda n: (r(n),), [(24583,), (7,), (300,)], 1e-6)
