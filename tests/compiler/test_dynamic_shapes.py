@@ -366,3 +366,18 @@ def test_a_static_kernel_over_a_window_of_a_symbolic_input(codegen: str) -> None
 
     compiled, graphs = _compiled(window_exp, codegen)
     run_sizes(compiled, graphs, window_exp, lambda n: (r(n),), [(24583,), (7,), (300,)], 1e-6)
+
+
+def test_the_variance_of_an_empty_symbolic_tensor_is_nan(codegen: str) -> None:
+    """var over (s0, s1, 0): the count is sympy's 0, not a symbolic count, so the variance is 0/0 =
+    NaN as ATen's (fuzzer, crucible-cpp --dynamic, seed 192: divided by 0 - 1, -0.0)."""
+    def var_all(x: torch.Tensor) -> tuple:
+        return (torch.ops.aten.var.correction(x, dim=[2, -3, -2], keepdim=True),
+                torch.ops.aten.var_mean.correction(x, dim=[0, 1, 2], correction=0))
+
+    compiled, _ = _compiled(var_all, codegen)
+    for shape in ([5, 64, 0], [513, 65, 0], [7, 3, 0]):
+        x = torch.empty(shape, dtype=torch.float16)
+        got, want = compiled(x), var_all(x)
+        for g, w in zip([got[0], *got[1]], [want[0], *want[1]]):
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
