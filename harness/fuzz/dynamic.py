@@ -13,8 +13,10 @@ otherwise recompile, and eager might not run. Where a guard cannot be decided, o
 
 Sizes are drawn per symbol from the generated size (first: hypothesis shrinks toward it) and, around
 the target's blocks (``harness.fuzz.sizes``), 2, b-1, b+1 and a few blocks plus an odd tail; never 0 or
-1, which torch specializes. A further call's input holds at most ``MAX_CALL_NUMEL`` elements, or its
-generated count when that is larger; a symbol whose size breaks that keeps its generated size. A
+1, which torch specializes. A further call's input, and every value the graph computes from it, holds
+at most ``MAX_CALL_NUMEL`` elements, or its generated count when that is larger (an outer product of two
+inputs within the budget is their sizes' product: [24583, 1] @ [1, 24583] in float64 took the worker
+past the machine's memory, seed 196); a symbol whose size breaks that keeps its generated size. A
 dim some index input's values point into keeps at least its generated size (the indices stay valid).
 """
 
@@ -51,6 +53,15 @@ class SymbolicDims:
     guards: list[sympy.Expr]
     floors: dict[sympy.Symbol, int]  # symbols an index input points into: no size below this
     known: dict[sympy.Symbol, int]  # every symbol of the trace (strides' too) at its generated value
+    numels: tuple[sympy.Expr, ...] = ()  # element counts of the values the graph computes, symbolic ones
+
+    def values_within(self, values: dict[sympy.Symbol, int], budget: int) -> bool:
+        """Whether every computed value holds at most ``budget`` elements, or its generated count."""
+        full = {**self.known, **values}
+        try:
+            return all(int(n.xreplace(full)) <= max(budget, int(n.xreplace(self.known))) for n in self.numels)
+        except TypeError:  # not a number at these values: taken as too large
+            return False
 
     def shapes(self, values: dict[sympy.Symbol, int]) -> list[list[int]] | None:
         """Every input's shape with ``values`` for the symbols, or None when a guard fails there."""
@@ -89,8 +100,9 @@ def _traced(graph_json: str) -> SymbolicDims | None:
     try:
         fakes = [mode.from_tensor(m, symbolic_context=StatelessSymbolicContext(
             dynamic_sizes=[DimDynamic.DUCK] * m.dim())) for m in metas]
-        with mode:
-            graph.function()(*fakes)
+        every_value = FuzzGraph(graph.inputs, graph.nodes, [o for n in graph.nodes for o in n.outputs])
+        with mode:  # every value the graph computes, not only its outputs (their sizes are budgeted)
+            computed = every_value.function()(*fakes)
     except Exception:  # noqa: BLE001 -- data-dependent shapes, a guard on a data value: static only
         return None
     finally:
@@ -116,7 +128,10 @@ def _traced(graph_json: str) -> SymbolicDims | None:
             for sym, size in symbols.items():
                 if size == int(desc.get("bound", 0)):
                     floors[sym] = size
-    return SymbolicDims(dims, symbols, [g for g in guards if g is not sympy.true], floors, values)
+    numels = [env.replace(t.numel().node.expr) for t in computed
+              if isinstance(t, torch.Tensor) and isinstance(t.numel(), torch.SymInt)]
+    return SymbolicDims(dims, symbols, [g for g in guards if g is not sympy.true], floors, values,
+                        tuple(n for n in numels if not n.is_number))
 
 
 def _backed_values(env: Any) -> dict:
@@ -146,7 +161,8 @@ def further_calls(draw: Any, graph: FuzzGraph, blocks: TargetBlocks,
             size = draw(st.sampled_from(candidate_sizes(dims.symbols[sym], blocks, dims.floors.get(sym, 0))))
             trial = {**values, sym: size}
             shapes = dims.shapes(trial)
-            if shapes is not None and all(math.prod(s) <= b for s, b in zip(shapes, budget)):
+            if (shapes is not None and all(math.prod(s) <= b for s, b in zip(shapes, budget))
+                    and dims.values_within(trial, MAX_CALL_NUMEL)):
                 values = trial  # else it keeps its generated size: a guard or the budget says no
         shapes = dims.shapes(values)
         if shapes is not None and values and any(v != dims.symbols[s] for s, v in values.items()):

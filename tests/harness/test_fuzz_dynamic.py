@@ -184,3 +184,19 @@ def test_repro_runs_every_size(monkeypatch, capsys) -> None:
     assert run() == 1
     out = capsys.readouterr().out
     assert "v1: max abs err" in out and "(inputs [[7, 1025], [1025]])" in out, out
+
+
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@hypothesis_seed(5)
+@given(st.data())
+def test_further_calls_budget_the_values_a_graph_computes(data: Any) -> None:
+    """An outer product of two inputs within the budget is the product of their sizes: every value the
+    graph computes stays within the budget too (fuzzer, crucible-interpret --dynamic, seed 196: a
+    [24583, 1] @ [1, 24583] float64 product took the worker past the machine's memory)."""
+    outer = _graph(("aten.matmul.default", "aten.matmul.default(x0, x1)", [3, 4]),
+                   inputs=[_input([3, 1], 1), _input([1, 4], 2)])
+    dims = symbolic_dims(outer)
+    assert dims is not None and dims.numels
+    calls = further_calls(data.draw, outer, target_blocks("crucible-interpret"))
+    for shapes in calls:
+        assert shapes[0][0] * shapes[1][1] <= MAX_CALL_NUMEL
