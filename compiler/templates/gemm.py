@@ -49,8 +49,8 @@ class _GemmWriter:
         self.sms = 1 if renderer.interpret or self.generic else _sm_count()
         self.layouts: list[str] = []  # per operand, for the tuning key
         self.tma = tma_enabled() and not self.generic  # render the TMA branch (configs with TMA=True take it)
-        largest = t.batch * max(t.m * t.k, t.k * t.n, t.m * t.n)
-        self.wide = self.generic or past_int32([*(p.span for p in k.params), largest])
+        operands = (t.batch * t.m * t.k, t.batch * t.k * t.n, t.batch * t.m * t.n)  # symbolic ones: no max()
+        self.wide = self.generic or past_int32([*(p.span for p in k.params), *operands])
 
     def operand(self, name: str, e: Expr, rows: str, cols: str, kdim: int) -> tuple[list[str], list[str], str]:
         """(lines before the K loop, lines inside it, the loaded tile's name) for operand ``name``.

@@ -381,3 +381,17 @@ def test_the_variance_of_an_empty_symbolic_tensor_is_nan(codegen: str) -> None:
         got, want = compiled(x), var_all(x)
         for g, w in zip([got[0], *got[1]], [want[0], *want[1]]):
             torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
+
+
+def test_templates_over_symbolic_sizes_render_without_comparing_them() -> None:
+    """Attention and its GEMMs as templates (``extern="none"``) with a symbolic key length: the GEMM
+    writer's int32 check took max() of symbolic products (fuzzer, crucible-interpret:extern=none
+    --dynamic, seed 200: 'cannot determine truth value of Relational: s65*s81 > s81**2')."""
+    def attend(q, k, v, m):
+        return torch.ops.aten.scaled_dot_product_attention.default(q, k, v, attn_mask=m, scale=0.125)
+
+    compiled = torch.compile(attend, backend="crucible", dynamic=True,
+                             options={"codegen": "triton", "strict": True, "extern": "none"})
+    for keys in (4, 2, 37):
+        q, k, v, m = r(1, 3, 3).transpose(1, 2), r(1, keys, 3), r(1, keys, 3), r(1, 3, keys)
+        torch.testing.assert_close(compiled(q, k, v, m), attend(q, k, v, m), rtol=1e-5, atol=1e-5)
