@@ -40,6 +40,9 @@ KNOWN_FINDINGS: list[KnownFinding] = [
                  "FINDINGS.md: 'upsample_bilinear2d: torch's decomposition gives NaN'"),
     KnownFinding("inductor", "fail_accuracy", "aten.upsample_bilinear2d.vec", "NaN positions",
                  "as for aot_eager (the same decomposition); FINDINGS.md: 'upsample_bilinear2d'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.upsample_bilinear2d.vec", "NaN positions",
+                 "torch's upsample_bilinear2d rule, which Crucible applies: v1 + (v2 - v1) * w is NaN next to an "
+                 "infinite neighbour where the kernel's weighted sum is inf; FINDINGS.md: 'upsample_bilinear2d'"),
     KnownFinding("decompositions", "fail_accuracy", "torch:aten::gelu", "inf positions",
                  "ATen's CPU gelu kernel gives NaN for +inf and inf at finfo.max; the rule is right; "
                  "FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
