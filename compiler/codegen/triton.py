@@ -45,6 +45,7 @@ INT32_LIMIT = 2**31 - 1
 def past_int32(values: Iterable) -> bool:
     """Whether an index over these spans or element counts can pass int32: any above the limit, or
     any symbolic (a static kernel over a slice of an input of symbolic size: its span is not known)."""
+    values = [int(v) if getattr(v, "is_number", False) else v for v in values]  # sympy's numbers are sizes too
     return any(not isinstance(v, int) or v > INT32_LIMIT for v in values)
 
 
