@@ -174,6 +174,12 @@ def _code(e: sympy.Expr, language: str) -> str:
         return out
     if name == "FloorDiv":
         return f"({_code(e.args[0], language)} {div} {_code(e.args[1], language)})"
+    if name in ("FloatTrueDiv", "IntTrueDiv"):  # attention's default scale, 1 / sqrt(head dim)
+        a, b = (_code(x, language) for x in e.args)
+        return f"((double)({a}) / (double)({b}))" if language == "c" else f"({a} / {b})"
+    if name in ("FloatPow", "PowByNatural") and language != "triton":  # sqrt(scale): math SDPA's q and k
+        a, b = (_code(x, language) for x in e.args)
+        return f"std::pow((double)({a}), (double)({b}))" if language == "c" else f"(float({a}) ** float({b}))"
     if name == "CeilDiv":
         a, b = (_code(x, language) for x in e.args)
         return f"(({a} + {b} - 1) {div} {b})"

@@ -395,3 +395,28 @@ def test_templates_over_symbolic_sizes_render_without_comparing_them() -> None:
     for keys in (4, 2, 37):
         q, k, v, m = r(1, 3, 3).transpose(1, 2), r(1, keys, 3), r(1, keys, 3), r(1, 3, keys)
         torch.testing.assert_close(compiled(q, k, v, m), attend(q, k, v, m), rtol=1e-5, atol=1e-5)
+
+
+def test_attention_over_a_symbolic_head_dim_scales_by_its_square_root() -> None:
+    """Grouped-query attention decomposed (``extern="none"``) over a symbolic head dim, as the fuzzer's
+    finding (crucible-interpret:extern=none --dynamic, seed 205: 'FloatPow ... has no integer
+    spelling'). This graph keeps its scale out of the wrapper and passed before the fix too; the test
+    below is the one that fails without it."""
+    def attend(q, k, v, m):
+        return torch.ops.aten.scaled_dot_product_attention.default(q, k, v, m, enable_gqa=True)
+
+    compiled = torch.compile(attend, backend="crucible", dynamic=True,
+                             options={"codegen": "triton", "strict": True, "extern": "none"})
+    for dim in (8, 2, 16):
+        q, k, v = r(1, 2, 3, 2 * dim)[..., :dim], r(2, 1, 4, dim)[:1], r(1, 1, 4, dim)  # the fuzzer's layouts
+        m = (torch.rand(1, 1, 3, 6) > 0.3)[..., :4]
+        torch.testing.assert_close(compiled(q, k, v, m), attend(q, k, v, m), rtol=1e-5, atol=1e-5)
+
+
+def test_float_size_expressions_are_spelled_in_python_and_c() -> None:
+    """The scale of seed 205's graph, sqrt(1 / sqrt(s24)), spelled in the wrapper's Python and in C."""
+    from torch.utils._sympy.functions import FloatPow, FloatTrueDiv, ToFloat
+
+    scale = FloatPow(FloatTrueDiv(1.0, FloatPow(ToFloat(sympy.Symbol("s24")), 0.5)), 0.5)
+    assert abs(eval(sizes.code(scale, "python"), {"s24": 16}) - 0.5) < 1e-12  # noqa: S307 -- our own spelling
+    assert "std::pow" in sizes.code(scale, "c")
