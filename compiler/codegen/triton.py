@@ -38,6 +38,7 @@ from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, liter
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
+from compiler.sizes import is_static, size_of
 
 INT32_LIMIT = 2**31 - 1
 
@@ -45,8 +46,7 @@ INT32_LIMIT = 2**31 - 1
 def past_int32(values: Iterable) -> bool:
     """Whether an index over these spans or element counts can pass int32: any above the limit, or
     any symbolic (a static kernel over a slice of an input of symbolic size: its span is not known)."""
-    values = [int(v) if getattr(v, "is_number", False) else v for v in values]  # sympy's numbers are sizes too
-    return any(not isinstance(v, int) or v > INT32_LIMIT for v in values)
+    return any(not is_static(v) or v > INT32_LIMIT for v in map(size_of, values))  # sympy's numbers as ints
 
 
 def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:

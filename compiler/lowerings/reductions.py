@@ -20,6 +20,7 @@ from compiler.lowerings.pointwise import out_meta, pointwise
 from compiler.lowerings.rules import Lazy, TensorValue, Unsupported, as_expr, broadcast_read, register
 from compiler.lowerings.views import reshape
 from compiler.report import ExternReason
+from compiler.sizes import prod
 
 if TYPE_CHECKING:
     from compiler.lowering import GraphLowering
@@ -197,11 +198,10 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, "var of a non-float tensor")
     d = _dims(x, dims)
     acc = acc_dtype_for(x.dtype)
-    n = math.prod(x.shape[i] for i in d)
-    # a product of symbolic sizes and a static 0 is sympy's 0: the count of an empty reduction, not a
-    # symbolic count (which is at least 2) (fuzzer, crucible-cpp --dynamic, seed 192: var over
-    # (s77, s27, 0) divided by 0 - 1 and gave -0.0 where ATen's 0/0 is NaN)
-    n = int(n) if getattr(n, "is_number", False) else n
+    # sizes.prod: a product of symbolic sizes and a static 0 is the int 0, an empty reduction's count,
+    # not a symbolic one (fuzzer, crucible-cpp --dynamic, seed 192: var over (s77, s27, 0) divided by
+    # 0 - 1 and gave -0.0 where ATen's 0/0 is NaN)
+    n = prod(x.shape[i] for i in d)
     corr = 1 if correction is None else correction
     xs = ir.cast(as_expr(x), acc)
     if n == 0:  # an empty reduction's mean is 0/0 = NaN in ATen; the sum is exactly 0, and 0 * inf = NaN
