@@ -67,7 +67,7 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     if not nodes:
         return False
     try:
-        full = FuzzGraph(graph.inputs, graph.nodes, [o for n in graph.nodes for o in n.outputs])
+        full = graph.prefix(len(graph.nodes))
         values = dict(zip(full.outputs, full.function(reference=True)(*full.make_inputs("cpu", reference=True))))
         values.update(zip(graph.input_names(), graph.make_inputs("cpu", reference=True)))
         eager = dict(zip(full.outputs, full.function()(*full.make_inputs("cpu"))))

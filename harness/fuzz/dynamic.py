@@ -53,13 +53,14 @@ class SymbolicDims:
     guards: list[sympy.Expr]
     floors: dict[sympy.Symbol, int]  # symbols an index input points into: no size below this
     known: dict[sympy.Symbol, int]  # every symbol of the trace (strides' too) at its generated value
-    numels: tuple[sympy.Expr, ...] = ()  # element counts of the values the graph computes, symbolic ones
+    # the symbolic element counts of the values the graph computes, each with its generated count
+    numels: tuple[tuple[sympy.Expr, int], ...] = ()
 
     def values_within(self, values: dict[sympy.Symbol, int], budget: int) -> bool:
         """Whether every computed value holds at most ``budget`` elements, or its generated count."""
         full = {**self.known, **values}
         try:
-            return all(int(n.xreplace(full)) <= max(budget, int(n.xreplace(self.known))) for n in self.numels)
+            return all(int(n.xreplace(full)) <= max(budget, generated) for n, generated in self.numels)
         except TypeError:  # not a number at these values: taken as too large
             return False
 
@@ -100,9 +101,8 @@ def _traced(graph_json: str) -> SymbolicDims | None:
     try:
         fakes = [mode.from_tensor(m, symbolic_context=StatelessSymbolicContext(
             dynamic_sizes=[DimDynamic.DUCK] * m.dim())) for m in metas]
-        every_value = FuzzGraph(graph.inputs, graph.nodes, [o for n in graph.nodes for o in n.outputs])
         with mode:  # every value the graph computes, not only its outputs (their sizes are budgeted)
-            computed = every_value.function()(*fakes)
+            computed = graph.prefix(len(graph.nodes)).function()(*fakes)
     except Exception:  # noqa: BLE001 -- data-dependent shapes, a guard on a data value: static only
         return None
     finally:
@@ -131,7 +131,7 @@ def _traced(graph_json: str) -> SymbolicDims | None:
     numels = [env.replace(t.numel().node.expr) for t in computed
               if isinstance(t, torch.Tensor) and isinstance(t.numel(), torch.SymInt)]
     return SymbolicDims(dims, symbols, [g for g in guards if g is not sympy.true], floors, values,
-                        tuple(n for n in numels if not n.is_number))
+                        tuple((n, int(n.xreplace(values))) for n in numels if not n.is_number))
 
 
 def _backed_values(env: Any) -> dict:

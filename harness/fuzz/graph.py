@@ -50,12 +50,13 @@ ACCUMULATION_NOISE = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default
 # ATen's CPU kernel (for contiguous statistics) and Crucible's fold: where x is near the mean the sum
 # is far smaller than its terms (fuzzer, crucible-cpp, seed 185: a result of -0.034 from terms near 1,
 # 30 ulps off, and digamma's pole at 0 turned that into 1e-4). gelu is 0.5x + 0.5x * erf(x / sqrt 2)
-# (tanh for approximate='tanh'), and for x below -4 the two halves cancel to a millionth of |x|. An ulp of erf's result, where ATen's and the
-# compiler's erf differ, is then ~10^5 ulps of gelu's (fuzzer, crucible-interpret:extern=all, seed 184:
-# float64 gelu 6,150 ulps RMS from eager's, both 2e-11 relative from the erfc form's value, in
-# opposite directions). The rounding-noise references give such an output one unit roundoff at the
-# magnitude of its terms (the op run on |operands|), as an accumulation's; not a sum, so the
-# summation condition number (harness.fuzz.conditioning) leaves it out.
+# (tanh for approximate='tanh'), and for x below -4 the two halves cancel to a millionth of |x|. An ulp
+# of erf's result, where ATen's and the compiler's erf differ, is then ~10^5 ulps of gelu's (fuzzer,
+# crucible-interpret:extern=all, seed 184: float64 gelu 6,150 ulps RMS from eager's, both 2e-11
+# relative from the erfc form's value, in opposite directions). The rounding-noise references give
+# such an output one unit roundoff at the magnitude of its terms (the op run on |operands|, or
+# ``TERMS_OF``), as an accumulation's; not a sum, so the summation condition number
+# (harness.fuzz.conditioning) leaves it out.
 CANCELLING_FORMULAS = {"aten.gelu.default": 0, "aten._native_batch_norm_legit_no_training.default": 0}
 TERMS_NOISE = {**ACCUMULATION_NOISE, **CANCELLING_FORMULAS}
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
