@@ -31,6 +31,9 @@ class Wrapper:
     consts: list[Any] = field(default_factory=list)  # what ``consts[i]`` in the source is: extern ops, values
 
 
+_REUSED = "# (a pooled buffer taken by a later allocation)"  # placeholder line, dropped
+
+
 class _WrapperWriter:
     def __init__(self, schedule: Schedule, rendered: dict[str, RenderedKernel],
                  launchers: dict[str, Any], fast_externs: bool = True) -> None:
@@ -47,6 +50,7 @@ class _WrapperWriter:
         self.consts: list[Any] = []
         self.globals["consts"] = self.consts
         self.free: dict[tuple, list[str]] = {}
+        self.pooled: dict[str, int] = {}  # a pooled buffer's name -> the line that frees it if never reused
         self.no_reuse: set[str] = set()
 
     def const(self, value: Any) -> str:
@@ -75,10 +79,27 @@ class _WrapperWriter:
         pool = self.free.get(key) if buf.is_contiguous else None
         if pool:
             old = pool.pop()
+            del self.pooled[old]
             self.lines.append(f"{buf.name} = {self.checked(f'{old}.view({sizes_code(buf.shape)})')}  # reuses {old}")
+            self.lines.append(f"del {old}")
             return
         self.lines.append(f"{buf.name} = " + self.checked(f"empty_strided({sizes_code(buf.shape)}, "
                                                           f"{sizes_code(buf.stride)}, {buf.dtype})"))
+
+    def release(self, name: str, outputs: set[str]) -> None:
+        """``name`` is read for the last time: a contiguous computed buffer goes to the pool of its
+        size (its line becomes ``del`` unless a later allocation takes it), anything else is freed
+        now. Holding dead buffers to the end of the call had a training step's peak memory 28-72%
+        above Inductor's (GPU, resnet50 and bert_base)."""
+        buf = self.buffers.get(name)
+        if buf is None or buf.kind == "constant" or name in outputs:  # constants: the module's globals
+            return
+        if buf.kind in ("computed", "extern") and name not in self.no_reuse and buf.is_contiguous:
+            self.free.setdefault((buf.dtype, buf.numel), []).append(name)
+            self.pooled[name] = len(self.lines)
+            self.lines.append(_REUSED)
+        else:
+            self.lines.append(f"del {name}")
 
     def checked(self, allocation: str) -> str:
         return f"{self.fresh}({allocation})" if self.fresh else allocation
@@ -103,6 +124,9 @@ class _WrapperWriter:
         outputs = view_buffers(self.schedule.outputs)
         last = self.last_uses()
         self.lines.append(f"{', '.join(inputs)}{',' if len(inputs) == 1 else ''} = args" if inputs else "pass")
+        # the boxed convention: the caller's list is ours to empty, so each input (a training backward's
+        # saved activations) is freed at its last use below, not when the call returns
+        self.lines.append("args.clear()")
         for buf in self.schedule.inputs:
             if buf is not None and buf.shape == ():
                 # a Python float the graph takes as a 0-d tensor: traced as float32, Dynamo passes the
@@ -110,6 +134,9 @@ class _WrapperWriter:
                 self.lines.append(f"{buf.name} = {buf.name} if {buf.name}.dtype == {buf.dtype} "
                                   f"else {buf.name}.to({buf.dtype})")
         self.lines += size_bindings(self.schedule, inputs)
+        unused = [name for name in inputs if name.startswith("_unused")]
+        if unused:  # read for their sizes at most
+            self.lines.append(f"del {', '.join(unused)}")
         for name in self.schedule.moved_inputs:
             self.lines.append(f"{name} = torch.empty_strided({name}.size(), {name}.stride(), dtype={name}.dtype, "
                               f"device=device).copy_({name})")
@@ -139,10 +166,10 @@ class _WrapperWriter:
             else:
                 self.extern(step, read)
             for name in dying.get(i, ()):
-                buf = self.buffers.get(name)
-                if buf is not None and buf.kind in ("computed", "extern") and name not in outputs \
-                        and name not in self.no_reuse and buf.is_contiguous:
-                    self.free.setdefault((buf.dtype, buf.numel), []).append(name)
+                self.release(name, outputs)
+        for name, at in self.pooled.items():  # never reused: freed where it died
+            self.lines[at] = f"del {name}"
+        self.lines = _merged_dels([line for line in self.lines if line is not _REUSED])
         outs = ", ".join(self.output_code(o) for o in self.schedule.outputs)
         if self.schedule.single_output:
             self.lines.append(f"return {outs}")
@@ -188,6 +215,21 @@ class _WrapperWriter:
                 self.lines.append(f"{buf.name} = {src}.contiguous(memory_format=torch.channels_last)")
             else:
                 self.lines.append(f"{buf.name} = with_strides({src}, {sizes_code(buf.stride)})")
+        if all(buf is None or buf.name != node.name for buf in node.outputs):
+            # the library's result (a tuple, or the tensor before a layout copy) holds results nothing
+            # reads, such as a convolution backward's unused gradients
+            self.lines.append(f"del {node.name}")
+
+
+def _merged_dels(lines: list[str]) -> list[str]:
+    """Consecutive ``del`` lines as one."""
+    out: list[str] = []
+    for line in lines:
+        if line.startswith("del ") and out and out[-1].startswith("del "):
+            out[-1] += ", " + line[4:]
+        else:
+            out.append(line)
+    return out
 
 
 # Extern ops called through torch's Python bindings instead of their OpOverload: the same ATen op
