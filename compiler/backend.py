@@ -81,7 +81,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     ``passes``: the Dynamo-graph rewrites that changed it, for its report."""
     from torch._functorch.aot_autograd import make_boxed_func
 
-    from compiler.cudagraphs import static_input_indices
+    from compiler.cudagraphs import saved_outputs_start, static_input_indices
 
     codegen = options.codegen or default_codegen(graph_device(gm).type)
     static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
@@ -110,7 +110,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     if options.cudagraphs:
         from compiler.cudagraphs import with_cudagraphs
 
-        call = with_cudagraphs(call, comp.schedule, comp.report, static, tuning)
+        call = with_cudagraphs(call, comp.schedule, comp.report, static, tuning, saved_outputs_start(kind))
     # outermost: folded weights are refilled (in place) before a CUDA graph replays reading them
     call = comp.folded.guard(call, comp.report)
     if any(getattr(launcher, "interpret", False) for launcher in wrapper.launchers.values()):

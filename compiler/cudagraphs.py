@@ -13,7 +13,10 @@ batches: ~40 us of host time per launched step on the H200).
   sizes takes them as ints) pick the size's graph; each new size warms up and is captured as the
   first was, up to ``CudaGraphRunner.MAX_SIZES`` sizes.
 * Outputs: each replay writes the same memory, so outputs are copied out (one batched device copy):
-  what a call returned is never overwritten by a later replay.
+  what a call returned is never overwritten by a later replay. A training forward's saved tensors
+  (what AOTAutograd keeps for the backward) are the exception: they are returned uncopied, the
+  backward reads them in place, and a replay runs only once nothing holds the last one's (else the
+  call runs uncaptured: two forwards before one backward).
 * Inputs a kernel writes (an input mutation kept in the graph: batch norm's running statistics in
   a training forward): a static one is written in place by the replay, and is restored after the
   capture's extra runs of the wrapper (the side-stream run, the tuning run), so each call applies its
@@ -79,16 +82,35 @@ def static_input_indices(num_graph_inputs: int, num_dynamo_inputs: int | None, k
     return sorted(i for i in fixed if i < num_graph_inputs)
 
 
+def saved_outputs_start(kind: str) -> int | None:
+    """Where a training forward's outputs saved for the backward begin (AOTAutograd returns them after
+    the user's outputs and mutated inputs); None for other graphs or where torch does not say."""
+    if kind != "forward":
+        return None
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    start = getattr(getattr(context, "fw_metadata", None), "num_forward", None)
+    return start if isinstance(start, int) else None
+
+
 def with_cudagraphs(call: Callable[[list], Any], schedule: Schedule, report: GraphReport,
-                    static_inputs: Sequence[int], tuning: DeferredTuning | None = None) -> Callable[[list], Any]:
+                    static_inputs: Sequence[int], tuning: DeferredTuning | None = None,
+                    saved_from: int | None = None) -> Callable[[list], Any]:
     """``call`` (a wrapper's call function), replayed from a CUDA graph where it can be; the reason
-    otherwise, on ``report``. ``tuning``: the graph's deferred launch configs, tuned before capture."""
+    otherwise, on ``report``. ``tuning``: the graph's deferred launch configs, tuned before capture;
+    ``saved_from``: a training forward's first output saved for the backward (``saved_outputs_start``)."""
     blocker = capture_blocker(schedule)
     if blocker is not None:
         report.cudagraph, report.cudagraph_message = blocker
         return call
     report.cudagraph = CudaGraphStatus.WARMING_UP
-    return CudaGraphRunner(call, report, static_inputs, tuning, written_inputs(schedule))
+    return CudaGraphRunner(call, report, static_inputs, tuning, written_inputs(schedule), saved_from)
+
+
+# data pointers of saved tensors a forward's replays return in place: a backward reads the inputs it
+# finds here in place too (they come back at the same address every step), not through a copy
+_IN_PLACE_OUTPUTS: set[int] = set()
 
 
 class _SizeGraph:
@@ -101,6 +123,9 @@ class _SizeGraph:
         self.written_back: list[tuple[int, torch.Tensor]] = []
         self.static_ptrs: list[int | None] = []
         self.outputs: Any = None
+        self.in_place: list[tuple[int, int]] = []  # (position, address): inputs read where they are
+        self.kept: list[int] = []  # output positions returned in place (a forward's saved tensors)
+        self.storages: list[tuple[Any, int]] = []  # their storages, and the references the runner holds
 
 
 class CudaGraphRunner:
@@ -114,8 +139,9 @@ class CudaGraphRunner:
     MAX_SIZES = 64
 
     def __init__(self, call: Callable[[list], Any], report: GraphReport, static_inputs: Sequence[int],
-                 tuning: DeferredTuning | None = None, written: Sequence[int] = ()) -> None:
+                 tuning: DeferredTuning | None = None, written: Sequence[int] = (), saved_from: int | None = None) -> None:
         self.call = call
+        self.saved_from = saved_from
         self.written = tuple(written)
         self.tuning = tuning
         self.report = report
@@ -156,10 +182,14 @@ class CudaGraphRunner:
         cpu = [i for i, a in enumerate(args) if isinstance(a, torch.Tensor) and a.device.type != "cuda"]
         if cpu:
             return self.give_up(CudaGraphStatus.CPU_INPUTS, f"inputs {cpu} are CPU tensors", args)
-        # tensors the graph reads: static inputs in place, the others in buffers it owns
-        inputs = [a if i in self.static or not isinstance(a, torch.Tensor) else _same_layout_copy(a)
+        # tensors the graph reads: static inputs and a forward's saved tensors in place, the others in
+        # buffers it owns
+        in_place = [(i, a.data_ptr()) for i, a in enumerate(args) if isinstance(a, torch.Tensor)
+                    and i not in self.static and a.data_ptr() in _IN_PLACE_OUTPUTS]
+        read_in_place = self.static.union(i for i, _ in in_place)
+        inputs = [a if i in read_in_place or not isinstance(a, torch.Tensor) else _same_layout_copy(a)
                   for i, a in enumerate(args)]
-        copied = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in self.static]
+        copied = [(i, t) for i, t in enumerate(inputs) if isinstance(t, torch.Tensor) and i not in read_in_place]
         # the runs below write static inputs in place: their values are put back before the first replay
         before = [(args[i], args[i].clone()) for i in self.written if i in self.static and isinstance(args[i], torch.Tensor)]
         if self.tuning is not None and self.tuning.pending:
@@ -183,16 +213,32 @@ class CudaGraphRunner:
             _restore(before)
             return self.give_up(CudaGraphStatus.CAPTURE_FAILED, f"{type(why).__name__}: {why}".splitlines()[0], args)
         _restore(before)
-        size.graph, size.copied = graph, copied
+        size.graph, size.copied, size.in_place = graph, copied, in_place
+        self.keep_saved_outputs(size)
         size.written_back = [(i, t) for i, t in copied if i in self.written]
         size.static_ptrs = [a.data_ptr() if i in self.static and isinstance(a, torch.Tensor) else None
                             for i, a in enumerate(args)]
         self.static_positions = [i for i, a in enumerate(args) if i in self.static and isinstance(a, torch.Tensor)]
         self.report.cudagraph = CudaGraphStatus.CAPTURED
         captured = sum(1 for s in self.sizes.values() if s.graph is not None)
-        self.report.cudagraph_message = (f"{len(self.static_positions)} static inputs read in place, "
-                                         f"{len(copied)} copied in" + (f"; {captured} sizes captured" if captured > 1 else ""))
+        self.report.cudagraph_message = (
+            f"{len(self.static_positions)} static inputs read in place, {len(copied)} copied in"
+            + (f", {len(in_place)} saved tensors read in place" if in_place else "")
+            + (f"; {len(size.kept)} saved tensors returned in place" if size.kept else "")
+            + (f"; {captured} sizes captured" if captured > 1 else ""))
         return self.replay(size, args)
+
+    def keep_saved_outputs(self, size: _SizeGraph) -> None:
+        """A training forward returns its saved tensors from the graph's memory, uncopied, for the
+        backward to read in place; the next replay, which overwrites them, waits until nothing holds
+        them any more (else that call runs uncaptured)."""
+        outputs = size.outputs
+        if self.saved_from is None or not isinstance(outputs, (list, tuple)):
+            return
+        size.kept = [i for i in range(self.saved_from, len(outputs)) if isinstance(outputs[i], torch.Tensor)]
+        storages = [outputs[i].untyped_storage() for i in size.kept]
+        size.storages = [(st, _use_count(st)) for st in storages]
+        _IN_PLACE_OUTPUTS.update(outputs[i].data_ptr() for i in size.kept)
 
     def give_up(self, status: CudaGraphStatus, message: str, args: list) -> Any:
         self.failed = True
@@ -200,7 +246,10 @@ class CudaGraphRunner:
         return self.call(args)
 
     def replay(self, size: _SizeGraph, args: list) -> Any:
-        if not self.static_inputs_in_place(size, args):
+        if (not self.static_inputs_in_place(size, args) or any(args[i].data_ptr() != ptr for i, ptr in size.in_place)
+                or any(_use_count(st) > held for st, held in size.storages)):
+            # a parameter moved, a saved tensor came from elsewhere (an uncaptured forward), or the
+            # saved tensors of the last replay are still held (two forwards before a backward)
             self.report.cudagraph_uncaptured_calls += 1
             return self.call(args)
         # one host call per direction: a training backward copies in hundreds of saved tensors, and
@@ -210,12 +259,24 @@ class CudaGraphRunner:
         size.graph.replay()
         _copy_all([args[i] for i, _ in size.written_back], [buf for _, buf in size.written_back])
         self.report.cudagraph_replays += 1
-        return _copy_out(size.outputs)
+        if not size.kept:
+            return _copy_out(size.outputs)
+        out = list(size.outputs)
+        kept = set(size.kept)
+        returned = _copy_out([o for i, o in enumerate(out) if i not in kept])
+        for i in size.kept:  # a tensor of its own on the graph's memory: what holds it is counted
+            returned.insert(i, out[i].detach())
+        return type(size.outputs)(returned) if isinstance(size.outputs, tuple) else returned
 
     def static_inputs_in_place(self, size: _SizeGraph, args: list) -> bool:
         if _data_ptrs_equal is not None:  # in C++: a model has hundreds of parameters (~0.1 us each in Python)
             return _data_ptrs_equal(args, size.static_ptrs, self.static_positions)
         return all(args[i].data_ptr() == size.static_ptrs[i] for i in self.static_positions)
+
+
+def _use_count(storage: Any) -> int:
+    """References to a storage (tensors and views on it, storage objects)."""
+    return torch._C._storage_Use_Count(storage._cdata)
 
 
 def _restore(saved: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
