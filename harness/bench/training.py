@@ -38,6 +38,7 @@ from typing import Any
 
 import torch
 
+from compiler.report import collect_reports
 from harness.bench.breakdown import _fmt
 from harness.bench.errors import error_line
 from harness.bench.models import _cache_env, _environment, compile_share, geomean, sync
@@ -188,6 +189,7 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
     start = _weights(base)
     result: dict[str, Any] = {"model": name, "dtype": dtype, "backends": {}}
     live: dict[str, tuple[Callable, torch.nn.Module]] = {}
+    graphs: dict[str, list] = {}  # a CUDA-graph backend's graph reports, read after its timed steps
     reference: tuple[list[float], list[torch.Tensor]] | None = None
     with tempfile.TemporaryDirectory(prefix="crucible-train-bench-") as tmp:
         for backend in backends:
@@ -195,7 +197,7 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
                 continue
             row: dict[str, Any] = {}
             try:
-                with _cache_env_of(backend, Path(tmp)):
+                with _cache_env_of(backend, Path(tmp)), collect_reports() as compiled:
                     step, model = compiled_step(backend, base, autocast, device)
                     began = time.perf_counter()
                     losses = [float(step(data[0], targets[0]))]
@@ -203,6 +205,8 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
                     row["first_step_s"] = time.perf_counter() - began
                     losses += [float(step(data[i], targets[i])) for i in range(1, PARITY_STEPS)]
                     weights = _weights(model)
+                if backend == "crucible-cg":
+                    graphs[backend] = compiled.graphs
                 if backend == "eager":
                     reference = (losses, weights)
                     row["noise_err"] = eager_noise(base, autocast, device, data, targets, weights, start)
@@ -225,10 +229,23 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
                     row["saved_mb"] = _mb(saved_bytes(step, data[-1], targets[-1], model))
             except Exception as why:  # noqa: BLE001
                 row["error"] = error_line(why)
+            if backend in graphs:
+                row["cudagraphs"] = cudagraph_summary(graphs[backend])
     live.clear()
     gc.collect()
     turns.release()
     return result
+
+
+def cudagraph_summary(graphs: list) -> str:
+    """What became of each compiled graph's CUDA graph over the row's steps (captured or why not,
+    replays, calls run uncaptured): a CUDA-graph column that does not beat its plain one says why."""
+    parts = []
+    for g in graphs:
+        status = g.cudagraph.value if g.cudagraph is not None else "not requested"
+        parts.append(f"{g.kind} {status} ({g.cudagraph_replays} replays, {g.cudagraph_uncaptured_calls} uncaptured"
+                     + (f"; {g.cudagraph_message}" if g.cudagraph_message else "") + ")")
+    return "; ".join(parts) or "no graphs compiled"
 
 
 def _mb(value: int | None) -> float | None:
@@ -310,7 +327,7 @@ def render(results: list[dict], backends: tuple[str, ...]) -> str:
                 tabulate(geo, headers=["dtype", *[r[0] for r in RATIOS]], tablefmt="github"))
     found = problems(results)
     if found:
-        text.append("errors and parity failures:\n" + "\n".join(f"- {p}" for p in found))
+        text.append("errors, parity failures and CUDA graphs:\n" + "\n".join(f"- {p}" for p in found))
     return "\n\n".join(text)
 
 
@@ -321,6 +338,8 @@ def problems(results: list[dict]) -> list[str]:
         if "error" in r:
             out.append(f"{where}: {r['error']}")
         for backend, row in r["backends"].items():
+            if "cudagraphs" in row:
+                out.append(f"{where} {backend}: CUDA graphs: {row['cudagraphs']}")
             if "error" in row:
                 out.append(f"{where} {backend}: {row['error']}")
             err, limit = row.get("update_err"), parity_limit(r, r["dtype"])
