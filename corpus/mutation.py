@@ -266,7 +266,7 @@ class TransposedBuffer(nn.Module):
         self.register_buffer("w", torch.randn(8, 6))
 
     def forward(self, x):
-        self.w.t().mul_(torch.arange(6.0).unsqueeze(1) * 0.1)
+        self.w.t().mul_(torch.arange(6.0, device=x.device).unsqueeze(1) * 0.1)
         return x @ self.w
 
 
