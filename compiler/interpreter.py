@@ -29,9 +29,32 @@ from compiler import config, kernel_checks
 from compiler.kernel_checks import KernelChecks
 
 
+@functools.cache
+def _scalar_index_of_one_element_blocks() -> None:
+    """Triton 3.6's interpreter turns a scalar into an int with ``int()`` of its one-element array,
+    which newer NumPy refuses: ``range(0, s1, RBLOCK)``, the loop of a reduction over a row of
+    symbolic length, raised TypeError there (triton 3.6 on the GPU host; 3.8 squeezes first). Each
+    launch patches ``triton.language`` and restores it afterwards in reverse order; this adds one more
+    attribute to the same scope, so it is restored with the rest. Installed once per process."""
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    patch_lang = interpreter._patch_lang
+
+    def patched(fn: Any) -> Any:
+        scope = patch_lang(fn)
+        if hasattr(scope, "set_attr"):
+            scope.set_attr(tl.core.tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+        return scope
+
+    interpreter._patch_lang = patched
+
+
 def interpreted_function(kernel: Any) -> Any:
     """Triton's interpreter-mode function for a kernel made by ``triton.jit`` (or its Python function)."""
     from triton.runtime.interpreter import InterpretedFunction
+
+    _scalar_index_of_one_element_blocks()
 
     if isinstance(kernel, InterpretedFunction):
         return kernel
@@ -79,6 +102,7 @@ def _lean_class() -> type:
 
 def lean_interpreted_function(kernel: Any) -> Any:
     """``interpreted_function`` whose launches skip the interpreter's dead overflow checks."""
+    _scalar_index_of_one_element_blocks()
     cls = _lean_class()
     return kernel if isinstance(kernel, cls) else cls(getattr(kernel, "fn", kernel))
 
