@@ -31,6 +31,10 @@ class Capabilities:
     # over any row in passes, the interpreter takes a block as long as the row, chosen at launch; GPU
     # Triton's blocks need a bound (stage 2 of the dynamic-shape work), so there they are looped
     symbolic_persistent: bool = False
+    # Op.MAX and Op.MIN of floats order -0.0 below +0.0 (IEEE 754-2019 maximum and minimum: the GPU's
+    # instructions, which ATen's CUDA kernels use for clamp, maximum and minimum); the CPU renderers'
+    # compare-and-select forms return one of two equal zeros, as ATen's CPU kernels do
+    ordered_zeros: bool = False
 
     def persistent(self, rnumel: object) -> bool:
         """Whether rows of ``rnumel`` elements are held in one block (persistent reductions)."""

@@ -219,7 +219,9 @@ KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]
 # ... nor those the lowering computes as ATen's kernels do, where torch's rule does not: lerp and
 # addcmul are fused multiply-adds in ATen (torch's rules' separate products overflow to inf near
 # finfo.max, and lose the low bits of t1 * t2 - self)
-LOWERED_AS_IS = [aten.lerp.Scalar, aten.lerp.Tensor, aten.addcmul.default]
+# frac: torch's rule, x - trunc(x), gave frac(-0.0) = -0.0 in the compiled GPU kernel where ATen's is
+# +0.0 (H200, crucible-triton, fuzzer seed 187); the lowering sets zero results to +0.0
+LOWERED_AS_IS = [aten.lerp.Scalar, aten.lerp.Tensor, aten.addcmul.default, aten.frac.default]
 
 
 @functools.cache

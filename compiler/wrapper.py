@@ -111,7 +111,7 @@ class _WrapperWriter:
                 for name in self.rendered[step.name].args:
                     last[name] = i
             else:
-                for name in view_buffers((step.args, step.kwargs)):
+                for name in sorted(view_buffers((step.args, step.kwargs)), key=_natural):  # one order every run
                     last[name] = i
                     if _may_alias(step.op):
                         self.no_reuse.add(name)  # its result may be a view of this buffer

@@ -91,7 +91,7 @@ class TritonRenderer(Renderer):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=self.interpret,
-                            symbolic_persistent=self.interpret)
+                            symbolic_persistent=self.interpret, ordered_zeros=not self.interpret)
 
     def tiles(self, k: Kernel) -> list[tuple[int, int, int]]:
         """Candidate (XBLOCK, RBLOCK, num_warps), best guess first (``triton_tiles.tiles``)."""
@@ -259,6 +259,11 @@ class _KernelWriter:
             return self.tmp(e, f"tl.where({fix}, {q} - 1, {q})")
         if op in (Op.MAX, Op.MIN):
             cmp = ">" if op is Op.MAX else "<"
+            if cdt.is_floating_point and not self.r.interpret:
+                # NaN from either operand, -0.0 below +0.0: ATen's CUDA maximum, minimum and clamp
+                # (the select form below gave clamp_max(+0.0, -0.0) = +0.0 where ATen gives -0.0)
+                fn = "tl.maximum" if op is Op.MAX else "tl.minimum"
+                return self.tmp(e, f"{fn}({a[0]}, {a[1]}, propagate_nan=tl.PropagateNan.ALL)")
             if cdt.is_floating_point:
                 # NaN propagates; nested selects, not `(a > b) | (a != a)`: a 1-element input loads as a
                 # scalar, and the interpreter's `block | (scalar != scalar)` raises (as for and/or above)

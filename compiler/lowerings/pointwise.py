@@ -211,7 +211,7 @@ def frac(x: V) -> V:
     """ATen's ``x - trunc(x)``, whose zeros are +0.0 (round to nearest): the compiled GPU kernel of the
     bare difference gave -0.0 for -0.0 (H200, crucible-triton, fuzzer seed 187), so zeros are set."""
     diff = x - trunc(x)
-    return sel(diff == 0, 0, diff)
+    return sel(diff.eq(0), 0, diff)
 
 
 SAME_TYPE_UNARY: dict[Any, Callable[[V], V]] = {
@@ -446,14 +446,23 @@ def lower_clamp(ctx: GraphLowering, node: Any, x: Any, lo: Any = None, hi: Any =
     def may_be_nan(bound: Any) -> bool:
         return common.is_floating_point and not (isinstance(bound, (int, float)) and not math.isnan(bound))
 
+    # the GPU's max and min order -0.0 below +0.0, as ATen's CUDA clamp does (``Capabilities.ordered_zeros``)
+    ordered = ctx.capabilities.ordered_zeros and common.is_floating_point
+
     def fn(v: V, *bounds: V) -> V:
         it = iter(bounds)  # NaN in v stays NaN, and a NaN bound gives NaN, like ATen
         if lo is not None:
             low = next(it)
-            v = sel((v < low) | low.ne(low), low, v) if may_be_nan(lo) else sel(v < low, low, v)
+            if ordered:
+                v = vmax(v, low)
+            else:
+                v = sel((v < low) | low.ne(low), low, v) if may_be_nan(lo) else sel(v < low, low, v)
         if hi is not None:
             high = next(it)
-            v = sel((v > high) | high.ne(high), high, v) if may_be_nan(hi) else sel(v > high, high, v)
+            if ordered:
+                v = vmin(v, high)
+            else:
+                v = sel((v > high) | high.ne(high), high, v) if may_be_nan(hi) else sel(v > high, high, v)
         return v
 
     return pointwise(node, fn, x, *[b for b in (lo, hi) if b is not None], compute=common)

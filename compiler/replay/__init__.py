@@ -16,6 +16,8 @@ error, so a refactor that makes it fail, or pass, shows up as a change too.
 
 from __future__ import annotations
 
+import dataclasses
+
 import difflib
 import json
 import subprocess
@@ -54,7 +56,7 @@ def render_graph(record: dict) -> dict[str, str]:
         renderer = renderer_for(codegen, torch.device(device))
         caps = renderer.capabilities
         try:
-            key = (caps.ops, caps.max_persistent_rnumel)
+            key = dataclasses.replace(caps, codegen="", templates=frozenset())  # what lowering reads
             if key not in lowered_for:
                 lowered = lower(graph_module(record), torch.device("cpu"), caps)
                 lowered_for[key] = (lowered, schedule(lowered, caps))

@@ -5,6 +5,8 @@ operand prologues and the fused epilogue are rendered by the pointwise kernels' 
 
 from __future__ import annotations
 
+import dataclasses
+
 from compiler.capabilities import Capabilities
 from compiler.codegen.base import RenderedKernel
 from compiler.codegen.triton import TritonRenderer
@@ -21,9 +23,7 @@ class TemplateTritonRenderer(TritonRenderer):
 
     @property
     def capabilities(self) -> Capabilities:
-        base = super().capabilities
-        return Capabilities(base.codegen, base.ops, base.max_persistent_rnumel, base.interpreted, FAMILIES,
-                            base.symbolic_persistent)
+        return dataclasses.replace(super().capabilities, templates=FAMILIES)
 
     def render(self, k: Kernel) -> RenderedKernel:
         if not isinstance(k, TemplateKernel):
