@@ -1,12 +1,17 @@
 """Where one call of a benchmark model spends its GPU time, per backend, side by side.
 
     python -m harness.bench.profile --model gpt2 --dtype bf16 [--backends crucible inductor] [--top 25]
+    python -m harness.bench.profile --train --model resnet50 --dtype bf16 [--backends crucible inductor]
 
 For each backend: latency (``harness.bench.models.latency_ms``), then ``torch.profiler`` over a few
 calls: the GPU kernels by time per call (what cuBLAS, attention and generated kernels cost), the
 ATen ops by input shape (which extern call launched them), and the host's CPU self time per op or
 launch (where a host-bound graph's time goes). ``crucible-nopasses`` is Crucible with
 ``fold_weights=False`` (no compile-time weight passes), to read what those passes change.
+
+``--train``: the same tables for one training step of ``harness.bench.training`` (forward under
+autocast for bf16, cross-entropy, backward, AdamW foreach; the model compiled, the rest eager) at its
+batch size, per backend of that benchmark (``crucible-cg``/``inductor-ro``: with CUDA graphs).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from harness.bench.models import DTYPES, _first_tensor, latency_ms
 from harness.bench.zoo import MODELS
 
 BACKENDS = ("crucible", "crucible-nopasses", "inductor", "eager")
+TRAIN_BACKENDS = ("eager", "inductor", "crucible", "inductor-ro", "crucible-cg")
 CALLS = 5
 
 
@@ -95,18 +101,58 @@ def profile_backend(backend: str, model: torch.nn.Module, inputs: tuple, expecte
     return head + ("\n" + profile_tables(lambda: fn(*inputs), top) if tables else "")
 
 
+def profile_training(backend: str, name: str, dtype: str, top: int, tables: bool) -> str:
+    """One training step of ``name`` under ``backend`` (``harness.bench.training``): step time, first
+    step, and the tables of ``profile_tables`` over ``CALLS`` steps."""
+    import torch._dynamo
+
+    from harness.bench.training import _targets, batches, compiled_step, step_ms
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    base, inputs = MODELS[name].build(torch.float32, "cuda", False, train=True)
+    autocast = dtype == "bf16"
+    batch = batches(inputs, 1)[0]
+    with torch.no_grad(), torch.autocast("cuda", torch.bfloat16, enabled=autocast):
+        target = _targets(base(*inputs), 1, "cuda")[0]
+    step, _ = compiled_step(backend, base, autocast, "cuda")
+    start = time.perf_counter()
+    step(batch, target)
+    torch.cuda.synchronize()
+    first_s = time.perf_counter() - start
+    ms = step_ms(step, batch, target, "cuda", 10)
+    head = f"== {backend}: {ms:.3f} ms per step, first step {first_s:.1f} s"
+    return head + ("\n" + profile_tables(lambda: step(batch, target), top) if tables else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness.bench.profile", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="gpt2", choices=list(MODELS))
     parser.add_argument("--dtype", default="bf16", choices=list(DTYPES))
-    parser.add_argument("--backends", nargs="+", default=["crucible", "inductor"], choices=BACKENDS)
-    parser.add_argument("--no-tables", nargs="*", default=[], choices=BACKENDS, metavar="BACKEND",
+    parser.add_argument("--backends", nargs="+", default=["crucible", "inductor"], choices=BACKENDS + TRAIN_BACKENDS)
+    parser.add_argument("--no-tables", nargs="*", default=[], choices=BACKENDS + TRAIN_BACKENDS, metavar="BACKEND",
                         help="backends measured for latency only")
     parser.add_argument("--top", type=int, default=25)
+    parser.add_argument("--train", action="store_true", help="profile a training step (harness.bench.training)")
     args = parser.parse_args(argv)
+    allowed = TRAIN_BACKENDS if args.train else BACKENDS
+    wrong = [b for b in args.backends if b not in allowed]
+    if wrong:
+        parser.error(f"--backends {' '.join(wrong)}: {'with' if args.train else 'without'} --train, "
+                     f"choose from {', '.join(allowed)}")
     if not torch.cuda.is_available():
         parser.error("needs a CUDA GPU")
     import compiler  # noqa: F401  (registers the backend)
+
+    if args.train:
+        for backend in args.backends:
+            try:
+                text = profile_training(backend, args.model, args.dtype, args.top, backend not in args.no_tables)
+            except Exception as why:  # noqa: BLE001  (one backend failing is a line of the output)
+                text = f"== {backend}: FAILED {type(why).__name__}: {str(why)[:300]}"
+            print(f"# {args.model} {args.dtype} training step\n{text}\n", flush=True)
+            torch.cuda.empty_cache()
+        return 0
 
     torch.manual_seed(0)
     model, inputs = MODELS[args.model].build(DTYPES[args.dtype], "cuda", False)
