@@ -93,7 +93,7 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     x = _source(ctx, x, dtype)
     d = _dims(x, dims)
     acc = acc_dtype_for(out)
-    count = math.prod(x.shape[i] for i in d)
+    count = prod(x.shape[i] for i in d)  # a static 0 beside symbolic sizes: the int 0
     if not isinstance(count, int):  # a symbolic count (at least 2): the plain sum over the count
         total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
         return pointwise(node, lambda s: s / count, total, compute=acc)

@@ -426,3 +426,17 @@ def test_float_size_expressions_are_spelled_in_python_and_c() -> None:
     scale = FloatPow(FloatTrueDiv(1.0, FloatPow(ToFloat(sympy.Symbol("s24")), 0.5)), 0.5)
     assert abs(eval(sizes.code(scale, "python"), {"s24": 16}) - 0.5) < 1e-12  # noqa: S307 -- our own spelling
     assert "std::pow" in sizes.code(scale, "c")
+
+
+def test_the_mean_of_an_empty_symbolic_tensor_is_nan(codegen: str) -> None:
+    """mean over (s0, s1, 0): as var's count, the product of symbolic sizes and a static 0 is sympy's
+    0, which the lowering took for a symbolic count; the mean of nothing is NaN as ATen's."""
+    def mean_all(x: torch.Tensor) -> tuple:
+        return (torch.ops.aten.mean.dim(x, [2, -3, -2], keepdim=True),
+                torch.ops.aten.mean.dim(x.float(), [0, 1, 2]), torch.ops.aten.mean.dim(x.double(), [2]))
+
+    compiled, _ = _compiled(mean_all, codegen)
+    for shape in ([5, 64, 0], [513, 65, 0], [7, 3, 0]):
+        x = torch.empty(shape, dtype=torch.float16)
+        for g, w in zip(compiled(x), mean_all(x)):
+            torch.testing.assert_close(g, w, equal_nan=True, rtol=0, atol=0)
