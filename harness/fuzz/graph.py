@@ -57,7 +57,11 @@ ACCUMULATION_NOISE = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default
 # such an output one unit roundoff at the magnitude of its terms (the op run on |operands|, or
 # ``TERMS_OF``), as an accumulation's; not a sum, so the summation condition number
 # (harness.fuzz.conditioning) leaves it out.
-CANCELLING_FORMULAS = {"aten.gelu.default": 0, "aten._native_batch_norm_legit_no_training.default": 0}
+# Attention's P @ V is a sum too, inside the op: where values of both signs cancel, another key order is
+# many ulps of the result off (fuzzer, crucible-interpret --dynamic, seed 207: float64 SDPA 26,500 ulps
+# RMS from eager's, terms up to 1.4e6 times the result); its terms come from ``_attention_terms``.
+CANCELLING_FORMULAS = {"aten.gelu.default": 0, "aten._native_batch_norm_legit_no_training.default": 0,
+                       "aten.scaled_dot_product_attention.default": 0}
 TERMS_NOISE = {**ACCUMULATION_NOISE, **CANCELLING_FORMULAS}
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
 
@@ -109,8 +113,23 @@ def _batch_norm_terms(x: Any, weight: Any, bias: Any, mean: Any, var: Any, momen
     return (terms,)
 
 
+def _attention_terms(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
+                     scale: Any = None, enable_gqa: bool = False) -> Any:
+    """A bound on the magnitude of attention's terms at each output, sum_j p_j |v_j| <= max_j |v_j|
+    (each row's weights sum to 1; operands are already magnitudes, and the weights of |q| and |k|
+    are not the op's, so the largest value over the keys stands in for them)."""
+    rows = (*torch.broadcast_shapes(q.shape[:-2], v.shape[:-2]), q.shape[-2], v.shape[-1])
+    if v.shape[-2] == 0:
+        return torch.zeros(rows, dtype=v.dtype)
+    top = v.amax(dim=-2, keepdim=True)
+    if enable_gqa and v.dim() >= 3 and q.shape[-3] != v.shape[-3]:
+        top = top.repeat_interleave(q.shape[-3] // v.shape[-3], dim=-3)
+    return torch.broadcast_to(top, rows)
+
+
 # ops whose terms are not the op run on the magnitudes of its operands (that would cancel too)
-TERMS_OF = {"aten._native_batch_norm_legit_no_training.default": "_batch_norm_terms"}
+TERMS_OF = {"aten._native_batch_norm_legit_no_training.default": "_batch_norm_terms",
+            "aten.scaled_dot_product_attention.default": "_attention_terms"}
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -278,7 +297,8 @@ class FuzzGraph:
         of ulps). ``round_steps`` (with ``reference``): every such value is rounded to its
         working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
-        ns.update(_terms=_terms, _absolute=_absolute, _batch_norm_terms=_batch_norm_terms)
+        ns.update(_terms=_terms, _absolute=_absolute, _batch_norm_terms=_batch_norm_terms,
+                  _attention_terms=_attention_terms)
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)

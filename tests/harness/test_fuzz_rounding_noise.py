@@ -209,3 +209,38 @@ def test_a_folded_batch_norm_before_an_ill_conditioned_op_passes_by_the_terms_no
 def test_a_wrong_batch_norm_before_digamma_still_fails() -> None:
     assert _judge(SEED_185, _folded_batch_norm(eps=1e-3)) != ""
     assert _judge(SEED_185, _folded_batch_norm(dtype=torch.bfloat16)) != ""
+
+
+# fuzzer, crucible-interpret --dynamic, seed 207: float64 SDPA 26,500 ulps RMS from eager's, where P @ V
+# cancels at some positions (terms up to 1.4e6 times the result) and Crucible adds the keys in another
+# order. This graph (seed 2 of its inputs) has such positions: 16,300 ulps RMS for the reversed key order.
+SEED_207_LIKE = FuzzGraph(
+    [{"shape": shape, "dtype": "float64", "layout": "contiguous", "profile": "normal", "seed": seed}
+     for shape, seed in (([1, 2, 32, 32], 2), ([1, 2, 256, 32], 12), ([1, 2, 256, 32], 22))],
+    [Node("aten.scaled_dot_product_attention.default", "aten.scaled_dot_product_attention.default(x0, x1, x2)",
+          ["v1"], [([1, 2, 32, 32], "float64")])],
+    ["v1"])
+
+
+def _attention_keys_reversed() -> torch.Tensor:
+    q, k, v = SEED_207_LIKE.make_inputs()
+    p = torch.softmax(q @ k.transpose(-1, -2) * 32 ** -0.5, -1)
+    out = torch.zeros(*p.shape[:-1], v.shape[-1], dtype=v.dtype)
+    for j in reversed(range(v.shape[-2])):
+        out = out + p[..., j:j + 1] * v[..., j:j + 1, :]
+    return out
+
+
+def test_a_float64_attention_summing_its_keys_in_another_order_passes_by_the_terms_noise() -> None:
+    reversed_keys = _attention_keys_reversed()
+    assert "relative error" in _judge(SEED_207_LIKE, reversed_keys, spread=False)
+    assert _judge(SEED_207_LIKE, reversed_keys) == ""
+
+
+def test_a_wrong_float64_attention_still_fails() -> None:
+    """The terms' bound is the largest |v| over the keys, a unit roundoff of it: attention in float32,
+    or a scale 2^-32 off, are no rounding."""
+    q, k, v = SEED_207_LIKE.make_inputs()
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    assert _judge(SEED_207_LIKE, sdpa(q.float(), k.float(), v.float()).double()) != ""
+    assert _judge(SEED_207_LIKE, sdpa(q, k, v, scale=32 ** -0.5 * (1 + 2 ** -32))) != ""
