@@ -11,11 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import sympy
 import torch
 
 from compiler import ir
 from compiler.graph import contiguous_strides
-from compiler.sizes import all_static, shape_of
+from compiler.sizes import all_static, shape_of, size_of
 from compiler.ir import Expr
 from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, identity_index, read, register
 from compiler.report import ExternReason
@@ -126,10 +127,12 @@ def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, sta
     if isinstance(n, int) and isinstance(start, (int, type(None))) and isinstance(end, (int, type(None))):
         begin, stop, _ = slice(start, end, 1).indices(n)  # clamps like Python slicing
         length = max(0, (stop - begin + step - 1) // step)
-    else:  # symbolic sizes: the start as given (from the end when negative), the length torch derived
-        begin = start or 0
-        begin = n + begin if isinstance(begin, int) and begin < 0 else begin
+    else:  # symbolic sizes: the start torch chose, else as given (from the end when negative); the length torch derived
         val = node.meta.get("val")
+        begin = _start_torch_chose(val, getattr(node.args[0], "meta", {}).get("val"), dim)
+        if begin is None:
+            begin = start or 0
+            begin = n + begin if isinstance(begin, int) and begin < 0 else begin
         if isinstance(val, torch.Tensor):
             length = shape_of(val.shape)[dim]
         elif step == 1:  # a part of split: [start, end) inside the dim
@@ -146,6 +149,23 @@ def lower_slice(ctx: GraphLowering, node: Any, x: TensorValue, dim: int = 0, sta
         return old
 
     return view_map(ctx, x, shape, fn)
+
+
+def _start_torch_chose(view: Any, source: Any, dim: int) -> Any:
+    """A slice's start as torch computed it, clamps included: the view's storage offset past its
+    source's, in the source's steps along ``dim``. A start from the end past a symbolic size (``x[-100:]``
+    of s0 rows) is 0 under the guard torch added (s0 < 100), where ``s0 - 100`` read before the rows
+    (fuzzer, crucible-cpp:extern=all --dynamic, seed 213: values of 1e31). None where it cannot be read."""
+    if not (isinstance(view, torch.Tensor) and isinstance(source, torch.Tensor)):
+        return None
+    stride = size_of(source.stride()[dim])
+    if stride == 0:
+        return None
+    delta = size_of(view.storage_offset()) - size_of(source.storage_offset())
+    begin = sympy.cancel(sympy.sympify(delta) / stride)
+    if not begin.is_integer:
+        return None
+    return int(begin) if begin.is_Integer else begin
 
 
 @register(aten.select.int)

@@ -86,3 +86,22 @@ def test_size_casts_and_clips_build_for_the_gpu(monkeypatch) -> None:
             for got, want in zip(compiled(x), graph(x)):
                 torch.testing.assert_close(got, want)
     assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+
+
+def test_a_slice_from_the_end_past_a_symbolic_size_starts_at_zero(codegen: str) -> None:
+    """crucible fuzz --dynamic, crucible-cpp:extern=all, seed 213: ``slice(elu(x0 [7, 1]), 0, -100)``
+    gave values of 1e31: the start was taken as s0 - 100, before the rows, where torch clamps it to 0
+    (under its guard s0 < 100). The lowering now takes the start torch computed (the view's storage
+    offset), so a start within the size, an explicit end and a step still read the same rows."""
+    def slices(x):
+        v = aten.elu.default(x)
+        return (aten.slice.Tensor(v, 0, -100, None, 1), aten.slice.Tensor(v, 0, -3, None, 1),
+                aten.slice.Tensor(v, 0, 2, -1, 1), aten.slice.Tensor(x, 0, 1, -1, 2))
+
+    compiled = _dynamic(slices, codegen)
+    with collect_reports() as report:
+        for rows in (7, 4, 9):
+            x = torch.randn(rows, 3)
+            for got, want in zip(compiled(x), slices(x)):
+                torch.testing.assert_close(got, want)
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
