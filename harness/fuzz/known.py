@@ -43,6 +43,10 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-*", "fail_accuracy", "aten.upsample_bilinear2d.vec", "NaN positions",
                  "torch's upsample_bilinear2d rule, which Crucible applies: v1 + (v2 - v1) * w is NaN next to an "
                  "infinite neighbour where the kernel's weighted sum is inf; FINDINGS.md: 'upsample_bilinear2d'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.upsample_bilinear2d.vec", "relative error",
+                 "torch's upsample_bilinear2d rule, which Crucible applies: v1 + (v2 - v1) * w is ~5x further "
+                 "from float64 than the kernel's weighted sum (aot_eager and Inductor too); FINDINGS.md: "
+                 "'upsample_bilinear2d'"),
     KnownFinding("decompositions", "fail_accuracy", "torch:aten::gelu", "inf positions",
                  "ATen's CPU gelu kernel gives NaN for +inf and inf at finfo.max; the rule is right; "
                  "FINDINGS.md: 'ATen's CPU gelu gives NaN for +inf'"),
