@@ -61,7 +61,7 @@ ACCUMULATION_NOISE = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default
 # many ulps of the result off (fuzzer, crucible-interpret --dynamic, seed 207: float64 SDPA 26,500 ulps
 # RMS from eager's, terms up to 1.4e6 times the result); its terms come from ``_attention_terms``.
 CANCELLING_FORMULAS = {"aten.gelu.default": 0, "aten._native_batch_norm_legit_no_training.default": 0,
-                       "aten.scaled_dot_product_attention.default": 0}
+                       "aten.scaled_dot_product_attention.default": 0, "aten.var.correction": 0}
 TERMS_NOISE = {**ACCUMULATION_NOISE, **CANCELLING_FORMULAS}
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
 
@@ -87,8 +87,12 @@ def _rounding_noise(seed: int, float64_rounded: frozenset[int] = frozenset()) ->
                 and value.dtype == torch.float64)
         if dtype is None and not wide:
             return value
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
-        sign = torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1
+        # antithetic pairs: seeds 2k and 2k + 1 draw the same signs, the second negated, so two noisy
+        # references always move a value both ways (a scalar's two independent draws had the same sign
+        # one time in two, and its spread was 0; seed 214's ceil(var) below)
+        gen = torch.Generator().manual_seed(seed // 2 * 1_000_003 + index)
+        flip = -1 if seed % 2 else 1
+        sign = (torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1) * flip
         if wide:  # a float64 value is its own working dtype: one ulp (half of one would round back)
             dtype = torch.float64
             noisy = value * (1 + sign * torch.finfo(dtype).eps)
@@ -97,14 +101,15 @@ def _rounding_noise(seed: int, float64_rounded: frozenset[int] = frozenset()) ->
             noisy = torch.where(inexact, value * (1 + sign * (torch.finfo(dtype).eps / 2)), value)
         if isinstance(terms, torch.Tensor) and terms.shape == value.shape:
             # an accumulation's partial sums round at the magnitude of its terms (see ACCUMULATION_NOISE)
-            sign = torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1
+            sign = (torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1) * flip
             step = sign * terms * (torch.finfo(_accumulator(dtype)).eps / 2)
             noisy = noisy + torch.where(torch.isfinite(step), step, torch.zeros_like(step))
         return noisy
     return noise
 
 
-def _batch_norm_terms(x: Any, weight: Any, bias: Any, mean: Any, var: Any, momentum: float, eps: float) -> tuple:
+def _batch_norm_terms(dtype_name: str, x: Any, weight: Any, bias: Any, mean: Any, var: Any, momentum: float,
+                      eps: float) -> tuple:
     """The magnitude of inference batch norm's terms, |x| * |a| + |b| + |mean| * |a| (operands are
     already magnitudes; ``_native_batch_norm_legit_no_training``'s signature and tuple result)."""
     shape = [1, -1] + [1] * (x.dim() - 2)
@@ -113,8 +118,8 @@ def _batch_norm_terms(x: Any, weight: Any, bias: Any, mean: Any, var: Any, momen
     return (terms,)
 
 
-def _attention_terms(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0, is_causal: bool = False,
-                     scale: Any = None, enable_gqa: bool = False) -> Any:
+def _attention_terms(dtype_name: str, q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                     is_causal: bool = False, scale: Any = None, enable_gqa: bool = False) -> Any:
     """A bound on the magnitude of attention's terms at each output, sum_j p_j |v_j| <= max_j |v_j|
     (each row's weights sum to 1; operands are already magnitudes, and the weights of |q| and |k|
     are not the op's, so the largest value over the keys stands in for them)."""
@@ -127,9 +132,23 @@ def _attention_terms(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: f
     return torch.broadcast_to(top, rows)
 
 
-# ops whose terms are not the op run on the magnitudes of its operands (that would cancel too)
+def _variance_terms(dtype_name: str, x: Any, dim: Any = None, *, correction: Any = None, keepdim: bool = False) -> Any:
+    """A variance's rounding scale: its mean is off by about a unit roundoff of the values, which
+    leaves a residue of order eps^2 * mean(x^2) where the exact variance is 0 (equal values); as terms,
+    8 eps * mean(x^2), which the noise scales by eps / 2 (a one-pass variance's error, eps * mean(x^2),
+    stays 2 / eps times larger). ATen's float64 var of 8,191 equal 1.54s was 2e-31, Crucible's 0, and
+    ceil made them 1 and 0 (fuzzer, crucible-interpret:extern=all --dynamic, seed 214)."""
+    dtype = _TORCH_DTYPES.get(DTYPE_NAMES.get(dtype_name), torch.float64)
+    eps = torch.finfo(_accumulator(dtype) if dtype.is_floating_point else torch.float64).eps
+    dims = list(range(x.dim())) if dim is None or dim == [] else dim
+    return 8 * eps * (x * x).mean(dims, keepdim=keepdim)
+
+
+# ops whose terms are not the op run on the magnitudes of its operands (that would cancel too); each
+# takes the node's working dtype first
 TERMS_OF = {"aten._native_batch_norm_legit_no_training.default": "_batch_norm_terms",
-            "aten.scaled_dot_product_attention.default": "_attention_terms"}
+            "aten.scaled_dot_product_attention.default": "_attention_terms",
+            "aten.var.correction": "_variance_terms"}
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -275,7 +294,7 @@ class FuzzGraph:
             if summed is not None:
                 magnitudes = VALUE_NAME.sub(lambda m: f"_absolute({m.group(0)})", n.expr)
                 if n.op in TERMS_OF:
-                    magnitudes = magnitudes.replace(f"{n.op}(", f"{TERMS_OF[n.op]}(")
+                    magnitudes = magnitudes.replace(f"{n.op}(", f"{TERMS_OF[n.op]}({n.out_meta[summed][1]!r}, ")
                 body.append(f"    _t = _terms(lambda: {magnitudes}, {summed})")
             # a noise stream of its own per value, the same in every rendering
             body += [f"    {out} = _noise({out}, {dtype!r}, {i * 64 + j}{', _t' if j == summed else ''})"
@@ -298,7 +317,7 @@ class FuzzGraph:
         working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
         ns.update(_terms=_terms, _absolute=_absolute, _batch_norm_terms=_batch_norm_terms,
-                  _attention_terms=_attention_terms)
+                  _attention_terms=_attention_terms, _variance_terms=_variance_terms)
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)

@@ -244,3 +244,32 @@ def test_a_wrong_float64_attention_still_fails() -> None:
     sdpa = torch.nn.functional.scaled_dot_product_attention
     assert _judge(SEED_207_LIKE, sdpa(q.float(), k.float(), v.float()).double()) != ""
     assert _judge(SEED_207_LIKE, sdpa(q, k, v, scale=32 ** -0.5 * (1 + 2 ** -32))) != ""
+
+
+# fuzzer, crucible-interpret:extern=all --dynamic, seed 214: ceil(var) over 8,191 equal float64 values
+# (an expanded input). ATen's var was 2e-31 (a residue of its mean's rounding) and Crucible's exactly 0;
+# ceil made them 1 and 0.
+SEED_214 = FuzzGraph([{"shape": [8191], "dtype": "float64", "expand_from": [1], "layout": "expanded",
+                       "profile": "normal", "seed": 0}],
+                     [Node("aten.var.correction", "aten.var.correction(x0, dim=[0])", ["v0"], [([], "float64")]),
+                      Node("aten.ceil.default", "aten.ceil.default(v0)", ["v1"], [([], "float64")])],
+                     ["v1"])
+# a variance of values far from 0 (an offset plus a small spread): what a one-pass variance gets wrong
+SHIFTED_VAR = FuzzGraph([{"shape": [4, 1000], "dtype": "float32", "layout": "contiguous", "profile": "shifted",
+                          "seed": 5}],
+                        [Node("aten.var.correction", "aten.var.correction(x0, dim=[1])", ["v0"], [([4], "float32")])],
+                        ["v0"])
+
+
+def test_a_variance_of_equal_values_exactly_0_passes_by_the_terms_noise() -> None:
+    exact = torch.zeros((), dtype=torch.float64)
+    assert _judge(SEED_214, exact, spread=False) != ""
+    assert _judge(SEED_214, exact) == ""
+
+
+def test_a_one_pass_variance_still_fails() -> None:
+    """The noise is eps^2-sized: E[x^2] - E[x]^2 in float32 loses eps * mean(x^2) to cancellation."""
+    x = SHIFTED_VAR.make_inputs()[0]
+    one_pass = ((x * x).mean(1) - x.mean(1) ** 2) * (1000 / 999)
+    assert _judge(SHIFTED_VAR, one_pass) != ""
+    assert _judge(SHIFTED_VAR, torch.var(x, dim=1)) == ""  # (the judge passes the two-pass one)
