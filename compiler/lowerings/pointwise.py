@@ -208,8 +208,7 @@ for _op, _fn in FLOAT_UNARY.items():
 
 
 def frac(x: V) -> V:
-    """ATen's ``x - trunc(x)``, whose zeros are +0.0 (round to nearest): the compiled GPU kernel of the
-    bare difference gave -0.0 for -0.0 (H200, crucible-triton, fuzzer seed 187), so zeros are set."""
+    """ATen's ``x - trunc(x)`` with +0.0 zeros: the GPU gave frac(-0.0) = -0.0 (H200, fuzzer seed 187)."""
     diff = x - trunc(x)
     return sel(diff.eq(0), 0, diff)
 
@@ -449,21 +448,16 @@ def lower_clamp(ctx: GraphLowering, node: Any, x: Any, lo: Any = None, hi: Any =
     # the GPU's max and min order -0.0 below +0.0, as ATen's CUDA clamp does (``Capabilities.ordered_zeros``)
     ordered = ctx.capabilities.ordered_zeros and common.is_floating_point
 
+    def bound(v: V, b: V, given: Any, low: bool) -> V:
+        if ordered:
+            return vmax(v, b) if low else vmin(v, b)
+        past = v < b if low else v > b
+        return sel(past | b.ne(b), b, v) if may_be_nan(given) else sel(past, b, v)
+
     def fn(v: V, *bounds: V) -> V:
         it = iter(bounds)  # NaN in v stays NaN, and a NaN bound gives NaN, like ATen
-        if lo is not None:
-            low = next(it)
-            if ordered:
-                v = vmax(v, low)
-            else:
-                v = sel((v < low) | low.ne(low), low, v) if may_be_nan(lo) else sel(v < low, low, v)
-        if hi is not None:
-            high = next(it)
-            if ordered:
-                v = vmin(v, high)
-            else:
-                v = sel((v > high) | high.ne(high), high, v) if may_be_nan(hi) else sel(v > high, high, v)
-        return v
+        v = bound(v, next(it), lo, True) if lo is not None else v
+        return bound(v, next(it), hi, False) if hi is not None else v
 
     return pointwise(node, fn, x, *[b for b in (lo, hi) if b is not None], compute=common)
 
