@@ -5,6 +5,7 @@ symbolic path (tests/harness/fuzz_plants.py) found with --dynamic and missed wit
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -140,11 +141,22 @@ def test_planted_symbolic_bug_is_found_with_dynamic_and_missed_without(monkeypat
 def test_localization_runs_the_further_sizes(monkeypatch) -> None:
     """A failure only a further size shows is charged to the first value diverging there (with every
     intermediate an output), not passed as "needs the original fusion"."""
+    from compiler import wrapper
     from compiler.codegen import triton_tiles
     from harness.fuzz.localize import localize
 
     monkeypatch.setattr(triton_tiles.SizeLaunch, "candidates", triton_tiles.SizeLaunch.candidates)
     fuzz_plants.launch_config_kept_from_first_call()
+    # the plant leaves part of an output unwritten: NaN there, whatever memory the allocator hands back
+    # (CI once charged the sum, not the add, when the add's unwritten part held the right values)
+    allocate = wrapper.allocator
+
+    def poisoned(device: Any) -> Any:
+        empty = allocate(device)
+        return lambda size, stride, dtype: empty(size, stride, dtype).fill_(
+            math.nan if dtype.is_floating_point else -7)
+
+    monkeypatch.setattr(wrapper, "allocator", poisoned)
     graph = FuzzGraph(BROADCAST_SUM.inputs, BROADCAST_SUM.nodes, BROADCAST_SUM.outputs, [[[7, 1025], [1025]]])
     result = localize(graph, parse_target("crucible-interpret"))
     assert result.status == Status.FAIL_ACCURACY and result.op == "aten.add.Tensor", result.error
