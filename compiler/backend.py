@@ -86,7 +86,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     codegen = options.codegen or default_codegen(graph_device(gm).type)
     static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
     comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout,
-                             options.cudagraphs, options.tuning)
+                             options.cudagraphs, options.tuning, options.poison)
     comp.report.passes.extend(passes)
     try:
         wrapper = comp.compile()

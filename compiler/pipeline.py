@@ -131,7 +131,7 @@ class GraphCompilation:
 
     def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
                  static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto",
-                 cudagraphs: bool = False, tuning: str = "first_call") -> None:
+                 cudagraphs: bool = False, tuning: str = "first_call", poison: bool = False) -> None:
         self.gm = gm
         self.kind = kind
         # the inputs that are parameters and buffers; folded from only where nothing needs gradients
@@ -140,6 +140,7 @@ class GraphCompilation:
         self.layout_option = layout  # the ``layout`` option (compiler.layout)
         self.cudagraphs = cudagraphs  # the ``cudagraphs`` option: the layout rule weighs GPU time only
         self.tuning = tuning  # the ``tuning`` option (compiler.tuning)
+        self.poison = poison  # the ``poison`` option (compiler.wrapper.poisoned)
         self.deferred: list[DeferredTuning] = []  # the load pass's deferred candidates, if any
         self.folded = FoldedGraph(gm)
         self.codegen = codegen
@@ -196,7 +197,7 @@ class GraphCompilation:
                                   self.report)
         # timing every launch (CRUCIBLE_KERNEL_TIMES) reaches extern calls through their OpOverloads
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, sched, rendered, launchers,
-                                         not config.kernel_times())
+                                         not config.kernel_times(), self.poison)
         self.schedule = sched
         self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)

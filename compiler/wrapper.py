@@ -7,6 +7,7 @@ Buffers that die are handed to later allocations of the same dtype and size.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,7 +37,7 @@ _REUSED = "# (a pooled buffer taken by a later allocation)"  # placeholder line,
 
 class _WrapperWriter:
     def __init__(self, schedule: Schedule, rendered: dict[str, RenderedKernel],
-                 launchers: dict[str, Any], fast_externs: bool = True) -> None:
+                 launchers: dict[str, Any], fast_externs: bool = True, poison: bool = False) -> None:
         self.fast_externs = fast_externs
         self.schedule = schedule
         self.rendered = rendered
@@ -45,7 +46,7 @@ class _WrapperWriter:
                                         "with_strides": with_strides, "empty_strided": allocator(schedule.device),
                                         "reinterpret": reinterpret, **schedule.constants}
         # checked interpreter runs: a fresh or reused buffer's bytes count as unwritten (compiler.kernel_checks)
-        self.fresh = checked_allocation(schedule.device, self.globals)
+        self.fresh = checked_allocation(schedule.device, self.globals, poison)
         self.lines: list[str] = []
         self.consts: list[Any] = []
         self.globals["consts"] = self.consts
@@ -267,15 +268,27 @@ if _fast_reinterpret is not None:  # the same in C++ (1.8 us against 2.8 us for 
     reinterpret = _fast_reinterpret  # noqa: F811
 
 
-def checked_allocation(device: Any, globals_: dict[str, Any]) -> str:
+def checked_allocation(device: Any, globals_: dict[str, Any], poison: bool = False) -> str:
     """The wrapper's name for the call around each allocation: "" normally; under kernel checks (CPU,
     ``compiler.kernel_checks``), the checker's allocation hook (the simulator's marks the buffer's bytes
-    unwritten, so kernels reading them before any write are reported)."""
-    hook = allocation_hook(device)
+    unwritten, so kernels reading them before any write are reported); else with the ``poison`` option,
+    ``poisoned``."""
+    hook = allocation_hook(device) or (poisoned if poison else None)
     if hook is None:
         return ""
     globals_["uninitialized"] = hook
     return "uninitialized"
+
+
+def poisoned(t: torch.Tensor) -> torch.Tensor:
+    """``t`` filled with what no correct kernel leaves behind: NaN (floating and complex), the largest
+    value (integers), True (bool). The ``poison`` option (the harness's Crucible targets) calls it on
+    each buffer the wrapper allocates or reuses, so a kernel that leaves part of its output unwritten
+    gives the same wrong values on every run, not whatever the allocator's memory held (which can be
+    the right values: an earlier call's result of the same size)."""
+    if t.dtype.is_floating_point or t.dtype.is_complex:
+        return t.fill_(math.nan)
+    return t.fill_(True if t.dtype == torch.bool else torch.iinfo(t.dtype).max)
 
 
 def with_strides(t: torch.Tensor, stride: tuple[int, ...]) -> torch.Tensor:
@@ -352,8 +365,9 @@ def _natural(name: str) -> tuple:
 
 
 def generate_wrapper(schedule: Schedule, rendered: dict[str, RenderedKernel], launchers: dict[str, Any],
-                     fast_externs: bool = True) -> Wrapper:
+                     fast_externs: bool = True, poison: bool = False) -> Wrapper:
     """The wrapper of a scheduled graph: it reads the schedule, the rendered kernels' argument lists
     and the loaded launchers, never the lowered graph. ``fast_externs=False`` calls every extern op
-    through ``consts`` (its OpOverload), where per-kernel timing can reach it."""
-    return _WrapperWriter(schedule, rendered, launchers, fast_externs).write()
+    through ``consts`` (its OpOverload), where per-kernel timing can reach it. ``poison``: every buffer
+    allocated or reused is filled first (``poisoned``)."""
+    return _WrapperWriter(schedule, rendered, launchers, fast_externs, poison).write()

@@ -19,12 +19,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+# Every Crucible target poisons the buffers its wrappers allocate (NaN, an integer's largest value), so a
+# kernel leaving part of an output unwritten fails on every run, not only when the allocator's memory
+# held something else than the right values (``crucible-cpp:poison=false`` turns it off).
 CRUCIBLE_TARGETS: dict[str, dict[str, Any]] = {
     # launch configs tuned in the first call, so a parity check runs the config later calls keep
-    "crucible-triton": {"codegen": "triton", "strict": True, "tuning": "first_call"},
-    "crucible-interpret": {"codegen": "triton", "strict": True},
-    "crucible-sim": {"codegen": "triton", "strict": True},  # the interpreter's kernels, checked by simulator/
-    "crucible-cpp": {"codegen": "cpp", "strict": True},
+    "crucible-triton": {"codegen": "triton", "strict": True, "tuning": "first_call", "poison": True},
+    "crucible-interpret": {"codegen": "triton", "strict": True, "poison": True},
+    # the interpreter's kernels, checked by simulator/ (which marks fresh bytes unwritten instead)
+    "crucible-sim": {"codegen": "triton", "strict": True, "poison": True},
+    "crucible-cpp": {"codegen": "cpp", "strict": True, "poison": True},
 }
 # Targets whose interpreted Triton kernels run under the simulator's memory checks.
 CHECKED_TARGETS = ("crucible-sim",)

@@ -171,6 +171,31 @@ def test_inputs_and_dead_buffers_are_freed_at_their_last_use(codegen: str) -> No
     assert args == [] and len(dead) == 2 and all(dead), wrapper.source
 
 
+def test_poison_fills_every_buffer_before_its_kernels_run(codegen: str) -> None:
+    """The ``poison`` option (the harness's Crucible targets): a kernel that writes nothing leaves NaN
+    (floats) or the largest value (integers) in its output on every call, fresh or reused buffer alike,
+    not whatever the allocator's memory held; the output is right when the kernels do write."""
+    import re
+
+    def fn(x, w):
+        y = torch.relu(x.sin() @ w)  # the sin's buffer is dead after the matmul: the relu's may reuse it
+        return y.cos() + 1, (y > 0).sum(1), x.argmax(1)
+
+    x, w = torch.randn(16, 16), torch.randn(16, 16)
+    wrapper = GraphCompilation(_aten_graph(fn, x, w), codegen, "inference", poison=True).compile()
+    allocations = re.findall(r"^ *\w+ = (.*empty_strided\(.*|.*\.view\(.*)$", wrapper.source, re.M)
+    assert allocations and all(a.startswith("uninitialized(") for a in allocations), wrapper.source
+    for got, want in zip(wrapper.call([x, w]), fn(x, w), strict=True):
+        torch.testing.assert_close(got, want)
+    for name in wrapper.launchers:
+        wrapper.launchers[name] = lambda *args, **kwargs: None  # kernels that write nothing
+    cos, count, index = wrapper.call([x, w])
+    assert cos.isnan().all() and (count == torch.iinfo(count.dtype).max).all(), wrapper.source
+    assert (index == torch.iinfo(index.dtype).max).all()
+    plain = GraphCompilation(_aten_graph(fn, x, w), codegen, "inference").compile()
+    assert "uninitialized" not in plain.source
+
+
 def test_dead_kernel_is_not_generated(codegen: str) -> None:
     """Regression (timm/test_vit_relpos): a realized value nobody reads produced a kernel with no
     parameters, which is not valid Python."""

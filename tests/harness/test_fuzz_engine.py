@@ -71,8 +71,8 @@ def test_target_options_reach_compile_graph_on_the_fx_path(monkeypatch: pytest.M
     name = "crucible-interpret:tuning=off,layout=contiguous,extern=none"
     result = InProcessRunner(name).run(GraphTask.of(_exp_add(), capture="fx"))
     assert result.status == Status.PASS and result.target == name, result
-    assert calls and calls[0] == {"codegen": "triton", "strict": True, "tuning": "off", "layout": "contiguous",
-                                  "extern": "none"}, calls
+    assert calls and calls[0] == {"codegen": "triton", "strict": True, "poison": True, "tuning": "off",
+                                  "layout": "contiguous", "extern": "none"}, calls
 
 
 def test_a_crucible_sim_campaign_finds_a_kernel_reading_out_of_bounds(monkeypatch: pytest.MonkeyPatch, capsys) -> None:

@@ -16,12 +16,13 @@ def test_options_after_a_colon_reach_the_backend_and_the_name_is_kept() -> None:
     t = parse_target("crucible-interpret:extern=none")
     assert t.name == "crucible-interpret:extern=none" and t.base == "crucible-interpret"
     assert t.device == "cpu" and t.backend == "crucible" and t.is_crucible
-    assert t.options == {"codegen": "triton", "strict": True, "extern": "none"}
+    assert t.options == {"codegen": "triton", "strict": True, "poison": True, "extern": "none"}
     t = parse_target("inductor:max_autotune=true,coordinate_descent_tuning=False,triton.max_tiles=2")
     assert t.backend == "inductor"
     assert t.options == {"max_autotune": True, "coordinate_descent_tuning": False, "triton.max_tiles": 2}
     assert parse_target("crucible-triton:cudagraphs=true").device == "cuda"
-    assert parse_target("crucible-cpp").options == {"codegen": "cpp", "strict": True}
+    assert parse_target("crucible-cpp").options == {"codegen": "cpp", "strict": True, "poison": True}
+    assert parse_target("crucible-cpp:poison=false").options["poison"] is False
     assert parse_target("crucible-sim:extern=none").checked and not parse_target("crucible-interpret").checked
 
 
