@@ -22,7 +22,7 @@ import gc
 import threading
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -85,8 +85,10 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
 
     codegen = options.codegen or default_codegen(graph_device(gm).type)
     static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
+    if kind == "backward":
+        restride_placeholders(gm, example_inputs)
     comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout,
-                             options.cudagraphs, options.tuning, options.poison)
+                             options.cudagraphs, options.tuning, options.poison, saved_outputs_start(kind))
     comp.report.passes.extend(passes)
     try:
         wrapper = comp.compile()
@@ -100,6 +102,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
         warnings.warn(f"crucible: graph {comp.graph_id} falls back to eager ({reason.value}): {err}",
                       stacklevel=2)
         return make_boxed_func(gm.forward)
+    report_output_strides(comp.output_strides())
     call = wrapper.call
     if config.kernel_times():
         from compiler.kernel_times import instrument
@@ -117,6 +120,29 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
         call = on_one_aten_thread(call)  # ATen between interpreted kernels: no OpenMP wake-ups
     publish(comp.report)
     return _boxed(call, comp.report)
+
+
+def report_output_strides(strides: list[tuple[int, ...] | None]) -> None:
+    """Tell AOTAutograd the strides a training forward returns (as Inductor does): it compiles the
+    backward for them, so saved activations a channels-last forward computed NHWC stay NHWC. Outside
+    AOTAutograd's forward compile (``TracingContext.output_strides`` None) there is no one to tell."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    if context is not None and context.output_strides is not None:
+        context.output_strides.extend(strides)
+
+
+def restride_placeholders(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:
+    """A backward graph's inputs with the strides AOTAutograd hands over (the forward's reported
+    ones, ``report_output_strides``) where its trace recorded others: the lowering reads a
+    placeholder's layout from its meta value."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, example in zip(placeholders, example_inputs):
+        val = node.meta.get("val")
+        if isinstance(val, torch.Tensor) and isinstance(example, torch.Tensor) and val.shape == example.shape \
+                and val.stride() != example.stride():
+            node.meta["val"] = example
 
 
 def _boxed(call: Callable[[list], Any], report: GraphReport | None = None) -> Callable:

@@ -82,10 +82,10 @@ def is_channels_last(shape: Sequence[int], stride: Sequence[int]) -> bool:
 # dtype. The graph runs channels-last when the estimated total is at most ``MAX_ESTIMATE`` of the
 # NCHW total, convolutions are not too rare in the graph (Inductor's rule: fewer than one in
 # ``MAX_NODES_PER_CONV`` FX nodes means layout conversions around a few convolutions in a mostly
-# non-convolution graph, like a ViT's patch embedding), and it is an inference graph on a GPU.
-# Training graphs stay contiguous: their saved activations are graph outputs and would each be
-# converted back. CPU graphs stay contiguous: channels-last is not measured faster with the C++ and
-# interpreted codegens (a 2-core shared machine gave 1.31x and 0.17x on two runs of the same net).
+# non-convolution graph, like a ViT's patch embedding), and it is an inference or training-forward
+# graph on a GPU (a channels-last forward returns its saved activations NHWC and reports their strides,
+# ``compiler.backend.report_output_strides``; its backward follows it, ``backward_rule``). CPU graphs
+# have their own rule (``cpu_rule``).
 #
 # CL_RATIO: median channels-last / NCHW time of ATen's convolution per family, measured on the H200
 # (``python -m harness.bench.layout --convs``, batch 32, 29 shapes from resnet50, mobilenetv3,
@@ -182,7 +182,10 @@ def cpu_rule(gm: torch.fx.GraphModule, kind: str, convs: list[torch.fx.Node], co
     if codegen != "cpp":
         return LayoutDecision("contiguous", "CPU graph: channels-last is chosen for the C++ codegen only", len(convs))
     if kind != "inference":
-        return LayoutDecision("contiguous", f"{kind} graph: saved activations would be converted back", len(convs))
+        # eager's own resnet18 training step (batch 8 of 64x64, 1 thread, 2-core AMD EPYC): NHWC 94 ms,
+        # NCHW 71 ms (oneDNN's NHWC convolution backward); Crucible's 98 against 64 ms
+        return LayoutDecision("contiguous", f"CPU {kind} graph: oneDNN's NHWC convolution backward is slower "
+                              f"(measured)", len(convs))
     nodes = sum(1 for _ in gm.graph.nodes)
     if nodes >= MAX_NODES_PER_CONV * len(convs):
         return LayoutDecision("contiguous", f"{len(convs)} convolutions in {nodes} FX nodes: too few to pay "
@@ -190,12 +193,35 @@ def cpu_rule(gm: torch.fx.GraphModule, kind: str, convs: list[torch.fx.Node], co
     return LayoutDecision("channels_last", "CPU graph: oneDNN runs NHWC convolutions without reorders", len(convs))
 
 
+def conv2d_backward_nodes(gm: torch.fx.GraphModule) -> list[torch.fx.Node]:
+    """A backward graph's gradients of 2-d, non-transposed convolutions."""
+    found = []
+    for n in gm.graph.nodes:
+        if n.op == "call_function" and n.target is aten.convolution_backward.default and not n.args[7]:
+            x = getattr(n.args[1], "meta", {}).get("val")
+            if isinstance(x, torch.Tensor) and x.dim() == 4:
+                found.append(n)
+    return found
+
+
+def backward_rule(gm: torch.fx.GraphModule, convs: list[torch.fx.Node]) -> LayoutDecision:
+    """A backward graph follows its forward: channels-last where a saved activation arrives NHWC (the
+    forward ran channels-last and reported its outputs' strides to AOTAutograd, ``compiler.backend``),
+    so its gradients flow NHWC into the convolutions' backward as the activations did forward."""
+    nhwc = [n for n in gm.graph.nodes if n.op == "placeholder" and isinstance(n.meta.get("val"), torch.Tensor)
+            and is_channels_last(n.meta["val"].shape, n.meta["val"].stride())]
+    if nhwc:
+        return LayoutDecision("channels_last", f"backward of a channels-last forward: {len(nhwc)} saved "
+                              f"activations arrive NHWC", len(convs))
+    return LayoutDecision("contiguous", "backward of a contiguous forward: no saved activation is NHWC", len(convs))
+
+
 def choose_layout(gm: torch.fx.GraphModule, device: torch.device, option: str, kind: str,
                   cudagraphs: bool = False, codegen: str = "", dynamic: bool = False) -> LayoutDecision:
     """The graph's layout under the ``layout`` option (see the module docstring; ``cudagraphs``: the
     graph is to be replayed from a CUDA graph; ``codegen``: the renderer's name; ``dynamic``: the
     graph has symbolic sizes). A forced layout's reason also says what the rule would have chosen."""
-    convs = conv2d_nodes(gm)
+    convs = conv2d_backward_nodes(gm) if kind == "backward" else conv2d_nodes(gm)
     if dynamic and convs:
         # the cost rule weighs static shapes and NHWC strides are built from int sizes: a graph with
         # symbolic sizes stays contiguous, whatever the option asks (docs/compiler.md, dynamic shapes)
@@ -212,11 +238,10 @@ def cost_rule(gm: torch.fx.GraphModule, device: torch.device, kind: str,
     """``layout="auto"``'s decision (``COST_RULE``)."""
     if not convs:
         return LayoutDecision("contiguous", "no 2-d convolutions")
+    if kind == "backward":
+        return backward_rule(gm, convs)
     if device.type != "cuda":
         return cpu_rule(gm, kind, convs, codegen)
-    if kind != "inference":
-        return LayoutDecision("contiguous", f"{kind} graph: saved activations would be converted back",
-                              len(convs))
     nodes = sum(1 for _ in gm.graph.nodes)
     if nodes >= MAX_NODES_PER_CONV * len(convs):
         return LayoutDecision("contiguous", f"{len(convs)} convolutions in {nodes} FX nodes: too few to pay "

@@ -50,8 +50,11 @@ class GraphLowering:
 
     def __init__(self, gm: torch.fx.GraphModule, device: torch.device,
                  capabilities: Capabilities = ANY_RENDERER, extern_mode: str = "default",
-                 layout: str = "contiguous") -> None:
+                 layout: str = "contiguous", saved_from: int | None = None) -> None:
         self.gm = gm
+        # a training forward's first output saved for the backward: from there on a channels-last
+        # graph returns its own layout, which the backend reports to AOTAutograd (backend.py)
+        self.saved_from = saved_from
         self.capabilities = capabilities  # the chosen renderer's: its op table and limits
         self.extern_mode = extern_mode  # the ``extern`` option: which matmuls/attentions are templates
         # the graph's layout decision (``compiler.layout``); in a channels-last graph, the buffers
@@ -203,7 +206,9 @@ class GraphLowering:
                 self.graph.single_output = not isinstance(outs, (list, tuple))
                 if self.graph.single_output:
                     outs, vals = [outs], [vals]
-                self.graph.outputs = [self.output_value(v, val) for v, val in zip(outs, vals)]
+                saved = len(outs) if self.saved_from is None else self.saved_from
+                self.graph.outputs = [self.saved_value(v) if i >= saved and self.channels_last else
+                                      self.output_value(v, val) for i, (v, val) in enumerate(zip(outs, vals))]
                 write_back(self)
             else:
                 raise NotImplementedError(f"FX node kind {node.op!r} ({node.name}) is not supported")
@@ -344,6 +349,9 @@ class GraphLowering:
         if not nhwc and target is aten.convolution.default and _conv2d(val, args) and (self.channels_last or (
                 self.graph.device.type == "cuda" and val.dtype in REDUCED_FLOATS and feeds_nhwc_permutes(node))):
             nhwc = 2  # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them
+        elif not nhwc and self.channels_last and target is aten.convolution_backward.default \
+                and _conv2d(getattr(fx_args[1], "meta", {}).get("val"), args[1:]):
+            nhwc = 2  # the gradient and the saved input NHWC (the weight as eager has it), as the forward ran
         if nhwc:
             args = (*(self.realize_strided(a, channels_last_strides(a.shape)) for a in args[:nhwc]), *args[nhwc:])
             fx_args = (*[None] * nhwc, *fx_args[nhwc:])
@@ -354,7 +362,7 @@ class GraphLowering:
                 # the layout eager's op returns (attention outputs are transposed views): kept as is
                 # instead of copied into a contiguous buffer
                 shape = shape_of(t.shape)
-                stride = channels_last_strides(shape) if nhwc else \
+                stride = channels_last_strides(shape) if nhwc and len(shape) == 4 else \
                     plain_strides(t, shape) or contiguous_strides(shape)
                 outputs.append(Buffer(self.new_name(), t.dtype, shape, stride, "extern"))
                 self.note_layout(outputs[-1])
@@ -421,6 +429,12 @@ class GraphLowering:
             return type(value)(self.output_value(v, m) for v, m in zip(value, vals))
         return value
 
+    def saved_value(self, value: Any) -> Any:
+        """A channels-last training forward's output saved for the backward, in the layout computed:
+        the backward is compiled for the strides reported (an NHWC activation converted back to NCHW
+        for it cost a copy in the forward and another in the backward)."""
+        return self.realize_viewable(value) if isinstance(value, (Lazy, Strided)) else value
+
     def eager_layout_output(self, value: TensorValue, val: Any) -> Strided:
         """A channels-last graph's output in the strides eager gives it (Inductor's keep_output_stride):
         an NHWC buffer, or a view of one, is copied into eager's layout, and a lazy value is realized in it."""
@@ -460,15 +474,16 @@ def _tensors(val: Any) -> list:
 
 
 def lower(gm: torch.fx.GraphModule, device: torch.device, capabilities: Capabilities = ANY_RENDERER,
-          extern_mode: str = "default", layout: str = "contiguous") -> LoweredGraph:
+          extern_mode: str = "default", layout: str = "contiguous", saved_from: int | None = None) -> LoweredGraph:
     """The loop IR of ``gm``, in the ops the chosen renderer can emit; ``layout``: the graph's layout
-    decision (``compiler.layout.choose_layout``)."""
+    decision (``compiler.layout.choose_layout``); ``saved_from``: a training forward's first output
+    saved for the backward."""
     import compiler.lowerings  # noqa: F401  (registers the rules)
     import compiler.templates.rules  # noqa: F401  (matmul/attention template rules, over the library ones)
     from compiler.replay.record import observe
 
     observe(gm)  # records the graph while ``python -m compiler.replay --capture`` runs the tests
-    return GraphLowering(gm, device, capabilities, extern_mode, layout).run()
+    return GraphLowering(gm, device, capabilities, extern_mode, layout, saved_from).run()
 
 
 __all__ = ["LOWERINGS", "GraphLowering", "Lazy", "Op", "Strided", "DynamicUnsupported", "TensorValue", "Unsupported",

@@ -31,7 +31,7 @@ from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.registry import renderer_for
 from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls, onednn_linears
 from compiler.folding import FoldedGraph, fold_batch_norm
-from compiler.graph import Buffer, LoweredGraph
+from compiler.graph import Buffer, LoweredGraph, View
 from compiler.kernel_sharing import render_shared
 from compiler.layout import LayoutDecision, choose_layout, convert_weight_layout
 from compiler.onednn_convolutions import onednn_convolutions
@@ -41,6 +41,7 @@ from compiler.lowerings.symbolic import check_dynamic
 from compiler.report import ExternReport, GraphReport, KernelReport, WeightFold
 from compiler.runtime import KernelLauncher, build_processes, launcher_for, parallel_map
 from compiler.scheduler import Kernel, Schedule
+from compiler.sizes import all_static
 from compiler.templates.scheduling import schedule, template_kind
 from compiler.tuning import DeferredTuning
 from compiler.wrapper import Wrapper, generate_wrapper
@@ -131,7 +132,8 @@ class GraphCompilation:
 
     def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
                  static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto",
-                 cudagraphs: bool = False, tuning: str = "first_call", poison: bool = False) -> None:
+                 cudagraphs: bool = False, tuning: str = "first_call", poison: bool = False,
+                 saved_from: int | None = None) -> None:
         self.gm = gm
         self.kind = kind
         # the inputs that are parameters and buffers; folded from only where nothing needs gradients
@@ -141,6 +143,7 @@ class GraphCompilation:
         self.cudagraphs = cudagraphs  # the ``cudagraphs`` option: the layout rule weighs GPU time only
         self.tuning = tuning  # the ``tuning`` option (compiler.tuning)
         self.poison = poison  # the ``poison`` option (compiler.wrapper.poisoned)
+        self.saved_from = saved_from  # a training forward's first output saved for the backward
         self.deferred: list[DeferredTuning] = []  # the load pass's deferred candidates, if any
         self.folded = FoldedGraph(gm)
         self.codegen = codegen
@@ -183,7 +186,7 @@ class GraphCompilation:
             self.extern_passes()
         self.choose_layout()
         lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities,
-                                                self.extern, self.report.layout)
+                                                self.extern, self.report.layout, self.saved_from)
         sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
@@ -202,6 +205,13 @@ class GraphCompilation:
         self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)
         return wrapper
+
+    def output_strides(self) -> list[tuple[int, ...] | None]:
+        """Each output's strides as the wrapper returns it (None: not a tensor, or symbolic strides):
+        what a training forward reports to AOTAutograd, which compiles the backward for the strides
+        of the saved tensors it will be handed (``compiler.backend``)."""
+        return [tuple(int(s) for s in v.stride) if isinstance(v, View) and all_static(v.stride) else None
+                for v in self.schedule.outputs]
 
     def extern_passes(self) -> None:
         """``compiler.extern_passes``: their constants join the folded ones behind one guard. With

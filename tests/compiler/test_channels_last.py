@@ -95,6 +95,41 @@ def test_forced_channels_last_training_step_matches_eager():
         assert_close(got.grad, want.grad)
 
 
+def test_channels_last_training_saves_nhwc_activations_for_an_nhwc_backward(codegen, monkeypatch):
+    """Issue 38 (GPU training ran every graph contiguous): a channels-last forward returns its saved
+    activations NHWC and tells AOTAutograd their strides, so the backward gets them NHWC, runs
+    channels-last too (its convolution gradients NHWC), and the gradients, the user's outputs and
+    their strides are eager's. Without the report the backward would read NHWC memory as NCHW."""
+    import compiler.backend
+
+    reported: list = []
+    report_strides = compiler.backend.report_output_strides
+    monkeypatch.setattr(compiler.backend, "report_output_strides",
+                        lambda strides: (reported.append(strides), report_strides(strides)))
+    torch.manual_seed(0)
+    m, ref = SmallConvNet().train(), SmallConvNet().train()
+    ref.load_state_dict(m.state_dict())
+    x = torch.randn(2, 3, 9, 11)
+    compiled = torch.compile(m, backend="crucible", options={"strict": True, "layout": "channels_last",
+                                                             "codegen": codegen})
+    with collect_reports() as report:
+        feat, logits = compiled(x)
+        (feat.square().sum() + logits.sum()).backward()
+    want_feat, want_logits = ref(x)
+    (want_feat.square().sum() + want_logits.sum()).backward()
+    forward, backward = report.graphs
+    assert (forward.kind, forward.layout, backward.kind, backward.layout) == \
+        ("forward", "channels_last", "backward", "channels_last"), (forward.layout_reason, backward.layout_reason)
+    assert "saved activations arrive NHWC" in backward.layout_reason
+    saved = [s for s in reported[0][2:] if s is not None and len(s) == 4 and s[1] == 1]
+    assert len(saved) >= 4, reported  # the convolutions' and batch norms' outputs, NHWC
+    assert feat.stride() == want_feat.stride()
+    assert_close(feat, want_feat)
+    assert_close(logits, want_logits)
+    for got, want in zip(m.parameters(), ref.parameters()):
+        assert_close(got.grad, want.grad)
+
+
 def trace(m: torch.nn.Module, x: torch.Tensor) -> torch.fx.GraphModule:
     """``m`` as an ATen graph with its parameters and buffers as inputs after ``x``."""
     state = dict(m.named_parameters()) | dict(m.named_buffers())
@@ -169,13 +204,34 @@ def _decision(m, x, device: str = "cuda", option: str = "auto", kind: str = "inf
 
 def test_rule_keeps_cpu_training_and_convolution_free_graphs_contiguous():
     gm = trace(small_net().eval(), torch.randn(2, 3, 9, 11))
-    cuda = torch.device("cuda")
     assert "C++ codegen only" in choose_layout(gm, torch.device("cpu"), "auto", "inference", codegen="triton").reason
-    assert choose_layout(gm, torch.device("cpu"), "auto", "forward", codegen="cpp").layout == "contiguous"
-    assert choose_layout(gm, cuda, "auto", "forward").layout == "contiguous"
+    cpu_training = choose_layout(gm, torch.device("cpu"), "auto", "forward", codegen="cpp")
+    assert cpu_training.layout == "contiguous" and "measured" in cpu_training.reason
     assert _decision(lambda t: t.relu() + 1, torch.randn(3)).reason == "no 2-d convolutions"
     forced = choose_layout(gm, torch.device("cpu"), "channels_last", "inference")
     assert forced.layout == "channels_last" and "the rule would choose contiguous" in forced.reason
+
+
+def test_gpu_training_forward_takes_the_inference_rule_and_its_backward_follows():
+    """A GPU training forward is weighed like an inference graph (resnet50's NHWC convolutions pay
+    in training too); a backward graph goes channels-last exactly when a saved activation arrives NHWC."""
+    m, x = small_net().train(), torch.randn(2, 3, 9, 11)
+    gm = trace(m, x)
+    cuda = torch.device("cuda")
+    assert choose_layout(gm, cuda, "auto", "forward").layout == choose_layout(gm, cuda, "auto", "inference").layout
+    x.requires_grad_(True)
+
+    def grads(t, w, b):
+        out, vjp = torch.func.vjp(lambda t, w: torch.nn.functional.conv2d(t, w, b, padding=1), t, w)
+        return vjp(torch.ones_like(out))
+
+    w, b = m[0].weight.detach(), m[0].bias.detach()
+    for memory_format, layout in ((torch.channels_last, "channels_last"), (torch.contiguous_format, "contiguous")):
+        backward = compiler.trace_aten(grads, x.detach().contiguous(memory_format=memory_format), w, b)
+        assert [n.target for n in backward.graph.nodes if n.op == "call_function"].count(
+            torch.ops.aten.convolution_backward.default) == 1
+        decision = choose_layout(backward, cuda, "auto", "backward")
+        assert decision.layout == layout and decision.convs == 1, decision
 
 
 def test_rule_runs_cpp_inference_graphs_channels_last():
