@@ -279,6 +279,36 @@ def feeds_nhwc_permutes(node: torch.fx.Node) -> bool:
                                and list(u.args[1]) == [0, 2, 3, 1] for u in users)
 
 
+# Gradients whose ATen kernels take NHWC tensors as they are (the result laid out like the input): the
+# arguments a channels-last graph hands them NHWC. The weight of a convolution's gradient stays as
+# eager has it (a parameter's layout).
+PERMUTED_NHWC_DTYPES = (torch.float16, torch.bfloat16)  # feeds_nhwc_permutes: not float32 (TF32 rounding)
+NHWC_GRADIENTS = {aten.convolution_backward.default: (0, 1), aten.max_pool2d_with_indices_backward.default: (0, 1, 7),
+                  aten.avg_pool2d_backward.default: (0, 1)}
+
+
+def nhwc_arguments(node: torch.fx.Node, target: Any, val: Any, args: tuple, channels_last: bool,
+                   device: torch.device) -> tuple[int, ...]:
+    """Positions of an extern call's arguments (lowering values) the lowering lays out NHWC, and then
+    its 4-d results: a convolution's input and weight (cuDNN's and oneDNN's fast path) in a
+    channels-last graph, and for a 16-bit GPU convolution whose users permute it to NHWC
+    (``feeds_nhwc_permutes``); in a channels-last graph the 4-d tensors of ``NHWC_GRADIENTS``, as
+    the forward ran them."""
+    if target is aten.convolution.default and _conv2d(val, args) and (channels_last or (
+            device.type == "cuda" and val.dtype in PERMUTED_NHWC_DTYPES and feeds_nhwc_permutes(node))):
+        return (0, 1)
+    positions = NHWC_GRADIENTS.get(target, ()) if channels_last else ()
+    if target is aten.convolution_backward.default and args[7]:  # transposed
+        return ()
+    return positions if all(len(getattr(args[i], "shape", ())) == 4 for i in positions) else ()
+
+
+def _conv2d(val: Any, args: tuple) -> bool:
+    """A 2-d convolution (4-d input, weight and result) that is not transposed."""
+    return (isinstance(val, torch.Tensor) and val.dim() == 4 and len(args) > 6 and not args[6]
+            and all(len(getattr(a, "shape", ())) == 4 for a in args[:2]))
+
+
 # --- weights converted at compile time --------------------------------------------
 
 @dataclass

@@ -21,12 +21,11 @@ from compiler import ir, onednn_convolutions
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
-from compiler.layout import channels_last_strides, feeds_nhwc_permutes, is_channels_last, strides_like_reads
+from compiler.layout import channels_last_strides, is_channels_last, nhwc_arguments, strides_like_reads
 from compiler.lowerings.rules import (LOWERINGS, Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read,
                                       count_ops, find_rule, identity_index, read, register)
 from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
-from compiler.lowerings.pointwise import REDUCED_FLOATS
 from compiler.lowerings.symbolic import DynamicUnsupported, dense_order, has_symbolic_sizes, plain_strides
 from compiler.report import ExternReason
 from compiler.sizes import all_static, at_least, shape_of, size_of
@@ -345,16 +344,12 @@ class GraphLowering:
         val = node.meta.get("val")
         target = node.target if target is None else target
         fx_args = tuple(node.args) if fx_args is None else fx_args
-        nhwc = onednn_convolutions.nhwc_operands(target) if self.channels_last else 0  # its input (and residual)
-        if not nhwc and target is aten.convolution.default and _conv2d(val, args) and (self.channels_last or (
-                self.graph.device.type == "cuda" and val.dtype in REDUCED_FLOATS and feeds_nhwc_permutes(node))):
-            nhwc = 2  # input and weight NHWC (cuDNN's and oneDNN's fast path); realized here, so to_arg keeps them
-        elif not nhwc and self.channels_last and target is aten.convolution_backward.default \
-                and _conv2d(getattr(fx_args[1], "meta", {}).get("val"), args[1:]):
-            nhwc = 2  # the gradient and the saved input NHWC (the weight as eager has it), as the forward ran
-        if nhwc:
-            args = (*(self.realize_strided(a, channels_last_strides(a.shape)) for a in args[:nhwc]), *args[nhwc:])
-            fx_args = (*[None] * nhwc, *fx_args[nhwc:])
+        nhwc = tuple(range(onednn_convolutions.nhwc_operands(target))) if self.channels_last else ()
+        nhwc = nhwc or nhwc_arguments(node, target, val, args, self.channels_last, self.graph.device)
+        if nhwc:  # realized here, so to_arg keeps them
+            args = tuple(self.realize_strided(a, channels_last_strides(a.shape)) if i in nhwc else a
+                         for i, a in enumerate(args))
+            fx_args = tuple(None if i in nhwc else a for i, a in enumerate(fx_args))
         flat = list(val) if isinstance(val, (list, tuple)) else [val]
         outputs: list[Buffer | None] = []
         for t in flat:
@@ -446,12 +441,6 @@ class GraphLowering:
                 and not same_layout(value.shape, value.stride, want):
             return self.realize(Lazy(value.shape, value.dtype, as_expr(value)), want)
         return self.realize_viewable(value)
-
-
-def _conv2d(val: Any, args: tuple) -> bool:
-    """A 2-d convolution (4-d input, weight and result) that is not transposed."""
-    return (isinstance(val, torch.Tensor) and val.dim() == 4 and len(args) > 6 and not args[6]
-            and all(len(getattr(a, "shape", ())) == 4 for a in args[:2]))
 
 
 def _whole_reads(value: Lazy) -> int:

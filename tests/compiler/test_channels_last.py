@@ -234,6 +234,31 @@ def test_gpu_training_forward_takes_the_inference_rule_and_its_backward_follows(
         assert decision.layout == layout and decision.convs == 1, decision
 
 
+def test_pooling_and_convolution_gradients_take_nhwc_tensors_in_a_channels_last_graph():
+    """A channels-last backward hands max pooling's and a convolution's gradients NHWC tensors and
+    keeps their NHWC results (before: each was converted to NCHW for the call and back after it)."""
+    x, w = torch.randn(2, 3, 8, 8), torch.randn(4, 3, 3, 3)  # traced NCHW: eager's layouts are NCHW
+
+    def grads(t, w):
+        out, vjp = torch.func.vjp(lambda t, w: torch.nn.functional.max_pool2d(
+            torch.nn.functional.conv2d(t, w, padding=1), 2), t, w)
+        return vjp(torch.ones_like(out))
+
+    gm = compiler.trace_aten(grads, x, w)
+    renderer = renderer_for("cpp", torch.device("cpu"))
+    lowered = lower(gm, torch.device("cpu"), renderer.capabilities, layout="channels_last")
+    calls = {n.op: n for n in lowered.nodes if isinstance(n, ExternNode)}
+    aten = torch.ops.aten
+    for op in (aten.max_pool2d_with_indices_backward.default, aten.convolution_backward.default):
+        node = calls[op]
+        views = [a for a in node.args if hasattr(a, "stride") and len(a.shape) == 4]
+        assert is_channels_last(node.outputs[0].shape, node.outputs[0].stride), node
+        assert sum(is_channels_last(v.shape, v.stride) for v in views) >= 2, node
+    got = compiler.compile_graph(gm, [x, w], codegen="cpp")(x, w)
+    for a, b in zip(got, grads(x, w)):
+        assert_close(a, b)
+
+
 def test_rule_runs_cpp_inference_graphs_channels_last():
     """oneDNN runs NHWC convolutions without reordering activations: resnet18 1.6x (issue 38)."""
     gm = trace(small_net().eval(), torch.randn(2, 3, 9, 11))
@@ -444,7 +469,7 @@ def test_a_gpu_conv_whose_users_permute_it_to_nhwc_produces_nhwc(monkeypatch):
         assert is_channels_last(out.shape, out.stride) == nhwc, (device, dtype, out.stride)
     m = m.float()
     # the norm's reads, in float32 (a bfloat16 graph traced on this CPU casts through the CPU)
-    monkeypatch.setattr("compiler.lowering.REDUCED_FLOATS", (torch.float32,))
+    monkeypatch.setattr("compiler.layout.PERMUTED_NHWC_DTYPES", (torch.float32,))
     for device, stride in (("cuda", 1), ("cpu", 20)):
         out, reads = _patch_embed_conv(trace(m, x), device)
         assert reads and all(ir.to_affine(r).get(ir.rvar(0)) == stride for r in reads), reads
