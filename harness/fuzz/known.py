@@ -149,6 +149,12 @@ KNOWN_FINDINGS: list[KnownFinding] = [
                  "tail (torch's rule: x * 0, the input's sign); FINDINGS.md: 'ATen (CPU): softshrink's zero and float64 exp2'"),
     KnownFinding("inductor", "fail_accuracy", "aten.softshrink.*", "signs of zeros",
                  "as for crucible-* (torch's softshrink rule); FINDINGS.md: 'ATen (CPU): softshrink's zero'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.native_layer_norm.default", "signs of zeros",
+                 "ATen's CPU layer norm with a weight and no bias gives +0 where the weight is 0 (x * scale + 0), "
+                 "torch's rule and Inductor -0 below the mean ((x - mean) * rstd * w); FINDINGS.md: "
+                 "'ATen (CPU): layer norm's zeros'"),
+    KnownFinding("inductor", "fail_accuracy", "aten.native_layer_norm.default", "signs of zeros",
+                 "as for crucible-* (torch's rule); FINDINGS.md: 'ATen (CPU): layer norm's zeros'"),
     KnownFinding("inductor", "fail_accuracy", "aten.softshrink.*", "NaN positions",
                  "torch 2.11's Inductor on the GPU gives softshrink(NaN) = 0 where ATen (and torch's rule, a * 0) "
                  "keep NaN; FINDINGS.md: 'Inductor (GPU, torch 2.11): softshrink of NaN is 0'"),
