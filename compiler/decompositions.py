@@ -221,7 +221,11 @@ KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]
 # finfo.max, and lose the low bits of t1 * t2 - self)
 # frac: torch's rule, x - trunc(x), gave frac(-0.0) = -0.0 in the compiled GPU kernel where ATen's is
 # +0.0 (H200, crucible-triton, fuzzer seed 187); the lowering sets zero results to +0.0
-LOWERED_AS_IS = [aten.lerp.Scalar, aten.lerp.Tensor, aten.addcmul.default, aten.frac.default]
+# clamp_min and clamp_max: torch's rule, where(x < bound, bound, x), gave clamp_min(-0.0, +0.0) = -0.0 in
+# the compiled GPU kernel where ATen's CUDA max gives +0.0 (H100, test_fuzz_regressions); the lowering
+# takes the device's ordered max and min there (``Capabilities.ordered_zeros``), as it does for clamp
+LOWERED_AS_IS = [aten.lerp.Scalar, aten.lerp.Tensor, aten.addcmul.default, aten.frac.default,
+                 aten.clamp_min.default, aten.clamp_min.Tensor, aten.clamp_max.default, aten.clamp_max.Tensor]
 
 
 @functools.cache
