@@ -82,10 +82,10 @@ def is_channels_last(shape: Sequence[int], stride: Sequence[int]) -> bool:
 # dtype. The graph runs channels-last when the estimated total is at most ``MAX_ESTIMATE`` of the
 # NCHW total, convolutions are not too rare in the graph (Inductor's rule: fewer than one in
 # ``MAX_NODES_PER_CONV`` FX nodes means layout conversions around a few convolutions in a mostly
-# non-convolution graph, like a ViT's patch embedding), and it is an inference or training-forward
-# graph on a GPU (a channels-last forward returns its saved activations NHWC and reports their strides,
-# ``compiler.backend.report_output_strides``; its backward follows it, ``backward_rule``). CPU graphs
-# have their own rule (``cpu_rule``).
+# non-convolution graph, like a ViT's patch embedding), and it is an inference graph on a GPU.
+# Training graphs stay contiguous by measurement (``cost_rule``); forced channels-last, a forward returns
+# its saved activations NHWC and reports their strides (``compiler.backend.report_output_strides``),
+# and its backward follows it (``backward_rule``). CPU graphs have their own rule (``cpu_rule``).
 #
 # CL_RATIO: median channels-last / NCHW time of ATen's convolution per family, measured on the H200
 # (``python -m harness.bench.layout --convs``, batch 32, 29 shapes from resnet50, mobilenetv3,
@@ -242,6 +242,13 @@ def cost_rule(gm: torch.fx.GraphModule, device: torch.device, kind: str,
         return backward_rule(gm, convs)
     if device.type != "cuda":
         return cpu_rule(gm, kind, convs, codegen)
+    if kind != "inference":
+        # H100, resnet50 training step at batch 32 (harness.bench.training): channels-last forward and
+        # backward 24.4 ms fp32 and 20.1 ms bf16 against 22.3 and 17.2 contiguous. The convolutions gain;
+        # batch norm's statistics and gradients, reductions over (N, H, W) with the channels contiguous,
+        # run 3-5x Inductor's time: one program per few channels walks 10^5 rows (Inductor splits them)
+        return LayoutDecision("contiguous", f"GPU {kind} graph: NHWC batch-norm reductions are slower than "
+                              f"the convolutions gain (measured)", len(convs))
     nodes = sum(1 for _ in gm.graph.nodes)
     if nodes >= MAX_NODES_PER_CONV * len(convs):
         return LayoutDecision("contiguous", f"{len(convs)} convolutions in {nodes} FX nodes: too few to pay "
