@@ -35,6 +35,9 @@ class Capabilities:
     # instructions, which ATen's CUDA kernels use for clamp, maximum and minimum); the CPU renderers'
     # compare-and-select forms return one of two equal zeros, as ATen's CPU kernels do
     ordered_zeros: bool = False
+    # a reduction with few outputs over many elements runs as two (``compiler.split_reductions``): GPU
+    # Triton's looped reductions run one program per output
+    split_reductions: bool = False
 
     def persistent(self, rnumel: object) -> bool:
         """Whether rows of ``rnumel`` elements are held in one block (persistent reductions)."""

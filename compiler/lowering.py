@@ -28,6 +28,7 @@ from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.symbolic import DynamicUnsupported, dense_order, has_symbolic_sizes, plain_strides
 from compiler.report import ExternReason
+from compiler.split_reductions import split_reduction
 from compiler.sizes import all_static, at_least, shape_of, size_of
 
 aten = torch.ops.aten
@@ -155,7 +156,9 @@ class GraphLowering:
             else:
                 index.append(ir.xvar(len(out_shape)) if n != 1 else ir.const(0, ir.INDEX_DTYPE))
                 out_shape.append(n)
-        return self.reduce_body(tuple(out_shape), tuple(rranges), read(value, index), op, acc_dtype, out_dtype)
+        split = split_reduction(self, value, index, tuple(out_shape), tuple(rranges), op, acc_dtype, out_dtype)
+        return split or self.reduce_body(tuple(out_shape), tuple(rranges), read(value, index), op, acc_dtype,
+                                         out_dtype)
 
     def reduce_body(self, out_shape: tuple[int, ...], rranges: tuple[int, ...], body: Expr, op: ir.ReduceOp,
                     acc_dtype: torch.dtype, out_dtype: torch.dtype) -> Strided:

@@ -91,7 +91,8 @@ class TritonRenderer(Renderer):
     @property
     def capabilities(self) -> Capabilities:
         return Capabilities(self.codegen, self.OPS, MAX_PERSISTENT_RNUMEL, interpreted=self.interpret,
-                            symbolic_persistent=self.interpret, ordered_zeros=not self.interpret)
+                            symbolic_persistent=self.interpret, ordered_zeros=not self.interpret,
+                            split_reductions=not self.interpret)
 
     def tiles(self, k: Kernel) -> list[tuple[int, int, int]]:
         """Candidate (XBLOCK, RBLOCK, num_warps), best guess first (``triton_tiles.tiles``)."""

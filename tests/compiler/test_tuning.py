@@ -40,7 +40,8 @@ def fresh(monkeypatch, tmp_path):
 
 
 def _reduction():
-    (rendered,) = _rendered(lambda a: a.sum(-1), torch.randn(64, 100_000))[0].values()
+    # rows of an odd length: not split (compiler.split_reductions), one looped reduction
+    (rendered,) = _rendered(lambda a: a.sum(-1), torch.randn(64, 100_001))[0].values()
     assert rendered.alternatives  # a looped reduction: several candidates
     return rendered
 
@@ -135,7 +136,7 @@ def test_timing_puts_back_what_the_kernel_updates_in_place(fresh, monkeypatch) -
     from compiler.scheduler import Param
 
     rendered = _reduction()
-    kernel = _rendered(lambda a: a.sum(-1), torch.randn(64, 100_000))[1][rendered.name]
+    kernel = _rendered(lambda a: a.sum(-1), torch.randn(64, 100_001))[1][rendered.name]
     in_place = dataclasses.replace(kernel, params=tuple(
         Param(p.buffer, p.dtype, p.span, True, True) if i == len(rendered.args) - 1 else p
         for i, p in enumerate(kernel.params)))
@@ -159,9 +160,9 @@ def test_timing_puts_back_what_the_kernel_updates_in_place(fresh, monkeypatch) -
     launcher.fn = Fn()
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, **kw: [fn() for _ in range(3)] and 1.0)
     total = torch.zeros(64)
-    launcher(torch.zeros(64, 100_000), total)
+    launcher(torch.zeros(64, 100_001), total)
     assert launcher.tuned and torch.equal(total, torch.ones(64))  # timed 3 times per config, applied once
-    launcher._time_configs((torch.zeros(64, 100_000), total), [])  # timing alone, nothing put back
+    launcher._time_configs((torch.zeros(64, 100_001), total), [])  # timing alone, nothing put back
     assert total[0].item() == 1 + 3 * len(launcher.configs)  # what the launch would have met unmarked
 
 
@@ -185,7 +186,7 @@ def test_the_graph_retunes_in_its_first_call_after_the_background_builds(fresh, 
         first = a.sum(-1)
         return torch.mm(first[:, None].expand(64, 16).contiguous(), q).sum(-1)
 
-    rendered, kernels = _rendered(layers, torch.randn(64, 100_000), torch.randn(16, 100_000))
+    rendered, kernels = _rendered(layers, torch.randn(64, 100_001), torch.randn(16, 100_001))
     assert len({r.symbol for r in rendered.values()}) < len(rendered)  # two kernels are the same source
     built: list[tuple] = []
     gate = threading.Event()
