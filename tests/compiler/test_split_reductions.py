@@ -79,6 +79,19 @@ def test_split_reductions_compute_what_eager_does(op: str, interpreter_splits: N
         assert_close(g, w)
 
 
+def test_split_reductions_over_dims_apart_of_a_permuted_input(interpreter_splits: None) -> None:
+    """Reduced dims that are not adjacent, of a transposed input: the flattened position unravels over
+    the reduced dims in their order, whatever their strides."""
+    x = torch.randn(256, 4, 128, 2).permute(3, 2, 1, 0)  # (2, 128, 4, 256), strides reversed
+    fn = lambda t: (t.sum((1, 3)), t.amax((0, 1, 3)))  # noqa: E731
+    gm = compiler.trace_aten(fn, x)
+    caps = renderer_for("triton", torch.device("cpu")).capabilities
+    split = [n for n in lower(gm, torch.device("cpu"), caps).nodes if isinstance(n, ComputedNode) and n.rranges]
+    assert len(split) == 4, [n.rranges for n in split]
+    for got, want in zip(compiler.compile_graph(gm, [x], codegen="triton")(x), fn(x)):
+        assert_close(got, want)
+
+
 def test_a_training_batch_norm_with_split_reductions_matches_eager(interpreter_splits: None,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """Its statistics (the variance's three sums) and its gradients' sums over (N, H, W), split."""
