@@ -253,6 +253,24 @@ def asinh(x: V) -> V:
     return unit_sign(x) * sel(a > 1e9, vlog(a) + math.log(2.0), small)
 
 
+def _half_exp(a: V) -> V:
+    """e^a / 2 for a >= 20 (where e^-a is below an ulp), as (e^(a/2) / 2) e^(a/2): e^a itself overflows
+    past 88.72 in float32 where sinh and cosh stay finite up to 89.41 (ATen: sinh(89) = 2.24e38 where
+    (e^x - e^-x) / 2 gave inf; fuzzer, crucible-cpp:extern=all --dynamic, seed 227). a / 2 is exact."""
+    half = vexp(a * 0.5)
+    return (half * 0.5) * half
+
+
+def sinh(x: V) -> V:
+    a = vabs(x)
+    return sel(a > 20, unit_sign(x) * _half_exp(a), (expm1(x) - expm1(-x)) * 0.5)
+
+
+def cosh(x: V) -> V:
+    a = vabs(x)
+    return sel(a > 20, _half_exp(a), (vexp(x) + vexp(-x)) * 0.5)
+
+
 def acosh(x: V) -> V:
     # (x-1)(x+1) overflows past ~1e19 in float32 (acosh(1e30) gave inf) and, for x = INT_MIN
     # cast to float, x + sqrt(x*x - 1) rounds to 0 (log 0 = -inf where ATen gives NaN): below 1

@@ -20,31 +20,9 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from compiler import ir
 from compiler.sizes import shape_of
 from compiler.ir import Expr, Op
-from compiler.lowerings.formulas import (
-    V,
-    acosh,
-    asinh,
-    atan,
-    atanh,
-    atan2,
-    erfc,
-    expm1,
-    lerp,
-    log1p,
-    pow_,
-    round_half_even,
-    sel,
-    sigmoid,
-    sign,
-    tanh,
-    trunc,
-    vabs,
-    vexp,
-    vlog,
-    vmax,
-    vmin,
-    vsqrt,
-)
+from compiler.lowerings.formulas import (V, acosh, asinh, atan, atan2, atanh, cosh, erfc, expm1, lerp, log1p, pow_,
+                                         round_half_even, sel, sigmoid, sign, sinh, tanh, trunc, vabs, vexp, vlog,
+                                         vmax, vmin, vsqrt)
 from compiler.lowerings.rules import Lazy, Strided, Unsupported, broadcast_read, register
 from compiler.lowerings.symbolic import size_scalar
 from compiler.report import ExternReason
@@ -196,8 +174,8 @@ FLOAT_UNARY: dict[Any, Callable[[V], V]] = {
     aten.atan: atan,
     aten.asin: lambda x: atan2(x, vsqrt((1 - x) * (1 + x))),
     aten.acos: lambda x: atan2(vsqrt((1 - x) * (1 + x)), x),
-    aten.sinh: lambda x: (expm1(x) - expm1(-x)) * 0.5,
-    aten.cosh: lambda x: (vexp(x) + vexp(-x)) * 0.5,
+    aten.sinh: sinh,
+    aten.cosh: cosh,
     aten.asinh: asinh,
     aten.acosh: acosh,
     aten.atanh: atanh,

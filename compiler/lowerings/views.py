@@ -263,7 +263,10 @@ def reshape(ctx: GraphLowering, x: TensorValue, shape: tuple[int, ...]) -> Tenso
     if isinstance(x, Lazy):
         x = ctx.realize_contiguous(x)
     assert isinstance(x, Strided)
-    if not static or not all_static(x.stride):  # symbolic sizes: a row-major buffer viewed row-major
+    # symbolic sizes: a row-major buffer viewed row-major; so for negative strides (a flip), which a meta
+    # tensor silently makes positive (view(flip(x [1, 2, 2]), [4]) read past its buffer's end; fuzzer,
+    # crucible-interpret, seed 226)
+    if not static or not all_static(x.stride) or any(s < 0 for s in x.stride):
         x = ctx.realize_contiguous(x)
         return Strided(x.buffer, shape, contiguous_strides(shape), x.offset, x.dtype)
     try:
