@@ -195,6 +195,20 @@ def test_an_accumulation_whose_terms_pass_the_dtypes_max_is_not_compared() -> No
     assert not ill_conditioned(FuzzGraph([x0, dict(x1, profile="normal")], nodes, ["v2"]), "v2")
 
 
+def test_addmm_is_an_accumulation_too() -> None:
+    """Fuzzer, crucible-interpret:extern=none, seed 228: addmm(bias, x0 [1025, 7] holding +-3.4e38 and
+    inf, x2): the interpreter's blocked matmul summed -2.0e38 and -1.95e38 to -inf before an inf term
+    (NaN) where eager's order and float64 give inf. addmm was missing from the accumulating ops."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    x0 = {"shape": [1025, 7], "dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 1}
+    x1 = {"shape": [8], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0}
+    x2 = {"shape": [7, 8], "dtype": "float32", "layout": "transposed", "profile": "normal", "seed": 1}
+    nodes = [Node("aten.addmm.default", "aten.addmm.default(x1, x0, x2)", ["v0"], [([1025, 8], "float32")])]
+    assert ill_conditioned(FuzzGraph([x0, x1, x2], nodes, ["v0"]), "v0")
+    assert not ill_conditioned(FuzzGraph([dict(x0, profile="normal"), x1, x2], nodes, ["v0"]), "v0")
+
+
 def test_a_product_whose_partial_products_may_overflow_is_not_compared() -> None:
     """Fuzzer, crucible-cpp, seed 26: prod over rows like (-3.4e38, -0.37, -1.06, 1.0) is -1.35e38 in
     eager's sequential order and -inf in Crucible's lanes ((a0 * a2) * (a1 * a3) passes max): both
