@@ -43,7 +43,8 @@ _counter = itertools.count()
 # (harness.fuzz.conditioning) reads the same table.
 ACCUMULATION_NOISE = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default", "aten.mean.dim",
                                        "aten.mean.default", "aten.cumsum.default", "aten.mm.default",
-                                       "aten.bmm.default", "aten.matmul.default", "aten.addmm.default"), 0),
+                                       "aten.bmm.default", "aten.matmul.default", "aten.addmm.default",
+                                       "aten.convolution.default"), 0),
                       "aten.var_mean.correction": 1}
 # op -> its output whose formula, the one ATen's kernels and a compiler's rule both evaluate, adds
 # terms that cancel. Inference batch norm is x * a + (b - mean * a) with a = w / sqrt(var + eps) in

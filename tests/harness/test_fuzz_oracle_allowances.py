@@ -209,6 +209,21 @@ def test_addmm_is_an_accumulation_too() -> None:
     assert not ill_conditioned(FuzzGraph([dict(x0, profile="normal"), x1, x2], nodes, ["v0"]), "v0")
 
 
+def test_a_convolution_is_an_accumulation_too() -> None:
+    """Fuzzer, crucible-interpret:extern=none, seed 237: a grouped 1x1 convolution over channels holding
+    -inf and 3.4e38: the template's separate product overflowed to +inf (NaN with the -inf) where
+    eager's fused multiply-add gives -inf."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    x0 = {"shape": [2, 4, 8, 8], "dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 74}
+    x1 = {"shape": [4, 2, 1, 1], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0}
+    nodes = [Node("aten.convolution.default",
+                  "aten.convolution.default(x0, x1, None, [1, 1], [0, 0], [1, 1], False, [0, 0], 2)", ["v0"],
+                  [([2, 4, 8, 8], "float32")])]
+    assert ill_conditioned(FuzzGraph([x0, x1], nodes, ["v0"]), "v0")
+    assert not ill_conditioned(FuzzGraph([dict(x0, profile="normal"), x1], nodes, ["v0"]), "v0")
+
+
 def test_a_product_whose_partial_products_may_overflow_is_not_compared() -> None:
     """Fuzzer, crucible-cpp, seed 26: prod over rows like (-3.4e38, -0.37, -1.06, 1.0) is -1.35e38 in
     eager's sequential order and -inf in Crucible's lanes ((a0 * a2) * (a1 * a3) passes max): both
