@@ -85,10 +85,11 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
 
     codegen = options.codegen or default_codegen(graph_device(gm).type)
     static = static_input_indices(len(example_inputs), dynamo_inputs, kind)
+    saved_from = saved_outputs_start(kind)
     if kind == "backward":
         restride_placeholders(gm, example_inputs)
     comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout,
-                             options.cudagraphs, options.tuning, options.poison, saved_outputs_start(kind))
+                             options.cudagraphs, options.tuning, options.poison, saved_from)
     comp.report.passes.extend(passes)
     try:
         wrapper = comp.compile()
@@ -113,7 +114,7 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     if options.cudagraphs:
         from compiler.cudagraphs import with_cudagraphs
 
-        call = with_cudagraphs(call, comp.schedule, comp.report, static, tuning, saved_outputs_start(kind))
+        call = with_cudagraphs(call, comp.schedule, comp.report, static, tuning, saved_from)
     # outermost: folded weights are refilled (in place) before a CUDA graph replays reading them
     call = comp.folded.guard(call, comp.report)
     if any(getattr(launcher, "interpret", False) for launcher in wrapper.launchers.values()):

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 import torch.fx
 
-from compiler import ir
+from compiler import ir, onednn_convolutions
 from compiler.folding import BatchNormFold, FoldedGraph, _real_tensors, graph_module
 from compiler.graph import contiguous_strides, same_layout
 from compiler.sizes import is_static
@@ -286,10 +286,11 @@ def feeds_nhwc_permutes(node: torch.fx.Node) -> bool:
                                and list(u.args[1]) == [0, 2, 3, 1] for u in users)
 
 
+# feeds_nhwc_permutes applies to these dtypes: not float32 (its convolutions round as TF32)
+PERMUTED_NHWC_DTYPES = (torch.float16, torch.bfloat16)
 # Gradients whose ATen kernels take NHWC tensors as they are (the result laid out like the input): the
 # arguments a channels-last graph hands them NHWC. The weight of a convolution's gradient stays as
 # eager has it (a parameter's layout).
-PERMUTED_NHWC_DTYPES = (torch.float16, torch.bfloat16)  # feeds_nhwc_permutes: not float32 (TF32 rounding)
 NHWC_GRADIENTS = {aten.convolution_backward.default: (0, 1), aten.max_pool2d_with_indices_backward.default: (0, 1, 7),
                   aten.avg_pool2d_backward.default: (0, 1)}
 
@@ -297,10 +298,13 @@ NHWC_GRADIENTS = {aten.convolution_backward.default: (0, 1), aten.max_pool2d_wit
 def nhwc_arguments(node: torch.fx.Node, target: Any, val: Any, args: tuple, channels_last: bool,
                    device: torch.device) -> tuple[int, ...]:
     """Positions of an extern call's arguments (lowering values) the lowering lays out NHWC, and then
-    its 4-d results: a convolution's input and weight (cuDNN's and oneDNN's fast path) in a
-    channels-last graph, and for a 16-bit GPU convolution whose users permute it to NHWC
-    (``feeds_nhwc_permutes``); in a channels-last graph the 4-d tensors of ``NHWC_GRADIENTS``, as
-    the forward ran them."""
+    its 4-d results: in a channels-last graph oneDNN's fused convolution's input (and residual); a
+    convolution's input and weight (cuDNN's and oneDNN's fast path) in a channels-last graph, and for
+    a 16-bit GPU convolution whose users permute it to NHWC (``feeds_nhwc_permutes``); in a
+    channels-last graph the 4-d tensors of ``NHWC_GRADIENTS``, as the forward ran them."""
+    fused = onednn_convolutions.nhwc_operands(target) if channels_last else 0
+    if fused:
+        return tuple(range(fused))
     if target is aten.convolution.default and _conv2d(val, args) and (channels_last or (
             device.type == "cuda" and val.dtype in PERMUTED_NHWC_DTYPES and feeds_nhwc_permutes(node))):
         return (0, 1)

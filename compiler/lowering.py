@@ -17,7 +17,7 @@ import torch
 import torch.fx
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-from compiler import ir, onednn_convolutions
+from compiler import ir
 from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
@@ -347,8 +347,7 @@ class GraphLowering:
         val = node.meta.get("val")
         target = node.target if target is None else target
         fx_args = tuple(node.args) if fx_args is None else fx_args
-        nhwc = tuple(range(onednn_convolutions.nhwc_operands(target))) if self.channels_last else ()
-        nhwc = nhwc or nhwc_arguments(node, target, val, args, self.channels_last, self.graph.device)
+        nhwc = nhwc_arguments(node, target, val, args, self.channels_last, self.graph.device)
         if nhwc:  # realized here, so to_arg keeps them
             args = tuple(self.realize_strided(a, channels_last_strides(a.shape)) if i in nhwc else a
                          for i, a in enumerate(args))

@@ -124,11 +124,11 @@ def expm1(x: V) -> V:
 
 def log1p(x: V) -> V:
     if x.e.dtype == torch.float64:
-        return _log1p_f64(x)
+        return _log1p_quotient(x)
     series = x * (1 + x * (-0.5 + x * (1 / 3 + x * (-0.25 + x * (0.2 + x * (-1 / 6))))))
     # log(x + 1) alone loses x + 1's rounding: 11 ulps at x = 0.0617 (fuzzer, crucible-cpp, seed 229:
-    # a float64 cumsum of it 19x eager's error); Kahan's quotient cancels it, as in float64
-    return sel(vabs(x) < 0.05, series, _log1p_f64(x))
+    # a float64 cumsum of it 19x eager's error); Kahan's quotient cancels it (the float64 form below)
+    return sel(vabs(x) < 0.05, series, _log1p_quotient(x))
 
 
 # float64 forms: the float32 series and polynomials above are good to ~1e-8 relative in float64
@@ -143,7 +143,7 @@ def _expm1_f64(x: V) -> V:
     return sel(u.eq(1), x, sel((u - 1).eq(-1), -1.0, sel(u.eq(math.inf), math.inf, r)))
 
 
-def _log1p_f64(x: V) -> V:
+def _log1p_quotient(x: V) -> V:
     u = x + 1
     r = vlog(u) * (x / (u - 1))
     return sel(u.eq(1), x, sel(u.eq(math.inf), math.inf, r))
