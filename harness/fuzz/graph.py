@@ -146,13 +146,6 @@ def _variance_terms(dtype_name: str, x: Any, dim: Any = None, *, correction: Any
     return 8 * eps * (x * x).mean(dims, keepdim=keepdim)
 
 
-# ops whose terms are not the op run on the magnitudes of its operands (that would cancel too); each
-# takes the node's working dtype first
-TERMS_OF = {"aten._native_batch_norm_legit_no_training.default": "_batch_norm_terms",
-            "aten.scaled_dot_product_attention.default": "_attention_terms",
-            "aten.var.correction": "_variance_terms", "aten.cumprod.default": "_cumprod_terms"}
-
-
 def _cumprod_terms(dtype_name: str, x: Any, dim: int, dtype: Any = None) -> Any:
     """A cumprod's k-th value has been rounded k times (each product, by up to a unit roundoff
     relative): as terms, k times the value, so the k-th step carries k unit roundoffs. A scan in
@@ -164,6 +157,13 @@ def _cumprod_terms(dtype_name: str, x: Any, dim: int, dtype: Any = None) -> Any:
     shape = [1] * out.dim()
     shape[dim] = out.shape[dim]
     return out * torch.arange(1, out.shape[dim] + 1, dtype=out.dtype, device=out.device).reshape(shape)
+
+
+# ops whose terms are not the op run on the magnitudes of its operands (that would cancel too); each
+# takes the node's working dtype first
+TERMS_OF = {"aten._native_batch_norm_legit_no_training.default": "_batch_norm_terms",
+            "aten.scaled_dot_product_attention.default": "_attention_terms",
+            "aten.var.correction": "_variance_terms", "aten.cumprod.default": "_cumprod_terms"}
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:
@@ -331,8 +331,7 @@ class FuzzGraph:
         of ulps). ``round_steps`` (with ``reference``): every such value is rounded to its
         working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
-        ns.update(_terms=_terms, _absolute=_absolute, _batch_norm_terms=_batch_norm_terms,
-                  _attention_terms=_attention_terms, _variance_terms=_variance_terms, _cumprod_terms=_cumprod_terms)
+        ns.update(_terms=_terms, _absolute=_absolute, **{name: globals()[name] for name in TERMS_OF.values()})
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)
