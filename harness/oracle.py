@@ -183,12 +183,14 @@ def _as_tensor(x: Any) -> torch.Tensor | None:
 
 
 def nonfinite_mismatch(eager: torch.Tensor, compiled: torch.Tensor) -> str:
-    """What differs in the NaN/inf positions of two tensors, or ""."""
-    if not torch.equal(torch.isnan(eager), torch.isnan(compiled)):
-        return "NaN positions differ from eager"
-    for sign, name in ((1, "+Inf"), (-1, "-Inf")):
-        if not torch.equal(eager == sign * math.inf, compiled == sign * math.inf):
-            return f"{name} positions differ from eager"
+    """What differs in the NaN/inf positions of two tensors, or "": which kind, how many positions,
+    and the first with both values (a known finding can match the direction, e.g. "eager nan, target")."""
+    for name, where in (("NaN", torch.isnan), ("+Inf", lambda t: t == math.inf), ("-Inf", lambda t: t == -math.inf)):
+        differ = where(eager) != where(compiled)
+        if bool(differ.any()):
+            first = tuple(differ.nonzero()[0].tolist())
+            return (f"{name} positions differ from eager ({int(differ.sum())} of {differ.numel()}; first at "
+                    f"{list(first)}: eager {eager[first].item()!r}, target {compiled[first].item()!r})")
     return ""
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 import sys
 
 import pytest
+import torch
 
 from harness.fuzz.campaign import CampaignRequest, error_kind, run_campaign, signature
 from harness.fuzz.graph import FuzzGraph
@@ -92,6 +94,25 @@ def test_known_findings_match_documented_upstream_behaviour() -> None:
                     error="v1_0: signs of zeros differ from eager (equal values, so it passed; v2 fails downstream)")
     assert match_known("crucible-cpp:extern=all", zeros) and match_known("inductor", zeros)
     assert match_known("aot_eager", zeros) is None
+
+
+def test_the_nonfinite_message_locates_the_difference_and_known_findings_match_its_direction() -> None:
+    """ATen's channels-last CPU convolution leaves padded taps out (crucible-cpp, seed 240: a NaN weight
+    gave a 0 border where eager's contiguous call gives NaN): known where eager has the NaN only, so a
+    convolution that makes NaN of its own is still new."""
+    from harness.oracle import nonfinite_mismatch
+
+    eager = torch.tensor([[1.0, math.nan], [math.nan, 2.0]])
+    message = nonfinite_mismatch(eager, torch.tensor([[1.0, math.nan], [0.0, 2.0]]))
+    assert message == "NaN positions differ from eager (1 of 4; first at [1, 0]: eager nan, target 0.0)"
+    assert nonfinite_mismatch(eager, eager.clone()) == ""
+    assert nonfinite_mismatch(torch.tensor(math.inf), torch.tensor(1.0)).startswith("+Inf positions differ")
+    dropped = _result(Status.FAIL_ACCURACY, op="aten.convolution.default", error=f"v2: {message}")
+    assert match_known("crucible-cpp", dropped) and match_known("inductor", dropped) is None
+    made = nonfinite_mismatch(torch.tensor([0.5, 1.0]), torch.tensor([math.nan, 1.0]))
+    assert "eager 0.5, target nan" in made
+    assert match_known("crucible-cpp", _result(Status.FAIL_ACCURACY, op="aten.convolution.default",
+                                               error=f"v2: {made}")) is None
 
 
 def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
