@@ -315,6 +315,7 @@ class Options:
     tuning: str = "deferred"  # one of TUNING_MODES (compiler/tuning.py)
     partition: str = "min_cut"  # one of PARTITIONS (compiler/backend.py)
     poison: bool = False  # fill each buffer the wrapper allocates or reuses before its kernels run (wrapper.py)
+    huge_pages: bool = True  # advise large CPU buffers to use huge pages (compiler/host_memory.py)
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -326,7 +327,7 @@ class Options:
         codegen = options.get("codegen")
         if codegen is not None and codegen not in CODEGENS:
             raise ValueError(f"codegen must be one of {CODEGENS}, got {codegen!r}")
-        for flag in ("strict", "cudagraphs", "fold_weights", "poison"):
+        for flag in ("strict", "cudagraphs", "fold_weights", "poison", "huge_pages"):
             if not isinstance(options.get(flag, False), (bool, type(None))):
                 raise ValueError(f"option {flag} must be True or False, got {options[flag]!r}")
         extern = options.get("extern") or "default"
@@ -349,4 +350,5 @@ class Options:
         return Options(codegen=codegen, strict=bool(options.get("strict", False)),
                        cudagraphs=bool(options.get("cudagraphs", False)), extern=extern,
                        fold_weights=options.get("fold_weights") is not False, layout=layout, tuning=tuning,
-                       partition=partition, poison=bool(options.get("poison", False)))
+                       partition=partition, poison=bool(options.get("poison", False)),
+                       huge_pages=options.get("huge_pages") is not False)

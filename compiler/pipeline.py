@@ -133,7 +133,7 @@ class GraphCompilation:
     def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
                  static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto",
                  cudagraphs: bool = False, tuning: str = "first_call", poison: bool = False,
-                 saved_from: int | None = None) -> None:
+                 saved_from: int | None = None, huge_pages: bool = True) -> None:
         self.gm = gm
         self.kind = kind
         # the inputs that are parameters and buffers; folded from only where nothing needs gradients
@@ -143,6 +143,7 @@ class GraphCompilation:
         self.cudagraphs = cudagraphs  # the ``cudagraphs`` option: the layout rule weighs GPU time only
         self.tuning = tuning  # the ``tuning`` option (compiler.tuning)
         self.poison = poison  # the ``poison`` option (compiler.wrapper.poisoned)
+        self.huge_pages = huge_pages  # the ``huge_pages`` option (compiler.host_memory)
         self.saved_from = saved_from  # a training forward's first output saved for the backward
         self.deferred: list[DeferredTuning] = []  # the load pass's deferred candidates, if any
         self.folded = FoldedGraph(gm)
@@ -200,7 +201,7 @@ class GraphCompilation:
                                   self.report)
         # timing every launch (CRUCIBLE_KERNEL_TIMES) reaches extern calls through their OpOverloads
         wrapper: Wrapper = self.run_pass("wrap", generate_wrapper, sched, rendered, launchers,
-                                         not config.kernel_times(), self.poison)
+                                         not config.kernel_times(), self.poison, self.huge_pages)
         self.schedule = sched
         self.fill_report(sched, rendered)
         debug.graph_done(self, wrapper, rendered)

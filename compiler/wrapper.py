@@ -15,7 +15,7 @@ from typing import Any
 import sympy
 import torch
 
-from compiler import fused_attention, sizes
+from compiler import fused_attention, host_memory, sizes
 from compiler.codegen.base import RenderedKernel
 from compiler.graph import Buffer, ExternNode, View, same_layout, view_buffers
 from compiler.interpreter import allocation_hook
@@ -37,8 +37,12 @@ _REUSED = "# (a pooled buffer taken by a later allocation)"  # placeholder line,
 
 class _WrapperWriter:
     def __init__(self, schedule: Schedule, rendered: dict[str, RenderedKernel],
-                 launchers: dict[str, Any], fast_externs: bool = True, poison: bool = False) -> None:
+                 launchers: dict[str, Any], fast_externs: bool = True, poison: bool = False,
+                 huge_pages: bool = True) -> None:
         self.fast_externs = fast_externs
+        # large CPU buffers advised to use huge pages before their first write (compiler.host_memory;
+        # whether this machine can is asked at run time, so the source is the same on every machine)
+        self.huge_pages = huge_pages and schedule.device.type == "cpu"
         self.schedule = schedule
         self.rendered = rendered
         self.buffers = schedule.buffers
@@ -84,8 +88,18 @@ class _WrapperWriter:
             self.lines.append(f"{buf.name} = {self.checked(f'{old}.view({sizes_code(buf.shape)})')}  # reuses {old}")
             self.lines.append(f"del {old}")
             return
-        self.lines.append(f"{buf.name} = " + self.checked(f"empty_strided({sizes_code(buf.shape)}, "
-                                                          f"{sizes_code(buf.stride)}, {buf.dtype})"))
+        allocation = f"empty_strided({sizes_code(buf.shape)}, {sizes_code(buf.stride)}, {buf.dtype})"
+        if self.huge_pages and self.may_be_huge(buf):
+            self.globals["huge"] = host_memory.huge
+            allocation = f"huge({allocation})"
+        self.lines.append(f"{buf.name} = " + self.checked(allocation))
+
+    @staticmethod
+    def may_be_huge(buf: Buffer) -> bool:
+        """Whether ``buf`` can reach ``host_memory.MIN_BYTES``: statically, or whatever its symbolic size."""
+        if isinstance(buf.numel, sympy.Expr) and sizes.symbols(buf.numel):
+            return True
+        return int(buf.numel) * buf.dtype.itemsize >= host_memory.MIN_BYTES
 
     def release(self, name: str, outputs: set[str]) -> None:
         """``name`` is read for the last time: a contiguous computed buffer goes to the pool of its
@@ -365,9 +379,10 @@ def _natural(name: str) -> tuple:
 
 
 def generate_wrapper(schedule: Schedule, rendered: dict[str, RenderedKernel], launchers: dict[str, Any],
-                     fast_externs: bool = True, poison: bool = False) -> Wrapper:
+                     fast_externs: bool = True, poison: bool = False, huge_pages: bool = True) -> Wrapper:
     """The wrapper of a scheduled graph: it reads the schedule, the rendered kernels' argument lists
     and the loaded launchers, never the lowered graph. ``fast_externs=False`` calls every extern op
     through ``consts`` (its OpOverload), where per-kernel timing can reach it. ``poison``: every buffer
-    allocated or reused is filled first (``poisoned``)."""
-    return _WrapperWriter(schedule, rendered, launchers, fast_externs, poison).write()
+    allocated or reused is filled first (``poisoned``). ``huge_pages``: large CPU buffers are advised to
+    use huge pages (``compiler.host_memory``)."""
+    return _WrapperWriter(schedule, rendered, launchers, fast_externs, poison, huge_pages).write()
