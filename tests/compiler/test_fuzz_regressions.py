@@ -863,6 +863,31 @@ def test_layer_norm_is_one_kernel_of_two_reduction_passes(codegen: str, device: 
     else:
         assert kernel.source.count("// pass over the reduced dims: sum, sum\n") == 2, kernel.source
         assert "double" not in kernel.source, kernel.source
+        # the output pass is (x * a - b) * c with a row's a, b, c, then the affine's fused multiply-add:
+        # the elementwise overflow fallback (x - mean, from halves where that overflowed, selected per
+        # element) made a CPU layer norm over 8192x1024 values 0.8x eager
+        stores = kernel.source.split("// pass over the reduced dims: stores")[1]
+        assert " ? " not in stores and "std::abs" not in stores, stores
+
+
+def test_layer_norm_rows_take_the_scaled_or_the_plain_output_form(codegen: str, device: str) -> None:
+    """The output pass normalizes a row as (x * s - mean * s) * (rstd / s), and as (x - mean) * rstd
+    where rstd / s overflows (rstd > 1: deviations below sqrt(n), nothing overflows). Rows of each: values
+    near max of both signs (x - mean overflows, only the scaled form is finite), equal huge values with
+    eps (rstd / s = 316 * 2^126 overflows: exactly 0), and huge values with one small deviation."""
+    x = torch.randn(4, 40, device=device, dtype=torch.float64)
+    x[0] = torch.where(x[0] > 0, 3.3e38, -3.3e38) * x[0].abs().clamp(0.5, 1)
+    x[1] = 3e38
+    x[2] = 1e37
+    x[2, 5] = 1e37 * (1 + 2 ** -4)  # (eager: NaN, its Welford sums overflow)
+    x = x.float()
+    fn = lambda a: aten.native_layer_norm.default(a, [40], None, None, 1e-5)  # noqa: E731
+    got = _compiled(fn, x, codegen=codegen)(x)
+    want = fn(x.double())
+    assert torch.equal(got[0][1], torch.zeros_like(got[0][1])), got[0][1]
+    for g, w in zip(got, want):
+        assert torch.isfinite(g).all(), g
+        torch.testing.assert_close(g.double(), w, rtol=1e-5, atol=1e-5 * w.abs().max().item() + 1e-44)
 
 
 def test_layer_norm_of_empty_rows_and_of_a_transposed_input(codegen: str, device: str) -> None:
