@@ -38,6 +38,9 @@ from harness.bench.zoo import MODELS
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = ("eager", "inductor", "inductor-ro", "crucible", "crucible-cg")
+# run only when --backends names them: Inductor's max-autotune (its GEMM and convolution template
+# autotuning, CUDA graphs off: the column compares kernels with Crucible's) compiles for minutes a model
+OPT_IN = ("inductor-ma",)
 
 
 def sync(device: str) -> None:
@@ -96,6 +99,8 @@ def compiled_for(backend: str, model: torch.nn.Module) -> Callable:
         return torch.compile(model, backend="inductor", dynamic=False)
     if backend == "inductor-ro":
         return torch.compile(model, mode="reduce-overhead", dynamic=False)
+    if backend == "inductor-ma":
+        return torch.compile(model, mode="max-autotune-no-cudagraphs", dynamic=False)
     options = {"strict": True, **({"cudagraphs": True} if backend == "crucible-cg" else {})}
     return torch.compile(model, backend="crucible", dynamic=False, options=options)
 
@@ -274,7 +279,13 @@ COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
 
 GEOMEANS = (("crucible/inductor", "inductor", "crucible"), ("crucible/eager", "eager", "crucible"),
             ("crucible-cg/inductor-ro", "inductor-ro", "crucible-cg"),
-            ("crucible-cg/inductor", "inductor", "crucible-cg"))
+            ("crucible-cg/inductor", "inductor", "crucible-cg"), ("crucible/inductor-ma", "inductor-ma", "crucible"))
+# the opt-in backends' columns, shown when a row ran them
+OPT_IN_COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
+    ("inductor-ma ms", lambda r: _fmt(_ms(r, "inductor-ma"), ".3f")),
+    ("crucible/inductor-ma", lambda r: _fmt(_ratio(r, "inductor-ma", "crucible"))),
+    ("compile s inductor-ma", lambda r: _fmt(r["backends"].get("inductor-ma", {}).get("compile_s"), ".1f")),
+]
 
 
 def geomean(values: list[float]) -> float | None:
@@ -299,16 +310,19 @@ def problems(results: list[dict]) -> list[str]:
 def render_tables(results: list[dict], launch_rows: list[tuple[str, float]]) -> str:
     from tabulate import tabulate
 
-    rows = [[get(r) for _, get in COLUMNS] for r in results]
-    text = [tabulate(rows, headers=[c for c, _ in COLUMNS], tablefmt="github")]
+    ran = {b for r in results for b in r["backends"]}
+    columns = COLUMNS + (OPT_IN_COLUMNS if ran & set(OPT_IN) else [])
+    rows = [[get(r) for _, get in columns] for r in results]
+    text = [tabulate(rows, headers=[c for c, _ in columns], tablefmt="github")]
+    geomeans = [g for g in GEOMEANS if g[1] in ran and g[2] in ran]
     geo = []
     for dtype in DTYPES:
         mine = [r for r in results if r["dtype"] == dtype]
         if mine:
             geo.append([dtype] + [_fmt(geomean([x for r in mine if (x := _ratio(r, slow, fast))]))
-                                  for _, slow, fast in GEOMEANS])
-    text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +
-                tabulate(geo, headers=["dtype", *[g[0] for g in GEOMEANS]], tablefmt="github"))
+                                  for _, slow, fast in geomeans])
+    text.append("geomeans (speed of the second over the first; > 1: Crucible faster; over the rows that ran "
+                "both):\n" + tabulate(geo, headers=["dtype", *[g[0] for g in geomeans]], tablefmt="github"))
     breakdown = compile_breakdown(results)
     if breakdown:
         text.append(breakdown)
@@ -406,8 +420,9 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     parser.add_argument("--dtypes", nargs="+", default=list(DTYPES), choices=list(DTYPES))
     parser.add_argument("--pairs", nargs="+", metavar="MODEL:DTYPE",
                         help="run exactly these model:dtype pairs (instead of --models x --dtypes)")
-    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS,
-                        help="what to run (the CUDA-graph variants need --device cuda)")
+    parser.add_argument("--backends", nargs="+", default=list(BACKENDS), choices=BACKENDS + OPT_IN,
+                        help=f"what to run (default: {' '.join(BACKENDS)}; the CUDA-graph variants need --device "
+                             f"cuda; inductor-ma: Inductor's max-autotune, minutes of compile a model)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--tiny", action="store_true",
                         help="tiny stand-ins of each model and small inputs: a smoke check of the script")

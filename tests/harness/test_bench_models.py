@@ -43,6 +43,24 @@ def test_table_ratios_and_geomeans() -> None:
     assert "gpt2 fp32 crucible-cg: RuntimeError: boom" in text and "3.2" in text
 
 
+def test_the_max_autotune_column_and_geomean_appear_when_it_ran() -> None:
+    """``--backends ... inductor-ma`` (Inductor's max-autotune, opt-in: minutes of compile a model) adds
+    its time, Crucible's speed over it and its compile time, and a geomean over the rows that ran it."""
+    rows = [_row("resnet50", "bf16", eager=4.0, inductor=2.0, inductor_ma=1.5, crucible=1.0),
+            _row("bert_base", "bf16", eager=4.0, inductor=2.0, inductor_ma=0.5, crucible=1.0)]
+    lines = models.render_tables(rows, []).splitlines()
+    header = [c.strip() for c in lines[0].split("|")]
+    resnet = [c.strip() for c in next(line for line in lines if line.startswith("| resnet50")).split("|")]
+    assert float(resnet[header.index("crucible/inductor-ma")]) == 1.5 and resnet[header.index("inductor-ma ms")]
+    geo_header = [c.strip() for c in next(line for line in lines if line.startswith("| dtype")).split("|")]
+    geo = [c.strip() for c in next(line for line in lines if line.startswith("| bf16")).split("|")]
+    assert abs(float(geo[geo_header.index("crucible/inductor-ma")]) - (1.5 * 0.5) ** 0.5) < 0.01
+    assert "crucible-cg/inductor-ro" not in geo_header  # no row ran CUDA graphs
+    plain = models.render_tables([_row("resnet50", "bf16", eager=4.0, inductor=2.0, crucible=1.0)], [])
+    assert "inductor-ma" not in plain
+    assert "inductor-ma" not in models.BACKENDS and "inductor-ma" in models.OPT_IN  # never by default
+
+
 def test_error_line_is_the_innermost_cause() -> None:
     try:
         try:
