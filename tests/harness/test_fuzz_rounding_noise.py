@@ -312,3 +312,48 @@ def test_a_cumprod_in_another_order_passes_by_the_terms_noise() -> None:
 
 def test_a_cumprod_rounded_to_a_narrower_dtype_still_fails() -> None:
     assert _judge(SEED_233, _digamma_of_cumprod(torch.bfloat16)) != ""
+
+
+# fuzzer, crucible-interpret, seed 247: cos of a layer norm's mean over rows holding -3.4e38 and 3.4e38;
+# Crucible's two-pass mean (a first mean corrected by the scaled deviations' mean) was half an ulp
+# of the row's magnitude from eager's (exact there), and cos of 8.5e37 turned that into 0.68
+SEED_247 = FuzzGraph(
+    [{"dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 0, "shape": [4, 4]},
+     {"dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0, "shape": [4]}],
+    [Node("aten.native_layer_norm.default", "aten.native_layer_norm.default(x0, [4], None, x1, 1e-05)",
+          ["v0_0", "v0_1", "v0_2"], [([4, 4], "float32"), ([4, 1], "float32"), ([4, 1], "float32")]),
+     Node("aten.cos.default", "aten.cos.default(v0_1)", ["v3"], [([4, 1], "float32")])],
+    ["v3"])
+
+
+def _cos_of_layer_norm_mean(ulps_off: int) -> torch.Tensor:
+    """Eager's graph with each finite mean moved ``ulps_off`` ulps (at the row's magnitude) toward 0."""
+    x, w = SEED_247.make_inputs()
+    mean = torch.ops.aten.native_layer_norm.default(x, [4], None, w, 1e-5)[1]
+    step = torch.finfo(torch.float32).eps / 2 * x.abs().mean(1, keepdim=True)
+    moved = torch.where(torch.isfinite(mean) & torch.isfinite(step), mean - ulps_off * step * torch.sign(mean), mean)
+    return torch.cos(moved)
+
+
+def test_a_layer_norm_mean_half_an_ulp_of_its_row_off_passes_by_the_terms_noise() -> None:
+    import compiler
+
+    x, w = SEED_247.make_inputs()
+    fn = SEED_247.function()
+    out = compiler.compile_graph(compiler.trace_aten(fn, x, w), [x, w], codegen="triton")(x, w)
+    assert _judge(SEED_247, out[0] if isinstance(out, (tuple, list)) else out) == ""  # Crucible's kernels
+    assert _judge(SEED_247, _cos_of_layer_norm_mean(1)) == ""
+
+
+def test_a_layer_norm_mean_many_ulps_of_its_row_off_still_fails() -> None:
+    """What the noise allows is a rounding at the row's magnitude: a mean 2^20 such steps off fails.
+    (A cos of 8.5e37 moves through whole periods either way; a row of ordinary values shows it.)"""
+    graph = FuzzGraph([{"dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0, "shape": [4, 4]}],
+                      [Node("aten.native_layer_norm.default", "aten.native_layer_norm.default(x0, [4], None, None, 1e-05)",
+                            ["v0_0", "v0_1", "v0_2"], [([4, 4], "float32"), ([4, 1], "float32"), ([4, 1], "float32")]),
+                       Node("aten.cos.default", "aten.cos.default(v0_1)", ["v3"], [([4, 1], "float32")])], ["v3"])
+    x = graph.make_inputs()[0]
+    mean = torch.ops.aten.native_layer_norm.default(x, [4], None, None, 1e-5)[1]
+    step = torch.finfo(torch.float32).eps / 2 * x.abs().mean(1, keepdim=True)
+    assert _judge(graph, torch.cos(mean + step)) == ""
+    assert _judge(graph, torch.cos(mean + (1 << 20) * step)) != ""
