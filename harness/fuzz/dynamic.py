@@ -14,7 +14,7 @@ otherwise recompile, and eager might not run. Where a guard cannot be decided, o
 Sizes are drawn per symbol from the generated size (first: hypothesis shrinks toward it) and, around
 the target's blocks (``harness.fuzz.sizes``), 2, b-1, b+1 and a few blocks plus an odd tail; never 0 or
 1, which torch specializes. A further call's input, and every value the graph computes from it, holds
-at most ``MAX_CALL_NUMEL`` elements, or its generated count when that is larger (an outer product of two
+at most ``MAX_CALL_NUMEL`` elements (a 0 dim counted as 1), or its generated count when that is larger (an outer product of two
 inputs within the budget is their sizes' product: [24583, 1] @ [1, 24583] in float64 took the worker
 past the machine's memory, seed 196); a symbol whose size breaks that keeps its generated size. A
 dim some index input's values point into keeps at least its generated size (the indices stay valid).
@@ -138,6 +138,15 @@ def _backed_values(env: Any) -> dict:
     return env.backed_var_to_val if hasattr(env, "backed_var_to_val") else env.var_to_val
 
 
+def budgeted(shape: list[int]) -> int:
+    """A shape's size against the budget: its element count with a 0 dim counted as 1 (as the graph
+    builder counts it). An empty tensor's kernels may still walk its other dims: ATen's CPU sort over an
+    empty last dim of [65535, 65537, 3, 0] visits its 12.9e9 rows, 21 s an eager call, and the graph's
+    eager, reference and noise runs timed out a campaign's worker (fuzzer, crucible-interpret:extern=none
+    --dynamic, seed 249)."""
+    return math.prod(max(s, 1) for s in shape)
+
+
 def candidate_sizes(generated: int, blocks: TargetBlocks, floor: int = 0) -> list[int]:
     """Sizes for one symbol: the generated one first, then 2, 3, and b-1, b+1, 3b+7 per block."""
     sizes = [*SMALL_SIZES]
@@ -153,7 +162,7 @@ def further_calls(draw: Any, graph: FuzzGraph, blocks: TargetBlocks,
     dims = symbolic_dims(graph) if dims is None else dims
     if dims is None or not dims.symbols:
         return []
-    budget = [max(MAX_CALL_NUMEL, math.prod(d["shape"])) for d in graph.inputs]
+    budget = [max(MAX_CALL_NUMEL, budgeted(d["shape"])) for d in graph.inputs]
     calls = []
     for _ in range(FURTHER_CALLS):
         values: dict[sympy.Symbol, int] = {}
@@ -161,7 +170,7 @@ def further_calls(draw: Any, graph: FuzzGraph, blocks: TargetBlocks,
             size = draw(st.sampled_from(candidate_sizes(dims.symbols[sym], blocks, dims.floors.get(sym, 0))))
             trial = {**values, sym: size}
             shapes = dims.shapes(trial)
-            if (shapes is not None and all(math.prod(s) <= b for s, b in zip(shapes, budget))
+            if (shapes is not None and all(budgeted(s) <= b for s, b in zip(shapes, budget))
                     and dims.values_within(trial, MAX_CALL_NUMEL)):
                 values = trial  # else it keeps its generated size: a guard or the budget says no
         shapes = dims.shapes(values)
