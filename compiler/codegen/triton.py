@@ -120,6 +120,8 @@ class _KernelWriter:
         self.levels = ExprLevels()
         self.counter = 0
         self.libdevice = False  # set when an expression calls triton.language.extra.libdevice
+        self.in_index = False  # rendering an address (``index_code``): loop indices stay int32
+        self.widen = False  # rendering the operands of int64 arithmetic that may pass int32 (``wide``)
 
     # --- helpers --------------------------------------------------------------------
     def is_xr(self, e: Expr) -> bool:
@@ -155,9 +157,17 @@ class _KernelWriter:
         return " & ".join(masks) or None
 
     # --- expressions --------------------------------------------------------------
+    def wide(self, e: Expr) -> bool:
+        """Whether ``e`` is int64 arithmetic over loop indices and constants whose value may pass int32."""
+        return e.dtype == torch.int64 and e.op in _INT_ARITHMETIC and int_bound(e, self.k) >= 1 << 31
+
     def index_code(self, e: Expr) -> str:
-        code = affine_index_code(e, self.expr, "triton")
-        return code if code is not None else self.expr(e)
+        saved, self.in_index = self.in_index, True
+        try:
+            code = affine_index_code(e, self.expr, "triton")
+            return code if code is not None else self.expr(e)
+        finally:
+            self.in_index = saved
 
     def expr(self, e: Expr) -> str:
         hit = self.names.get(e)
@@ -165,12 +175,23 @@ class _KernelWriter:
             return hit
         code = leaf(e, literal, "triton")
         if code is not None:
+            if e.op in (Op.XVAR, Op.RVAR) and self.widen and not self.in_index:
+                return f"{code}.to(tl.int64)"
             return code
         op = e.op
         if op is Op.LOAD:
             return self.load(e)
         if op is Op.REDUCE:
             return self.reduce(e)
+        if not self.widen and not self.in_index and self.wide(e):
+            # int64 arithmetic on loop indices (arange, positions): Triton's indices are int32, and the
+            # result wrapped (arange(11) << 52 was 0) or a constant past int32 was refused (arange(n) *
+            # 3e9); its operands are widened where int32 might not hold the result, addresses never
+            self.widen = True
+            try:
+                return self.expr(e)
+            finally:
+                self.widen = False
         a = [self.expr(s) for s in e.src]
         cdt = compute_dtype(e.dtype)
         if op is Op.CAST:
@@ -470,6 +491,28 @@ class _KernelWriter:
         return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), self.params.buffers, grid,
                               meta, tuple(launches[1:]), symbol, sizes=k.size_args, size_launch=size_launch)
 
+
+_INT_ARITHMETIC = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.SHL, Op.NEG})
+
+
+def int_bound(e: Expr, k: Kernel) -> float:
+    """A bound on |e| for integer arithmetic over a kernel's loop indices and constants; inf for
+    anything else (a load, a symbolic size or range, another op)."""
+    if e.op is Op.CONST and isinstance(e.arg, int):
+        return abs(e.arg)
+    if e.op in (Op.XVAR, Op.RVAR):
+        size = (k.ranges if e.op is Op.XVAR else k.rranges)[e.arg]
+        return size - 1 if isinstance(size, int) else math.inf
+    if e.op not in _INT_ARITHMETIC:
+        return math.inf
+    a = [int_bound(s, k) for s in e.src]
+    if e.op is Op.NEG:
+        return a[0]
+    if e.op in (Op.ADD, Op.SUB):
+        return a[0] + a[1]
+    if e.op is Op.MUL:
+        return a[0] * a[1]
+    return a[0] * 2 ** a[1] if a[1] < 64 else math.inf  # SHL
 
 def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:
     """``{prefix}0 = ...``: the per-dim indices of the flat index ``flat``."""

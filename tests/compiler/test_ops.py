@@ -15,6 +15,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import compiler
+
 from tests.compiler.parity import check_parity
 
 F32, F16, BF16, I64, BOOL = torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.bool
@@ -312,3 +314,13 @@ def test_reshape_of_a_non_viewable_layout(codegen: str, device: str) -> None:
     """Regression (attention heads on torch 2.11): merging dims of a permuted tensor copies first."""
     x = make((2, 4, 5, 8), F32, "any", device)
     check_parity(lambda t: t.transpose(1, 2).reshape(2, 5, 32) * 2, (x,), codegen)
+
+
+def test_int64_arithmetic_on_loop_indices_does_not_wrap(codegen: str, device: str) -> None:
+    """Regression (found writing the bit-cast test): Triton's loop indices are int32, and int64
+    arithmetic on them (an arange shifted or scaled past int32) wrapped to 0 or refused the constant;
+    such operands are widened where int32 might not hold the result. Small index arithmetic stays int32."""
+    x = torch.zeros(11, device=device, dtype=I64)
+    check_parity(lambda t: (((1023 - torch.arange(-3, 8, device=t.device)) << 52) + t,
+                            torch.arange(11, device=t.device) * 3_000_000_000 + t,
+                            torch.arange(11, device=t.device) * 300_000_000 + t), (x,), codegen)
