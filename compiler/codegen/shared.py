@@ -169,3 +169,27 @@ def affine_index_code(index: Expr, name_of: Callable[[Expr], str], language: str
     if aff.get(None, 0) != 0 or not terms:
         terms.append(size_code(aff.get(None, 0), language))
     return " + ".join(terms)
+
+
+# integer arithmetic whose bound ``int_bound`` follows (the Triton renderer widens it past int32)
+INT_ARITHMETIC = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.SHL, Op.NEG})
+
+
+def int_bound(e: Expr, k: Kernel) -> float:
+    """A bound on |e| for integer arithmetic over a kernel's loop indices and constants; inf for
+    anything else (a load, a symbolic size or range, another op)."""
+    if e.op is Op.CONST and isinstance(e.arg, int):
+        return abs(e.arg)
+    if e.op in (Op.XVAR, Op.RVAR):
+        size = (k.ranges if e.op is Op.XVAR else k.rranges)[e.arg]
+        return size - 1 if isinstance(size, int) else math.inf
+    if e.op not in INT_ARITHMETIC:
+        return math.inf
+    a = [int_bound(s, k) for s in e.src]
+    if e.op is Op.NEG:
+        return a[0]
+    if e.op in (Op.ADD, Op.SUB):
+        return a[0] + a[1]
+    if e.op is Op.MUL:
+        return a[0] * a[1]
+    return a[0] * 2 ** a[1] if a[1] < 64 else math.inf  # SHL

@@ -23,7 +23,9 @@ import torch
 from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.shared import (
+    INT_ARITHMETIC,
     ExprLevels,
+    int_bound,
     size_code,
     Parameters,
     affine_index_code,
@@ -157,9 +159,8 @@ class _KernelWriter:
         return " & ".join(masks) or None
 
     # --- expressions --------------------------------------------------------------
-    def wide(self, e: Expr) -> bool:
-        """Whether ``e`` is int64 arithmetic over loop indices and constants whose value may pass int32."""
-        return e.dtype == torch.int64 and e.op in _INT_ARITHMETIC and int_bound(e, self.k) >= 1 << 31
+    def wide(self, e: Expr) -> bool:  # int64 arithmetic whose value may pass int32
+        return e.dtype == torch.int64 and e.op in INT_ARITHMETIC and int_bound(e, self.k) >= 1 << 31
 
     def index_code(self, e: Expr) -> str:
         saved, self.in_index = self.in_index, True
@@ -184,9 +185,8 @@ class _KernelWriter:
         if op is Op.REDUCE:
             return self.reduce(e)
         if not self.widen and not self.in_index and self.wide(e):
-            # int64 arithmetic on loop indices (arange, positions): Triton's indices are int32, and the
-            # result wrapped (arange(11) << 52 was 0) or a constant past int32 was refused (arange(n) *
-            # 3e9); its operands are widened where int32 might not hold the result, addresses never
+            # Triton's loop indices are int32: int64 arithmetic on them wrapped (arange(11) << 52 was 0)
+            # or refused a constant past int32; widened where int32 might not hold it, addresses never
             self.widen = True
             try:
                 return self.expr(e)
@@ -491,28 +491,6 @@ class _KernelWriter:
         return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), self.params.buffers, grid,
                               meta, tuple(launches[1:]), symbol, sizes=k.size_args, size_launch=size_launch)
 
-
-_INT_ARITHMETIC = frozenset({Op.ADD, Op.SUB, Op.MUL, Op.SHL, Op.NEG})
-
-
-def int_bound(e: Expr, k: Kernel) -> float:
-    """A bound on |e| for integer arithmetic over a kernel's loop indices and constants; inf for
-    anything else (a load, a symbolic size or range, another op)."""
-    if e.op is Op.CONST and isinstance(e.arg, int):
-        return abs(e.arg)
-    if e.op in (Op.XVAR, Op.RVAR):
-        size = (k.ranges if e.op is Op.XVAR else k.rranges)[e.arg]
-        return size - 1 if isinstance(size, int) else math.inf
-    if e.op not in _INT_ARITHMETIC:
-        return math.inf
-    a = [int_bound(s, k) for s in e.src]
-    if e.op is Op.NEG:
-        return a[0]
-    if e.op in (Op.ADD, Op.SUB):
-        return a[0] + a[1]
-    if e.op is Op.MUL:
-        return a[0] * a[1]
-    return a[0] * 2 ** a[1] if a[1] < 64 else math.inf  # SHL
 
 def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:
     """``{prefix}0 = ...``: the per-dim indices of the flat index ``flat``."""
