@@ -26,6 +26,15 @@ inline uint32_t float_to_bits(float value) {
   return bits;
 }
 
+// Tensor.view(dtype) of one width: the same bits read as To (Op.BITCAST)
+template <typename To, typename From>
+inline To bit_cast(From value) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the width");
+  To out;
+  std::memcpy(&out, &value, sizeof(out));
+  return out;
+}
+
 // bfloat16 is the top half of a float32; rounding matches c10::BFloat16 (nearest even,
 // NaN becomes the canonical quiet NaN 0x7fc0).
 inline float bf16_to_float(uint16_t bits) { return float_from_bits(uint32_t(bits) << 16); }

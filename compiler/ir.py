@@ -50,6 +50,7 @@ class Op(enum.Enum):
     NOT = "not"  # logical not of a bool
     BITNOT = "bitnot"
     CAST = "cast"  # arg: target torch.dtype (the node's dtype)
+    BITCAST = "bitcast"  # arg: target torch.dtype of the operand's width: the same bits read as it
     # binary
     ADD = "add"
     SUB = "sub"
@@ -229,6 +230,21 @@ def cast(value: Expr, dtype: torch.dtype) -> Expr:
     if value.op is Op.CONST:
         return const(value.arg, dtype)
     return Expr(Op.CAST, dtype, (value,), dtype)
+
+
+# the bit casts renderers compute: float and integer dtypes of one width (16-bit floats are computed in
+# float32, so their bits are not at hand)
+BITCAST_PAIRS = frozenset({(torch.float32, torch.int32), (torch.int32, torch.float32),
+                           (torch.float64, torch.int64), (torch.int64, torch.float64)})
+
+
+def bitcast(value: Expr, dtype: torch.dtype) -> Expr:
+    """``value``'s bits read as ``dtype`` (``BITCAST_PAIRS``; ``Tensor.view(dtype)`` of one width)."""
+    if value.dtype == dtype:
+        return value
+    if (value.dtype, dtype) not in BITCAST_PAIRS:
+        raise ValueError(f"no bit cast from {value.dtype} to {dtype}")
+    return Expr(Op.BITCAST, dtype, (value,), dtype)
 
 
 def unary(op: Op, value: Expr, dtype: torch.dtype | None = None) -> Expr:
@@ -428,6 +444,8 @@ def _node_text(e: Expr, operands: list[str]) -> str:
         return f"{e.arg}[{operands[0]}]"
     if e.op is Op.CAST:
         return f"{str(e.dtype).replace('torch.', '')}({operands[0]})"
+    if e.op is Op.BITCAST:
+        return f"bits_as_{str(e.dtype).replace('torch.', '')}({operands[0]})"
     if e.op is Op.REDUCE:
         return f"{e.arg.value}_r({operands[0]})"
     return f"{e.op.value}({', '.join(operands)})"

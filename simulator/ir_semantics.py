@@ -141,6 +141,8 @@ class ChunkEvaluator:
             return self.load(e.arg, a[0]).to(cd)
         if op is Op.CAST:
             return round_to(a[0], e.dtype)
+        if op is Op.BITCAST:
+            return a[0].to(compute_dtype(e.src[0].dtype)).view(e.dtype)
         if op is Op.REDUCE:
             return _reduce(e.arg, a[0].expand(*self.points), cd)
         if op in _COMPARE:

@@ -51,7 +51,7 @@ class CppRenderer(Renderer):
     OPS: ClassVar[frozenset[Op]] = frozenset({
         Op.CONST, Op.XVAR, Op.RVAR, Op.LOAD, Op.SIZE,
         Op.NEG, Op.ABS, Op.EXP, Op.EXP2, Op.LOG2, Op.LOG10, Op.LOG, Op.SQRT, Op.RSQRT, Op.SIN, Op.COS, Op.ERF, Op.FLOOR, Op.CEIL, Op.ISNAN,
-        Op.NOT, Op.BITNOT, Op.CAST,
+        Op.NOT, Op.BITNOT, Op.CAST, Op.BITCAST,
         Op.ADD, Op.SUB, Op.MUL, Op.DIV, Op.FLOORDIV, Op.MOD, Op.MAX, Op.MIN, Op.EQ, Op.NE, Op.LT, Op.LE, Op.GT,
         Op.GE, Op.AND, Op.OR, Op.BITAND, Op.BITOR, Op.BITXOR, Op.SHL, Op.SHR, Op.POW,
         Op.WHERE, Op.FMA,

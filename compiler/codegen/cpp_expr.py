@@ -152,6 +152,8 @@ class ExprWriter:
         is_float = dt.is_floating_point
         if op is Op.CAST:
             return self.cast(a[0], e.src[0].dtype, e.dtype)
+        if op is Op.BITCAST:
+            return f"crucible::bit_cast<{t}>({a[0]})"
         if op in WRAPPING and dt in WIDE_INTS and not self.in_index:
             return f"crucible::{WRAPPING[op]}<{t}>({a[0]}, {a[1]})"
         if op in INFIX:

@@ -159,9 +159,6 @@ class _KernelWriter:
         return " & ".join(masks) or None
 
     # --- expressions --------------------------------------------------------------
-    def wide(self, e: Expr) -> bool:  # int64 arithmetic whose value may pass int32
-        return e.dtype == torch.int64 and e.op in INT_ARITHMETIC and int_bound(e, self.k) >= 1 << 31
-
     def index_code(self, e: Expr) -> str:
         saved, self.in_index = self.in_index, True
         try:
@@ -184,7 +181,8 @@ class _KernelWriter:
             return self.load(e)
         if op is Op.REDUCE:
             return self.reduce(e)
-        if not self.widen and not self.in_index and self.wide(e):
+        if (not self.widen and not self.in_index and e.dtype == torch.int64 and e.op in INT_ARITHMETIC
+                and int_bound(e, self.k) >= 1 << 31):
             # Triton's loop indices are int32: int64 arithmetic on them wrapped (arange(11) << 52 was 0)
             # or refused a constant past int32; widened where int32 might not hold it, addresses never
             self.widen = True
@@ -196,6 +194,8 @@ class _KernelWriter:
         cdt = compute_dtype(e.dtype)
         if op is Op.CAST:
             return self.tmp(e, self.cast(a[0], e.src[0].dtype, e.dtype))
+        if op is Op.BITCAST:  # at the operand's own width first (an int64 from an index may be int32)
+            return self.tmp(e, f"({a[0]}).to({TL_DTYPE[e.src[0].dtype]}).to({TL_DTYPE[e.dtype]}, bitcast=True)")
         if op in (Op.AND, Op.OR):
             # Logical and/or as selects: Triton 3.8's interpreter gives a comparison of two 0-d
             # values (a 1-element input loads as a scalar) float32 data, which `block & c`

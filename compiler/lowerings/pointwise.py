@@ -476,3 +476,14 @@ register(aten._to_copy, aten.clone, aten.alias, aten.lift_fresh_copy, aten.detac
 @register(aten.copy)
 def lower_copy(ctx: GraphLowering, node: Any, dst: Any, src: Any, non_blocking: bool = False) -> Lazy:
     return pointwise(node, lambda v: v, src, compute=src.dtype if isinstance(src, (Lazy, Strided)) else dst.dtype)
+
+
+@register(aten.view.dtype)
+def lower_view_dtype(ctx: GraphLowering, node: Any, x: Any, dtype: torch.dtype) -> Lazy:
+    """``x.view(dtype)`` of one width: its bits read as ``dtype``, elementwise (the norms' power-of-two
+    scale reads a float's exponent field this way)."""
+    src = x.dtype if isinstance(x, (Lazy, Strided)) else None
+    if src is None or (src, dtype) not in ir.BITCAST_PAIRS:
+        raise Unsupported(ExternReason.UNSUPPORTED_DTYPE, f"view of a {src} tensor as {dtype} (bit casts between "
+                                                          "32- and 64-bit floats and integers of their width)")
+    return pointwise(node, lambda v: V(ir.bitcast(v.e, dtype)), x, compute=src)

@@ -83,6 +83,7 @@ EXACT_OPS: dict[str, tuple[Exact, str]] = {
         "aten.floor.default", "aten.ceil.default", "aten.trunc.default", "aten.round.default",
         "aten.frac.default")},
     "aten._to_copy.default": (Exact.ALWAYS, _CAST),
+    "aten.view.dtype": (Exact.ALWAYS, "reads its operand's bits as a dtype of their width: no arithmetic"),
     **{op: (Exact.INTEGRAL, _INTEGER_ARITHMETIC) for op in (
         "aten.add.Tensor", "aten.add.Scalar", "aten.sub.Tensor", "aten.sub.Scalar", "aten.rsub.Scalar",
         "aten.mul.Tensor", "aten.mul.Scalar", "aten.square.default", "aten.div.Tensor_mode",

@@ -65,6 +65,17 @@ def _t(n: NodeDraw) -> str:
     return f"aten.t.default({n.tensor(ALL_DTYPES, max_rank=2)})"
 
 
+# a bit cast of one width (float32 <-> int32, float64 <-> int64), from fresh inputs only: the sign and
+# payload of a NaN an op computes are its kernel's own (ATen's loops differ), and a bit cast shows them
+_BITS_OF = {"float32": "int32", "int32": "float32", "float64": "int64", "int64": "float64"}
+
+
+@spec("aten.view.dtype", "view")
+def _view_dtype(n: NodeDraw) -> str:
+    a = n.tensor(tuple(_BITS_OF), fresh_only=True)
+    return f"aten.view.dtype({a}, {n.dt(_BITS_OF[n.dtype(a)])})"
+
+
 @spec("aten.expand.default", "view")
 def _expand(n: NodeDraw) -> str:
     a = n.tensor(ALL_DTYPES)

@@ -316,6 +316,42 @@ def test_reshape_of_a_non_viewable_layout(codegen: str, device: str) -> None:
     check_parity(lambda t: t.transpose(1, 2).reshape(2, 5, 32) * 2, (x,), codegen)
 
 
+@pytest.mark.parametrize("dtype", [F32, torch.float64], ids=["float32", "float64"])
+def test_view_as_an_integer_dtype_of_one_width_is_a_bit_cast(dtype: torch.dtype, codegen: str, device: str) -> None:
+    """``x.view(int)`` and back (``Op.BITCAST``): the float's bits, NaN, inf, -0.0 and subnormals
+    included, read as the integer of its width, shifted and masked, and integers read as floats (the
+    norms' power-of-two scale is built this way). Compared bit for bit."""
+    bits = torch.int32 if dtype == F32 else I64
+    tiny = torch.finfo(dtype).tiny
+    x = torch.tensor([1.0, -2.5, math.inf, -math.inf, math.nan, 0.0, -0.0, tiny / 8, tiny, 3e38, 1e-3],
+                     device=device, dtype=dtype)
+    shift, bias = (23, 127) if dtype == F32 else (52, 1023)
+
+    def fn(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        powers = ((bias - torch.arange(-3, 8, device=t.device, dtype=bits)) << shift).view(dtype)
+        return ((t.view(bits) >> shift) & 0x7FF) - 3, ((t * 2).view(bits) + 1).view(dtype), powers * t
+
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="crucible", options={"codegen": codegen, "strict": True})
+    for got, want in zip(compiled(x), fn(x), strict=True):
+        assert got.dtype == want.dtype
+        as_bits = (lambda t: t.view(bits)) if want.is_floating_point() else (lambda t: t)
+        same = (as_bits(got) == as_bits(want)) | (got.isnan() & want.isnan() if want.is_floating_point() else False)
+        assert bool(same.all()), (got, want)
+
+
+def test_a_bit_cast_of_another_width_is_refused_with_its_reason(codegen: str, device: str) -> None:
+    """A 16-bit float's bits are not at hand (renderers compute it in float32): its view as int16 stays an
+    extern call, with the reason in the report."""
+    x = torch.randn(8, device=device, dtype=torch.float16)
+    torch._dynamo.reset()
+    compiled = torch.compile(lambda t: (t * 2).view(torch.int16) + 1, backend="crucible", options={"codegen": codegen})
+    with compiler.collect_reports() as report:
+        got = compiled(x)
+    assert torch.equal(got, (x * 2).view(torch.int16) + 1)
+    assert any("int16" in e.message for e in report.externs), report.externs
+
+
 def test_int64_arithmetic_on_loop_indices_does_not_wrap(codegen: str, device: str) -> None:
     """Regression (found writing the bit-cast test): Triton's loop indices are int32, and int64
     arithmetic on them (an arange shifted or scaled past int32) wrapped to 0 or refused the constant;
