@@ -37,6 +37,7 @@ from compiler.templates.tiles import bucket  # the tuning cache's size bucket, a
 
 # (kernel symbol, bucket of each launch number) -> index of the picked candidate, for every launcher in the process
 _PICKS: dict[tuple, int] = {}
+SEEN_SIZES = 256  # launch numbers a launcher remembers the candidates of (then it starts over)
 
 
 class BucketTuner:
@@ -46,11 +47,19 @@ class BucketTuner:
         self.launcher = launcher
         self.mode = "off"  # the tuning option; set by the launcher's ``defer_tuning``
         self.built: dict[tuple, threading.Event] = {}  # deferred buckets: their builds are done
+        # launch numbers -> (candidates, bucket key): sizes recur from call to call, and building the
+        # candidates took 2-6 us a launch (2-core CPU), on the host path of every size-generic kernel
+        self.seen: dict[tuple, tuple[list, tuple]] = {}
 
     def launch(self, args: tuple, *numbers: int) -> None:
         """Launch on ``args`` (buffers, then size arguments); ``numbers``: what the launch depends on."""
-        configs = self.launcher.size_launch.candidates(*numbers)
-        key = (self.launcher.symbol, *(bucket(n) for n in numbers))
+        known = self.seen.get(numbers)
+        if known is None:
+            if len(self.seen) >= SEEN_SIZES:
+                self.seen.clear()
+            known = self.seen[numbers] = (self.launcher.size_launch.candidates(*numbers),
+                                          (self.launcher.symbol, *(bucket(n) for n in numbers)))
+        configs, key = known
         index = _PICKS.get(key)
         if index is None:
             index = self.decide(key, configs, args)
