@@ -62,7 +62,9 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     product may overflow by its order (see the module's docstring)."""
     upstream = graph.upstream([name])
     kinds = {**ACCUMULATION_NOISE, **PRODUCTS}  # op -> its accumulating output
-    nodes = [(n, kinds[n.op]) for n in graph.nodes if n.op in kinds and n.outputs[kinds[n.op]] in upstream
+    # a node names fewer outputs than its op has where the graph takes one (native_group_norm(...)[0])
+    nodes = [(n, kinds[n.op]) for n in graph.nodes if n.op in kinds and kinds[n.op] < len(n.outputs)
+             and n.outputs[kinds[n.op]] in upstream
              and DTYPES.get(n.out_meta[kinds[n.op]][1], torch.int64).is_floating_point]
     if not nodes:
         return False

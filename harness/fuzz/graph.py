@@ -235,6 +235,36 @@ class _Overloads:
 _REFERENCE_OPS = {"native_group_norm": _Overloads(default=_group_norm_reference)}
 
 
+def _nan_to_num_as(dtype_name: str, x: Any, nan: Any = 0.0, posinf: Any = None, neginf: Any = None) -> Any:
+    """nan_to_num in the float64 reference with the working dtype's defaults: +-inf become that
+    dtype's largest values, not float64's (1.8e308 rounds back to inf in float32, and a layer norm of
+    two of them was NaN in the reference where float32's [-3.4e38, -3.4e38] normalizes to 0; fuzzer,
+    crucible-cpp, seed 251)."""
+    dtype = _TORCH_DTYPES.get(DTYPE_NAMES.get(dtype_name))
+    if dtype is not None and dtype.is_floating_point:
+        top = torch.finfo(dtype).max
+        posinf = top if posinf is None else posinf
+        neginf = -top if neginf is None else neginf
+    return torch.ops.aten.nan_to_num.default(x, 0.0 if nan is None else nan, posinf, neginf)
+
+
+_BIT_PARTNER = {torch.int32: torch.float32, torch.float32: torch.int32, torch.int64: torch.float64,
+                torch.float64: torch.int64}
+
+
+def _view_dtype_as(dtype_name: str, x: Any, dtype: Any) -> Any:
+    """view.dtype (a bit cast of one width) in the float64 reference: the operand at its working width
+    first (a float32 value is float64 here, and viewing float64 as int32 is refused), its bits read as
+    the working result dtype ``dtype_name``, a float result widened back to float64."""
+    target = _TORCH_DTYPES[DTYPE_NAMES[dtype_name]]
+    out = x.to(_BIT_PARTNER[target]).view(target)
+    return out.double() if target.is_floating_point else out
+
+
+# ops whose float64 reference takes its working dtype first (``FuzzGraph.source(reference=True)``)
+_AS_WORKING = {"aten.nan_to_num.default": "_nan_to_num_as", "aten.view.dtype": "_view_dtype_as"}
+
+
 def namespace(reference: bool = False) -> dict[str, Any]:
     """Globals the rendered source runs in; ``reference`` maps every float dtype to float64 (and
     ``aten`` to ``_ReferenceAten``)."""
@@ -302,16 +332,20 @@ class FuzzGraph:
         return [f"x{i}" for i in range(len(self.inputs))]
 
     # -- rendering ----------------------------------------------------------------------
-    def source(self, name: str = "graph", rounding_noise: bool = False) -> str:
+    def source(self, name: str = "graph", rounding_noise: bool = False, reference: bool = False) -> str:
         """The graph as Python source; ``rounding_noise``: each node's values pass through
-        ``_noise(value, working dtype, index)`` (see ``function``)."""
+        ``_noise(value, working dtype, index)`` (see ``function``); ``reference``: the float64
+        reference's (ops whose defaults depend on the dtype take their working dtype's, ``_AS_WORKING``)."""
         body = []
         for i, n in enumerate(self.nodes):
-            body.append(f"    {n.line()}")
+            line = n.line()
+            if reference and n.op in _AS_WORKING:
+                line = line.replace(f"{n.op}(", f"{_AS_WORKING[n.op]}({n.out_meta[0][1]!r}, ", 1)
+            body.append(f"    {line}")
             if not rounding_noise:
                 continue
             summed = TERMS_NOISE.get(n.op)
-            if summed is not None:
+            if summed is not None and summed < len(n.outputs):  # not where the graph takes another output
                 magnitudes = VALUE_NAME.sub(lambda m: f"_absolute({m.group(0)})", n.expr)
                 if n.op in TERMS_OF:
                     magnitudes = magnitudes.replace(f"{n.op}(", f"{TERMS_OF[n.op]}({n.out_meta[summed][1]!r}, ")
@@ -336,14 +370,15 @@ class FuzzGraph:
         of ulps). ``round_steps`` (with ``reference``): every such value is rounded to its
         working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
-        ns.update(_terms=_terms, _absolute=_absolute, **{name: globals()[name] for name in TERMS_OF.values()})
+        ns.update(_terms=_terms, _absolute=_absolute, **{name: globals()[name] for name in TERMS_OF.values()},
+                  **{name: globals()[name] for name in _AS_WORKING.values()})
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)
                 if out in float64_rounded))
         elif round_steps:
             ns["_noise"] = _round_step
-        code = compile(self.source(rounding_noise=rounding_noise is not None or round_steps),
+        code = compile(self.source(rounding_noise=rounding_noise is not None or round_steps, reference=reference),
                        f"<fuzz-graph-{next(_counter)}>", "exec")
         exec(code, ns)  # noqa: S102 -- the source is generated from our own op table
         if not reference:

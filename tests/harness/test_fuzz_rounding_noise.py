@@ -357,3 +357,46 @@ def test_a_layer_norm_mean_many_ulps_of_its_row_off_still_fails() -> None:
     step = torch.finfo(torch.float32).eps / 2 * x.abs().mean(1, keepdim=True)
     assert _judge(graph, torch.cos(mean + step)) == ""
     assert _judge(graph, torch.cos(mean + (1 << 20) * step)) != ""
+
+
+# fuzzer, crucible-cpp, seed 251: a layer norm of nan_to_num(x) over rows of 2; a row of two -inf became
+# [-3.4e38, -3.4e38] in float32, which normalizes to 0 (Crucible), while eager's Welford overflowed to NaN,
+# and the float64 reference's nan_to_num gave -1.8e308 (float64's max), which rounds back to -inf
+SEED_251 = FuzzGraph(
+    [{"dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 0, "shape": [4, 1, 1, 2]}],
+    [Node("aten.nan_to_num.default", "aten.nan_to_num.default(x0)", ["v1"], [([4, 1, 1, 2], "float32")]),
+     Node("aten.native_layer_norm.default", "aten.native_layer_norm.default(v1, [2], None, None, 1e-05)",
+          ["v3_0", "v3_1", "v3_2"], [([4, 1, 1, 2], "float32"), ([4, 1, 1, 1], "float32"), ([4, 1, 1, 1], "float32")])],
+    ["v3_0"])
+
+
+def test_the_reference_nan_to_num_takes_the_working_dtypes_largest_values() -> None:
+    """The float64 reference of a float32 nan_to_num maps +-inf to float32's max, so the layer norm's
+    0 (float32's truth, eager overflowed) passes and a wrong value there still fails."""
+    (x,) = SEED_251.make_inputs()
+    v1 = torch.nan_to_num(x)
+    right = torch.ops.aten.native_layer_norm.default(v1.double(), [2], None, None, 1e-5)[0].float()
+    assert torch.isnan(torch.ops.aten.native_layer_norm.default(v1, [2], None, None, 1e-5)[0]).any()  # eager
+    assert _judge(SEED_251, right) == ""
+    wrong = right.clone()
+    wrong[1] = 1.0
+    assert _judge(SEED_251, wrong) != ""
+    reference = SEED_251.function(reference=True)(*SEED_251.make_inputs("cpu", reference=True))[0]
+    torch.testing.assert_close(reference.float(), right, equal_nan=True)
+
+
+# fuzzer, crucible-cpp, seed 251: a graph taking native_group_norm(...)[0] (one output of three) and a bit
+# cast of a float32 input; the conditioning rule indexed the group norm's mean output, which the node does
+# not name (IndexError), and the float64 reference refused to view a float64 value as int32
+SEED_251_GROUP_NORM = FuzzGraph.from_json("{\"inputs\": [{\"dtype\": \"float32\", \"layout\": \"contiguous\", \"profile\": \"normal\", \"seed\": 0, \"shape\": []}, {\"dtype\": \"float32\", \"layout\": \"contiguous\", \"profile\": \"normal\", \"seed\": 0, \"shape\": []}, {\"dtype\": \"float32\", \"layout\": \"contiguous\", \"profile\": \"normal\", \"seed\": 0, \"shape\": []}, {\"dtype\": \"float32\", \"layout\": \"contiguous\", \"profile\": \"normal\", \"seed\": 0, \"shape\": [1, 1, 1]}, {\"dtype\": \"float32\", \"layout\": \"contiguous\", \"profile\": \"normal\", \"seed\": 0, \"shape\": [1]}], \"nodes\": [{\"expr\": \"aten.view.dtype(x0, i32)\", \"op\": \"aten.view.dtype\", \"out_meta\": [[[], \"int32\"]], \"outputs\": [\"v0\"], \"returns_tuple\": false}, {\"expr\": \"aten.exp.default(x1)\", \"op\": \"aten.exp.default\", \"out_meta\": [[[], \"float32\"]], \"outputs\": [\"v1\"], \"returns_tuple\": false}, {\"expr\": \"aten.exp.default(x2)\", \"op\": \"aten.exp.default\", \"out_meta\": [[[], \"float32\"]], \"outputs\": [\"v2\"], \"returns_tuple\": false}, {\"expr\": \"aten.native_group_norm.default(x3, x4, None, 1, 1, 1, 1, 1e-05)[0]\", \"op\": \"aten.native_group_norm.default\", \"out_meta\": [[[1, 1, 1], \"float32\"]], \"outputs\": [\"v3\"], \"returns_tuple\": false}, {\"expr\": \"aten.view.dtype(x0, i32)\", \"op\": \"aten.view.dtype\", \"out_meta\": [[[], \"int32\"]], \"outputs\": [\"v4\"], \"returns_tuple\": false}, {\"expr\": \"aten.native_group_norm.default(x3, x4, None, 1, 1, 1, 1, 1e-06)[0]\", \"op\": \"aten.native_group_norm.default\", \"out_meta\": [[[1, 1, 1], \"float32\"]], \"outputs\": [\"v5\"], \"returns_tuple\": false}], \"outputs\": [\"v0\", \"v1\", \"v2\", \"v3\", \"v4\", \"v5\"]}")
+
+
+def test_a_graph_taking_one_output_of_a_norm_and_a_bit_cast_is_judged() -> None:
+    from harness.fuzz.subject import run_graph
+    from harness.targets import parse_target
+
+    reference = SEED_251_GROUP_NORM.function(reference=True)(*SEED_251_GROUP_NORM.make_inputs("cpu", reference=True))
+    eager = SEED_251_GROUP_NORM.function()(*SEED_251_GROUP_NORM.make_inputs())
+    assert torch.equal(reference[0], eager[0])  # the bit cast of a float32 input: its int32 bits
+    result = run_graph(SEED_251_GROUP_NORM, parse_target("crucible-cpp"))
+    assert result.status.value == "pass", (result.status, result.error)
