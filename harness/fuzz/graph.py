@@ -240,8 +240,8 @@ def _nan_to_num_as(dtype_name: str, x: Any, nan: Any = 0.0, posinf: Any = None, 
     dtype's largest values, not float64's (1.8e308 rounds back to inf in float32, and a layer norm of
     two of them was NaN in the reference where float32's [-3.4e38, -3.4e38] normalizes to 0; fuzzer,
     crucible-cpp, seed 251)."""
-    dtype = _TORCH_DTYPES.get(DTYPE_NAMES.get(dtype_name))
-    if dtype is not None and dtype.is_floating_point:
+    dtype = getattr(torch, dtype_name, None)  # the node's working dtype, "float32"
+    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
         top = torch.finfo(dtype).max
         posinf = top if posinf is None else posinf
         neginf = -top if neginf is None else neginf
@@ -256,7 +256,7 @@ def _view_dtype_as(dtype_name: str, x: Any, dtype: Any) -> Any:
     """view.dtype (a bit cast of one width) in the float64 reference: the operand at its working width
     first (a float32 value is float64 here, and viewing float64 as int32 is refused), its bits read as
     the working result dtype ``dtype_name``, a float result widened back to float64."""
-    target = _TORCH_DTYPES[DTYPE_NAMES[dtype_name]]
+    target = getattr(torch, dtype_name)
     out = x.to(_BIT_PARTNER[target]).view(target)
     return out.double() if target.is_floating_point else out
 

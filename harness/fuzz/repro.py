@@ -15,6 +15,7 @@ from harness.errors import raised_at
 from harness import oracle
 from harness.fuzz import values
 from harness.fuzz.exact import exact_cone
+from harness.fuzz import graph as fuzz_graph
 from harness.fuzz.graph import FuzzGraph
 from harness.result import Result
 from harness.targets import parse_target
@@ -25,10 +26,11 @@ DTYPE_NAMES = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat1
 
 
 def build(reference):
-    """The graph; the float64 reference runs the same source with every float dtype as float64."""
-    ns = {"torch": torch, "aten": torch.ops.aten, "inf": math.inf, "nan": math.nan}
+    """The graph; the float64 reference runs its own source (ops whose defaults depend on the dtype take
+    their working dtype's) with every float dtype as float64."""
+    ns = {"torch": torch, "aten": torch.ops.aten, "inf": math.inf, "nan": math.nan, **WORKING_DTYPE_OPS}
     ns.update({k: torch.float64 if reference and v.is_floating_point else v for k, v in DTYPE_NAMES.items()})
-    exec(SOURCE, ns)
+    exec(REFERENCE_SOURCE if reference else SOURCE, ns)
     return ns["graph"]
 
 
@@ -203,7 +205,11 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         "ULP_SLACK = {" + ", ".join(f"{d}: {v!r}" for d, v in oracle.ULP_SLACK.items()) + "}", "",
         inspect.getsource(oracle.signed_error_ulps), inspect.getsource(oracle.mean_and_standard_error),
         inspect.getsource(oracle.ulp_errors), inspect.getsource(oracle._rms),
-        f"SOURCE = '''\n{graph.source()}'''", _RUNNER,
+        f"_BIT_PARTNER = {fuzz_graph._BIT_PARTNER!r}",
+        *[inspect.getsource(getattr(fuzz_graph, name)) for name in fuzz_graph._AS_WORKING.values()],
+        "WORKING_DTYPE_OPS = {" + ", ".join(f"{n!r}: {n}" for n in fuzz_graph._AS_WORKING.values()) + "}",
+        f"SOURCE = '''\n{graph.source()}'''",
+        f"REFERENCE_SOURCE = '''\n{graph.source(reference=True)}'''", _RUNNER,
     ]
     return "\n".join(header) + "\n" + "\n".join(body)
 

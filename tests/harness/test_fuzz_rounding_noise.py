@@ -400,3 +400,22 @@ def test_a_graph_taking_one_output_of_a_norm_and_a_bit_cast_is_judged() -> None:
     assert torch.equal(reference[0], eager[0])  # the bit cast of a float32 input: its int32 bits
     result = run_graph(SEED_251_GROUP_NORM, parse_target("crucible-cpp"))
     assert result.status.value == "pass", (result.status, result.error)
+
+
+def test_the_repro_script_uses_the_same_reference(tmp_path) -> None:
+    """A repro's float64 reference runs the reference source the campaign judged with (nan_to_num at the
+    working dtype's largest values, bit casts at their working width): seed 251's layer norm and its bit
+    cast of a float32 input pass there too."""
+    import subprocess
+    import sys
+
+    from harness.fuzz.repro import write_repro
+    from harness.result import Result
+    from harness.status import Status
+
+    for graph in (SEED_251, SEED_251_GROUP_NORM):
+        path = tmp_path / "repro.py"
+        path.write_text(write_repro(graph, "crucible-cpp", None, Result(name="g", target="crucible-cpp",
+                                                                         status=Status.FAIL_ACCURACY)))
+        out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, check=False)
+        assert out.returncode == 0, out.stdout + out.stderr
