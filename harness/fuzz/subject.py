@@ -186,7 +186,8 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     (``harness.fuzz.conditioning.ill_conditioned``), and an index output (argmax, a sort's or a
     running max's indices) differing only where the values it indexes are tied to within rounding
     passes (``harness.fuzz.ties.near_tied_indices``), as does a ``signbit`` of a NaN
-    (``harness.fuzz.nan_sign``: the sign of a NaN is unspecified).
+    (``harness.fuzz.nan_sign``: the sign of a NaN is unspecified); last, an integer or bool output
+    equal to the rounded-steps reference's passes (eager's own overflow upstream changed its own).
     A float64 output downstream of an accumulating op (a reduction, scan or nn op) that inputs near
     the top of float64's range reach is not compared (``ParityOracle.compare``'s ``order_dependent``):
     its overflow and cancellation depend on the evaluation order.
@@ -260,6 +261,18 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
                 and nan_sign_only(graph, name, e, compiled[i])):
             parity = ParityResult(True)
             allow(NAN_SIGN)
+        if (not parity.passed and rounding_spread and ref is not None and isinstance(e, torch.Tensor)
+                and not e.is_floating_point() and not e.is_complex()):
+            # the last allowance: integers from floats (a max's indices): equal to those of the reference with every step
+            # rounded to its working dtype, a correctly rounded eager, they are right where eager's differ
+            # by its own overflow (fuzzer, crucible-cpp, seed 253: a bfloat16 layer norm NaN in eager, +-1
+            # in float64, and a max over it chose other indices)
+            if "steps" not in references:
+                references["steps"] = _rounded_steps(graph)
+            steps = references["steps"]
+            if steps is not None and isinstance(steps[i], torch.Tensor) and torch.equal(compiled[i].cpu(), steps[i].cpu()):
+                parity = ParityResult(True)
+                allow(ROUNDED_STEPS)
         for key in ("max_abs_err", "rmse_ratio", "rounding_spread"):
             value = getattr(parity, key)
             if value is not None:

@@ -419,3 +419,27 @@ def test_the_repro_script_uses_the_same_reference(tmp_path) -> None:
                                                                          status=Status.FAIL_ACCURACY)))
         out = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300, check=False)
         assert out.returncode == 0, out.stdout + out.stderr
+
+
+# fuzzer, crucible-cpp, seed 253: max.dim over a bfloat16 layer norm whose row [-3.4e38, 1.2e-38] eager
+# normalized to NaN (its own overflow) and float64 and Crucible to [-1, 1]; the values were excused, and
+# the max's indices then differed from eager's
+SEED_253 = FuzzGraph.from_json("{\"inputs\": [{\"dtype\": \"bfloat16\", \"layout\": \"contiguous\", \"profile\": \"special\", \"seed\": 0, \"shape\": [7, 1, 1, 2]}], \"nodes\": [{\"expr\": \"aten.native_layer_norm.default(x0, [2], None, None, 1e-05)[0]\", \"op\": \"aten.native_layer_norm.default\", \"out_meta\": [[[7, 1, 1, 2], \"bfloat16\"]], \"outputs\": [\"v0\"], \"returns_tuple\": false}, {\"expr\": \"aten.max.dim(v0, 0, False)\", \"op\": \"aten.max.dim\", \"out_meta\": [[[1, 1, 2], \"bfloat16\"], [[1, 1, 2], \"int64\"]], \"outputs\": [\"v1_0\", \"v1_1\"], \"returns_tuple\": true}], \"outputs\": [\"v1_0\", \"v1_1\"]}")
+
+
+def test_integers_equal_to_the_correctly_rounded_reference_pass() -> None:
+    """An integer output from floats (a max's indices) passes where it equals the reference with every
+    step rounded to its working dtype, and not otherwise."""
+    import compiler
+
+    (x,) = SEED_253.make_inputs()
+    fn = SEED_253.function()
+    compiled = compiler.compile_graph(compiler.trace_aten(fn, x), [x], codegen="cpp")(x)
+    eager = fn(x)
+    reference = SEED_253.function(reference=True)(*SEED_253.make_inputs("cpu", reference=True))
+    assert not torch.equal(compiled[1], eager[1])  # eager's indices follow its NaN
+    assert compare_outputs(SEED_253, SEED_253.outputs, eager, tuple(compiled), reference, rounding_spread=True)[1] == ""
+    wrong = compiled[1].clone()
+    wrong[..., 0] = 5
+    assert compare_outputs(SEED_253, SEED_253.outputs, eager, (compiled[0], wrong), reference,
+                           rounding_spread=True)[1] != ""
