@@ -136,6 +136,10 @@ def _splice(graph: torch.fx.Graph, node: torch.fx.Node, traced: torch.fx.GraphMo
                 env[sub] = next(placeholders)
             elif sub.op == "output":
                 outputs = torch.fx.map_arg(sub.args[0], lambda n: env[n])
+            elif sub.target is torch.ops.aten.alias.default:
+                # the trace is not functionalized: a view the rule reads again (the norms' bit cast,
+                # ``x.view(torch.int32) >> 23``) leaves an alias that capture's graph does not have
+                env[sub] = env[sub.args[0]]
             else:
                 copy = graph.node_copy(sub, lambda n: env[n])
                 copy.meta = {"val": _fake_like(sub.meta["val"], mode)}
