@@ -49,11 +49,6 @@ def _madvise():  # noqa: ANN202  the C function, or None where huge pages cannot
     return fn
 
 
-def available() -> bool:
-    """Whether this process can advise huge pages (Linux with transparent huge pages not ``never``)."""
-    return _madvise() is not None
-
-
 def aligned_interior(start: int, nbytes: int) -> tuple[int, int]:
     """The whole 2 MiB pages inside ``[start, start + nbytes)``: (first address, length; 0 if none)."""
     low = (start + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)

@@ -248,7 +248,7 @@ def _nan_to_num_as(dtype_name: str, x: Any, nan: Any = 0.0, posinf: Any = None, 
     return torch.ops.aten.nan_to_num.default(x, 0.0 if nan is None else nan, posinf, neginf)
 
 
-_BIT_PARTNER = {torch.int32: torch.float32, torch.float32: torch.int32, torch.int64: torch.float64,
+BIT_PARTNER = {torch.int32: torch.float32, torch.float32: torch.int32, torch.int64: torch.float64,
                 torch.float64: torch.int64}
 
 
@@ -257,7 +257,7 @@ def _view_dtype_as(dtype_name: str, x: Any, dtype: Any) -> Any:
     first (a float32 value is float64 here, and viewing float64 as int32 is refused), its bits read as
     the working result dtype ``dtype_name``, a float result widened back to float64."""
     target = getattr(torch, dtype_name)
-    out = x.to(_BIT_PARTNER[target]).view(target)
+    out = x.to(BIT_PARTNER[target]).view(target)
     return out.double() if target.is_floating_point else out
 
 

@@ -205,7 +205,7 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         "ULP_SLACK = {" + ", ".join(f"{d}: {v!r}" for d, v in oracle.ULP_SLACK.items()) + "}", "",
         inspect.getsource(oracle.signed_error_ulps), inspect.getsource(oracle.mean_and_standard_error),
         inspect.getsource(oracle.ulp_errors), inspect.getsource(oracle._rms),
-        f"_BIT_PARTNER = {fuzz_graph._BIT_PARTNER!r}",
+        f"BIT_PARTNER = {fuzz_graph.BIT_PARTNER!r}",
         *[inspect.getsource(getattr(fuzz_graph, name)) for name in fuzz_graph._AS_WORKING.values()],
         "WORKING_DTYPE_OPS = {" + ", ".join(f"{n!r}: {n}" for n in fuzz_graph._AS_WORKING.values()) + "}",
         f"SOURCE = '''\n{graph.source()}'''",

@@ -9,6 +9,7 @@ import re
 from hypothesis import strategies as st
 
 from harness.fuzz.builder import ALL_DTYPES, NodeDraw
+from harness.fuzz.graph import BIT_PARTNER
 from harness.fuzz.opspec import NUMERIC, spec
 from harness.fuzz.values import FLOAT_DTYPES
 
@@ -67,7 +68,7 @@ def _t(n: NodeDraw) -> str:
 
 # a bit cast of one width (float32 <-> int32, float64 <-> int64), from fresh inputs only: the sign and
 # payload of a NaN an op computes are its kernel's own (ATen's loops differ), and a bit cast shows them
-_BITS_OF = {"float32": "int32", "int32": "float32", "float64": "int64", "int64": "float64"}
+_BITS_OF = {str(a).removeprefix("torch."): str(b).removeprefix("torch.") for a, b in BIT_PARTNER.items()}
 
 
 @spec("aten.view.dtype", "view")

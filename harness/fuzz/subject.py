@@ -234,9 +234,7 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
             if parity.passed:
                 allow(SPREAD)
         if not parity.passed and parity.needs_rounded_steps and rounding_spread and ref is not None:
-            if "steps" not in references:
-                references["steps"] = _rounded_steps(graph)
-            steps = references["steps"]
+            steps = _rounded_steps(graph, references)
             if steps is not None:
                 parity = oracle.compare(e, compiled[i], ref, order_dependent=unjudged, rounded_steps=steps[i])
                 if parity.passed:
@@ -263,13 +261,11 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
             allow(NAN_SIGN)
         if (not parity.passed and rounding_spread and ref is not None and isinstance(e, torch.Tensor)
                 and not e.is_floating_point() and not e.is_complex()):
-            # the last allowance: integers from floats (a max's indices): equal to those of the reference with every step
-            # rounded to its working dtype, a correctly rounded eager, they are right where eager's differ
-            # by its own overflow (fuzzer, crucible-cpp, seed 253: a bfloat16 layer norm NaN in eager, +-1
-            # in float64, and a max over it chose other indices)
-            if "steps" not in references:
-                references["steps"] = _rounded_steps(graph)
-            steps = references["steps"]
+            # the last allowance: integers from floats (a max's indices) equal to those of the reference
+            # with every step rounded to its working dtype (a correctly rounded eager) are right where
+            # eager's differ by its own overflow (fuzzer, crucible-cpp, seed 253: a bfloat16 layer norm
+            # NaN in eager, +-1 in float64, and a max over it chose other indices)
+            steps = _rounded_steps(graph, references)
             if steps is not None and isinstance(steps[i], torch.Tensor) and torch.equal(compiled[i].cpu(), steps[i].cpu()):
                 parity = ParityResult(True)
                 allow(ROUNDED_STEPS)
@@ -292,12 +288,16 @@ def after_cancellation(graph: FuzzGraph, name: str) -> bool:
     return any(n.op.startswith(NORMALIZING) for n in graph.nodes if any(o in upstream for o in n.outputs))
 
 
-def _rounded_steps(graph: FuzzGraph) -> tuple | None:
-    """The float64 reference with every step rounded to its working dtype (None if it cannot run)."""
-    try:
-        return graph.function(reference=True, round_steps=True)(*graph.make_inputs("cpu", reference=True))
-    except Exception:  # noqa: BLE001 -- as the plain reference
-        return None
+def _rounded_steps(graph: FuzzGraph, references: dict[str, Any]) -> tuple | None:
+    """The float64 reference with every step rounded to its working dtype (None if it cannot run),
+    computed once per graph and kept in ``references``."""
+    if "steps" not in references:
+        try:
+            references["steps"] = graph.function(reference=True, round_steps=True)(
+                *graph.make_inputs("cpu", reference=True))
+        except Exception:  # noqa: BLE001 -- as the plain reference
+            references["steps"] = None
+    return references["steps"]
 
 
 def _noisy_references(graph: FuzzGraph) -> list[tuple]:
