@@ -13,7 +13,7 @@ from compiler.codegen.triton import TritonRenderer
 from compiler.graph import ComputedNode
 from compiler.lowering import lower
 from compiler.ir import ReduceOp
-from compiler.split_reductions import SPLIT_OPS, split_count
+from compiler.split_reductions import SPLIT_OPS, column_chunk, split_count
 from tests.compiler.parity import assert_close
 
 aten = torch.ops.aten
@@ -112,3 +112,69 @@ def test_a_training_batch_norm_with_split_reductions_matches_eager(interpreter_s
     for got, want in ((x.grad, xr.grad), (m.weight.grad, ref.weight.grad), (m.bias.grad, ref.bias.grad),
                       (m.running_var, ref.running_var), (m.running_mean, ref.running_mean)):
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4 * float(want.abs().max()))
+
+
+def test_column_chunks_are_short_powers_of_two_that_divide_the_rows() -> None:
+    assert column_chunk(4096) == 64  # bert's tokens at 8 x 512
+    assert column_chunk(512) == 0  # short enough: the persistent tile spans neighbouring outputs
+    assert column_chunk(32 * 56 * 56) == 64  # a channels-last batch norm's rows, 1568 chunks
+    assert column_chunk(1 << 20) == 512  # at most 2048 chunks while two divides further
+    assert column_chunk(8 * 4099) == 0  # chunks of 8 at most: not split
+    assert column_chunk(48 * 4099) == 16
+
+
+def test_gpu_triton_splits_column_reductions_with_the_chunk_outermost() -> None:
+    """A bias gradient's sum over the tokens of a row-major activation reads one element of each row a
+    program: split into chunks of 64 rows with the outputs innermost, so the first stage's programs
+    read neighbouring outputs; a row sum, or one too short to pay, is one reduction."""
+    gpu = renderer_for("triton", torch.device("cuda")).capabilities
+    first, second = _reductions(lambda t: t.sum(0), torch.randn(4096, 768), capabilities=gpu)
+    assert (first.buffer.shape, first.buffer.stride, first.rranges) == ((64, 768), (768, 1), (64,))
+    assert (second.buffer.shape, second.rranges) == ((768,), (64,))
+    # a weight gradient over (batch, tokens), kept dims, a long second stage split again
+    nodes = _reductions(lambda t, w: (t * w).sum((0, 1), keepdim=True), torch.randn(16, 8192, 96), torch.randn(96),
+                        capabilities=gpu)
+    assert [n.rranges for n in nodes] == [(64,), (64,), (32,)] and nodes[-1].buffer.shape == (1, 1, 96)
+    assert len(_reductions(lambda t: t.sum(1), torch.randn(4096, 768), capabilities=gpu)) == 1
+    assert len(_reductions(lambda t: t.sum(0), torch.randn(512, 768), capabilities=gpu)) == 1
+    assert len(_reductions(lambda t: t.sum(0), torch.randn(4096, 768), capabilities=renderer_for(
+        "triton", torch.device("cpu")).capabilities)) == 1
+
+
+@pytest.mark.parametrize("op", ["sum", "amax", "prod", "var_mean", "channels_last"])
+def test_column_splits_compute_what_eager_does(op: str, interpreter_splits: None) -> None:
+    torch.manual_seed(0)
+    x = torch.randn(2048, 24) * (0.001 if op == "prod" else 1.0) + (1.0 if op == "prod" else 0.0)
+    x[1000, 7] = float("nan") if op == "amax" else x[1000, 7]
+    fns = {"sum": lambda t: t.sum(0), "amax": lambda t: t.amax(0, keepdim=True), "prod": lambda t: t.prod(0),
+           "var_mean": lambda t: torch.var_mean(t, 0),
+           "channels_last": lambda t: t.reshape(8, 16, 16, 24).permute(0, 3, 1, 2).sum((0, 2, 3))}
+    fn = fns[op]
+    gm = compiler.trace_aten(fn, x)
+    caps = renderer_for("triton", torch.device("cpu")).capabilities
+    nodes = [n for n in lower(gm, torch.device("cpu"), caps).nodes if isinstance(n, ComputedNode) and n.rranges]
+    assert any(n.rranges == (64,) and n.buffer.shape[-1] == 24 for n in nodes), [n.rranges for n in nodes]
+    got = compiler.compile_graph(gm, [x], codegen="triton")(x)
+    want = fn(x)
+    for g, w in zip(got if isinstance(got, (tuple, list)) else [got], want if isinstance(want, tuple) else [want]):
+        assert_close(g, w)
+
+
+def test_a_layer_norm_backward_with_column_splits_matches_eager(interpreter_splits: None,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its weight and bias gradients are column sums over the tokens, split in chunks."""
+    import compiler.lowering
+
+    chunks: list = []
+    plain = compiler.lowering.split_reduction
+    monkeypatch.setattr(compiler.lowering, "split_reduction", lambda *a: chunks.append(plain(*a)) or chunks[-1])
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(48, 48), torch.nn.LayerNorm(48))
+    ref = __import__("copy").deepcopy(m)
+    x, weights = torch.randn(4, 512, 48), torch.randn(4, 512, 48)
+    compiled = torch.compile(m, backend="crucible", options={"strict": True, "codegen": "triton"})
+    (compiled(x) * weights).sum().backward()
+    (ref(x) * weights).sum().backward()
+    assert sum(c is not None for c in chunks) == 3, chunks  # the linear's bias, the norm's weight and bias
+    for got, want in zip(m.parameters(), ref.parameters()):
+        torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4 * float(want.grad.abs().max()))
