@@ -1,4 +1,5 @@
-"""Creation and indexing lowerings: full/arange, cat, constant_pad_nd, gather, index.
+"""Creation and indexing lowerings: full/arange, cat, constant_pad_nd, gather, index, and index_put
+with accumulate into a small table.
 
 Reads that select between inputs (cat, pad) clamp the index they pass to each
 input into its bounds, so a lane whose value is not selected never touches
@@ -16,7 +17,7 @@ import torch
 
 from compiler import ir
 from compiler.graph import numel
-from compiler.ir import Expr, Op
+from compiler.ir import Expr, Op, ReduceOp
 from compiler.lowerings.pointwise import out_meta
 from compiler.lowerings.rules import Lazy, Strided, TensorValue, Unsupported, read, register
 from compiler.report import ExternReason
@@ -246,3 +247,44 @@ def lower_index(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any
             local.append(_wrap_index(read(i, sub), x.shape[d]))
     return Lazy(shape, dtype, read(x, local))
 
+
+
+# index_put with accumulate into a destination of at most this many rows (an embedding gradient of a
+# token-type table, 2 rows) is a reduction: row t adds every value whose index is t. ATen's CUDA
+# kernel sorts the indices and walks each run of equal ones serially: bert_base's [2, 768] token-type
+# gradient from 4,096 tokens took 2.71 ms a training step on the H200. The reduction reads the values
+# once per row, so larger tables stay with ATen.
+SMALL_TABLE_ROWS = 16
+
+
+@register(aten.index_put.default)
+def lower_index_put(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any], values: TensorValue,
+                    accumulate: bool = False) -> Lazy:
+    """``x`` with ``values`` summed into the rows ``indices[0]`` names, for a small table (above); any
+    other index_put is ATen's. A negative index counts from the end; an index out of range adds
+    nothing (ATen raises)."""
+    idx = indices[0] if len(indices) == 1 else None
+    rows = x.shape[0] if x.shape else 0
+    if (not accumulate or not isinstance(idx, (Lazy, Strided)) or idx.dtype == torch.bool or x.dtype.is_complex
+            or not all(isinstance(n, int) for n in (*x.shape, *idx.shape, *values.shape))
+            or not 0 < rows <= SMALL_TABLE_ROWS):
+        raise Unsupported(ExternReason.LIBRARY_KERNEL, "vendor library kernel")
+    from compiler.lowerings.reductions import acc_dtype_for, reduce_to
+
+    shape, dtype = out_meta(node)
+    acc = acc_dtype_for(dtype)
+    # the summed tensor's dims: the destination's (row t, then the rest), then the index's
+    rank, rest = len(shape), shape[1:]
+    var = [ir.xvar(d) if n != 1 else c64(0) for d, n in enumerate((*shape, *idx.shape))]
+    full = (*idx.shape, *rest)  # what values broadcast to, and the dims of it in ``var``
+    full_vars = var[rank:] + var[1:rank]
+    lead = len(full) - len(values.shape)
+    value = read(values, [c64(0) if n == 1 else full_vars[lead + k] for k, n in enumerate(values.shape)])
+    picked = ir.cast(read(idx, var[rank:]), I64)
+    picked = ir.where(ir.binary(Op.LT, picked, c64(0)), ir.binary(Op.ADD, picked, c64(rows)), picked)
+    hit = ir.binary(Op.EQ, picked, var[0])
+    terms = Lazy((*shape, *idx.shape), acc, ir.where(hit, ir.cast(value, acc), ir.const(0, acc)))
+    summed = reduce_to(ctx, node, terms, list(range(rank, rank + len(idx.shape))), False, ReduceOp.SUM, acc, acc)
+    out_index = var[:rank]
+    total = ir.binary(Op.ADD, ir.cast(read(x, out_index), acc), read(summed, out_index))
+    return Lazy(shape, dtype, ir.cast(total, dtype))

@@ -214,6 +214,11 @@ VIEW_CASES = [
     OpCase("index_cols", lambda x: x[:, torch.tensor([6, 0, 1], device=x.device)]),
     OpCase("index_select", lambda x: x.index_select(1, torch.tensor([1, 1, 0], device=x.device))),
     OpCase("embedding", lambda x: F.embedding(torch.tensor([[1, 0], [5, 3]], device=x.device), x)),
+    # accumulate into a small table: a reduction over the values (compiler/lowerings/indexing.py)
+    OpCase("index_put_accumulate", lambda x: x.index_put((torch.tensor([0, 5, -1, 0, 2], device=x.device),),
+                                                         x[1:] * 2 + 1, accumulate=True)),
+    OpCase("index_put_accumulate_broadcast", lambda x: x.index_put(
+        (torch.tensor([[3, 3], [1, -6]], device=x.device),), x[0], accumulate=True)),
     OpCase("full", lambda x: x + torch.full((6, 7), 2.0, device=x.device, dtype=x.dtype)),
 ]
 
@@ -221,6 +226,28 @@ VIEW_CASES = [
 @pytest.mark.parametrize("case", VIEW_CASES, ids=[c.name for c in VIEW_CASES])
 def test_views_and_indexing(case: OpCase, codegen: str, device: str) -> None:
     check_parity(case.fn, (make((6, 7), F32, "any", device),), codegen)
+
+
+def test_a_small_embedding_table_gradient_is_generated(codegen: str, device: str) -> None:
+    """bert's token-type table (2 rows): its gradient, index_put with accumulate after the embedding
+    backward's decomposition, is a generated reduction; a table past SMALL_TABLE_ROWS stays ATen's."""
+    from compiler.lowerings.indexing import SMALL_TABLE_ROWS
+    from compiler.report import collect_reports
+
+    torch.manual_seed(0)
+    ids = torch.randint(0, 2, (4, 64), device=device)
+    for rows, generated in ((2, True), (SMALL_TABLE_ROWS + 1, False)):
+        table = torch.nn.Embedding(rows, 24).to(device)
+        ref = torch.nn.Embedding(rows, 24).to(device)
+        ref.load_state_dict(table.state_dict())
+        weights = torch.randn(4, 64, 24, device=device)
+        with collect_reports() as reports:
+            (torch.compile(table, backend="crucible", options={"strict": True, "codegen": codegen})(ids)
+             * weights).sum().backward()
+        (ref(ids) * weights).sum().backward()
+        torch.testing.assert_close(table.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)
+        externs = [e.op for g in reports.graphs for e in g.externs]
+        assert any("index_put" in op for op in externs) is not generated, externs
 
 
 def test_pure_view_generates_no_kernel(codegen: str, device: str) -> None:
