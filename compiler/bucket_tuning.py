@@ -18,6 +18,13 @@ static template's rows. Per bucket, by the ``tuning`` option:
 
 A pick is shared by every launcher of the same kernel in the process and kept in the tuning cache
 (``compiler.tuning_cache``) under the kernel's key and the bucket, so a later process starts tuned.
+
+Once a bucket's pick is final, the launcher binds the compiled kernel at those exact size arguments
+(``launch_binding.bind_launch``: Triton's driver launcher with the grid and block sizes fixed), so a
+size met again skips Triton's JIT dispatch (its argument binding, specialization key and cache
+lookup, ~11 us a launch on the H200), as a static kernel's launches do. The key is the size
+arguments themselves, not the bucket: Triton specializes integer arguments (1, multiples of 16), so
+a compiled kernel belongs to its sizes.
 The timed launches run the kernel on the launch's own arguments; the buffers it reads and writes
 (``KernelLauncher.rewritten``) are put back after timing, so the launch that follows updates them once.
 """
@@ -50,9 +57,19 @@ class BucketTuner:
         # launch numbers -> (candidates, bucket key): sizes recur from call to call, and building the
         # candidates took 2-6 us a launch (2-core CPU), on the host path of every size-generic kernel
         self.seen: dict[tuple, tuple[list, tuple]] = {}
+        self.bound: dict[tuple, Any] = {}  # size arguments -> the launch bound at them (module docstring)
+        self.buffers = len(launcher.rendered.args)
+
+    def __call__(self, args: tuple) -> None:
+        """Launch on ``args``: buffers, then the size arguments."""
+        bound = self.bound.get(args[self.buffers:])
+        if bound is not None:
+            bound(*args)
+            return
+        self.launch(args, *self.launcher.numels(*args[self.buffers:]))
 
     def launch(self, args: tuple, *numbers: int) -> None:
-        """Launch on ``args`` (buffers, then size arguments); ``numbers``: what the launch depends on."""
+        """Launch on ``args``; ``numbers``: what the launch depends on, computed from its sizes."""
         known = self.seen.get(numbers)
         if known is None:
             if len(self.seen) >= SEEN_SIZES:
@@ -61,10 +78,34 @@ class BucketTuner:
                                           (self.launcher.symbol, *(bucket(n) for n in numbers)))
         configs, key = known
         index = _PICKS.get(key)
+        final = index is not None
         if index is None:
             index = self.decide(key, configs, args)
+            final = key in _PICKS or self.launcher.interpret or len(configs) == 1 or self.mode == "off"
         grid, meta = configs[index if index < len(configs) else 0]
-        self.launcher.fn[grid](*args, **meta)
+        if final and self.bindable(args):
+            self.bind(args[self.buffers:], args, grid, meta)
+        else:
+            self.launcher.fn[grid](*args, **meta)
+
+    def bindable(self, args: tuple) -> bool:
+        tensors = [a for a in args[:self.buffers] if isinstance(a, torch.Tensor)]
+        return not self.launcher.interpret and bool(tensors) and all(t.is_cuda for t in tensors)
+
+    def bind(self, sizes: tuple, args: tuple, grid: tuple, meta: dict) -> None:
+        """Launch through the JIT dispatch, and bind its compiled kernel for the launches at ``sizes``."""
+        from compiler.launch_binding import bind_launch
+
+        fn = self.launcher.fn
+        kernel = fn.run(*args, grid=grid, warmup=False, **meta)
+        if kernel is None:
+            return
+        bound = bind_launch(kernel, fn.arg_names, grid, meta, len(args), self.launcher.checked,
+                            lambda *a: fn[grid](*a, **meta), torch.cuda.current_device())
+        if bound is not None:
+            if len(self.bound) >= SEEN_SIZES:
+                self.bound.clear()
+            self.bound[sizes] = bound
 
     def decide(self, key: tuple, configs: list, args: tuple) -> int:
         """The candidate for a bucket with no pick yet (recorded once it is final)."""

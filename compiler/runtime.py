@@ -293,7 +293,7 @@ class KernelLauncher:
             self.bound(*args)
             return
         if self.buckets is not None:  # buffers, then the size arguments
-            self.buckets.launch(args, *self.numels(*args[len(self.rendered.args):]))
+            self.buckets(args)
             return
         self.dispatch(*args)
 
