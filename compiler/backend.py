@@ -33,7 +33,7 @@ from compiler.codegen.registry import default_codegen
 from compiler.config import Options
 from compiler.decompositions import capture_decomposition_table, decomposition_table_for_compiler
 from compiler.attention_masks import PASS_NAME as ATTENTION_MASKS, simplify_attention_masks
-from compiler.fused_attention import keep_fused_attention, math_attention_for_training
+from compiler.fused_attention import keep_fused_attention
 from compiler.interpreter import on_one_aten_thread
 from compiler.lowerings.symbolic import DynamicUnsupported, has_symbolic_sizes
 from compiler.partition import partition_fn
@@ -186,7 +186,6 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
     # constant causal / all-true SDPA masks: is_causal or no mask (before the trace picks kernels)
     passes = (ATTENTION_MASKS,) if simplify_attention_masks(gm) else ()
     keep_fused_attention(gm)  # CUDA SDPA calls: the kernel chosen at run time, not by the fake trace
-    math_attention_for_training(gm)  # float32 CUDA SDPA with gradients: batched GEMMs and a fused softmax
     n = len(example_inputs)
     fw = functools.partial(compile_aten_graph, options=opts, kind="forward", dynamo_inputs=n, passes=passes)
     bw = functools.partial(compile_aten_graph, options=opts, kind="backward")

@@ -13,19 +13,9 @@ ops: the attention template where the ``extern`` policy picks one, else this ext
 Left to the trace as before: CPU graphs (their trace keeps ``_scaled_dot_product_flash_attention_for_cpu``),
 dropout (random), calls whose inputs need gradients (the op has no backward) and masked float32
 calls (``MASKED_DTYPES``).
-
-Training calls in float32 and float64 take the other road: ``math_attention_for_training`` writes them
-as SDPA's math decomposition (batched GEMMs around a softmax, which the compiler fuses with the
-mask and the scale, forward and backward), as Inductor's trace of BERT does. The trace had picked
-the memory-efficient kernel for bert_base's fp32 training step on the H200, 8.1 ms of the step
-(forward 2.42, backward 5.66) where Inductor's softmax kernels took 1.5 ms; that kernel has no
-tensor-core path in float32. Only while the scores (batch x heads x queries x keys) stay within
-``MAX_MATH_SCORES`` elements, the memory the math path saves for the backward.
 """
 
 # no ``from __future__ import annotations``: custom_op reads the real annotations for its schema
-
-import operator
 
 import torch
 import torch.nn.functional as F
@@ -66,11 +56,6 @@ OP = torch.ops.crucible.sdpa.default
 # bf16 at 9.83 ms against 5.03 ms through the math decomposition, and float32 (24.8 against 21.3 ms)
 # has no measured template rule, so float32 masked attention keeps what the trace chose.
 MASKED_DTYPES = (torch.bfloat16, torch.float16)
-
-
-# float dtypes whose attention with gradients runs as the math decomposition (module docstring)
-MATH_TRAINING_DTYPES = (torch.float32, torch.float64)
-MAX_MATH_SCORES = 1 << 28  # 1 GiB of float32 scores, kept for the backward
 
 
 def _example(arg: object) -> object:
@@ -114,42 +99,6 @@ def keep_fused_attention(gm: torch.fx.GraphModule, devices: tuple[str, ...] = ("
         node.target = OP
         node.args = tuple(args[n] for n in _PARAMS[:6])
         node.kwargs = {"scale": args["scale"], "enable_gqa": args["enable_gqa"]}
-        count += 1
-    if count:
-        gm.recompile()
-    return count
-
-
-def math_attention_for_training(gm: torch.fx.GraphModule, devices: tuple[str, ...] = ("cuda",)) -> int:
-    """Rewrite, in place, ``gm``'s SDPA calls that need gradients in ``MATH_TRAINING_DTYPES`` on
-    ``devices`` (no dropout, scores within ``MAX_MATH_SCORES``) into SDPA's math decomposition, which
-    the trace then inlines; the number rewritten (module docstring)."""
-    if not config.fused_sdpa() or not torch.is_grad_enabled():
-        return 0
-    count = 0
-    for node in list(gm.graph.nodes):
-        if node.op != "call_function" or node.target not in SDPA_TARGETS:
-            continue
-        args = bound_sdpa_args(node)
-        if args is None:
-            continue
-        q, k, v = (_example(args[n]) for n in ("query", "key", "value"))
-        if (not all(isinstance(t, torch.Tensor) for t in (q, k, v)) or q.device.type not in devices
-                or q.dtype not in MATH_TRAINING_DTYPES or not any(t.requires_grad for t in (q, k, v))):
-            continue
-        scores = q.shape[:-1].numel() * k.shape[-2]
-        if not isinstance(scores, int) or scores > MAX_MATH_SCORES:
-            continue
-        if args["dropout_p"] != 0 or any(isinstance(args[n], torch.fx.Node) for n in ("is_causal", "scale", "enable_gqa")):
-            continue
-        with gm.graph.inserting_after(node):
-            math = gm.graph.call_function(torch.ops.aten._scaled_dot_product_attention_math.default,
-                                          tuple(args[n] for n in _PARAMS[:6]),
-                                          {"scale": args["scale"], "enable_gqa": args["enable_gqa"]})
-        with gm.graph.inserting_after(math):
-            out = gm.graph.call_function(operator.getitem, (math, 0))
-        node.replace_all_uses_with(out)
-        gm.graph.erase_node(node)
         count += 1
     if count:
         gm.recompile()
