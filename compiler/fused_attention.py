@@ -12,7 +12,11 @@ ops: the attention template where the ``extern`` policy picks one, else this ext
 
 Left to the trace as before: CPU graphs (their trace keeps ``_scaled_dot_product_flash_attention_for_cpu``),
 dropout (random), calls whose inputs need gradients (the op has no backward) and masked float32
-calls (``MASKED_DTYPES``).
+calls (``MASKED_DTYPES``). Training calls in float32 keep the trace's memory-efficient kernel: written
+as SDPA's math decomposition instead (GEMMs around a generated softmax, as Inductor's trace has it),
+bert_base's fp32 training step on the H200 took 64.0 ms against 62.9 and peaked 1.7 GB higher
+(A/B in one session, ``CRUCIBLE_FUSED_SDPA`` on and off; eager's math path is 1.31 ms against the
+efficient kernel's 0.90 for 8 x 12 x 512 x 64 forward and backward).
 """
 
 # no ``from __future__ import annotations``: custom_op reads the real annotations for its schema
