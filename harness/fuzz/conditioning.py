@@ -23,6 +23,8 @@ oracle allowances (``harness.fuzz.campaign.allowances``):
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, namespace
@@ -75,13 +77,16 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
         eager = dict(zip(full.outputs, full.function()(*full.make_inputs("cpu"))))
         magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
                       for k, v in values.items()}
-        at_least_one = {k: v.clamp_min(1) if isinstance(v, torch.Tensor) else v for k, v in magnitudes.items()}
+        # the overflow bounds read the finite terms: an infinite or NaN term gives the same result in
+        # every order (it alone would otherwise excuse a whole sum over a tensor holding one inf); the
+        # partial sums of finite terms are what overflow by the order
+        finite = {k: torch.where(torch.isfinite(v), v, 0.0) if isinstance(v, torch.Tensor) and v.is_floating_point()
+                  else v for k, v in magnitudes.items()}
+        at_least_one = {k: v.clamp_min(1) if isinstance(v, torch.Tensor) else v for k, v in finite.items()}
         at_most_one = {k: v.clamp_max(1) if isinstance(v, torch.Tensor) else v for k, v in magnitudes.items()}
         for node, k in nodes:
             out = values[node.outputs[k]]
-            operands = at_least_one if node.op in PRODUCTS else magnitudes
-            bound = eval(node.expr, {**namespace(reference=True), **operands})  # noqa: S307 -- our own op table
-            bound = bound[k] if isinstance(bound, tuple) else bound
+            overflow_bound = _evaluate(node, k, at_least_one if node.op in PRODUCTS else finite, values)
             info = torch.finfo(DTYPES[node.out_meta[k][1]])
             u = info.eps / 2
             # a sum of |terms| (a product of max(|term|, 1)) past the dtype's max: which partial sums
@@ -89,21 +94,21 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
             # not eager's did (H200 crucible-triton, seed 12: matmul of rows of +-3.4e38, NaN in eager,
             # -inf in tl.dot's order; crucible-cpp, seed 26: prod of (-3.4e38, -0.37, -1.06, 1), finite
             # in eager's order, -inf in Crucible's lanes)
-            overflows = bound.double() > info.max
-            if bool(overflows.any()):
+            if bool((overflow_bound.double() > info.max).any()):
                 return True
             if node.op in PRODUCTS:
                 # a product of min(|term|, 1) below the smallest normal: some order's partial products
                 # go subnormal or to 0 where the product itself is not 0, and another's do not (H200,
                 # float32: prod([1, 1e-38, 1e38, 1e-38, 0.5]) is 5e-39; eager's order gave 0, Inductor's
                 # and Crucible's 5e-39 or 0 by the row, so logical_not(prod) flipped)
-                low = eval(node.expr, {**namespace(reference=True), **at_most_one})  # noqa: S307
-                low = low[k] if isinstance(low, tuple) else low
+                low = _evaluate(node, k, at_most_one, values)
                 representable = out.double().abs() >= info.smallest_normal * info.eps / 2  # rounds to nonzero
                 if bool(((low.double() < info.smallest_normal) & representable).any()):
                     return True
                 continue
-            cancels = (bound.double() * u >= out.double().abs()) & (bound > 0)
+            bound = _evaluate(node, k, magnitudes, values)
+            # (at a finite result: an infinite one is an infinite term's, the same in every order)
+            cancels = (bound.double() * u >= out.double().abs()) & (bound > 0) & torch.isfinite(out)
             # ... where eager's working-precision value did lose the digits (an exact cancellation of
             # small integers to 0 is well computed, and judged; NaN counts as lost)
             kept = (eager[node.outputs[k]].double() - out.double()).abs() <= 2 * u * out.double().abs()
@@ -112,3 +117,15 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     except Exception:  # noqa: BLE001 -- no float64 kernel or a call |x| does not fit: judged strictly
         return False
     return False
+
+
+def _evaluate(node: Any, k: int, operands: dict, values: dict) -> torch.Tensor:
+    """Output ``k`` of ``node``'s op in float64 on ``operands`` (the graph's ``values``,
+    transformed); an op that refuses a float operand where it needs an index (index_put's indices)
+    gets the integer ones of ``values`` as they are."""
+    try:
+        value = eval(node.expr, {**namespace(reference=True), **operands})  # noqa: S307 -- our own op table
+    except (RuntimeError, IndexError, TypeError):
+        integers = {n: v for n, v in values.items() if isinstance(v, torch.Tensor) and not v.is_floating_point()}
+        value = eval(node.expr, {**namespace(reference=True), **operands, **integers})  # noqa: S307
+    return value[k] if isinstance(value, tuple) else value

@@ -316,3 +316,40 @@ def test_indices_of_values_that_cancel_by_their_order_are_not_compared() -> None
     eager, other = torch.tensor([2, 0, 1]), torch.tensor([0, 2, 1])
     assert not oracle.compare(eager, other, None).passed  # integers are still exact where the order cannot matter
     assert oracle.compare(eager, other, None, order_dependent=True).passed
+
+
+def test_an_index_put_that_accumulates_past_the_max_is_not_compared() -> None:
+    """Fuzzer, crucible-interpret, seed 258: index_put with accumulate of rows (0.15, 3.4e38, 3.4e38)
+    into a row holding -inf: eager's sequential order stays -inf, Crucible's reduction summed the
+    values first (inf) and gave NaN. Both are orders of the same sum; ordinary values are judged."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    x0 = {"dtype": "float32", "layout": "contiguous", "profile": "special", "seed": 174, "shape": [1, 1, 16, 64]}
+    x1 = {"bound": 1, "dtype": "int64", "layout": "contiguous", "negative": False, "profile": "index", "seed": 0,
+          "shape": [3]}
+    x2 = {"dtype": "float32", "layout": "transposed", "profile": "special", "seed": 124, "shape": [3, 1, 16, 64]}
+    nodes = [Node("aten.index_put.default", "aten.index_put.default(x0, [x1], x2, True)", ["v1"],
+                  [([1, 1, 16, 64], "float32")])]
+    graph = FuzzGraph([x0, x1, x2], nodes, ["v1"])
+    assert ill_conditioned(graph, "v1")
+    assert run_graph(graph, parse_target("crucible-interpret")).status == Status.PASS
+    assert not ill_conditioned(FuzzGraph([x0, x1, dict(x2, profile="normal")], nodes, ["v1"]), "v1")
+
+
+def test_an_infinite_term_alone_does_not_excuse_a_sum(monkeypatch) -> None:
+    """An inf among a sum's terms gives inf (or NaN) in every order: a sum over a tensor holding an inf
+    and ordinary finite values is judged (before, its infinite outputs made the whole output
+    ill-conditioned, through the overflow bound and the cancellation test alike); finite terms whose
+    partial sums pass the max still excuse it."""
+    from harness.fuzz.conditioning import ill_conditioned
+
+    x = {"shape": [4, 33], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 3}
+    node = Node("aten.sum.dim_IntList", "aten.sum.dim_IntList(x0, [1])", ["v0"], [([4], "float32")])
+    graph = FuzzGraph([x], [node], ["v0"])
+    values = graph.make_inputs("cpu")[0].clone()
+    values[0, 5] = math.inf
+    monkeypatch.setattr(FuzzGraph, "make_inputs",
+                        lambda self, *a, reference=False: [values.double() if reference else values])
+    assert not ill_conditioned(graph, "v0")
+    values[1, 7] = values[1, 8] = 3.0e38
+    assert ill_conditioned(graph, "v0")  # finite partial sums past the max: order-dependent
