@@ -89,7 +89,8 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
     if kind == "backward":
         restride_placeholders(gm, example_inputs)
     comp = GraphCompilation(gm, codegen, kind, options.extern, static, options.fold_weights, options.layout,
-                             options.cudagraphs, options.tuning, options.poison, saved_from, options.huge_pages)
+                             options.cudagraphs, options.tuning, options.poison, saved_from, options.huge_pages,
+                             options.split_reductions)
     comp.report.passes.extend(passes)
     try:
         wrapper = comp.compile()

@@ -316,6 +316,10 @@ class Options:
     partition: str = "min_cut"  # one of PARTITIONS (compiler/backend.py)
     poison: bool = False  # fill each buffer the wrapper allocates or reuses before its kernels run (wrapper.py)
     huge_pages: bool = True  # advise large CPU buffers to use huge pages (compiler/host_memory.py)
+    # split reductions (compiler/split_reductions.py): None, where the renderer splits (GPU Triton);
+    # True on any renderer (the interpreter and C++ run the GPU's two-stage reductions, which lets a
+    # CPU-only fuzzer check them); False nowhere
+    split_reductions: bool | None = None
 
     @staticmethod
     def parse(options: dict | None) -> Options:
@@ -327,7 +331,7 @@ class Options:
         codegen = options.get("codegen")
         if codegen is not None and codegen not in CODEGENS:
             raise ValueError(f"codegen must be one of {CODEGENS}, got {codegen!r}")
-        for flag in ("strict", "cudagraphs", "fold_weights", "poison", "huge_pages"):
+        for flag in ("strict", "cudagraphs", "fold_weights", "poison", "huge_pages", "split_reductions"):
             if not isinstance(options.get(flag, False), (bool, type(None))):
                 raise ValueError(f"option {flag} must be True or False, got {options[flag]!r}")
         extern = options.get("extern") or "default"
@@ -351,4 +355,5 @@ class Options:
                        cudagraphs=bool(options.get("cudagraphs", False)), extern=extern,
                        fold_weights=options.get("fold_weights") is not False, layout=layout, tuning=tuning,
                        partition=partition, poison=bool(options.get("poison", False)),
-                       huge_pages=options.get("huge_pages") is not False)
+                       huge_pages=options.get("huge_pages") is not False,
+                       split_reductions=options.get("split_reductions"))

@@ -18,6 +18,7 @@ graph; the backend decides whether that raises (strict) or falls back to eager.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 from collections.abc import Callable, Sequence
@@ -133,7 +134,8 @@ class GraphCompilation:
     def __init__(self, gm: torch.fx.GraphModule, codegen: str, kind: str, extern: str = "default",
                  static_inputs: Sequence[int] = (), fold_weights: bool = True, layout: str = "auto",
                  cudagraphs: bool = False, tuning: str = "first_call", poison: bool = False,
-                 saved_from: int | None = None, huge_pages: bool = True) -> None:
+                 saved_from: int | None = None, huge_pages: bool = True,
+                 split_reductions: bool | None = None) -> None:
         self.gm = gm
         self.kind = kind
         # the inputs that are parameters and buffers; folded from only where nothing needs gradients
@@ -144,6 +146,7 @@ class GraphCompilation:
         self.tuning = tuning  # the ``tuning`` option (compiler.tuning)
         self.poison = poison  # the ``poison`` option (compiler.wrapper.poisoned)
         self.huge_pages = huge_pages  # the ``huge_pages`` option (compiler.host_memory)
+        self.split_reductions = split_reductions  # the ``split_reductions`` option (None: the renderer's)
         self.saved_from = saved_from  # a training forward's first output saved for the backward
         self.deferred: list[DeferredTuning] = []  # the load pass's deferred candidates, if any
         self.folded = FoldedGraph(gm)
@@ -186,9 +189,12 @@ class GraphCompilation:
                 self.report.weight_folds = [WeightFold("fold_batch_norm", f.op, f.node) for f in self.folded.folds]
             self.extern_passes()
         self.choose_layout()
-        lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, renderer.capabilities,
+        capabilities = renderer.capabilities
+        if self.split_reductions is not None:
+            capabilities = dataclasses.replace(capabilities, split_reductions=self.split_reductions)
+        lowered: LoweredGraph = self.run_pass("lower", lower, self.gm, self.device, capabilities,
                                                 self.extern, self.report.layout, self.saved_from)
-        sched: Schedule = self.run_pass("schedule", schedule, lowered, renderer.capabilities)
+        sched: Schedule = self.run_pass("schedule", schedule, lowered, capabilities)
         kernels = [s for s in sched.steps if isinstance(s, Kernel)]
         rendered: dict[str, RenderedKernel] = self.run_pass(
             "render", render_shared, kernels, renderer.render)

@@ -178,3 +178,25 @@ def test_a_layer_norm_backward_with_column_splits_matches_eager(interpreter_spli
     assert sum(c is not None for c in chunks) == 3, chunks  # the linear's bias, the norm's weight and bias
     for got, want in zip(m.parameters(), ref.parameters()):
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4 * float(want.grad.abs().max()))
+
+
+def test_the_split_reductions_option_runs_the_two_stages_on_any_renderer(codegen: str, device: str) -> None:
+    """``split_reductions=True`` splits on the interpreter and C++ too (so a CPU-only fuzzer checks the
+    GPU's two-stage reductions), ``False`` nowhere; a value that is not a bool is refused by name."""
+    from compiler.report import collect_reports
+
+    torch.manual_seed(0)
+    x = torch.randn(4096, 24, device=device)
+    fn = lambda t: (t.sum(0), t.amax(0), t.sum((0, 1)))  # noqa: E731
+    counts = {}
+    for option in (True, False):
+        torch._dynamo.reset()
+        with collect_reports() as reports:
+            got = torch.compile(fn, backend="crucible", options={"codegen": codegen, "split_reductions": option,
+                                                                 "strict": True})(x)
+        counts[option] = len(reports.kernels)
+        for g, w in zip(got, fn(x)):
+            assert_close(g, w)
+    assert counts[True] > counts[False], counts
+    with pytest.raises(ValueError, match="split_reductions must be True or False"):
+        compiler.config.Options.parse({"split_reductions": "yes"})
