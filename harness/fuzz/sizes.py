@@ -11,7 +11,9 @@ The blocks come from the compiler under test, not from guesses: for Crucible's C
 reduction planner's constants (lanes per accumulator, long-row lanes, cascade flushes, the window
 layout's limit, split chunks, the persistent-reduction limit) and its pointwise tiling; for its
 Triton renderer the tiles it chooses (asked of ``TritonRenderer.tiles`` for a looped reduction and
-for a long pointwise kernel, interpreted or not) and the persistent limit. Other compilers get
+for a long pointwise kernel, interpreted or not) and the persistent limit; and where the target
+splits reductions in two stages (compiled GPU Triton, or the ``split_reductions=true`` option on any
+renderer), the row lengths from which ``compiler.split_reductions`` splits. Other compilers get
 ``GENERIC_BLOCKS``: common power-of-two tiles, since their tiling is not ours to read.
 """
 
@@ -83,6 +85,18 @@ def target_blocks(target: str) -> TargetBlocks:
     parsed = parse_target(target)
     if not parsed.is_crucible:
         return GENERIC_BLOCKS
-    if parsed.options.get("codegen") == "cpp":
-        return _cpp_blocks()
-    return _triton_blocks(interpret=parsed.device == "cpu")
+    blocks = _cpp_blocks() if parsed.options.get("codegen") == "cpp" else _triton_blocks(interpret=parsed.device == "cpu")
+    split = parsed.options.get("split_reductions")
+    if split or (split is None and parsed.options.get("codegen") != "cpp" and parsed.device == "cuda"):
+        return _with_splits(blocks)
+    return blocks
+
+
+def _with_splits(blocks: TargetBlocks) -> TargetBlocks:
+    """``blocks`` and the row lengths from which reductions split (a power of two at each, so the
+    chunks divide the row; the odd classes around them stay one reduction)."""
+    from compiler import split_reductions as split
+
+    rows = {split.COLUMN_MIN_RNUMEL, 2 * split.COLUMN_MIN_RNUMEL, split.MIN_RNUMEL}
+    return TargetBlocks(f"{blocks.source} + compiler.split_reductions", tuple(sorted({*blocks.reduction, *rows})),
+                        blocks.pointwise)

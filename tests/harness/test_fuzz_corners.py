@@ -57,6 +57,12 @@ def test_size_classes_come_from_the_targets_blocks() -> None:
     cpp = target_blocks("crucible-cpp")
     assert {cpp_plan.LANE_BYTES // 4, cpp_plan.SPLIT_MIN_RNUMEL, cpp_plan.WINDOW_MAX_RNUMEL} <= set(cpp.reduction)
     assert target_blocks("inductor").source == "generic"
+    # targets that split reductions draw rows from the lengths where they start to split
+    from compiler import split_reductions
+
+    for target in ("crucible-interpret:split_reductions=true", "crucible-cpp:split_reductions=true"):
+        assert {split_reductions.COLUMN_MIN_RNUMEL, split_reductions.MIN_RNUMEL} <= set(target_blocks(target).reduction)
+    assert split_reductions.COLUMN_MIN_RNUMEL not in interpret.reduction
 
 
 def _reduced_lengths(graph: FuzzGraph) -> list[int]:
