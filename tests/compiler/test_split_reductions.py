@@ -60,6 +60,17 @@ def interpreter_splits(monkeypatch: pytest.MonkeyPatch) -> None:
                         property(lambda self: dataclasses.replace(plain.fget(self), split_reductions=True)))
 
 
+@pytest.fixture
+def split_calls(monkeypatch: pytest.MonkeyPatch) -> list:
+    """What each of lowering's calls of ``split_reduction`` returned (None: not split)."""
+    import compiler.lowering
+
+    calls: list = []
+    plain = compiler.lowering.split_reduction
+    monkeypatch.setattr(compiler.lowering, "split_reduction", lambda *a: calls.append(plain(*a)) or calls[-1])
+    return calls
+
+
 @pytest.mark.parametrize("op", ["sum", "amax", "amin", "prod", "var_mean", "mean"])
 def test_split_reductions_compute_what_eager_does(op: str, interpreter_splits: None) -> None:
     torch.manual_seed(0)
@@ -92,14 +103,9 @@ def test_split_reductions_over_dims_apart_of_a_permuted_input(interpreter_splits
         assert_close(got, want)
 
 
-def test_a_training_batch_norm_with_split_reductions_matches_eager(interpreter_splits: None,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_training_batch_norm_with_split_reductions_matches_eager(interpreter_splits: None, split_calls: list) -> None:
     """Its statistics (the variance's three sums) and its gradients' sums over (N, H, W), split."""
-    import compiler.lowering
-
-    splits: list = []
-    plain = compiler.lowering.split_reduction
-    monkeypatch.setattr(compiler.lowering, "split_reduction", lambda *a: splits.append(plain(*a)) or splits[-1])
+    splits = split_calls
     torch.manual_seed(0)
     m, ref = torch.nn.BatchNorm2d(4).train(), torch.nn.BatchNorm2d(4).train()
     x = torch.randn(4, 4, 64, 64, requires_grad=True)
@@ -160,14 +166,9 @@ def test_column_splits_compute_what_eager_does(op: str, interpreter_splits: None
         assert_close(g, w)
 
 
-def test_a_layer_norm_backward_with_column_splits_matches_eager(interpreter_splits: None,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_layer_norm_backward_with_column_splits_matches_eager(interpreter_splits: None, split_calls: list) -> None:
     """Its weight and bias gradients are column sums over the tokens, split in chunks."""
-    import compiler.lowering
-
-    chunks: list = []
-    plain = compiler.lowering.split_reduction
-    monkeypatch.setattr(compiler.lowering, "split_reduction", lambda *a: chunks.append(plain(*a)) or chunks[-1])
+    chunks = split_calls
     torch.manual_seed(0)
     m = torch.nn.Sequential(torch.nn.Linear(48, 48), torch.nn.LayerNorm(48))
     ref = __import__("copy").deepcopy(m)
