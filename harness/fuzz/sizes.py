@@ -93,10 +93,12 @@ def target_blocks(target: str) -> TargetBlocks:
 
 
 def _with_splits(blocks: TargetBlocks) -> TargetBlocks:
-    """``blocks`` and the row lengths from which reductions split (a power of two at each, so the
-    chunks divide the row; the odd classes around them stay one reduction)."""
+    """``blocks`` and the row lengths from which reductions split: each threshold (a power of two, so
+    the chunks divide the row; the odd classes around it stay one reduction) and one chunk past it (a
+    row of 17 column chunks, of 9 few-output chunks: a second stage of odd length)."""
     from compiler import split_reductions as split
 
-    rows = {split.COLUMN_MIN_RNUMEL, 2 * split.COLUMN_MIN_RNUMEL, split.MIN_RNUMEL}
+    rows = {split.COLUMN_MIN_RNUMEL, 2 * split.COLUMN_MIN_RNUMEL, split.COLUMN_MIN_RNUMEL + split.COLUMN_CHUNK,
+            split.MIN_RNUMEL, split.MIN_RNUMEL + split.MIN_CHUNK}
     return TargetBlocks(f"{blocks.source} + compiler.split_reductions", tuple(sorted({*blocks.reduction, *rows})),
                         blocks.pointwise)
