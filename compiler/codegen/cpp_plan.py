@@ -238,7 +238,7 @@ def plan_row_buffers(k: Kernel, passes: tuple[Pass, ...], levels: ExprLevels) ->
             if size <= min(ROW_BUFFER_BYTES, budget) and n.op in EXPENSIVE and n not in out \
                     and any(n in later for later in seen_in[p:]):
                 last_use = max(q for q in range(p + 1, len(passes) + 1) if n in seen_in[q - 1])
-                scratch = scratch_store(k, n, passes[last_use - 1].stores, taken)
+                scratch = scratch_store(k, n, passes[last_use - 1], levels, taken)
                 if scratch is not None:  # the output row itself holds the value until overwritten
                     taken.add(scratch.buffer)
                 else:
@@ -247,18 +247,25 @@ def plan_row_buffers(k: Kernel, passes: tuple[Pass, ...], levels: ExprLevels) ->
     return tuple(out.values())
 
 
-def scratch_store(k: Kernel, n: Expr, stores: tuple[Store, ...], taken: set[str]) -> Store | None:
-    """A store of the pass that last uses ``n`` whose row can hold ``n`` until then (what ATen's
-    softmax does with its output): same dtype, written once per reduced element, its buffer
-    not read by this kernel. Saves a row buffer's worth of cache traffic."""
-    if compute_dtype(n.dtype) != n.dtype:
+def scratch_store(k: Kernel, n: Expr, last: Pass, levels: ExprLevels, taken: set[str]) -> Store | None:
+    """A store of ``last``, the pass that last uses ``n``, whose row can hold ``n`` until then (what
+    ATen's softmax does with its output): same dtype, written once per reduced element, its buffer
+    not read by this kernel, and no reduction of that pass reading ``n``, nor a store after it unless
+    its own value reads ``n`` (the pass evaluates its stores in order, each value once: a later
+    store would read the row after this one overwrote it; fuzzer, crucible-cpp, seed 261: two layer
+    norms over one input, the second weighted by a third's output). Saves a row buffer's worth of
+    cache traffic."""
+    if compute_dtype(n.dtype) != n.dtype or n in xr_nodes([e.src[0] for e in last.reduces], levels):
         return None
     live = k.live_stores()
     loaded = {e.arg for s in live for e in ir.loads(s.value)}
-    for s in stores:
+    for i, s in enumerate(last.stores):
         aff = ir.to_affine(s.index)
         if s.value.dtype != n.dtype or s.buffer in taken or s.buffer in loaded or aff is None \
                 or sum(1 for t in live if t.buffer == s.buffer) != 1:
+            continue
+        # a later store may read ``n`` if this one does: the pass then holds it in a register first
+        if n not in xr_nodes([s.value], levels) and any(n in xr_nodes([t.value], levels) for t in last.stores[i + 1:]):
             continue
         if all(aff.get(ir.rvar(d), 0) != 0 for d, size in enumerate(k.rranges) if size > 1):
             return s

@@ -1114,3 +1114,21 @@ def test_float32_log1p_is_within_two_ulps(codegen: str, device: str) -> None:
     ref = torch.log1p(x.double().cpu())
     ulps = (got - ref).abs() / (ref.abs() * 2.0 ** -23)
     assert float(ulps[ref != 0].max()) <= 2.0, float(ulps.max())
+
+
+def test_a_row_kept_in_an_output_is_read_before_a_later_store_overwrites_it(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 261: two layer norms over all of x0, the second weighted by a per-row
+    layer norm of x0. The C++ kernel kept a per-element value of its first pass in the row of the
+    first norm's output until the store pass, which wrote that output before the second norm read the
+    value back (14.1 off). A row is kept in an output only when no later store of the pass reads it."""
+    torch.manual_seed(1)
+    x0, x1, x2 = torch.randn(8, 8, device=device), torch.randn(8, device=device), torch.randn(8, device=device)
+
+    def fn(x0, x1, x2):
+        v0 = aten.native_layer_norm.default(x0, [8], x1, x2, 1e-05)[0]
+        v1 = aten.native_layer_norm.default(x0, [8, 8], x0, x0, 1e-06)[0]
+        v2 = aten.native_layer_norm.default(x0, [8, 8], v0, x0, 1.0)[0]
+        return v0, v1, v2
+
+    for got, want in zip(_compiled(fn, x0, x1, x2, codegen=codegen)(x0, x1, x2), fn(x0, x1, x2)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
