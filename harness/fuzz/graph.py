@@ -179,19 +179,27 @@ def _accumulator(dtype: torch.dtype) -> torch.dtype:
     return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
 
 
-def _absolute(value: Any) -> Any:
-    """``value``'s magnitudes (floats only; anything else as it is), for ``_terms``."""
-    return value.abs() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
+def _absolute(value: Any, integers: bool = True) -> Any:
+    """``value``'s magnitudes, for ``_terms``: floats' and, with ``integers``, integers' as float64 (a
+    float sum of int64 extremes: their int64 ``abs`` would wrap); anything else as it is."""
+    if isinstance(value, torch.Tensor) and value.is_floating_point():
+        return value.abs()
+    if integers and isinstance(value, torch.Tensor) and value.dtype != torch.bool and not value.is_complex():
+        return value.double().abs()
+    return value
 
 
 def _terms(compute: Any, k: int) -> Any:
     """Output ``k`` of an accumulation run on the magnitudes of its operands (the sum of |terms| at
-    each position), or None where that cannot run."""
-    try:
-        out = compute()
-    except Exception:  # noqa: BLE001 -- then only the result's own rounding is modelled
-        return None
-    return out[k] if isinstance(out, tuple) else out
+    each position), or None where that cannot run. ``compute(integers)`` takes integer operands'
+    magnitudes too, or (where the op needs them as integers: index_put's indices) as they are."""
+    for integers in (True, False):
+        try:
+            out = compute(integers)
+        except Exception:  # noqa: BLE001, S112 -- then as they are; failing both, only the result's rounding
+            continue
+        return out[k] if isinstance(out, tuple) else out
+    return None
 
 
 def _group_norm_reference(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, inner: int, groups: int,
@@ -349,10 +357,10 @@ class FuzzGraph:
                 continue
             summed = TERMS_NOISE.get(n.op)
             if summed is not None and summed < len(n.outputs):  # not where the graph takes another output
-                magnitudes = VALUE_NAME.sub(lambda m: f"_absolute({m.group(0)})", n.expr)
+                magnitudes = VALUE_NAME.sub(lambda m: f"_absolute({m.group(0)}, integers)", n.expr)
                 if n.op in TERMS_OF:
                     magnitudes = magnitudes.replace(f"{n.op}(", f"{TERMS_OF[n.op]}({n.out_meta[summed][1]!r}, ")
-                body.append(f"    _t = _terms(lambda: {magnitudes}, {summed})")
+                body.append(f"    _t = _terms(lambda integers: {magnitudes}, {summed})")
             # a noise stream of its own per value, the same in every rendering
             body += [f"    {out} = _noise({out}, {dtype!r}, {i * 64 + j}{', _t' if j == summed else ''})"
                      for j, (out, (_, dtype)) in enumerate(zip(n.outputs, n.out_meta))]

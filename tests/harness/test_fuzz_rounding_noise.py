@@ -443,3 +443,29 @@ def test_integers_equal_to_the_correctly_rounded_reference_pass() -> None:
     wrong[..., 0] = 5
     assert compare_outputs(SEED_253, SEED_253.outputs, eager, (compiled[0], wrong), reference,
                            rounding_spread=True)[1] != ""
+
+
+# fuzzer, crucible-triton, seed 262 (H100; the interpreter and C++ the same): a float64 sum over 33
+# int64 rows holding int64's extremes. Eager's sequential order is the reference's own, so eager is
+# exact by construction; another order rounds its partial sums (~1e19) differently, 5e15 ulps of the
+# small result. The terms' magnitudes read the integers as float64 (``_absolute`` had left them signed:
+# the noise was the result's size, not the terms').
+SEED_262 = FuzzGraph([{"dtype": "int64", "layout": "narrowed", "profile": "extreme", "seed": 73, "shape": [33, 1, 5]}],
+                     [Node("aten.sum.dim_IntList", "aten.sum.dim_IntList(x0, [-3], keepdim=False, dtype=f64)", ["v2"],
+                           [([1, 5], "float64")])], ["v2"])
+
+
+def test_a_float64_sum_of_int64_extremes_in_another_order_passes_by_the_terms_noise() -> None:
+    x = SEED_262.make_inputs()[0].double()
+    pairwise = x.reshape(33, 5)
+    reordered = pairwise.flip(0).cumsum(0)[-1].reshape(1, 5)  # the rows summed last to first
+    assert _judge(SEED_262, reordered, spread=False) != ""
+    assert _judge(SEED_262, reordered) == ""
+
+
+def test_a_float64_sum_of_int64_extremes_wrong_past_its_rounding_still_fails() -> None:
+    """The noise is float64's rounding at the terms' magnitude (~1e4 here): a sum missing a row that
+    holds an extreme fails."""
+    x = SEED_262.make_inputs()[0].double().reshape(33, 5)
+    extreme = int(x.abs().max(1).values.argmax())
+    assert _judge(SEED_262, torch.cat([x[:extreme], x[extreme + 1:]]).sum(0).reshape(1, 5)) != ""
