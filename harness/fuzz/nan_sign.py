@@ -5,7 +5,10 @@ IEEE 754 leaves the sign bit of a NaN an arithmetic operation returns unspecifie
 negation, abs and copysign define it), and kernels differ: ATen's CPU exp of a bfloat16 NaN keeps
 its sign, Crucible's float32 exp and bfloat16 rounding return the canonical (positive) quiet NaN
 (fuzzer, crucible-cpp, seed 24: ``signbit(exp(x))``). ``nan_sign_only`` accepts such a difference
-where eager's input to ``signbit`` is NaN at every differing position and nowhere else.
+where eager's input to ``signbit`` is NaN at every differing position and nowhere else, on the
+``signbit`` output itself or on an elementwise logical op of it (fuzzer, crucible-interpret, seed 266:
+``logical_and(x, signbit(log(x)))``, the interpreter's log of a negative number a NaN with the sign
+bit set).
 """
 
 from __future__ import annotations
@@ -17,6 +20,10 @@ from harness.fuzz.ties import value_of
 
 SIGNBIT = "aten.signbit.default"
 COPYSIGN = "aten.copysign.Tensor"
+# elementwise ops of bools through which a signbit's NaN positions are followed to the output
+LOGICAL = frozenset({"aten.logical_and.default", "aten.logical_or.default", "aten.logical_xor.default",
+                     "aten.logical_not.default", "aten.bitwise_and.Tensor", "aten.bitwise_or.Tensor",
+                     "aten.bitwise_xor.Tensor", "aten.bitwise_not.default"})
 
 
 def _arguments(expr: str, op: str) -> list[str]:
@@ -28,6 +35,10 @@ def nan_sign_only(graph: FuzzGraph, name: str, eager: torch.Tensor, compiled: to
     ``copysign`` output only in sign and only where its sign operand is NaN (fuzzer, crucible-cpp,
     seed 28: copysign(x, layer_norm(x)) over rows holding inf: eager's NaN negative, Crucible's not)."""
     node = next((n for n in graph.nodes if name in n.outputs), None)
+    if node is not None and node.op in LOGICAL and eager.dtype == torch.bool:
+        # a logical op of a signbit output: the differing positions are the signbit's NaN ones
+        signbits = [n for n in graph.nodes if n.op == SIGNBIT and n.outputs[0] in _arguments(node.expr, node.op)]
+        node = signbits[0] if len(signbits) == 1 else None
     if node is None or node.op not in (SIGNBIT, COPYSIGN) or eager.shape != compiled.shape:
         return False
     args = _arguments(node.expr, node.op)
