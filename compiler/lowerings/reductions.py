@@ -94,9 +94,15 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     d = _dims(x, dims)
     acc = acc_dtype_for(out)
     count = prod(x.shape[i] for i in d)  # a static 0 beside symbolic sizes: the int 0
-    if not isinstance(count, int):  # a symbolic count (at least 2): the plain sum over the count
+    if not isinstance(count, int) and acc == torch.float64:  # a symbolic count (at least 2)
         total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
         return pointwise(node, lambda s: s / count, total, compute=acc)
+    if not isinstance(count, int):  # ... scaled as below, by a power of two computed from it at run time
+        scale, inv = _pow2_at_least(count, acc)
+        scaled = Lazy(x.shape, acc, ir.binary(Op.MUL, ir.cast(as_expr(x), acc), inv))
+        total = reduce_to(ctx, node, scaled, d, keepdim, ReduceOp.SUM, acc, acc)
+        mean = ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), _number(count, acc)), scale)
+        return Lazy(total.shape, out, ir.cast(mean, out))
     if not count or acc == torch.float64:
         total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
         return pointwise(node, lambda s: s / count if count else s * math.nan, total, compute=acc)
@@ -190,6 +196,20 @@ def _number(value: Any, dtype: torch.dtype) -> Expr:
     return ir.const(value, dtype) if isinstance(value, (int, float)) else ir.cast(ir.size(value), dtype)
 
 
+def _pow2_at_least(count: Any, dtype: torch.dtype) -> tuple[Expr, Expr]:
+    """(2^k, 2^-k) as ``dtype`` values with 2^k >= ``count``: a mean's exact scale. For a symbolic
+    count, computed at run time as exp2(ceil(log2(count))) (an approximate log2 can only pick a larger
+    power of two, which scales as exactly): unscaled, the float32 sum of 8191 bfloat16 values near
+    1.4e38 overflowed, and std was NaN where the static kernel gives inf (fuzzer, crucible-interpret
+    --dynamic, seed 270)."""
+    if isinstance(count, int):
+        scale = 2.0 ** math.ceil(math.log2(max(count, 1)))
+        return ir.const(scale, dtype), ir.const(1 / scale, dtype)
+    k = ir.unary(Op.CEIL, ir.unary(Op.LOG2, _number(count, torch.float64)))
+    return (ir.cast(ir.unary(Op.EXP2, k), dtype),
+            ir.cast(ir.unary(Op.EXP2, ir.unary(Op.NEG, k)), dtype))
+
+
 def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correction: Any, keepdim: bool
              ) -> tuple[TensorValue, TensorValue]:
     """Two-pass variance (mean first, then squared deviations): numerically sound, and
@@ -216,12 +236,11 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         # corrected two-pass sums over d = x - mean0: mean = mean0 + sum(d) / n, var's sum of squares
         # sum(d^2) - sum(d) * sum(d) / n. ATen's Welford is exact on a row of equal values; the plain
         # mean was an ulp off (layer norm of such rows 3.8e-5 where eager is exactly 0; fuzzer, crucible-cpp)
-        # (a symbolic count: no scaling, the count a size value: ``compiler.sizes``)
-        scale = 2.0 ** math.ceil(math.log2(n)) if isinstance(n, int) else 1.0
-        scaled_x = Lazy(x.shape, acc, ir.binary(Op.MUL, xs, ir.const(1 / scale, acc)))
+        # (a symbolic count: the scale computed from it at run time, the count a size value)
+        scale, inv_acc = _pow2_at_least(n, acc)
+        scaled_x = Lazy(x.shape, acc, ir.binary(Op.MUL, xs, inv_acc))
         total = reduce_to(ctx, node, scaled_x, d, True, ReduceOp.SUM, acc, acc)
-        mean0 = Lazy(total.shape, acc, ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), _number(n, acc)),
-                                                 ir.const(scale, acc)))
+        mean0 = Lazy(total.shape, acc, ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), _number(n, acc)), scale))
         # The deviations d = x - mean0 are summed in float64 whatever x's dtype: a float32 d neither
         # overflows there (3.4e38 - -1.7e36 was inf: the mean inf where eager gives -1.7e36; fuzzer,
         # crucible-cpp, seed 22) nor does its square (an ulp's deviation from a mean near max squares
@@ -231,7 +250,7 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
         wide = torch.float64
         xw, mean0w = ir.cast(xs, wide), ir.cast(broadcast_read(mean0, x.shape), wide)
         dev = ir.binary(Op.SUB, xw, mean0w)
-        inv = ir.const(1 / scale, wide)
+        scale_w, inv = _pow2_at_least(n, wide)
         if acc == wide:  # x - mean0 overflowed near max: each scaled before the subtraction
             dev_scaled = ir.where(ir.binary(Op.LT, ir.unary(Op.ABS, dev), ir.const(math.inf, wide)),
                                   ir.binary(Op.MUL, dev, inv),
@@ -240,10 +259,10 @@ def variance(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any, correctio
             dev_scaled = ir.binary(Op.MUL, dev, inv)
         s1_scaled = reduce_to(ctx, node, Lazy(x.shape, wide, dev_scaled), d, True, ReduceOp.SUM, wide, wide)
         mean_kd = Lazy(mean0.shape, wide, ir.binary(Op.ADD, ir.cast(as_expr(mean0), wide), ir.binary(
-            Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), _number(n, wide)), ir.const(scale, wide))))
+            Op.MUL, ir.binary(Op.DIV, as_expr(s1_scaled), _number(n, wide)), scale_w)))
         ssq = reduce_to(ctx, node, Lazy(x.shape, wide, ir.binary(Op.MUL, dev, dev)), d, True, ReduceOp.SUM,
                         wide, wide)
-        s1, squares = ir.binary(Op.MUL, as_expr(s1_scaled), ir.const(scale, wide)), as_expr(ssq)
+        s1, squares = ir.binary(Op.MUL, as_expr(s1_scaled), scale_w), as_expr(ssq)
         correction_term = ir.binary(Op.MUL, ir.binary(Op.DIV, s1, _number(n, wide)), s1)  # <= sum(d^2)
         # an infinite sum of squares stays inf (the correction is inf too: inf - inf would be NaN), and
         # rounding never makes it negative (std would be NaN)

@@ -105,3 +105,26 @@ def test_a_slice_from_the_end_past_a_symbolic_size_starts_at_zero(codegen: str) 
             for got, want in zip(compiled(x), slices(x)):
                 torch.testing.assert_close(got, want)
     assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
+
+
+def test_a_mean_over_a_symbolic_count_is_scaled_so_its_sum_cannot_overflow(codegen: str, device: str) -> None:
+    """crucible fuzz --dynamic, crucible-interpret, seed 270: ``std.correction(x0, dim=[0])`` over 8191
+    bfloat16 values near 1.4e38 was NaN where the static kernel gives inf (torch's rule, sqrt of an
+    overflowing variance): with a symbolic count the first mean's float32 sum was not scaled by a power
+    of two (the static count's 2^-13), overflowed, and x - inf made inf - inf. The scale is now computed
+    from the count at run time, for mean too (a float32 mean of values near max is then finite, as the
+    static kernel's)."""
+    big = torch.full((8191,), 1.4e38, dtype=torch.bfloat16, device=device)
+    big[::3] = 1.0e38
+    fns = {"std": lambda t: aten.std.correction(t, dim=[0]), "mean": lambda t: t.mean(0),
+           "var_mean": lambda t: torch.var_mean(t, 0)}
+    for name, fn in fns.items():
+        static = torch.compile(fn, backend=crucible_backend, options={"codegen": codegen, "strict": True}, dynamic=False)
+        want = static(big)
+        got = _dynamic(fn, codegen)(big)
+        for g, w in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+            assert not bool(torch.isnan(g).any()), (name, g)
+            torch.testing.assert_close(g.float(), w.float(), rtol=1e-2, atol=0, equal_nan=True)
+        torch._dynamo.reset()
+    ordinary = torch.randn(1000, device=device)
+    torch.testing.assert_close(_dynamic(fns["std"], codegen)(ordinary), fns["std"](ordinary))
