@@ -248,7 +248,6 @@ def lower_index(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any
     return Lazy(shape, dtype, read(x, local))
 
 
-
 # index_put with accumulate into a destination of at most this many rows (an embedding gradient of a
 # token-type table, 2 rows) is a reduction: row t adds every value whose index is t. ATen's CUDA
 # kernel sorts the indices and walks each run of equal ones serially: bert_base's [2, 768] token-type
