@@ -97,6 +97,9 @@ def draw_row_shape(draw: Any, limits: GraphLimits, kind: str, min_rank: int, max
     short = [c for c in classes if c <= limits.max_rows_numel]
     if len(short) > 1 and draw(st.integers(0, 3)) < 3:  # rows past max_rows_numel one draw in four: some
         classes = short  # ops run elementwise in Python on the interpreter (erfc of 65536 floats: 2.5 s)
+    favoured = limits.blocks.favoured if kind == "reduction" else ()
+    if favoured and draw(st.booleans()):  # the target's own thresholds (``TargetBlocks.favoured``)
+        classes = favoured
     shape[row] = min(draw(st.sampled_from(classes)), limits.max_row_numel)
     budget = min(limits.max_row_numel, max(shape[row], limits.max_rows_numel))
     while math.prod(shape) > budget:

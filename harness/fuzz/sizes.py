@@ -34,6 +34,9 @@ class TargetBlocks:
     source: str  # where they were read from (shown by tests and docs)
     reduction: tuple[int, ...]  # lengths along a reduced (or scanned, normalized) dim
     pointwise: tuple[int, ...]  # element counts of an elementwise kernel
+    # reduced lengths a row takes one draw in two, where a target's code path starts at them and the
+    # size classes alone reach it rarely (split reductions: 0 column splits in 150 reduction graphs)
+    favoured: tuple[int, ...] = ()
 
     def classes(self, kind: str) -> tuple[int, ...]:
         """Row lengths for ``kind`` ("reduction" or "pointwise"): 1 and, per block b, b-1, b, b+1,
@@ -101,4 +104,4 @@ def _with_splits(blocks: TargetBlocks) -> TargetBlocks:
     rows = {split.COLUMN_MIN_RNUMEL, 2 * split.COLUMN_MIN_RNUMEL, split.COLUMN_MIN_RNUMEL + split.COLUMN_CHUNK,
             split.MIN_RNUMEL, split.MIN_RNUMEL + split.MIN_CHUNK}
     return TargetBlocks(f"{blocks.source} + compiler.split_reductions", tuple(sorted({*blocks.reduction, *rows})),
-                        blocks.pointwise)
+                        blocks.pointwise, favoured=tuple(sorted(rows)))

@@ -63,6 +63,9 @@ def test_size_classes_come_from_the_targets_blocks() -> None:
     for target in ("crucible-interpret:split_reductions=true", "crucible-cpp:split_reductions=true"):
         assert {split_reductions.COLUMN_MIN_RNUMEL, split_reductions.MIN_RNUMEL} <= set(target_blocks(target).reduction)
     assert split_reductions.COLUMN_MIN_RNUMEL not in interpret.reduction
+    # ... and favour them: a row takes one of them one draw in two
+    favoured = target_blocks("crucible-interpret:split_reductions=true").favoured
+    assert split_reductions.COLUMN_MIN_RNUMEL in favoured and not interpret.favoured
 
 
 def _reduced_lengths(graph: FuzzGraph) -> list[int]:
