@@ -100,6 +100,11 @@ def draw_row_shape(draw: Any, limits: GraphLimits, kind: str, min_rank: int, max
     favoured = limits.blocks.favoured if kind == "reduction" else ()
     if favoured and draw(st.booleans()):  # the target's own thresholds (``TargetBlocks.favoured``)
         classes = favoured
+        if rank > 1 and draw(st.booleans()):
+            # ... as an outer dim before an inner one of several elements: a reduction over it walks
+            # columns (the column splits; with the row anywhere, 0 in 150 reduction graphs)
+            row = draw(st.integers(0, rank - 2))
+            shape[-1] = draw(st.sampled_from([p for p in ROW_PEERS if p > 1]))
     shape[row] = min(draw(st.sampled_from(classes)), limits.max_row_numel)
     budget = min(limits.max_row_numel, max(shape[row], limits.max_rows_numel))
     while math.prod(shape) > budget:
