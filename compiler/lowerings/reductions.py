@@ -94,18 +94,10 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     d = _dims(x, dims)
     acc = acc_dtype_for(out)
     count = prod(x.shape[i] for i in d)  # a static 0 beside symbolic sizes: the int 0
-    if not isinstance(count, int) and acc == torch.float64:  # a symbolic count (at least 2)
+    if acc == torch.float64 or (isinstance(count, int) and not count):
         total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
-        return pointwise(node, lambda s: s / count, total, compute=acc)
-    if not isinstance(count, int):  # ... scaled as below, by a power of two computed from it at run time
-        scale, inv = _pow2_at_least(count, acc)
-        scaled = Lazy(x.shape, acc, ir.binary(Op.MUL, ir.cast(as_expr(x), acc), inv))
-        total = reduce_to(ctx, node, scaled, d, keepdim, ReduceOp.SUM, acc, acc)
-        mean = ir.binary(Op.MUL, ir.binary(Op.DIV, as_expr(total), _number(count, acc)), scale)
-        return Lazy(total.shape, out, ir.cast(mean, out))
-    if not count or acc == torch.float64:
-        total = reduce_to(ctx, node, x, d, keepdim, ReduceOp.SUM, acc, acc)
-        return pointwise(node, lambda s: s / count if count else s * math.nan, total, compute=acc)
+        return pointwise(node, lambda s: s * math.nan if isinstance(count, int) and not count else s / count,
+                         total, compute=acc)
     # A float32 sum as (sum of x * 2^-k) / n * 2^k with 2^k >= n, as var's first mean: no partial sum
     # can overflow (fuzzer, crucible-cpp, seed 13: a row holding inf and two -3.4e38 gave NaN, the two
     # finite values summed to -inf in one accumulator, where eager's order and float64 give inf).
@@ -113,13 +105,16 @@ def lower_mean(ctx: GraphLowering, node: Any, x: TensorValue, dims: Any = None, 
     # finfo.tiny * 2^k loses bits to subnormals. A float64 sum stays plain: its reference is float64
     # too, so an overflow is judged against eager's own, and the scaled mean of -1.8e308 twice and
     # inf twice was inf where eager (and so the reference) gave NaN (same campaign). Whether a plain
-    # float64 sum that overflows agrees with eager depends on the summation order.
-    scale = 2.0 ** math.ceil(math.log2(count))
-    scaled = Lazy(x.shape, acc, ir.binary(Op.MUL, ir.cast(as_expr(x), acc), ir.const(1 / scale, acc)))
+    # float64 sum that overflows agrees with eager depends on the summation order. A symbolic count
+    # (at least 2) takes its scale at run time (``_pow2_at_least``).
+    scale, inv = _pow2_at_least(count, acc)
+    scaled = Lazy(x.shape, acc, ir.binary(Op.MUL, ir.cast(as_expr(x), acc), inv))
     total = reduce_to(ctx, node, scaled, d, keepdim, ReduceOp.SUM, acc, acc)
-    if scale == count:  # the scaled sum is the mean
+    if not isinstance(count, int):
+        return pointwise(node, lambda s: s / count * V(scale), total, compute=acc)
+    if scale.arg == count:  # the scaled sum is the mean
         return pointwise(node, lambda s: s, total, compute=acc)
-    return pointwise(node, lambda s: s / count * scale, total, compute=acc)
+    return pointwise(node, lambda s: s / count * scale.arg, total, compute=acc)
 
 
 def _minmax(op: ReduceOp):
