@@ -27,7 +27,7 @@ from typing import Any
 
 import torch
 
-from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, namespace
+from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, _absolute, namespace
 from harness.fuzz.specs import OP_SPECS
 from harness.fuzz.values import DTYPES, make_input
 
@@ -75,18 +75,15 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
         values = dict(zip(full.outputs, full.function(reference=True)(*full.make_inputs("cpu", reference=True))))
         values.update(zip(graph.input_names(), graph.make_inputs("cpu", reference=True)))
         eager = dict(zip(full.outputs, full.function()(*full.make_inputs("cpu"))))
-        magnitudes = {k: v.double().abs() if isinstance(v, torch.Tensor) and v.dtype != torch.bool else v
-                      for k, v in values.items()}
         # the overflow bounds read the finite terms: an infinite or NaN term gives the same result in
         # every order (it alone would otherwise excuse a whole sum over a tensor holding one inf); the
         # partial sums of finite terms are what overflow by the order
-        finite = {k: torch.where(torch.isfinite(v), v, 0.0) if isinstance(v, torch.Tensor) and v.is_floating_point()
-                  else v for k, v in magnitudes.items()}
-        at_least_one = {k: v.clamp_min(1) if isinstance(v, torch.Tensor) else v for k, v in finite.items()}
-        at_most_one = {k: v.clamp_max(1) if isinstance(v, torch.Tensor) else v for k, v in magnitudes.items()}
+        finite = lambda m: torch.where(torch.isfinite(m), m, 0.0)  # noqa: E731
+        at_least_one = lambda m: finite(m).clamp_min(1)  # noqa: E731
+        at_most_one = lambda m: m.clamp_max(1)  # noqa: E731
         for node, k in nodes:
             out = values[node.outputs[k]]
-            overflow_bound = _evaluate(node, k, at_least_one if node.op in PRODUCTS else finite, values)
+            overflow_bound = _evaluate(node, k, values, at_least_one if node.op in PRODUCTS else finite)
             info = torch.finfo(DTYPES[node.out_meta[k][1]])
             u = info.eps / 2
             # a sum of |terms| (a product of max(|term|, 1)) past the dtype's max: which partial sums
@@ -101,12 +98,12 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
                 # go subnormal or to 0 where the product itself is not 0, and another's do not (H200,
                 # float32: prod([1, 1e-38, 1e38, 1e-38, 0.5]) is 5e-39; eager's order gave 0, Inductor's
                 # and Crucible's 5e-39 or 0 by the row, so logical_not(prod) flipped)
-                low = _evaluate(node, k, at_most_one, values)
+                low = _evaluate(node, k, values, at_most_one)
                 representable = out.double().abs() >= info.smallest_normal * info.eps / 2  # rounds to nonzero
                 if bool(((low.double() < info.smallest_normal) & representable).any()):
                     return True
                 continue
-            bound = _evaluate(node, k, magnitudes, values)
+            bound = _evaluate(node, k, values)
             # (at a finite result: an infinite one is an infinite term's, the same in every order)
             cancels = (bound.double() * u >= out.double().abs()) & (bound > 0) & torch.isfinite(out)
             # ... where eager's working-precision value did lose the digits (an exact cancellation of
@@ -126,13 +123,21 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     return False
 
 
-def _evaluate(node: Any, k: int, operands: dict, values: dict) -> torch.Tensor:
-    """Output ``k`` of ``node``'s op in float64 on ``operands`` (the graph's ``values``,
-    transformed); an op that refuses a float operand where it needs an index (index_put's indices)
-    gets the integer ones of ``values`` as they are."""
-    try:
-        value = eval(node.expr, {**namespace(reference=True), **operands})  # noqa: S307 -- our own op table
-    except (RuntimeError, IndexError, TypeError):
-        integers = {n: v for n, v in values.items() if isinstance(v, torch.Tensor) and not v.is_floating_point()}
-        value = eval(node.expr, {**namespace(reference=True), **operands, **integers})  # noqa: S307
-    return value[k] if isinstance(value, tuple) else value
+def _evaluate(node: Any, k: int, values: dict, transform: Any = None) -> torch.Tensor:
+    """Output ``k`` of ``node``'s op in float64 on the magnitudes of the graph's ``values``
+    (``_absolute``, as the rounding-noise references' terms), each float one passed through
+    ``transform``: integers' magnitudes too, or, where the op needs them as integers (index_put's
+    indices), the integers as they are."""
+    for integers in (True, False):
+        operands = {}
+        for name, value in values.items():
+            m = _absolute(value, integers)
+            is_float = isinstance(m, torch.Tensor) and m.is_floating_point()
+            operands[name] = transform(m) if transform is not None and is_float else m
+        try:
+            out = eval(node.expr, {**namespace(reference=True), **operands})  # noqa: S307 -- our own op table
+            break
+        except (RuntimeError, IndexError, TypeError):
+            if not integers:
+                raise
+    return out[k] if isinstance(out, tuple) else out
