@@ -110,7 +110,9 @@ def split_reduction(ctx: GraphLowering, value: TensorValue, index: list[Expr], o
     if not ctx.capabilities.split_reductions or op not in SPLIT_OPS or not all_static((*out_shape, *rranges)):
         return None
     rnumel, xnumel = math.prod(rranges), math.prod(out_shape)
-    chunk = column_chunk(rnumel) if walks_columns(read(value, index)) else 0
+    chunk = column_chunk(rnumel)  # (cheap: the body is read only for rows long enough to split)
+    if chunk and not walks_columns(read(value, index)):
+        chunk = 0
     if chunk:
         return _split(ctx, value, index, out_shape, rranges, op, acc, out_dtype, chunk, columns=True)
     splits = split_count(xnumel, rnumel)
