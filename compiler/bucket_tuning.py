@@ -81,7 +81,7 @@ class BucketTuner:
         final = index is not None
         if index is None:
             index = self.decide(key, configs, args)
-            final = key in _PICKS or self.launcher.interpret or len(configs) == 1 or self.mode == "off"
+            final = key in _PICKS or self.first_for_good(configs)
         grid, meta = configs[index if index < len(configs) else 0]
         if final and self.bindable(args):
             self.bind(args[self.buffers:], args, grid, meta)
@@ -107,9 +107,13 @@ class BucketTuner:
                 self.bound.clear()
             self.bound[sizes] = bound
 
+    def first_for_good(self, configs: list) -> bool:
+        """Whether a bucket runs its first candidate untimed, never to be tuned."""
+        return self.launcher.interpret or len(configs) == 1 or self.mode == "off"
+
     def decide(self, key: tuple, configs: list, args: tuple) -> int:
         """The candidate for a bucket with no pick yet (recorded once it is final)."""
-        if self.launcher.interpret or len(configs) == 1 or self.mode == "off" or _capturing():
+        if self.first_for_good(configs) or _capturing():
             return 0
         cached = tuning_cache.lookup(self.cache_key(key, configs), len(configs))
         if cached is not None:
