@@ -1,6 +1,6 @@
 """Math formulas over IR expressions: ``V``, operator sugar over ``Expr``, and the functions
-(tanh, expm1, atan, round-half-even, pow, ...) written from the IR's primitives, so every
-renderer's op table stays small and interpreter-safe. Pointwise and reduction lowerings use them.
+(tanh, expm1, atan, round-half-even, ...; pow is in ``powers``) written from the IR's primitives,
+so every renderer's op table stays small and interpreter-safe. Pointwise and reduction lowerings use them.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ def _atan_f64(x: V) -> V:
     for c in _ATAN_Q[1:]:
         q = q * z + c
     r = base + (t * (z * p / q) + t)
-    return sel(_signbit(x), -r, r)  # atan(-0.0) is -0.0
+    return sel(signbit(x), -r, r)  # atan(-0.0) is -0.0
 
 
 def sigmoid(x: V) -> V:
@@ -178,7 +178,7 @@ def sigmoid(x: V) -> V:
 def tanh(x: V) -> V:
     m = expm1(vabs(x) * -2)  # in (-1, 0]
     mag = -m / (m + 2)
-    return sel(_signbit(x), -mag, mag)  # tanh(-0.0) is -0.0
+    return sel(signbit(x), -mag, mag)  # tanh(-0.0) is -0.0
 
 
 def atan(x: V) -> V:
@@ -193,7 +193,7 @@ def atan(x: V) -> V:
     z = t * t
     poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1) * z * t + t
     r = base + poly
-    return sel(_signbit(x), -r, r)  # atan(-0.0) is -0.0
+    return sel(signbit(x), -r, r)  # atan(-0.0) is -0.0
 
 
 def atan2(y: V, x: V) -> V:
@@ -203,10 +203,10 @@ def atan2(y: V, x: V) -> V:
     r = atan(y / x)
     r = sel(x < 0, sel(y < 0, r - math.pi, r + math.pi), r)
     r = sel(x.eq(0), sel(y > 0, math.pi / 2, sel(y < 0, -math.pi / 2, y * 0)), r)  # NaN y stays NaN
-    y_negative = _signbit(y)
+    y_negative = signbit(y)
     quarter = sel(x > 0, math.pi / 4, 3 * math.pi / 4, like=y)
     r = sel(vabs(y).eq(math.inf) & vabs(x).eq(math.inf), sel(y_negative, quarter * -1, quarter), r)
-    along = sel(_signbit(x), math.pi, 0.0, like=y)  # y = +-0 on the x axis: 0 or pi, signed as y
+    along = sel(signbit(x), math.pi, 0.0, like=y)  # y = +-0 on the x axis: 0 or pi, signed as y
     return sel(y.eq(0) & x.eq(x), sel(y_negative, along * -1, along), r)
 
 
@@ -301,30 +301,10 @@ def trunc(x: V) -> V:
     return sel(x < 0, x.u(Op.CEIL), x.u(Op.FLOOR))
 
 
-def _signbit(x: V) -> V:
+def signbit(x: V) -> V:
     """x < 0 or x is -0.0 (NaN excluded). A constant is decided here: 1 / 0.0 between two literals
     is Python's ZeroDivisionError in Triton's interpreter (pow over an empty sum raised it)."""
     if x.e.op is Op.CONST:
         v = float(x.e.arg)
         return V(ir.const(not math.isnan(v) and math.copysign(1.0, v) < 0, torch.bool))
     return (x < 0) | (x.eq(0) & ((1 / x) < 0))
-
-
-def pow_(x: V, y: V) -> V:
-    """x ** y for floats with C pow's special cases: y == 0 or x == 1 give 1 (NaN operands too),
-    (-1) ** +-inf is 1, a finite negative base with a non-integer exponent is NaN, and a
-    negative base (-0.0 and -inf included) keeps its sign only for odd integer exponents.
-    float32 goes through float64: exp(y * log|x|) in float32 is off by about |y log x| ulps
-    (pow(FLT_MAX, 1.0) came out inf); float64 operands keep that error (it is 1e-16 relative)."""
-    if x.e.dtype == torch.float32:
-        wide_x, wide_y = V(ir.cast(x.e, torch.float64)), V(ir.cast(y.e, torch.float64))
-        mag = V(ir.cast(vexp(wide_y * vlog(vabs(wide_x))).e, torch.float32))
-    else:
-        mag = vexp(y * vlog(vabs(x)))
-    y_int = y.u(Op.FLOOR).eq(y)  # +-inf count as (even) integers, as in C
-    y_odd = y_int & (y * 0.5).u(Op.FLOOR).ne(y * 0.5)
-    negative = _signbit(x)
-    r = sel(negative & y_odd, -mag, mag)
-    r = sel((x < 0) & (x > -math.inf) & y_int.u(Op.NOT), x * 0 + math.nan, r)
-    one = y.eq(0) | x.eq(1) | (x.eq(-1) & vabs(y).eq(math.inf))
-    return sel(one, 1.0, r)

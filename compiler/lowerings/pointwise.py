@@ -20,9 +20,10 @@ from torch._prims_common import ELEMENTWISE_TYPE_PROMOTION_KIND, elementwise_dty
 from compiler import ir
 from compiler.sizes import shape_of
 from compiler.ir import Expr, Op
-from compiler.lowerings.formulas import (V, acosh, asinh, atan, atan2, atanh, cosh, erfc, expm1, lerp, log1p, pow_,
+from compiler.lowerings.formulas import (V, acosh, asinh, atan, atan2, atanh, cosh, erfc, expm1, lerp, log1p,
                                          round_half_even, sel, sigmoid, sign, sinh, tanh, trunc, vabs, vexp, vlog,
                                          vmax, vmin, vsqrt)
+from compiler.lowerings.powers import pow_
 from compiler.lowerings.rules import Lazy, Strided, Unsupported, broadcast_read, register
 from compiler.lowerings.symbolic import size_scalar
 from compiler.report import ExternReason

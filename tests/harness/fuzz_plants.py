@@ -375,13 +375,13 @@ def lerp_branch_swapped() -> None:
 
 
 def pow_of_minus_one_to_inf() -> None:
-    """pow's special case (-1) ** +-inf = 1 tested on a base of -2 (mutant of ``formulas.py``): (-1) ** inf
+    """pow's special case (-1) ** +-inf = 1 tested on a base of -2 (mutant of ``powers.py``): (-1) ** inf
     comes out NaN from exp(inf * log 1). Only the interpreter uses this formula (C++ calls C's pow)."""
     import compiler.lowerings  # noqa: F401
-    from compiler.lowerings import formulas, pointwise
+    from compiler.lowerings import pointwise, powers
 
-    _redefine(formulas, "pow_", "(x.eq(-1) & vabs(y).eq(math.inf))", "(x.eq(-2) & vabs(y).eq(math.inf))")
-    pointwise.pow_ = formulas.pow_  # the pow lowerings read the name from their own module
+    _redefine(powers, "pow_", "(x.eq(-1) & vabs(y).eq(math.inf))", "(x.eq(-2) & vabs(y).eq(math.inf))")
+    pointwise.pow_ = powers.pow_  # the pow lowerings read the name from their own module
 
 
 # -- plants for the dynamic-shape mode (tests/harness/test_fuzz_dynamic.py) -----------------------------

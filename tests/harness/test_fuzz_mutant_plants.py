@@ -37,12 +37,12 @@ def _undo_on_exit(patch: Any) -> None:
     import compiler.lowerings  # noqa: F401
     from compiler import decompositions, late_decompositions
     from compiler.lowering import LOWERINGS
-    from compiler.lowerings import formulas, pointwise
+    from compiler.lowerings import formulas, pointwise, powers
 
     patch.setattr(formulas, "log1p", formulas.log1p)
     patch.setattr(formulas, "lerp", formulas.lerp)
     patch.setattr(pointwise, "lerp", pointwise.lerp)
-    patch.setattr(formulas, "pow_", formulas.pow_)
+    patch.setattr(powers, "pow_", powers.pow_)
     patch.setattr(pointwise, "pow_", pointwise.pow_)
     patch.setitem(LOWERINGS, aten.log1p, LOWERINGS[aten.log1p])
     patch.setitem(LOWERINGS, aten.exp, LOWERINGS[aten.exp])
