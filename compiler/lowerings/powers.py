@@ -110,8 +110,9 @@ def pow_magnitude_f64(ax: V, y: V) -> V:
     """ax ** y for finite ax > 0 and |y| <= MAX_EXPONENT (float64 operands)."""
     log_hi, log_lo = _log_pair(ax)
     t_hi, t_err = _two_prod(y, log_hi)
-    t_lo = t_err + y * log_lo
-    t_hi = sel(t_hi > 800.0, 800.0, sel(t_hi < -800.0, -800.0, t_hi))  # exp(+-800) is inf / 0
+    inside = vabs(t_hi) <= 800.0  # past it exp is inf or 0, and the low part (up to ~|t| 2**-53) is moot
+    t_lo = sel(inside, t_err + y * log_lo, 0.0)
+    t_hi = sel(inside, t_hi, sel(t_hi > 0, 800.0, -800.0, like=t_hi))
     n = (t_hi * (1 / math.log(2)) + 0.5).u(Op.FLOOR)
     f = ((t_hi - n * LN2_HI) - n * LN2_LO) + t_lo  # |f| <= ln2 / 2 (+ rounding)
     half = (n * 0.5).u(Op.FLOOR)
