@@ -36,7 +36,8 @@ Size = Any  # int | sympy.Expr: kept loose, the static path never sees sympy
 
 
 def size_of(value: Any) -> Any:
-    """A static ``int``, or the sympy expression of a ``torch.SymInt`` (an int when it is constant)."""
+    """A static ``int``, or the sympy expression of a ``torch.SymInt`` (an int when it is constant,
+    and 1 where the graph's guards make it 1: ``_guarded_one``)."""
     if isinstance(value, int):
         return value
     node = getattr(value, "node", None)
@@ -47,7 +48,23 @@ def size_of(value: Any) -> Any:
         else:
             return int(value)
     expr = sympy.sympify(expr)
-    return int(expr) if expr.is_Integer else expr
+    if expr.is_Integer:
+        return int(expr)
+    return 1 if _guarded_one(expr, getattr(node, "shape_env", None)) else expr
+
+
+def _guarded_one(expr: sympy.Expr, shape_env: Any) -> bool:
+    """Whether the shape environment's guards make the compound size ``expr`` 1. A broadcast over a
+    size such as ``Min(s27, s77 - 1)`` (``x / x.diagonal(-1)``) is guarded ``Eq(..., 1)`` by the
+    tracer, but the expression is not the literal 1 the rules' ``n == 1`` tests read, so the divisor
+    was read along the dim instead of broadcast (fuzzer, crucible-cpp --dynamic, seed 286). A bare
+    symbol is never 1 (Dynamo specializes sizes 0 and 1), so only compound sizes are asked."""
+    if expr.is_Symbol or shape_env is None:
+        return False
+    try:
+        return bool(shape_env._maybe_evaluate_static(sympy.Eq(expr, 1)))
+    except Exception:  # noqa: BLE001  (a private query: a torch without it keeps the expression)
+        return False
 
 
 def shape_of(values: Iterable[Any]) -> tuple:

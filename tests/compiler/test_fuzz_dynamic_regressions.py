@@ -128,3 +128,26 @@ def test_a_mean_over_a_symbolic_count_is_scaled_so_its_sum_cannot_overflow(codeg
         torch._dynamo.reset()
     ordinary = torch.randn(1000, device=device)
     torch.testing.assert_close(_dynamic(fns["std"], codegen)(ordinary), fns["std"](ordinary))
+
+
+def test_a_compound_size_the_guards_make_one_is_broadcast(codegen: str) -> None:
+    """crucible fuzz --dynamic, crucible-cpp, seed 286: ``div.Tensor(x0 [2, 3], diagonal(x0, -1))`` was
+    2.9 RMSE off: the diagonal's length ``Min(s27, s77 - 1)`` is 1 under the tracer's broadcast guard,
+    but the rules test ``n == 1`` on the expression, so the divisor was read along the row instead of
+    broadcast. Sizes the guards make 1 are 1 (``sizes.size_of``); a size that is only 1 at the example
+    (``x[1:]`` at 2 rows, no guard) stays symbolic, as the second graph checks at other row counts."""
+    def divide_by_diagonal(x):
+        return (aten.div.Tensor(x, aten.diagonal.default(x, -1)),)
+
+    def add_tail(x, y):
+        return (aten.add.Tensor(x[1:], y),)
+
+    compiled, tails = _dynamic(divide_by_diagonal, codegen), _dynamic(add_tail, codegen)
+    with collect_reports() as report:
+        for cols in (3, 15, 6):
+            x = torch.randn(2, cols)
+            torch.testing.assert_close(compiled(x)[0], divide_by_diagonal(x)[0])
+        for rows in (2, 5, 9):
+            x, y = torch.randn(rows, 4), torch.randn(rows - 1, 4)
+            torch.testing.assert_close(tails(x, y)[0], add_tail(x, y)[0])
+    assert report.graphs and not report.fallbacks, [g.fallback_message for g in report.fallbacks]
