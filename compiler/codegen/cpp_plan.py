@@ -55,6 +55,14 @@ TILE_MAX_OUTER = 16
 # machine): each row of a tile is a new page and a new prefetch stream, so wider tiles read more
 # per page walk. The sum's order per column (row by row, cascaded) does not depend on the width.
 COLUMN_TILE_BYTES = 1024
+# Rows layout with several passes: the first pass prefetches the rows PREFETCH_ROWS_AHEAD ahead
+# while it streams its own row, so the next rows are in cache while the later passes compute from
+# L1. The hardware prefetcher stops at page ends, and each pass after the first leaves memory
+# idle: a layer norm of 8192x1024 floats (three passes) ran 0.91x eager's time without it and
+# 1.00-1.02x with it, a softmax of 1024x8192 0.93x -> 1.09x (2 threads, kernel alone; 1-6 rows ahead
+# measured alike). Rows shorter than PREFETCH_MIN_ROW_BYTES are left to the hardware.
+PREFETCH_ROWS_AHEAD = 2
+PREFETCH_MIN_ROW_BYTES = 1024
 # Reductions over at most this many elements per output point take the window layout
 # (pooling windows, rows of a few elements).
 WINDOW_MAX_RNUMEL = 16  # measured on contiguous rows: 2-3x faster than lanes at 16, mixed at 32, slower at 64
@@ -113,6 +121,7 @@ class ReductionPlan:
     passes: tuple[Pass, ...]
     x_stores: tuple[Store, ...]  # stores once per outer point, after the passes
     row_buffers: tuple[RowBuffer, ...] = ()  # rows layout only, in declaration order
+    prefetch: tuple[Expr, ...] = ()  # rows layout: first-pass loads prefetched PREFETCH_ROWS_AHEAD rows ahead
     split: int = 1  # chunks of the reduced space (layout split)
     chunk: int = 0  # elements of the first reduced dim per chunk (layout split)
 
@@ -156,7 +165,26 @@ def plan_reduction(k: Kernel, levels: ExprLevels | None = None) -> ReductionPlan
         return ReductionPlan(Layout.SPLIT, tuple(reduces), passes, x_stores, split=split,
                              chunk=chunk_size(k, split, passes[0].lanes))
     row_buffers = plan_row_buffers(k, passes, levels)
-    return ReductionPlan(Layout.ROWS, tuple(reduces), passes, x_stores, row_buffers)
+    return ReductionPlan(Layout.ROWS, tuple(reduces), passes, x_stores, row_buffers, prefetch=prefetched(k, passes))
+
+
+def prefetched(k: Kernel, passes: tuple[Pass, ...]) -> tuple[Expr, ...]:
+    """The first pass's loads worth prefetching rows ahead (``PREFETCH_ROWS_AHEAD``): with several
+    passes, one outer dim and one static reduced dim of at least PREFETCH_MIN_ROW_BYTES, the loads
+    that read along the row (stride 1) and step a constant number of elements from row to row."""
+    if len(passes) < 2 or len(k.ranges) != 1 or len(k.rranges) != 1 or not isinstance(k.rranges[0], int):
+        return ()
+    xvar, rvar = ir.xvar(0), ir.rvar(0)
+    found: dict[Expr, None] = {}
+    for e in passes[0].reduces:
+        for load in e.src[0].walk():
+            if load.op is not Op.LOAD or load in found:
+                continue
+            row_step = stride_along(load.src[0], xvar)
+            if (stride_along(load.src[0], rvar) == 1 and isinstance(row_step, int) and row_step != 0
+                    and k.rranges[0] * value_bytes(load.dtype) >= PREFETCH_MIN_ROW_BYTES):
+                found[load] = None
+    return tuple(found)
 
 
 def _widest(reduces: tuple[Expr, ...]) -> int:

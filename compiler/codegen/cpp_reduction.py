@@ -18,11 +18,13 @@ from compiler.codegen.shared import size_code, unravel, unravel_terms
 from compiler.codegen.cpp_plan import (
     CASCADE_BLOCK,
     PARALLEL_MIN_WORK,
+    PREFETCH_ROWS_AHEAD,
     Layout,
     Pass,
     ReductionPlan,
     stride_along,
 )
+from compiler import ir
 from compiler.ir import Expr, ReduceOp
 from compiler.scheduler import Store
 
@@ -54,7 +56,8 @@ def _rows(w: ExprWriter, plan: ReductionPlan) -> list[str]:
         homes[rb.value] = (rb.home, name)
         xscope.lines.append(f"{cvalue_type(rb.value.dtype)} {name}[{k.rnumel}];")
     for number, p in enumerate(plan.passes, start=1):
-        _fold(w, xscope, _emit_pass(w, p, number, homes))
+        ahead = _prefetch_lines(w, plan.prefetch, p.lanes) if number == 1 else []
+        _fold(w, xscope, _emit_pass(w, p, number, homes, ahead=ahead))
     w.scope = xscope
     for s in plan.x_stores:
         w.store(s)
@@ -192,6 +195,22 @@ def _fold(w: ExprWriter, scope: Scope, accs: list[Accumulator]) -> None:
         scope.names[acc.reduce] = name
 
 
+def _prefetch_lines(w: ExprWriter, loads: tuple[Expr, ...], lanes: int) -> list[str]:
+    """The start of a lane group's body in the first pass: one prefetch per cache line of this
+    group's span of each load, PREFETCH_ROWS_AHEAD rows ahead (``cpp_plan.prefetched``); none past
+    the last row."""
+    if not loads:
+        return []
+    lines = []
+    for load in loads:
+        step = max(1, 64 // load.dtype.itemsize)  # elements per 64-byte line
+        ahead = PREFETCH_ROWS_AHEAD * stride_along(load.src[0], ir.xvar(0))
+        address = f"&{w.params.name(load.arg)}[{w.index_code(load.src[0])} + {ahead}]"
+        lines += block(f"for (int64_t q = 0; q < {lanes}; q += {step})",
+                       ["const int64_t r0 = rb + q;", f"__builtin_prefetch({address});"])
+    return block(f"if (xi + {PREFETCH_ROWS_AHEAD} < {size_code(w.k.xnumel)})", lines)
+
+
 def _row_slot(w: ExprWriter, row: str | Store, flat: str) -> str:
     if isinstance(row, Store):
         return f"{w.params.name(row.buffer)}[{w.index_code(row.index)}]"
@@ -199,9 +218,10 @@ def _row_slot(w: ExprWriter, row: str | Store, flat: str) -> str:
 
 
 def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int = 1,
-               chunk: int = 0) -> list[Accumulator]:
+               chunk: int = 0, ahead: list[str] | None = None) -> list[Accumulator]:
     """One loop over the reduced dims computing ``p``'s reductions and xr-level stores, into the
-    current scope; returns the accumulators for the caller to fold.
+    current scope; returns the accumulators for the caller to fold. ``ahead`` starts each lane
+    group's body (the rows layout's prefetches).
 
     With ``split`` > 1 the first reduced dim is cut into chunks of ``chunk`` elements, this scope
     being the body of a parallel loop over (outer point, chunk ``c``)."""
@@ -239,7 +259,7 @@ def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int 
     if flush:
         push = [f"{acc.name}_c.push({acc.name});" for acc in accs if acc.flushes]
         inner += block(f"if (++{counter} == {CASCADE_BLOCK})", [f"{counter} = 0;", *push])
-    loop = block(f"for (int64_t rb = {main_lo}; rb < {main_hi}; rb += {lanes})", inner)
+    loop = block(f"for (int64_t rb = {main_lo}; rb < {main_hi}; rb += {lanes})", (ahead or []) + inner)
     if main_hi != tail_hi:
         loop += [f"crucible::lanes_barrier({a});" for a in _integer_lanes(accs)]
         loop += block(f"for (int64_t rt = {main_hi}; rt < {tail_hi}; ++rt)", tail_body)

@@ -92,6 +92,18 @@ def test_layer_norm_one_kernel():
     assert len(report.graphs[0].kernels) == 1
 
 
+def test_prefetching_rows_ahead_keeps_values_and_stops_at_the_last_row():
+    """Multi-pass rows of 1 KiB or more prefetch rows ahead (``cpp_plan.prefetched``), guarded so the
+    last rows prefetch nothing past the input; values are those of eager and the interpreter, for
+    float32 and bfloat16 rows (whose lines hold 32 elements)."""
+    report = three_way(softmax, torch.randn(5, 2048) * 4)
+    source = report.graphs[0].kernels[0].source
+    assert "__builtin_prefetch(&" in source and "if (xi + 2 < 5)" in source and "+ 4096]" in source
+    w, b = torch.randn(1024).bfloat16(), torch.randn(1024).bfloat16()
+    report = three_way(layer_norm, torch.randn(3, 1024).bfloat16(), w, b)
+    assert "q += 32" in report.graphs[0].kernels[0].source
+
+
 def test_reductions_over_leading_dims():
     three_way(leading_dim_reductions, torch.randn(33, 40, 7))
 
