@@ -27,9 +27,11 @@ from compiler.scheduler import Kernel, Level, Store
 PARALLEL_MIN_WORK = 1 << 16
 LANE_BYTES = 128  # reduction lanes per accumulator: 32 floats / 16 doubles (several vector registers)
 # Rows of at least LONG_ROW elements get twice the lanes: more independent add chains hide the
-# add latency (layer_norm 8192x1024: 1.72 -> 1.48 ms); shorter rows lose more to the wider fold
-# (sum over rows of 64: 1.62 -> 1.93 ms).
-LONG_ROW = 256
+# add latency (layer_norm 8192x1024: 1.72 -> 1.48 ms; kernel alone 0.89x -> 1.18x eager); shorter
+# rows lose more to the wider fold (sum over rows of 64: 1.62 -> 1.93 ms; layer_norm 32768x256:
+# 1.02-1.04x eager with 32 lanes, 0.91-0.92x with 64; softmax 32768x256 0.97-0.98x against 1.00;
+# 512-wide rows alike either way).
+LONG_ROW = 512
 LONG_ROW_LANE_BYTES = 256
 # Lane iterations between flushes of a float sum into its cascade: 16, as ATen's cascade sum steps,
 # so no lane adds more than 16 values in a row (256 let a sum of 3136 sin values, 49 a lane, err

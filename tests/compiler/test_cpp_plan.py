@@ -91,7 +91,8 @@ def test_cheap_values_are_recomputed_not_buffered() -> None:
 @pytest.mark.parametrize(("cols", "dtype", "lanes"), [
     (100, F32, 32),  # LANE_BYTES / 4
     (100, torch.float64, 16),  # LANE_BYTES / 8
-    (300, F32, 64),  # a long row: LONG_ROW_LANE_BYTES / 4
+    (600, F32, 64),  # a long row: LONG_ROW_LANE_BYTES / 4
+    (300, F32, 32),  # below LONG_ROW (512): LANE_BYTES / 4
     (20, F32, 16),  # at most the row, rounded down to a power of two
     (100, torch.float16, 32),  # 16-bit values accumulate in float32
     (100, torch.int64, 16),
