@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,9 +70,15 @@ ACCUMULATION_NOISE = {**dict.fromkeys(("aten.sum.dim_IntList", "aten.sum.default
 # Attention's P @ V is a sum too, inside the op: where values of both signs cancel, another key order is
 # many ulps of the result off (fuzzer, crucible-interpret --dynamic, seed 207: float64 SDPA 26,500 ulps
 # RMS from eager's, terms up to 1.4e6 times the result); its terms come from ``_attention_terms``.
+# log_softmax is (x - max) - log(sum): the sum's own rounding, a unit roundoff of a sum near 1 in
+# another order, is an absolute error of log(sum), many ulps of an output near 0 (the row's largest
+# element where the others are far below it; fuzzer, crucible-cpp, seed 296: a float64 log_softmax
+# over rows of 3, -2.1e-5 where the two orders differ by 1e-11 relative, 1,480 ulps RMS); its terms
+# come from ``_log_softmax_terms``. (logsumexp, max + log(sum), needed no such terms: a draw where
+# another order's sum was 1,020 ulps off passed by the rounding spread already.)
 CANCELLING_FORMULAS = {"aten.gelu.default": 0, "aten._native_batch_norm_legit_no_training.default": 0,
                        "aten.scaled_dot_product_attention.default": 0, "aten.var.correction": 0,
-                       "aten.cumprod.default": 0}
+                       "aten.cumprod.default": 0, "aten._log_softmax.default": 0}
 TERMS_NOISE = {**ACCUMULATION_NOISE, **CANCELLING_FORMULAS}
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
 
@@ -167,11 +174,20 @@ def _cumprod_terms(dtype_name: str, x: Any, dim: int, dtype: Any = None) -> Any:
     return out * torch.arange(1, out.shape[dim] + 1, dtype=out.dtype, device=out.device).reshape(shape)
 
 
+def _log_softmax_terms(dtype_name: str, x: Any, dim: int, half_to_float: bool = False) -> Any:
+    """log_softmax's terms: |x - max| <= |x| + max |x|, plus |log(sum)| <= log(n), plus 1 for the
+    sum's own unit roundoff, an absolute error of the log (operands are already magnitudes)."""
+    if x.dim() == 0 or x.numel() == 0:
+        return x + 1
+    return x + x.amax(dim, keepdim=True) + math.log(x.shape[dim]) + 1
+
+
 # ops whose terms are not the op run on the magnitudes of its operands (that would cancel too); each
 # takes the node's working dtype first
 TERMS_OF = {"aten._native_batch_norm_legit_no_training.default": "_batch_norm_terms",
             "aten.scaled_dot_product_attention.default": "_attention_terms",
-            "aten.var.correction": "_variance_terms", "aten.cumprod.default": "_cumprod_terms"}
+            "aten.var.correction": "_variance_terms", "aten.cumprod.default": "_cumprod_terms",
+            "aten._log_softmax.default": "_log_softmax_terms"}
 
 
 def _accumulator(dtype: torch.dtype) -> torch.dtype:

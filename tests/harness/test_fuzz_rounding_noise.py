@@ -469,3 +469,44 @@ def test_a_float64_sum_of_int64_extremes_wrong_past_its_rounding_still_fails() -
     x = SEED_262.make_inputs()[0].double().reshape(33, 5)
     extreme = int(x.abs().max(1).values.argmax())
     assert _judge(SEED_262, torch.cat([x[:extreme], x[extreme + 1:]]).sum(0).reshape(1, 5)) != ""
+
+
+# fuzzer, crucible-cpp, seed 296: a float64 log_softmax over rows of 3 where the largest value is far
+# above the others: its output is -log(sum) with the sum near 1, and the sum's last bit in another
+# order is 1e-11 of that output (1,480 ulps RMS, eager's own order being the float64 reference)
+SEED_296 = FuzzGraph(
+    [{"dtype": "float64", "layout": "contiguous", "profile": "ties", "seed": 0, "shape": [3, 1025, 1]}],
+    [Node("aten._log_softmax.default", "aten._log_softmax.default(x0, 0, False)", ["v2"],
+          [([3, 1025, 1], "float64")])],
+    ["v2"])
+
+
+def _log_softmax_in_order(x: torch.Tensor, reverse: bool, log_ulps: int = 0) -> torch.Tensor:
+    """log_softmax over dim 0 with the exp terms summed first to last or last to first, and the
+    log of the sum moved ``log_ulps`` ulps away from zero."""
+    shifted = x - x.amax(0, keepdim=True)
+    terms = shifted.exp().unbind(0)
+    total = torch.zeros_like(terms[0])
+    for t in reversed(terms) if reverse else terms:
+        total = total + t
+    log = torch.log(total)
+    for _ in range(log_ulps):
+        log = torch.nextafter(log, log * 2)
+    return shifted - log
+
+
+def test_a_log_softmax_summed_in_another_order_passes_by_the_terms_noise() -> None:
+    x = SEED_296.make_inputs()[0]
+    other = _log_softmax_in_order(x, reverse=True)
+    assert not torch.equal(other, torch.log_softmax(x, 0))
+    assert "relative error" in _judge(SEED_296, other, spread=False)
+    assert _judge(SEED_296, other) == ""
+
+
+def test_a_wrong_log_softmax_still_fails() -> None:
+    """The noise is a unit roundoff of the sum: a log_softmax computed in float32, or whose log is
+    2^12 ulps off, is no rounding."""
+    x = SEED_296.make_inputs()[0]
+    assert _judge(SEED_296, torch.log_softmax(x.float(), 0).double()) != ""
+    assert _judge(SEED_296, _log_softmax_in_order(x, reverse=False, log_ulps=4096)) != ""
+
