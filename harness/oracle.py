@@ -429,9 +429,20 @@ class ParityOracle:
             rt = rt.cpu()
             if rt.is_complex():
                 rt = torch.view_as_real(rt)
-            r64 = rt[finite].double()
-            if not torch.isfinite(r64).all():
+            known = torch.isfinite(rt)
+            if not known[finite].any():
                 use_reference = False  # the fp64 run overflowed differently: no usable truth
+            elif not known[finite].all():
+                # judge the positions the fp64 run has a value for: at a domain edge the working dtype
+                # rounds onto the domain and float64 past it (fuzzer, crucible-interpret, seed 304:
+                # asin of a bfloat16 layer norm, 1 of 217 finite positions NaN in float64). Eager's
+                # layer norm had overflowed to 0 there, so the fallback, cosine against eager, failed
+                # a compiled output within 0.007 of float64 everywhere else
+                finite = finite & known
+                e64, c64 = et[finite].double(), ct[finite].double()
+                diff = (c64 - e64).abs()
+                close = bool(torch.all(diff <= self.tol.atol + self.tol.rtol * e64.abs())) if diff.numel() else True
+            r64 = rt[finite].double()
         if not use_reference:
             if close or cos >= self.tol.cosine:
                 return ""

@@ -106,6 +106,26 @@ def test_eagers_own_overflow_is_not_held_against_a_result_equal_to_float64() -> 
     assert ParityOracle().compare(eager2, torch.tensor([math.inf, 1.0]), reference2).passed
 
 
+def test_positions_where_float64_has_no_value_leave_the_others_judged_against_it() -> None:
+    """Fuzzer, crucible-interpret, seed 304: asin of a bfloat16 layer norm whose eager kernel had
+    overflowed to 0 everywhere, the compiled one within 0.007 of float64; one value rounded onto
+    asin's domain in bfloat16 and past it in float64 (NaN). That one NaN made the whole output fall
+    back to cosine against eager's zeros. Now the positions float64 has a value for are judged
+    against it, and a value farther from it than eager's still fails."""
+    truth = torch.linspace(-0.9, 0.9, 64, dtype=torch.float64)
+    truth[5] = math.nan  # float64 past the domain edge; the working dtype's value landed on it
+    right = truth.to(torch.bfloat16).nan_to_num(1.5708)
+    wrong_eager = torch.zeros(64, dtype=torch.bfloat16)
+    assert ParityOracle().compare(wrong_eager, right, truth).passed
+    # judged as any output is: as close to float64 as eager's (here far off) is, not closer
+    assert "RMSE" in ParityOracle().compare(wrong_eager, right * 4, truth).reason
+    # with float64 agreeing with eager, the compiled output must too
+    assert not ParityOracle().compare(right, right * 0.5, truth).passed
+    # and where float64 has no value at all, the fallback is as before (cosine against eager)
+    nothing = torch.full((64,), math.nan, dtype=torch.float64)
+    assert "cosine" in ParityOracle().compare(wrong_eager, right, nothing).reason
+
+
 @dataclasses.dataclass
 class _Output:
     logits: torch.Tensor
