@@ -434,10 +434,10 @@ class ParityOracle:
                 use_reference = False  # the fp64 run overflowed differently: no usable truth
             elif not known[finite].all():
                 # judge the positions the fp64 run has a value for: at a domain edge the working dtype
-                # rounds onto the domain and float64 past it (fuzzer, crucible-interpret, seed 304:
-                # asin of a bfloat16 layer norm, 1 of 217 finite positions NaN in float64). Eager's
-                # layer norm had overflowed to 0 there, so the fallback, cosine against eager, failed
-                # a compiled output within 0.007 of float64 everywhere else
+                # rounds onto the domain and float64 past it (fuzzer, crucible-interpret with
+                # split_reductions=true, seed 304: asin of a bfloat16 layer norm, 1 of 260 values NaN
+                # in float64 only). Eager's layer norm had overflowed to 0 there, so the fallback,
+                # cosine against eager, failed a compiled output within 0.007 of float64 elsewhere
                 finite = finite & known
                 e64, c64 = et[finite].double(), ct[finite].double()
                 diff = (c64 - e64).abs()
