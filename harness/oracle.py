@@ -421,7 +421,7 @@ class ParityOracle:
         result.max_abs_err = max(result.max_abs_err or 0.0, max_abs)
         result.max_rel_err = max(result.max_rel_err or 0.0, max_rel)
         result.cosine = cos if result.cosine is None else min(result.cosine, cos)
-        close = bool(torch.all(diff <= self.tol.atol + self.tol.rtol * e64.abs())) if diff.numel() else True
+        close = self._allclose(c64, e64)
         rt = _as_tensor(r)
         use_reference = (rt is not None and rt.shape == et.shape and et.numel() <= HUGE_NUMEL
                          and rt.is_floating_point())
@@ -440,8 +440,7 @@ class ParityOracle:
                 # cosine against eager, failed a compiled output within 0.007 of float64 elsewhere
                 finite = finite & known
                 e64, c64 = et[finite].double(), ct[finite].double()
-                diff = (c64 - e64).abs()
-                close = bool(torch.all(diff <= self.tol.atol + self.tol.rtol * e64.abs())) if diff.numel() else True
+                close = self._allclose(c64, e64)
             r64 = rt[finite].double()
         if not use_reference:
             if close or cos >= self.tol.cosine:
@@ -467,6 +466,10 @@ class ParityOracle:
         spread_text = "" if noise is None else f", rounding spread {noise:.3g}"
         return (f"RMSE vs fp64 {rmse_compiled:.3g} > {self.tol.rmse_ratio} x eager's {rmse_eager:.3g}{spread_text} "
                 f"(+{floor:.2g}); max abs err vs eager {max_abs:.3g}")
+
+    def _allclose(self, c64: torch.Tensor, e64: torch.Tensor) -> bool:
+        """Every compiled value within the tolerance's atol + rtol * |eager| (True when there are none)."""
+        return bool(torch.all((c64 - e64).abs() <= self.tol.atol + self.tol.rtol * e64.abs()))
 
     def _relative(self, result: ParityResult, dtype: torch.dtype, c64: torch.Tensor, e64: torch.Tensor,
                   r64: torch.Tensor, spread: list[Any], finite: torch.Tensor, shape: torch.Size) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from compiler import ir
 from compiler.codegen.cpp_accumulators import Accumulator, accumulators, flat_rindex
 from compiler.codegen.cpp_expr import ExprWriter
 from compiler.codegen.cpp_lang import FOLD, Scope, block, cvalue_type
@@ -24,7 +25,6 @@ from compiler.codegen.cpp_plan import (
     ReductionPlan,
     stride_along,
 )
-from compiler import ir
 from compiler.ir import Expr, ReduceOp
 from compiler.scheduler import Store
 
