@@ -160,23 +160,6 @@ def build_in_process(path: str, symbol: str, dtypes: list[str], grid: tuple, met
     getattr(module, symbol).warmup(*[getattr(torch, d) for d in dtypes], grid=grid, **meta)
 
 
-def quickest_to_build(configs: Sequence[tuple[tuple, dict]]) -> int:
-    """The index of the candidate whose build the first call of a deferred tuning waits for: the
-    smallest program (fewest ``XBLOCK * RBLOCK`` elements), the earliest of equals; 0 for configs
-    of other shapes (templates). Triton's build time grows faster than linearly with a program's
-    elements: convnext_tiny's layer norms (rows of 96-768, ~50 ops) built in 670-990 ms at 2048
-    elements on 4 warps and in 190-400 ms at 512 on one warp (sm_90 builds on a 2-core CPU, the
-    first and fourth persistent candidates; 12 of its 29 kernels, 4.9 s of its 7.2 s of serial
-    builds); the untimed candidate only runs until the others are built and timed."""
-    def elements(meta: dict) -> int | None:
-        return meta["XBLOCK"] * meta.get("RBLOCK", 1) if isinstance(meta.get("XBLOCK"), int) else None
-
-    sizes = [elements(meta) for _, meta in configs]
-    if any(size is None for size in sizes):
-        return 0
-    return min(range(len(configs)), key=lambda i: sizes[i])
-
-
 # Triton options every GPU kernel is built with. Triton links libdevice in flush-to-zero mode by
 # default; ATen's CUDA kernels (nvcc without fast math) keep subnormals, so ours do too.
 BUILD_OPTIONS = {"enable_reflect_ftz": False}
@@ -263,8 +246,8 @@ class KernelLauncher:
         """Before the load pass: the candidates to build later (``compiler.tuning``; ``mode`` is the
         ``tuning`` option). A config known from this process or the tuning cache is taken now, in
         every mode; with ``"off"`` launches run the first candidate (the renderer's best guess)
-        untimed, with ``"deferred"`` the one quickest to build (``quickest_to_build``) until
-        ``retune``. Returns the configs ``"deferred"`` builds later."""
+        untimed, with ``"deferred"`` as well until ``retune``. Returns the configs ``"deferred"``
+        builds later."""
         if self.buckets is not None:  # a size-generic kernel tunes per size bucket as it meets them
             self.buckets.mode = mode
         if self.tuned or self.interpret:
@@ -278,9 +261,7 @@ class KernelLauncher:
         self.tuned = self.untimed = True  # one candidate, timed by nothing (until ``retune``)
         if mode != "deferred":
             return []
-        first = quickest_to_build(self.configs)
-        self.grid, self.meta = self.configs[first]
-        return [c for i, c in enumerate(self.configs) if i != first]
+        return self.configs[1:]
 
     def retune(self) -> None:
         """The deferred candidates are built: the next launch times them (or takes the config an
@@ -406,7 +387,7 @@ class KernelLauncher:
                 timed = {i: t for t, i in timings}
                 tuning_cache.store(key, index, str(self.meta), ms * 1e3,
                                    [(str(m), timed[i] * 1e3 if i in timed else None)
-                                    for i, (_, m) in enumerate(self.configs)])
+                                    for i, (_, m) in enumerate(self.configs)], self.rendered.work)
         self.tuned = True
         TUNING_SECONDS[0] += time.perf_counter() - started
         if config.debug_level() >= 1:

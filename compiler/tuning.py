@@ -6,9 +6,8 @@ the first call, and timing them in it, was most of the cold compile: the Triton 
 pass are 60-80% of a benchmark model's first call. So by default the first call waits only for
 one candidate per kernel:
 
-* ``"deferred"`` (the default): the load pass builds one config per kernel, the one quickest to
-  build (``runtime.quickest_to_build``: the smallest program); the other candidates
-  are built on background threads (``config.compile_threads()``) from the end of the graph's first
+* ``"deferred"`` (the default): the load pass builds one config per kernel, the renderer's best
+  guess; the other candidates are built on background threads (``config.compile_threads()``) from the end of the graph's first
   call, and the graph's first call after they are all built times them on its real arguments (as
   the first call did before) and binds the fastest. Until then the graph runs the ones built
   first. A CUDA graph is captured only after that tuning (its capture waits for the builds).
@@ -20,6 +19,10 @@ one candidate per kernel:
 
 A first candidate that fails to build or launch on this GPU (out of resources) has every candidate
 timed in that launch instead, skipping the ones that fail, as ``"first_call"`` would.
+
+The renderer offers several candidates only where the benchmark models' tuning data left timing
+them worth a build (``compiler.codegen.triton_tiles``): GEMM and attention templates and looped
+reductions. Every other generated kernel has one config, so nothing of it is built after the first call.
 
 A kernel whose config is already known (tuned earlier in this process, or in the tuning cache of
 ``compiler.tuning_cache``) builds that config only, in every mode. CPU graphs, interpreted kernels

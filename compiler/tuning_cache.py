@@ -79,15 +79,18 @@ def lookup(key: str, candidates: int) -> int | None:
 
 
 def store(key: str, index: int, description: str, microseconds: float,
-          candidates: list[tuple[str, float | None]] | None = None) -> None:
+          candidates: list[tuple[str, float | None]] | None = None, work: tuple[int, ...] = ()) -> None:
     """Record ``index`` as the pick for ``key`` (merged into the file as it is now on disk), with every
-    candidate's (config, microseconds or None) when given."""
+    candidate's (config, microseconds or None) and the kernel's iteration space (``work``:
+    ``RenderedKernel.work``) when given: ``harness.bench.tuning_report`` reads them."""
     path = config.tuning_cache_path()
     if path is None:
         return
     entry: dict = {"index": index, "config": description, "us": round(microseconds, 2)}
     if candidates is not None:
         entry["candidates"] = [[c, None if us is None else round(us, 2)] for c, us in candidates]
+    if work:
+        entry["work"] = list(work)
     with _LOCK:
         entries = _read(path)
         entries[key] = entry

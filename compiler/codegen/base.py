@@ -32,6 +32,8 @@ class RenderedKernel:
     sizes: tuple[str, ...] = ()
     # Triton over symbolic sizes: the launch config is chosen per call from the sizes (``triton_tiles``)
     size_launch: object = None
+    # a generated kernel over static sizes: (xnumel, rnumel), its iteration space (tuning reports it)
+    work: tuple[int, ...] = ()
 
 
 class Renderer:

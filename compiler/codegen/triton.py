@@ -35,7 +35,7 @@ from compiler.codegen.shared import (
 )
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
-from compiler.codegen.triton_tiles import PERSISTENT_CANDIDATES, SizeLaunch, next_pow2, tiles  # noqa: F401  (re-exported)
+from compiler.codegen.triton_tiles import SizeLaunch, tiles
 from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, literal, typed_operands
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
@@ -489,7 +489,8 @@ class _KernelWriter:
         size_launch = SizeLaunch(k.size_args, size_code(k.xnumel, "python"), size_code(k.rnumel, "python")
                                  if k.is_reduction else "", not self.looped, self.r.interpret) if self.generic else None
         return RenderedKernel(k.name, "triton", text.replace(SYMBOL_PLACEHOLDER, symbol), self.params.buffers, grid,
-                              meta, tuple(launches[1:]), symbol, sizes=k.size_args, size_launch=size_launch)
+                              meta, tuple(launches[1:]), symbol, sizes=k.size_args, size_launch=size_launch,
+                              work=() if self.generic else (k.xnumel, k.rnumel if k.is_reduction else 1))
 
 
 def unravel(prefix: str, flat: str, sizes: tuple[int, ...]) -> list[str]:

@@ -10,15 +10,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-# A persistent reduction's candidates: (elements per program, elements per warp, fewest warps), most
-# wins first. The first three were chosen from the H200 tuning of the 18 benchmark rows
-# (``harness.bench.tuning_report`` over ``harness.bench.models --keep-tuning``; harness/bench/RESULTS.md):
-# of the six candidates offered before (2048, 4096 and 8192 elements x 256 and 512 per warp, 170
-# kernels), these three lose 3.6% of the summed best kernel time; two would lose 6.8%, one 20%. None
-# was below 2048 elements: swin's window softmaxes (rows of 49, RBLOCK 64) took 104 us at the best of
-# them (32 rows, 4 warps) and 56 us at 8 rows on one warp (H200, bf16, 301056 rows), so small
-# programs on one warp are the fourth (built and timed after the first call: ``compiler.tuning``).
-PERSISTENT_CANDIDATES = ((2048, 512, 2), (4096, 512, 2), (4096, 256, 2), (512, 512, 1))
+# A persistent reduction's launch config, as (elements per program, elements per warp, fewest warps);
+# one config, not candidates to time. From every candidate's time in the tuning of the 18 benchmark rows
+# (H100, batch 32 or 8x512 tokens; ``harness.bench.models --keep-tuning`` with the four candidates offered
+# until then: 2048 elements at 512 per warp, 4096 at 512 and at 256, and 512 on one warp; the results
+# and the analysis in harness/bench/RESULTS.md, thirtieth session): a small program on one warp was the
+# fastest or within a few percent on rows of 49 to 512, where the 2048-element program lost up to 6x
+# (convnext's and swin's layer norms over 96 and 192 channels: 132-305 us against 25-47); rows of at
+# most 32 (resnet50's 3x3 pools: 1.7-1.9x) and rows of 1024 and more want the 2048-element program
+# (within 14% of the best on every such kernel; the small one lost up to 2.2x on efficientnet's
+# 784-wide pools). Against timing all four, a model loses at most 1.5% of its time (convnext_tiny
+# bf16), and nothing is built after its first call. To revisit: offer several configs here again, run
+# the tuning with ``--keep-tuning`` and rank them with ``harness.bench.tuning_report``.
+SMALL_PROGRAM = (512, 512, 1)  # rows wider than SHORT_ROWS and narrower than WIDE_ROWS
+LARGE_PROGRAM = (2048, 512, 2)  # the others
+SHORT_ROWS = 32
+WIDE_ROWS = 1024
 # Elements per program in the interpreter (DESIGN.md: a 1M-element pointwise kernel took 1.8 s with
 # blocks of 256, 0.056 s with 65536), and a looped reduction's block there.
 INTERPRETER_BLOCK = 65536
@@ -32,26 +39,23 @@ def next_pow2(n: int) -> int:
 def tiles(k: Any, interpret: bool) -> list[tuple[int, int, int]]:
     """Candidate (XBLOCK, RBLOCK, num_warps) of a kernel over static sizes, best guess first.
 
-    The interpreter gets one config with few, large programs. On the GPU the
-    runtime times the candidates once per kernel and keeps the fastest."""
+    The interpreter gets one config with few, large programs. On the GPU a looped reduction offers
+    several, which the runtime times once per kernel, keeping the fastest; the others one (above)."""
     if not k.is_reduction:
         if interpret:
             return [(min(next_pow2(k.xnumel), INTERPRETER_BLOCK), 1, 4)]
-        block = min(next_pow2(k.xnumel), 1024)
-        return [(block, 1, 4)] + ([(2048, 1, 8)] if k.xnumel >= 1 << 20 else [])
+        # one config: 2048 elements on 8 warps, timed beside it on 250 kernels of the benchmark rows,
+        # was worth 0.6% of their summed time, not the build
+        return [(min(next_pow2(k.xnumel), 1024), 1, 4)]
     if interpret:
         rblock = next_pow2(k.rnumel) if k.persistent else INTERPRETER_LOOPED_RBLOCK
         return [(max(1, min(next_pow2(k.xnumel), INTERPRETER_BLOCK // rblock)), rblock, 4)]
     if not k.persistent:
         return [(1, 2048, 8), (1, 4096, 16), (2, 1024, 8)]
     rblock = next_pow2(k.rnumel)
-    out = []
-    for budget, per_warp, fewest in PERSISTENT_CANDIDATES:
-        xblock = max(1, min(next_pow2(k.xnumel), budget // rblock))
-        cfg = (xblock, rblock, max(fewest, min(32, xblock * rblock // per_warp)))
-        if cfg not in out:
-            out.append(cfg)
-    return out
+    budget, per_warp, fewest = SMALL_PROGRAM if SHORT_ROWS < rblock < WIDE_ROWS else LARGE_PROGRAM
+    xblock = max(1, min(next_pow2(k.xnumel), budget // rblock))
+    return [(xblock, rblock, max(fewest, min(32, xblock * rblock // per_warp)))]
 
 
 @dataclass(frozen=True)

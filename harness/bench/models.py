@@ -40,7 +40,9 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 BACKENDS = ("eager", "inductor", "inductor-ro", "crucible", "crucible-cg")
 # run only when --backends names them: Inductor's max-autotune (its GEMM and convolution template
 # autotuning, CUDA graphs off: the column compares kernels with Crucible's) compiles for minutes a model
-OPT_IN = ("inductor-ma",)
+OPT_IN = ("inductor-ma", "crucible-untuned")
+# crucible-untuned: options ``tuning="off"``, every kernel on the renderer's first launch config, nothing
+# timed: what launch-config tuning buys a model (against the crucible column) and costs its compile
 
 
 def sync(device: str) -> None:
@@ -101,7 +103,8 @@ def compiled_for(backend: str, model: torch.nn.Module) -> Callable:
         return torch.compile(model, mode="reduce-overhead", dynamic=False)
     if backend == "inductor-ma":
         return torch.compile(model, mode="max-autotune-no-cudagraphs", dynamic=False)
-    options = {"strict": True, **({"cudagraphs": True} if backend == "crucible-cg" else {})}
+    options = {"strict": True, **({"cudagraphs": True} if backend == "crucible-cg" else {}),
+               **({"tuning": "off"} if backend == "crucible-untuned" else {})}
     return torch.compile(model, backend="crucible", dynamic=False, options=options)
 
 
@@ -213,7 +216,8 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
     torch._dynamo.reset()
     compiled: dict[str, Compiled] = {}
     with tempfile.TemporaryDirectory(prefix="crucible-bench-") as tmp:
-        for backend in backends:
+        # crucible-untuned first: a kernel tuned earlier in the process keeps its tuned config in every mode
+        for backend in sorted(backends, key=lambda b: b != "crucible-untuned"):
             if backend in ("inductor-ro", "crucible-cg") and device != "cuda":
                 continue
             try:
@@ -279,13 +283,14 @@ COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
 
 GEOMEANS = (("crucible/inductor", "inductor", "crucible"), ("crucible/eager", "eager", "crucible"),
             ("crucible-cg/inductor-ro", "inductor-ro", "crucible-cg"),
-            ("crucible-cg/inductor", "inductor", "crucible-cg"), ("crucible/inductor-ma", "inductor-ma", "crucible"))
+            ("crucible-cg/inductor", "inductor", "crucible-cg"),
+            *((f"crucible/{b}", b, "crucible") for b in OPT_IN))
 # the opt-in backends' columns, shown when a row ran them
-OPT_IN_COLUMNS: list[tuple[str, Callable[[dict], str]]] = [
-    ("inductor-ma ms", lambda r: _fmt(_ms(r, "inductor-ma"), ".3f")),
-    ("crucible/inductor-ma", lambda r: _fmt(_ratio(r, "inductor-ma", "crucible"))),
-    ("compile s inductor-ma", lambda r: _fmt(r["backends"].get("inductor-ma", {}).get("compile_s"), ".1f")),
-]
+OPT_IN_COLUMNS: dict[str, list[tuple[str, Callable[[dict], str]]]] = {
+    b: [(f"{b} ms", lambda r, b=b: _fmt(_ms(r, b), ".3f")),
+        (f"crucible/{b}", lambda r, b=b: _fmt(_ratio(r, b, "crucible"))),
+        (f"compile s {b}", lambda r, b=b: _fmt(r["backends"].get(b, {}).get("compile_s"), ".1f"))]
+    for b in OPT_IN}
 
 
 def geomean(values: list[float]) -> float | None:
@@ -311,7 +316,7 @@ def render_tables(results: list[dict], launch_rows: list[tuple[str, float]]) -> 
     from tabulate import tabulate
 
     ran = {b for r in results for b in r["backends"]}
-    columns = COLUMNS + (OPT_IN_COLUMNS if ran & set(OPT_IN) else [])
+    columns = COLUMNS + [c for b in OPT_IN if b in ran for c in OPT_IN_COLUMNS[b]]
     rows = [[get(r) for _, get in columns] for r in results]
     text = [tabulate(rows, headers=[c for c, _ in columns], tablefmt="github")]
     geomeans = [g for g in GEOMEANS if g[1] in ran and g[2] in ran]

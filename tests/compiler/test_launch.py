@@ -189,9 +189,9 @@ def test_identical_kernels_of_a_graph_are_tuned_once(monkeypatch) -> None:
     from compiler.lowering import lower
     from compiler.scheduler import schedule
 
-    x = torch.randn(1 << 21)
+    x = torch.randn(64, 100_001)  # rows of an odd length: one looped reduction, several launch configs
     renderer = TritonRenderer(interpret=False)
-    gm = compiler.trace_aten(lambda a: torch.tanh(a) * 3, x)
+    gm = compiler.trace_aten(lambda a: (torch.tanh(a) * 3).sum(-1), x)
     (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
     rendered = renderer.render(kernel)
     assert rendered.alternatives  # several launch configs: tuning would time them
@@ -223,9 +223,9 @@ def test_a_tuned_launch_config_is_kept_on_disk_for_later_processes(monkeypatch, 
     from compiler.scheduler import schedule
 
     monkeypatch.setenv("CRUCIBLE_CACHE_DIR", str(tmp_path))
-    x = torch.randn(1 << 21)
+    x = torch.randn(64, 100_001)
     renderer = TritonRenderer(interpret=False)
-    gm = compiler.trace_aten(lambda a: torch.sigmoid(a) * 5, x)
+    gm = compiler.trace_aten(lambda a: (torch.sigmoid(a) * 5).sum(-1), x)
     (kernel,) = schedule(lower(gm, torch.device("cpu"), renderer.capabilities), renderer.capabilities).kernels
     rendered = renderer.render(kernel)
     assert rendered.alternatives

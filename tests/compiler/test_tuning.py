@@ -62,23 +62,6 @@ def test_each_mode_decides_what_the_load_pass_builds(fresh) -> None:
     assert first_call.defer_tuning("first_call") == [] and first_call.configs_to_build() == first_call.configs
 
 
-def test_deferred_tuning_first_runs_the_candidate_quickest_to_build(fresh) -> None:
-    """A persistent reduction's candidates range from 2048-4096 elements a program down to 512 on one
-    warp; the first call of a deferred tuning waits for the smallest program (Triton's build time
-    grows faster than its size), ``"off"`` keeps the renderer's best guess, as it runs for good."""
-    (rendered,) = _rendered(lambda a: torch.softmax(a, -1), torch.randn(256, 96))[0].values()
-    sizes = [m["XBLOCK"] * m["RBLOCK"] for _, m in runtime.KernelLauncher(rendered, False).configs]
-    assert sizes[0] > min(sizes)  # the best guess is not the smallest program
-    deferred = runtime.KernelLauncher(rendered, False)
-    later = deferred.defer_tuning("deferred")
-    smallest = deferred.configs[sizes.index(min(sizes))]
-    assert deferred.configs_to_build() == [smallest] and (deferred.grid, deferred.meta) == smallest
-    assert sorted(map(repr, later + [smallest])) == sorted(map(repr, deferred.configs))
-    off = runtime.KernelLauncher(rendered, False)
-    assert off.defer_tuning("off") == [] and off.configs_to_build() == [off.configs[0]]
-    assert runtime.quickest_to_build([((1,), {"BLOCK_M": 64}), ((1,), {"BLOCK_M": 32})]) == 0  # templates: first
-
-
 def test_a_known_config_is_the_only_one_built_in_every_mode(fresh) -> None:
     rendered = _reduction()
     picked = runtime.KernelLauncher(rendered, False).configs[2]

@@ -107,7 +107,7 @@ def {name}(x, BLOCK: tl.constexpr):
 def _launcher(name: str, key: str) -> runtime.KernelLauncher:
     configs = [((1,), {"BLOCK": b}) for b in (16, 32, 64)]
     rendered = RenderedKernel(name, "triton", SOURCE.format(name=name), ("x",), configs[0][0], configs[0][1],
-                              tuple(configs[1:]), name, key)
+                              tuple(configs[1:]), name, key, work=(4096, 96))
     return runtime.KernelLauncher(rendered, interpret=False)
 
 
@@ -133,6 +133,7 @@ def test_the_runtime_times_once_and_a_later_process_reads_the_pick(cache_file: P
     # every candidate's time is kept beside the pick (what pruning the candidate lists is read from)
     assert [us for _, us in entry["candidates"]] == [300.0, 100.0, 200.0]
     assert "'BLOCK': 16" in entry["candidates"][0][0] and entry["index"] == 1
+    assert entry["work"] == [4096, 96]  # the kernel's iteration space: what a report groups candidates by
     monkeypatch.setattr(runtime, "_TUNED", {})
     tuning_cache.forget_loaded()
     second = _launcher("k_tuning_test_b", "gemm test-shape tiles abc")
@@ -143,24 +144,30 @@ def test_the_runtime_times_once_and_a_later_process_reads_the_pick(cache_file: P
     assert timed == [16, 32, 64] * 2  # another key is timed
 
 
-def test_a_persistent_reduction_offers_the_candidates_the_h200_data_kept() -> None:
-    """``PERSISTENT_CANDIDATES`` (harness.bench.tuning_report over the 18 benchmark rows): 2048
-    elements per program at 512 per warp first (most wins), then 4096 at 512 and 256, then small
-    programs on one warp (swin's rows of 49: 56 us against 104 us); candidates that coincide (one
-    row per program) are offered once."""
+def test_launch_configs_are_the_ones_the_tuning_data_chose() -> None:
+    """``triton_tiles`` (harness.bench.tuning_report over the 18 benchmark rows, thirtieth session): a
+    persistent reduction runs a small program on one warp over rows of 64 to 512 and a 2048-element
+    program over shorter and wider rows, untimed; a pointwise kernel has one config; a looped reduction
+    (no data) keeps candidates to time."""
     from types import SimpleNamespace
 
     from compiler.codegen.triton import TritonRenderer
 
     renderer = TritonRenderer(interpret=False)
 
-    def tiles(xnumel: int, rnumel: int) -> list[tuple[int, int, int]]:
-        return renderer.tiles(SimpleNamespace(is_reduction=True, persistent=True, xnumel=xnumel, rnumel=rnumel))
+    def tiles(xnumel: int, rnumel: int, persistent: bool = True) -> list[tuple[int, int, int]]:
+        return renderer.tiles(SimpleNamespace(is_reduction=rnumel > 1, persistent=persistent, xnumel=xnumel,
+                                              rnumel=rnumel))
 
-    assert tiles(4096, 300) == [(4, 512, 4), (8, 512, 8), (8, 512, 16), (1, 512, 1)]
-    assert tiles(4096, 4000) == [(1, 4096, 8), (1, 4096, 16)]
-    assert tiles(301056, 49) == [(32, 64, 4), (64, 64, 8), (64, 64, 16), (8, 64, 1)]
-    assert tiles(1, 16) == [(1, 16, 2), (1, 16, 1)]
+    assert tiles(100352, 96) == [(4, 128, 1)]  # convnext's layer norm: 25-36 us, the old first guess 132
+    assert tiles(4096, 300) == [(1, 512, 1)]
+    assert tiles(301056, 49) == [(8, 64, 1)]  # swin's window softmax
+    assert tiles(6422528, 9) == [(128, 16, 4)]  # resnet50's pools of 9
+    assert tiles(4096, 768) == [(2, 1024, 4)]
+    assert tiles(4096, 4000) == [(1, 4096, 8)]
+    assert tiles(1, 16) == [(1, 16, 2)]
+    assert tiles(1 << 22, 1) == [(1024, 1, 4)]
+    assert len(tiles(64, 100_000, persistent=False)) > 1
 
 
 def test_the_tuning_report_ranks_candidate_subsets_from_kept_caches(tmp_path: Path) -> None:

@@ -61,6 +61,23 @@ def test_the_max_autotune_column_and_geomean_appear_when_it_ran() -> None:
     assert "inductor-ma" not in models.BACKENDS and "inductor-ma" in models.OPT_IN  # never by default
 
 
+def test_the_untuned_column_shows_what_tuning_buys_and_compiles_first(monkeypatch) -> None:
+    """``crucible-untuned`` (options ``tuning="off"``) gets its own columns, without max-autotune's, and
+    compiles before ``crucible``: a kernel tuned earlier in the process keeps its tuned config in every
+    mode, so after ``crucible`` it would run tuned configs."""
+    rows = [_row("resnet50", "bf16", eager=4.0, crucible_untuned=1.1, crucible=1.0)]
+    text = models.render_tables(rows, [])
+    header = [c.strip() for c in text.splitlines()[0].split("|")]
+    resnet = [c.strip() for c in next(line for line in text.splitlines() if line.startswith("| resnet50")).split("|")]
+    assert float(resnet[header.index("crucible/crucible-untuned")]) == 1.1 and "inductor-ma" not in text
+    assert models.compiled_for("crucible-untuned", models.torch.nn.Identity()) is not None
+    order = []
+    monkeypatch.setattr(models, "compile_backend", lambda backend, *a: order.append(backend) or (_ for _ in ()).throw(
+        RuntimeError("not compiled in this test")))
+    done = models.measure_model("gpt2", "fp32", "cpu", True, ("crucible", "crucible-untuned"))
+    assert order == ["crucible-untuned", "crucible"] and list(done["backends"]) == ["crucible", "crucible-untuned"]
+
+
 def test_error_line_is_the_innermost_cause() -> None:
     try:
         try:
