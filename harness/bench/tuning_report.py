@@ -5,7 +5,7 @@ its first call; a candidate that never wins costs both for nothing. The tuning c
 candidate's time beside the pick (``compiler.tuning_cache``), so the lists can be pruned from data:
 
     python -m harness.bench.models --backends crucible --keep-tuning DIR ...   (on the GPU)
-    python -m harness.bench.tuning_report DIR [--keep 3]                       (anywhere)
+    python -m harness.bench.tuning_report DIR [--keep 3] [--by-rows]           (anywhere)
 
 Kernels are grouped by kind (pointwise, persistent or looped reduction: the keys their configs have,
 and how many candidates they offer). Per group it prints how often each candidate wins, labelled by
@@ -36,8 +36,10 @@ def label(meta: dict) -> Label:
     return " ".join(f"{k}={v}" for k, v in sorted(meta.items()) if k != "enable_reflect_ftz")
 
 
-def kernels(directory: Path) -> dict[str, list[dict[Label, float]]]:
-    """Group -> per kernel, candidate label -> microseconds (candidates that did not build left out)."""
+def kernels(directory: Path, by_rows: bool = False) -> dict[str, list[dict[Label, float]]]:
+    """Group -> per kernel, candidate label -> microseconds (candidates that did not build left out);
+    ``by_rows``: reductions also grouped by their row length padded to a power of two (``RBLOCK``),
+    what the renderer's rule for a persistent reduction's program reads (``triton_tiles``)."""
     groups: dict[str, list[dict[Label, float]]] = defaultdict(list)
     for path in sorted(directory.glob("*.json")):
         for key, entry in json.loads(path.read_text()).get("entries", {}).items():
@@ -50,7 +52,8 @@ def kernels(directory: Path) -> dict[str, list[dict[Label, float]]]:
                 continue
             family = key.split(" | ")[-1].split()[0]
             kind = family if family != "kernel" else ("reduction" if "RBLOCK" in metas[0] else "pointwise")
-            groups[f"{kind}, {len(metas)} candidates"].append(times)
+            rows = f", rows of {metas[0]['RBLOCK']}" if by_rows and "RBLOCK" in metas[0] else ""
+            groups[f"{kind}{rows}, {len(metas)} candidates"].append(times)
     return groups
 
 
@@ -82,8 +85,10 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("directory", type=Path, help="tuning caches (models --keep-tuning DIR)")
     parser.add_argument("--keep", type=int, default=3, help="largest candidate subset to rank (default 3)")
+    parser.add_argument("--by-rows", action="store_true",
+                        help="group reductions by their padded row length too (RBLOCK)")
     args = parser.parse_args(argv)
-    groups = kernels(args.directory)
+    groups = kernels(args.directory, args.by_rows)
     if not groups:
         print(f"no tuning cache entries with candidate times under {args.directory}")
         return 2

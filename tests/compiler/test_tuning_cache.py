@@ -185,4 +185,6 @@ def test_the_tuning_report_ranks_candidate_subsets_from_kept_caches(tmp_path: Pa
     assert "reduction, 2 candidates: 2 kernels" in text
     assert "keep 1: 1.400  ['1024 elements, 256 per warp']" in text  # (20 + 15) / (10 + 15)
     assert "keep 2: 1.000" in text
+    by_rows = tuning_report.report(tuning_report.kernels(tmp_path, by_rows=True), keep=1)
+    assert "reduction, rows of 1024, 2 candidates: 2 kernels" in by_rows  # the row length the rule reads
     assert tuning_report.main([str(tmp_path / "none")]) == 2
