@@ -36,7 +36,7 @@ from compiler.codegen.shared import (
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
 from compiler.codegen.triton_tiles import SizeLaunch, tiles
-from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, literal, typed_operands
+from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, literal, literal_operands, typed_operands
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
@@ -194,6 +194,8 @@ class _KernelWriter:
         cdt = compute_dtype(e.dtype)
         if op is Op.CAST:
             return self.tmp(e, self.cast(a[0], e.src[0].dtype, e.dtype))
+        if cdt in (torch.int64, torch.float64) and not self.in_index:  # (an address's constants fit int32)
+            a = literal_operands(e, a)
         if op is Op.BITCAST:  # at the operand's own width first (an int64 from an index may be int32)
             return self.tmp(e, f"({a[0]}).to({TL_DTYPE[e.src[0].dtype]}).to({TL_DTYPE[e.dtype]}, bitcast=True)")
         if op in (Op.AND, Op.OR):
@@ -203,11 +205,9 @@ class _KernelWriter:
             picked = f"{a[1]}, False" if op is Op.AND else f"True, {a[1]}"
             return self.tmp(e, f"tl.where({a[0]}, {picked})")
         if op in BINARY_INFIX:
-            if all(s.op is Op.CONST for s in e.src) and e.src[0].dtype == torch.float64:
-                # two literals make a Python float, which Triton types float32: an empty float64
-                # mean's 0.0 * nan then met a float64 operand in libdevice.fmod, which has no mixed
-                # overload (KeyError; fuzzer, crucible-triton on the H200, seed 9)
-                a = typed_operands(e, a, torch.float64)
+            # (two float64 literals, typed above: as Python floats Triton made an empty float64 mean's
+            # 0.0 * nan float32, which then met a float64 operand in libdevice.fmod, which has no
+            # mixed overload: KeyError; fuzzer, crucible-triton on the H200, seed 9)
             return self.tmp(e, f"{a[0]} {BINARY_INFIX[op]} {a[1]}")
         if op in PRECISE_FP32 and e.dtype == torch.float32 and not self.r.interpret:
             fn = PRECISE_FP32[op]

@@ -43,12 +43,31 @@ def literal(value: object, dtype: torch.dtype) -> str:
     return str(int(value))  # type: ignore[call-overload]
 
 
+def tensor_literal(value: object, dtype: torch.dtype) -> str:
+    """``value`` as a 0-d tensor of ``dtype`` (a bare literal is int32 or float32 to Triton)."""
+    code = literal(value, dtype)
+    return code if code.startswith("tl.") else f"tl.full([], {code}, {TL_DTYPE[dtype]})"
+
+
 def typed_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[str]:
     """``e``'s operand codes with each literal as a 0-d tensor of ``dtype``: a bare literal is float32
     to Triton, and libdevice picks its function by every operand's type (and a Python float has no
     ``.to``)."""
-    return [f"tl.full([], {literal(operand.arg, dtype)}, {TL_DTYPE[dtype]})" if operand.op is Op.CONST else code
+    return [tensor_literal(operand.arg, dtype) if operand.op is Op.CONST else code
             for operand, code in zip(e.src, codes)]
+
+
+def literal_operands(e: Expr, codes: list[str]) -> list[str]:
+    """The operands of an op over literals alone, each a 0-d tensor of its own dtype where that is
+    wider than Triton's literal types (int64, float64). Triton computes such an op in int32 or
+    float32: ``abs`` of an int64 0 (an argmax over a dim of size 1) was an int32 scalar, and the
+    int64 argmax over it masked its lanes with int64's minimum, which int32 refused (fuzzer,
+    crucible-interpret, seed 313). Other operands stay as they are (an op with a tensor operand
+    takes its type)."""
+    if not e.src or any(s.op is not Op.CONST for s in e.src):
+        return codes
+    return [tensor_literal(s.arg, s.dtype) if s.dtype in (torch.int64, torch.float64) else code
+            for s, code in zip(e.src, codes)]
 
 
 def libdevice_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[str]:

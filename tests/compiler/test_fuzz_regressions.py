@@ -85,6 +85,20 @@ def test_int64_select_of_literals_stays_int64(codegen: str, device: str) -> None
             assert torch.equal(g, w), (g, w)
 
 
+def test_an_op_of_int64_literals_stays_int64(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret --dynamic, seed 313: ``argmax(abs(argmax(x, 1)), 0)`` over a [2, 1]
+    input failed to run. The inner argmax over a dim of size 1 is the literal 0, Triton typed
+    ``abs(0)`` int32, and the outer argmax's int64 identity (int64's minimum) was out of its range."""
+    x = torch.randn(2, 1, device=device)
+    cases = [(lambda a: aten.argmax.default(aten.abs.default(aten.argmax.default(a, 1)), 0), x),
+             (lambda a: aten.argmin.default(aten.neg.default(aten.argmax.default(a, 1, True)), 0), x),
+             (lambda a: aten.add.Tensor(aten.abs.default(aten.mul.Tensor(aten.argmax.default(a, 1), 0)),
+                                        aten.full.default([2], -2**40, dtype=torch.int64, device=a.device)), x)]
+    for fn, arg in cases:
+        got, want = _compiled(fn, arg, codegen=codegen)(arg), fn(arg)
+        assert torch.equal(got, want), (got, want)
+
+
 def test_var_mean_over_an_empty_or_too_small_reduction(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 0: ``aten.var_mean.correction`` over a 0-size dim raised
     ZeroDivisionError in Triton's interpreter (a literal division by 0.0) and gave mean 0 where
