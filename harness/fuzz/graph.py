@@ -97,6 +97,16 @@ def _round_step(value: Any, dtype_name: str, index: int, terms: Any = None) -> A
     return value if dtype is None else value.to(dtype).to(value.dtype)
 
 
+def _signs(seed: int, index: int) -> Any:
+    """Random signs for noise stream ``index``: ``draw(shape, dtype)``. Antithetic pairs: seeds 2k and
+    2k + 1 draw the same signs, the second negated, so two noisy references always move a value both
+    ways (a scalar's two independent draws had the same sign one time in two, and its spread was 0;
+    seed 214's ceil(var) below)."""
+    gen = torch.Generator().manual_seed(seed // 2 * 1_000_003 + index)
+    flip = -1 if seed % 2 else 1
+    return lambda shape, dtype: (torch.randint(0, 2, shape, generator=gen).to(dtype) * 2 - 1) * flip
+
+
 def _rounding_noise(seed: int, float64_rounded: frozenset[int] = frozenset()) -> Any:
     def noise(value: Any, dtype_name: str, index: int, terms: Any = None) -> Any:
         dtype = _narrower(value, dtype_name)
@@ -104,12 +114,8 @@ def _rounding_noise(seed: int, float64_rounded: frozenset[int] = frozenset()) ->
                 and value.dtype == torch.float64)
         if dtype is None and not wide:
             return value
-        # antithetic pairs: seeds 2k and 2k + 1 draw the same signs, the second negated, so two noisy
-        # references always move a value both ways (a scalar's two independent draws had the same sign
-        # one time in two, and its spread was 0; seed 214's ceil(var) below)
-        gen = torch.Generator().manual_seed(seed // 2 * 1_000_003 + index)
-        flip = -1 if seed % 2 else 1
-        sign = (torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1) * flip
+        draw = _signs(seed, index)
+        sign = draw(value.shape, value.dtype)
         if wide:  # a float64 value is its own working dtype: one ulp (half of one would round back)
             dtype = torch.float64
             noisy = value * (1 + sign * torch.finfo(dtype).eps)
@@ -118,11 +124,50 @@ def _rounding_noise(seed: int, float64_rounded: frozenset[int] = frozenset()) ->
             noisy = torch.where(inexact, value * (1 + sign * (torch.finfo(dtype).eps / 2)), value)
         if isinstance(terms, torch.Tensor) and terms.shape == value.shape:
             # an accumulation's partial sums round at the magnitude of its terms (see ACCUMULATION_NOISE)
-            sign = (torch.randint(0, 2, value.shape, generator=gen).to(value.dtype) * 2 - 1) * flip
+            sign = draw(value.shape, value.dtype)
             step = sign * terms * (torch.finfo(_accumulator(dtype)).eps / 2)
             noisy = noisy + torch.where(torch.isfinite(step), step, torch.zeros_like(step))
         return noisy
     return noise
+
+
+# A layer or group norm's output is (x - mean) * rstd * w + b, every element of a row (a group) sharing
+# one mean, which a correct kernel computes to about a unit roundoff of its magnitude in its accumulator
+# (float32 for 16-bit floats). Where x is near the mean, that one rounding moves every output of the row
+# the same way: a float16 layer norm of 32,767 values 47.5 +- 0.09 (eager's mean 4e-7 off, Crucible's
+# -7e-7, both under a float32 ulp of 47.5) put Crucible's outputs +0.10 ulp off on average and eager's
+# -0.03 (+0.45 and -0.13 where |out| < 0.1), 24 standard errors apart (fuzzer,
+# crucible-interpret:extern=none, seed 333). Per-element noise averages out of such a mean error, so the
+# rounding-noise references move each row's output by what shifting its mean a unit roundoff of the
+# row's magnitude does, one sign per row (``_shifted_statistics``; the mean itself, output 1, keeps its
+# own noise, ACCUMULATION_NOISE).
+SHARED_STATISTICS = {"aten.native_layer_norm.default": "layer", "aten.native_group_norm.default": "group"}
+
+
+def _shifted_statistics(seed: int | None) -> Any:
+    """``shifted(working dtype, stream, kind, op, *args)``: ``op`` (a SHARED_STATISTICS op of that
+    kind) with its mean shifted as above; ``seed`` None: ``op`` as it is (the references that round
+    their steps)."""
+    def shifted(dtype_name: str, index: int, kind: str, op: Any, *args: Any) -> Any:
+        out, mean, rstd = op(*args)
+        dtype = _narrower(out, dtype_name)
+        if seed is None or dtype is None or mean.numel() == 0:
+            return out, mean, rstd
+        x = args[0]
+        if kind == "layer":  # (x, normalized_shape, weight, bias, eps); statistics keep x's dims, 1 over the row
+            magnitude = x.abs().mean(list(range(x.dim() - len(args[1]), x.dim())), keepdim=True)
+        else:  # (x, weight, bias, N, C, HxW, groups, eps); (N, G) statistics
+            magnitude = x.abs().reshape(args[3], args[6], -1).mean(-1)
+        step = _signs(seed, index)(mean.shape, mean.dtype) * magnitude * (torch.finfo(_accumulator(dtype)).eps / 2)
+        step = torch.where(torch.isfinite(step), step, torch.zeros_like(step)) * rstd
+        if kind == "layer":
+            moved = out - step * (args[2] if args[2] is not None else 1.0)
+        else:  # C = G * (C / G) channels on dim 1
+            n, c, groups = args[3], args[4], args[6]
+            step = step.reshape(n, groups, 1).expand(n, groups, c // groups).reshape(n, c)
+            moved = out - (step * (args[1] if args[1] is not None else 1.0)).reshape(n, c, *[1] * (out.dim() - 2))
+        return torch.where(torch.isfinite(moved), moved, out), mean, rstd
+    return shifted
 
 
 def _batch_norm_terms(dtype_name: str, x: Any, weight: Any, bias: Any, mean: Any, var: Any, momentum: float,
@@ -371,6 +416,9 @@ class FuzzGraph:
             body.append(f"    {line}")
             if not rounding_noise:
                 continue
+            if n.op in SHARED_STATISTICS:
+                body[-1] = body[-1].replace(f"{n.op}(", f"_shifted({n.out_meta[0][1]!r}, {i * 64 + 63}, "
+                                                           f"{SHARED_STATISTICS[n.op]!r}, {n.op}, ", 1)
             summed = TERMS_NOISE.get(n.op)
             if summed is not None and summed < len(n.outputs):  # not where the graph takes another output
                 magnitudes = VALUE_NAME.sub(lambda m: f"_absolute({m.group(0)}, integers)", n.expr)
@@ -399,6 +447,7 @@ class FuzzGraph:
         ns = namespace(reference)
         ns.update(_terms=_terms, _absolute=_absolute, **{name: globals()[name] for name in TERMS_OF.values()},
                   **{name: globals()[name] for name in _AS_WORKING.values()})
+        ns["_shifted"] = _shifted_statistics(rounding_noise)
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)

@@ -510,3 +510,79 @@ def test_a_wrong_log_softmax_still_fails() -> None:
     assert _judge(SEED_296, torch.log_softmax(x.float(), 0).double()) != ""
     assert _judge(SEED_296, _log_softmax_in_order(x, reverse=False, log_ulps=4096)) != ""
 
+
+
+# fuzzer, crucible-interpret:extern=none, seed 333: a float16 layer norm of 32,767 values 47.5 +- 0.09.
+# Crucible's float32 mean was 7e-7 off (a fifth of a float32 ulp of 47.5), eager's 4e-7 the other way,
+# and since every output of the row shares the mean, Crucible's were +0.10 ulp off on average against
+# eager's -0.03: "biased", 24 standard errors apart
+SEED_333 = FuzzGraph.from_json(
+    '{"inputs": [{"dtype": "float16", "layout": "contiguous", "profile": "shifted", "seed": 15865, "shape": [32767]}, '
+    '{"dtype": "float16", "layout": "contiguous", "profile": "normal", "seed": 0, "shape": [32767]}], '
+    '"nodes": [{"expr": "aten.native_layer_norm.default(x0, [32767], x1, None, 1e-05)[0]", '
+    '"op": "aten.native_layer_norm.default", "out_meta": [[[32767], "float16"]], "outputs": ["v0"], '
+    '"returns_tuple": false}], "outputs": ["v0"]}')
+
+
+def _layer_norm_with_mean_off(half_ulps: float) -> torch.Tensor:
+    """A float32 layer norm of SEED_333 whose mean is ``half_ulps`` float32 half-ulps of the row's
+    magnitude above float64's, rounded to float16 once."""
+    x, w = (t.double() for t in SEED_333.make_inputs())
+    mean = x.mean() + half_ulps * torch.finfo(torch.float32).eps / 2 * x.abs().mean()
+    rstd = 1 / torch.sqrt(((x - x.mean()) ** 2).mean() + 1e-5)
+    return (((x - mean) * rstd).float() * w.float()).half()
+
+
+def test_a_layer_norm_mean_rounded_in_float32_passes_by_the_shared_mean_noise() -> None:
+    import compiler
+
+    x, w = SEED_333.make_inputs()
+    fn = SEED_333.function()
+    out = compiler.compile_graph(compiler.trace_aten(fn, x, w), [x, w], codegen="triton", extern="none")(x, w)
+    assert _judge(SEED_333, out[0] if isinstance(out, (tuple, list)) else out) == ""  # Crucible's kernels
+    for half_ulps in (-1.0, -0.4, 0.4, 1.0):  # any mean within a float32 rounding of the row's magnitude
+        assert _judge(SEED_333, _layer_norm_with_mean_off(half_ulps)) == "", half_ulps
+    assert "biased" in _judge(SEED_333, _layer_norm_with_mean_off(0.4), spread=False)  # without the noise
+
+
+def test_a_layer_norm_mean_several_float32_ulps_off_still_fails() -> None:
+    """The shared-mean noise is one float32 rounding at the row's magnitude: a mean 2 ulps off fails
+    the bias check (-1.29 ulp against a bound of 0.69). (Between 4 and about 30 ulps the relative
+    check fails first, and the allowance for relative error after a norm's cancellation leaves the
+    output to the RMSE tolerance; it fails a mean 32 ulps off, and a float16 mean by far.)"""
+    assert "biased" in _judge(SEED_333, _layer_norm_with_mean_off(4.0))
+    assert "RMSE" in _judge(SEED_333, _layer_norm_with_mean_off(64.0))
+    x, w = (t.double() for t in SEED_333.make_inputs())
+    mean16 = x.half().mean(dtype=torch.float16).double()
+    rstd = 1 / torch.sqrt(((x - x.mean()) ** 2).mean() + 1e-5)
+    assert _judge(SEED_333, (((x - mean16) * rstd).float() * w.float()).half()) != ""
+
+
+def test_the_shared_mean_noise_moves_each_group_of_a_group_norm_one_way() -> None:
+    """Group norm's statistics are per (sample, group): a noisy reference moves all of a group's
+    outputs by one mean shift, a float32 half-ulp of the group's magnitude (times rstd and weight),
+    and its antithetic partner by the opposite one; layer norm's by row alike."""
+    from harness.fuzz.graph import _shifted_statistics
+
+    aten = torch.ops.aten
+    x = (torch.randn(2, 6, 16, dtype=torch.float64) * 0.01 + 40).half().double()
+    w = torch.rand(6, dtype=torch.float64) + 0.5
+    args = (x, w, None, 2, 6, 16, 3, 1e-5)
+    plain, mean, rstd = aten.native_group_norm.default(*args)
+    half_ulp = torch.finfo(torch.float32).eps / 2 * x.abs().reshape(2, 3, -1).mean(-1)
+    shifts = []
+    for seed in (0, 1):
+        out, same_mean, same_rstd = _shifted_statistics(seed)("float16", 63, "group", aten.native_group_norm.default, *args)
+        assert torch.equal(same_mean, mean) and torch.equal(same_rstd, rstd)  # output 1 has noise of its own
+        step = -((out - plain) / w[None, :, None]).reshape(2, 3, -1) / rstd[:, :, None]  # the mean's shift
+        assert torch.allclose(step, step[:, :, :1].expand_as(step), rtol=1e-6, atol=0)  # one per group
+        assert torch.allclose(step[:, :, 0].abs(), half_ulp, rtol=1e-6)
+        shifts.append(step[:, :, 0])
+    assert torch.equal(torch.sign(shifts[0]), -torch.sign(shifts[1]))  # the antithetic pair: both ways
+    x2 = x.reshape(12, 16)
+    out, _, rstd2 = _shifted_statistics(0)("float16", 63, "layer", aten.native_layer_norm.default, x2, [16], None, None, 1e-5)
+    step = -(out - aten.native_layer_norm.default(x2, [16], None, None, 1e-5)[0]) / rstd2
+    assert torch.allclose(step.abs(), (torch.finfo(torch.float32).eps / 2 * x2.abs().mean(1, keepdim=True)).expand_as(step),
+                          rtol=1e-6)
+    assert _shifted_statistics(None)("float16", 63, "layer", aten.native_layer_norm.default, x2, [16], None, None,
+                                     1e-5)[0].equal(aten.native_layer_norm.default(x2, [16], None, None, 1e-5)[0])
