@@ -484,11 +484,15 @@ class ParityOracle:
                    if st is not None and st.shape == shape and st.is_floating_point() and not st.is_complex()]
         reason = self._relative_at(result, dtype, c64, e64, r64, samples)
         # the positions the modelled rounding alone moves past the slack (values out of cancellation:
-        # gelu's tail, a cancelling sum) would set a bound that forgives every other position
+        # gelu's tail, a cancelling sum) would set a bound that forgives every other position. Where
+        # they are most of the output, the few others are no safer: two noise streams whose effects
+        # cancel in one reference cancel in its antithetic partner too, so a sensitive position can look
+        # still in both (fuzzer, crucible-cpp, seed 336: fmod by 1.3e-38 of a float64 addcdiv, 126 of 128
+        # positions moved by 1e16 ulps, and a 1-ulp difference of the addcdiv failed at 1 of the 2 left)
         kept = torch.ones_like(r64, dtype=torch.bool)
         for s64 in samples:
             kept &= ~(_ulp_distance(s64, r64, dtype) > ULP_SLACK[dtype])  # (NaN compares False: kept)
-        if not reason and kept.any() and not kept.all():
+        if not reason and kept.any() and 2 * kept.sum() >= kept.numel() and not kept.all():
             reason = self._relative_at(result, dtype, c64[kept], e64[kept], r64[kept], [s[kept] for s in samples])
         return reason
 

@@ -586,3 +586,28 @@ def test_the_shared_mean_noise_moves_each_group_of_a_group_norm_one_way() -> Non
                           rtol=1e-6)
     assert _shifted_statistics(None)("float16", 63, "layer", aten.native_layer_norm.default, x2, [16], None, None,
                                      1e-5)[0].equal(aten.native_layer_norm.default(x2, [16], None, None, 1e-5)[0])
+
+
+# fuzzer, crucible-cpp, seed 336: fmod by a float32 1.3e-38 of a float64 addcdiv. Crucible's C++ divides
+# by the scalar as a product with its reciprocal, an ulp from eager's quotient at 17 of 128 positions,
+# and the fmod turns an ulp of its ~1.5 dividend into anything in [0, 1.3e-38). The noise moved 126 of
+# the 128 results by ~1e16 ulps; at the other 2 its two streams (the hardshrink's and the addcdiv's)
+# cancelled, in both antithetic references, and the relative check's second pass judged those 2 alone
+SEED_336 = FuzzGraph.from_json(
+    '{"inputs": [{"dtype": "float64", "layout": "contiguous", "profile": "normal", "seed": 0, "shape": [8, 16]}, '
+    '{"dtype": "float64", "layout": "contiguous", "profile": "normal", "seed": 0, "shape": []}, '
+    '{"dtype": "float32", "layout": "contiguous", "profile": "tiny_huge", "seed": 0, "shape": [1]}], '
+    '"nodes": [{"expr": "aten.hardshrink.default(x0)", "op": "aten.hardshrink.default", "out_meta": [[[8, 16], "float64"]], '
+    '"outputs": ["v0"], "returns_tuple": false}, {"expr": "aten.addcdiv.default(x0, v0, x1)", "op": "aten.addcdiv.default", '
+    '"out_meta": [[[8, 16], "float64"]], "outputs": ["v1"], "returns_tuple": false}, {"expr": "aten.fmod.Tensor(v1, x2)", '
+    '"op": "aten.fmod.Tensor", "out_meta": [[[8, 16], "float64"]], "outputs": ["v14"], "returns_tuple": false}], '
+    '"outputs": ["v14"]}')
+
+
+def test_an_output_the_noise_moves_almost_everywhere_is_not_judged_by_its_few_still_positions() -> None:
+    x0, x1, x2 = SEED_336.make_inputs()
+    aten = torch.ops.aten
+    quotient = x0 + aten.hardshrink.default(x0) * (1 / x1)  # Crucible's C++: the reciprocal's product
+    compiled = aten.fmod.Tensor(quotient, x2)
+    assert not torch.equal(compiled, SEED_336.function()(x0, x1, x2)[0])  # the test means something
+    assert _judge(SEED_336, compiled) == ""
