@@ -4,7 +4,7 @@ Inductor and Crucible, in float32 and under bfloat16 autocast (float32 weights).
 
     python -m harness.bench.training [--models resnet50 bert_base] [--dtypes fp32 bf16] [--tiny]
                                       [--backends eager inductor crucible ...] [--steps 20]
-                                      [--device cuda|cpu] [--jobs 4] [--timeout 900] [--markdown FILE]
+                                      [--device cuda|cpu] [--jobs 4] [--timeout 900] [--budget S] [--markdown FILE]
 
 Backends: ``eager``; ``inductor`` and ``crucible``: the model compiled, loss, backward and the
 optimizer step eager; ``inductor-ro`` and ``crucible-cg``: the model compiled with CUDA graphs
@@ -365,11 +365,16 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny stand-ins of each model: a smoke check of the script")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per model and dtype (default 900)")
     parser.add_argument("--jobs", type=int, default=1, help="rows run at once: compiles overlap, timings alone")
+    parser.add_argument("--budget", type=float,
+                        help="seconds for all rows: a row gets at most what is left as its timeout, rows not "
+                             "started with a minute left are listed as not run")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.steps < 1:
         parser.error(f"--jobs {args.jobs} --steps {args.steps}: both must be at least 1")
+    if args.budget is not None and args.budget <= 0:
+        parser.error(f"--budget {args.budget}: give the seconds all rows may take, more than 0")
     if args.backends[0] != "eager" and "eager" in args.backends:
         parser.error("--backends: put eager first (it is the parity reference)")
     if args.device == "cuda" and not torch.cuda.is_available():
@@ -392,7 +397,8 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
             + (f" ({row['error']})" if "error" in row else ""), flush=True)
 
     def not_run(job: tuple[str, str]) -> dict:
-        return {"model": job[0], "dtype": job[1], "error": "not run", "backends": {}}
+        why = "not run" if args.budget is None else f"not run: too little of the --budget of {args.budget:.0f} s was left"
+        return {"model": job[0], "dtype": job[1], "error": why, "backends": {}}
 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="crucible-train-turns-") as tmp, \
@@ -400,7 +406,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
                                                    "CRUCIBLE_COMPILE_THREADS": str(share)}, environment_override):
         lock = str(Path(tmp) / "turns.lock") if args.jobs > 1 else None
         results = run_all(todo, lambda job, timeout: run_isolated(job[0], job[1], args, timeout, lock), args.jobs,
-                          None, args.timeout, done, not_run)
+                          args.budget, args.timeout, done, not_run, 1.0 if args.tiny else min(60.0, args.timeout))
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
     text = (f"device: {device}, torch {torch.__version__}" + (", tiny models" if args.tiny else "") +
             f"; AdamW(foreach, lr {LR}); median of {args.steps} steps; {args.jobs} rows at once "

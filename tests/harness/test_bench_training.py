@@ -47,6 +47,15 @@ def test_bad_arguments_are_clear_errors(capsys) -> None:
     with pytest.raises(SystemExit):
         training.main(["--backends", "crucible", "eager", "--device", "cpu"])
     assert "put eager first" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        training.main(["--budget", "0", "--device", "cpu"])
+    assert "--budget 0" in capsys.readouterr().err
+
+
+def test_rows_past_the_budget_are_listed_as_not_run(capsys) -> None:
+    assert training.main(["--tiny", "--device", "cpu", "--models", "resnet50", "--dtypes", "fp32",
+                          "--backends", "eager", "crucible", "--budget", "0.5"]) == 0
+    assert "resnet50 fp32: not run: too little of the --budget of 0 s was left" in capsys.readouterr().out
 
 
 def test_saved_bytes_counts_activations_not_the_model() -> None:
