@@ -221,6 +221,13 @@ inline float madd(float a, float b, float c) {
   return a * b + c;
 #endif
 }
+inline double madd(double a, double b, double c) {
+#ifdef __FMA__
+  return __builtin_fma(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
 
 // exp for float32 that g++ vectorizes (std::exp is a libm call it cannot vectorize without
 // -ffast-math). Cephes' expf: Cody-Waite reduction by ln2, a degree-6 polynomial, and a scale

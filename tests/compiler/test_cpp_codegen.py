@@ -141,6 +141,36 @@ def test_long_row_sum_is_accurate():
     assert cpp_err <= max(4 * eager_err, 1e-6 * reference.abs().max())
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_a_sum_of_products_accumulates_as_a_fused_multiply_add(dtype):
+    """Sums of same-dtype float products take one rounding a term (``fusable_product``; -ffp-contract
+    is off, so ``acc + a * b`` was two roundings and two vector ops): within the long-row test's bound of
+    eager's error (the orders of the sums differ), in
+    short rows and long cascaded ones, with the product's other users unchanged."""
+    torch.manual_seed(0)
+    for rows, cols in ((64, 1024), (2, 1 << 17)):
+        a, b = torch.randn(rows, cols, dtype=dtype), torch.randn(rows, cols, dtype=dtype)
+        fn = lambda a, b: ((a * b).sum(-1), (a * b)[:, :3] + 1)
+        (got, head), report = compiled_run(fn, (a, b), "cpp")
+        assert "crucible::madd(" in "".join(k.source for g in report.graphs for k in g.kernels)
+        torch.testing.assert_close(head, (a * b)[:, :3] + 1, rtol=0, atol=0)
+        if dtype == torch.float64:
+            torch.testing.assert_close(got, (a * b).sum(-1))
+            continue
+        exact = (a.double() * b.double()).sum(-1)
+        eager_err = ((a * b).sum(-1).double() - exact).abs().max()  # the sums' orders differ: as the
+        assert (got.double() - exact).abs().max() <= 4 * eager_err + 1e-7 * exact.abs().max()  # long-row test
+
+
+def test_a_sum_of_16_bit_products_rounds_each_product():
+    """A bfloat16 product rounds to bfloat16 before its sum (eager's value): no fused accumulation."""
+    a, b = torch.randn(8, 512, dtype=torch.bfloat16), torch.randn(8, 512, dtype=torch.bfloat16)
+    for fn in (lambda a, b: (a * b).sum(-1), lambda a, b: (a * b).float().sum(-1)):
+        got, report = compiled_run(fn, (a, b), "cpp")
+        assert "crucible::madd(" not in "".join(k.source for g in report.graphs for k in g.kernels)
+        torch.testing.assert_close(got, fn(a, b))
+
+
 def test_two_cascaded_passes_in_one_scope():
     """Regression (timm poolformer_s24: 'redeclaration of int flush'): a whole-tensor group norm
     makes two long cascaded sum passes in the kernel's one scope, each with its flush counter."""
