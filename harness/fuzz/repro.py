@@ -175,6 +175,22 @@ def _values_source() -> str:
     return source.split("from __future__ import annotations\n", 1)[1].replace("import torch\n", "", 1)
 
 
+def _helper_sources() -> list[str]:
+    """The oracle's and the graph's helpers that a repro embeds, as source text."""
+    return [inspect.getsource(fn) for fn in (oracle.signed_error_ulps, oracle.mean_and_standard_error,
+                                             oracle.ulp_errors, oracle._rms)]
+
+
+def _working_dtype_sources() -> list[str]:
+    return [inspect.getsource(getattr(fuzz_graph, name)) for name in fuzz_graph._AS_WORKING.values()]
+
+
+# Read once, when the campaign imports this module: ``inspect.getsource`` reads a file as it is on disk
+# at the call, at the line numbers of the code loaded earlier, so a campaign whose checkout was edited
+# while it ran wrote repros embedding the wrong lines of the edited file in place of its helpers.
+VALUES_SOURCE, HELPER_SOURCES, WORKING_DTYPE_SOURCES = _values_source(), _helper_sources(), _working_dtype_sources()
+
+
 def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Result, how_found: str = "",
                 tiers: bool = True) -> str:
     """The text of a standalone repro script for ``graph`` failing on ``target`` as ``record`` says;
@@ -191,7 +207,7 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         header.append(f"# raised at: {where}")
     header.append("# Run: python repro.py  (exit 1 while it reproduces; needs torch and the target)")
     body = [
-        "import contextlib", "import math", "import sys", "", "import torch", "", _values_source().strip(), "",
+        "import contextlib", "import math", "import sys", "", "import torch", "", VALUES_SOURCE.strip(), "",
         f"TARGET = {target!r}", f"BACKEND = {backend!r}", f"CHECKED = {t.checked!r}",
         f"OPTIONS = {dict(t.options) or None!r}", f"DEVICE = {t.device!r}",
         f"EXPECTED = {'outputs as eager computes them (NaN/inf positions, integers exact, float error no worse than eager)'!r}",
@@ -203,10 +219,7 @@ def write_repro(graph: FuzzGraph, target: str, device: str | None, record: Resul
         f"ULP_DTYPES = ({''.join(f'torch.{d}, '.replace('torch.torch.', 'torch.') for d in oracle.ULP_DTYPES)})",
         f"ULP_RATIO = {oracle.ULP_RATIO!r}",
         "ULP_SLACK = {" + ", ".join(f"{d}: {v!r}" for d, v in oracle.ULP_SLACK.items()) + "}", "",
-        inspect.getsource(oracle.signed_error_ulps), inspect.getsource(oracle.mean_and_standard_error),
-        inspect.getsource(oracle.ulp_errors), inspect.getsource(oracle._rms),
-        f"BIT_PARTNER = {fuzz_graph.BIT_PARTNER!r}",
-        *[inspect.getsource(getattr(fuzz_graph, name)) for name in fuzz_graph._AS_WORKING.values()],
+        *HELPER_SOURCES, f"BIT_PARTNER = {fuzz_graph.BIT_PARTNER!r}", *WORKING_DTYPE_SOURCES,
         "WORKING_DTYPE_OPS = {" + ", ".join(f"{n!r}: {n}" for n in fuzz_graph._AS_WORKING.values()) + "}",
         f"SOURCE = '''\n{graph.source()}'''",
         f"REFERENCE_SOURCE = '''\n{graph.source(reference=True)}'''", _RUNNER,

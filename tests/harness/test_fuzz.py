@@ -135,6 +135,23 @@ def test_repro_script_reproduces_a_real_graph(tmp_path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_a_repro_embeds_the_helpers_as_loaded_when_the_campaign_started(monkeypatch) -> None:
+    """Regression: ``inspect.getsource`` at write time reads the file as it is on disk then, at the
+    line numbers of the code loaded at the start, so a campaign whose checkout was edited while it ran
+    stored repros embedding other lines of the edited oracle in place of its helpers."""
+    import inspect
+
+    from harness.fuzz.graph import FuzzGraph, Node
+    from harness.fuzz.repro import write_repro
+
+    graph = FuzzGraph([{"shape": [3], "dtype": "float32", "profile": "normal", "seed": 0}],
+                      [Node("aten.abs.default", "aten.abs.default(x0)", ["v0"], [([3], "float32")])], ["v0"])
+    record = _result(Status.FAIL_ACCURACY, op="aten.abs.default")
+    before = write_repro(graph, "eager", None, record)
+    monkeypatch.setattr(inspect, "getsource", lambda obj: "def edited_since():\n    pass\n")  # the file changed
+    assert write_repro(graph, "eager", None, record) == before
+
+
 def test_command_lines_are_shell_quoted_and_repro_headers_stay_comments() -> None:
     """The command a campaign was found by and the report command it prints are shell-quoted; text
     embedded in a repro's header (an error, that command) cannot end its comment lines."""
