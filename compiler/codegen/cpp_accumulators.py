@@ -32,6 +32,7 @@ class Accumulator:
     name: str
     lanes: int
     cascade: bool  # the pass flushes float sums into cascades
+    short: bool = False  # ... which never leave their first level: a second lane array (``_c``)
 
     @property
     def is_arg(self) -> bool:
@@ -53,9 +54,27 @@ class Accumulator:
         t = cvalue_type(e.dtype)
         lines = [f"{t} {acc}[{lanes}];",
                  f"for (int j = 0; j < {lanes}; ++j) {acc}[j] = {reduce_init(op, e.dtype)};"]
-        if self.flushes:
+        if self.flushes and self.short:
+            lines += [f"{t} {acc}_c[{lanes}];", f"for (int j = 0; j < {lanes}; ++j) {acc}_c[j] = {t}(0);"]
+        elif self.flushes:
             lines.append(f"crucible::SumCascade<{t}, {lanes}> {acc}_c;")
         return lines
+
+    def push(self) -> str:
+        """A flush of the lanes into the cascade (``SumCascade::push``'s first level, spelled inline
+        for a short cascade)."""
+        acc, lanes = self.name, self.lanes
+        if self.short:
+            t = cvalue_type(self.reduce.dtype)
+            return f"for (int j = 0; j < {lanes}; ++j) {{ {acc}_c[j] = {acc}_c[j] + {acc}[j]; {acc}[j] = {t}(0); }}"
+        return f"{acc}_c.push({acc});"
+
+    def finish(self) -> str:
+        """Each lane's own total into its slot (the column layout: one output point a lane)."""
+        acc, t = self.name, cvalue_type(self.reduce.dtype)
+        if self.short:
+            return f"crucible::short_cascade_finish<{t}, {self.lanes}>({acc}_c, {acc});"
+        return f"{acc}_c.finish({acc});"
 
     def update(self, w: ExprWriter, lane: str) -> None:
         """Fold the reduction's input at the current point into slot ``lane`` (lines into ``w``'s scope)."""
@@ -99,6 +118,8 @@ class Accumulator:
             vt = cvalue_type(e.src[0].dtype)
             is_max = str(e.arg is ReduceOp.ARGMAX).lower()
             return f"crucible::fold_arg<{is_max}, {vt}, {lanes}>({acc}, {acc}_i, {best_value})"
+        if self.flushes and self.short:
+            return f"crucible::short_cascade_total<{cvalue_type(e.dtype)}, {lanes}>({acc}_c, {acc})"
         if self.flushes:
             return f"{acc}_c.total({acc})"
         return f"{FOLD[e.arg]}<{cvalue_type(e.dtype)}, {lanes}>({acc})"
@@ -117,6 +138,7 @@ def fusable_product(e: Expr) -> bool:
             and src.dtype == e.dtype and all(s.dtype == e.dtype for s in src.src))
 
 
-def accumulators(w: ExprWriter, reduces: tuple[Expr, ...], lanes: int, cascade: bool) -> list[Accumulator]:
+def accumulators(w: ExprWriter, reduces: tuple[Expr, ...], lanes: int, cascade: bool,
+                 short: bool = False) -> list[Accumulator]:
     """One accumulator per reduction, named in order."""
-    return [Accumulator(e, w.fresh("acc"), lanes, cascade) for e in reduces]
+    return [Accumulator(e, w.fresh("acc"), lanes, cascade, short) for e in reduces]

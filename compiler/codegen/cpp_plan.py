@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from compiler import ir, sizes
+from compiler.codegen.cpp_lang import VECTOR_MATH
 from compiler.codegen.shared import ExprLevels, compute_dtype
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.scheduler import Kernel, Level, Store
@@ -33,11 +34,24 @@ LANE_BYTES = 128  # reduction lanes per accumulator: 32 floats / 16 doubles (sev
 # 512-wide rows alike either way).
 LONG_ROW = 512
 LONG_ROW_LANE_BYTES = 256
+# A pass whose reduced values go through the prelude's vectorized exp, erf or log (20-30 vector
+# instructions an element) keeps one vector of lanes: the math hides the add latency that more lanes
+# are for, and with LONG_ROW_LANE_BYTES the body was unrolled four times and spilled its constants and
+# accumulators (softmax 8192x1024's exp-and-sum pass, kernel alone, 2-core Xeon, three processes:
+# 0.90-1.05x eager with 64 lanes, 0.97-1.05x with 32, 1.05-1.19x with 16).
+MATH_LANE_BYTES = 64
 # Lane iterations between flushes of a float sum into its cascade: 16, as ATen's cascade sum steps,
 # so no lane adds more than 16 values in a row (256 let a sum of 3136 sin values, 49 a lane, err
 # 3.6e-5 where eager's is 7.7e-6: fuzzer, crucible-cpp, seed 27; now 9.6e-6). Costs the CPU's
 # softmax/layer_norm 8192-wide rows 5-10% (noisy machine; harness/bench/RESULTS.md).
 CASCADE_BLOCK = 16
+# The prelude's SumCascade adds a level every CASCADE_FAN pushes (its FAN). An accumulation of at most
+# that many pushes (the final one included) never leaves the first level, so it is spelled as a
+# second lane array beside the first (``Pass.short_cascade``): the same sums, bit for bit, where the
+# object's level arrays and counters kept g++ from holding the lanes in registers (softmax 8192x1024's
+# exp-and-sum pass with 16 lanes, kernel alone, 2-core Xeon: 0.85-1.01x eager as a SumCascade, 1.00-1.04x
+# as two arrays).
+CASCADE_FAN = 16
 INNER_TILE = 1 << 14  # a long innermost dim is split into tiles when the outer dims are too few to share
 # A reduction at least this long with fewer outer points than SPLIT_MAX_XNUMEL is cut into
 # chunks reduced in parallel (at most SPLIT_MAX_CHUNKS; fixed at render time, not by the
@@ -103,6 +117,7 @@ class Pass:
     stores: tuple[Store, ...]
     lanes: int
     cascade: bool
+    short_cascade: bool = False  # the cascade never leaves its first level (CASCADE_FAN)
 
 
 @dataclass(frozen=True)
@@ -158,8 +173,9 @@ def plan_reduction(k: Kernel, levels: ExprLevels | None = None) -> ReductionPlan
         passes = tuple(Pass(r, s, 1, False) for r, s in groups)
         return ReductionPlan(Layout.WINDOW, tuple(reduces), passes, x_stores)
     if one_pass and column_layout(k, live):
-        passes = tuple(Pass(r, s, tile_width(k, r), k.rnumel > CASCADE_BLOCK and any(map(cascaded, r)))
-                       for r, s in groups)
+        cascades = [k.rnumel > CASCADE_BLOCK and any(map(cascaded, r)) for r, _ in groups]
+        passes = tuple(Pass(r, s, tile_width(k, r), c, c and _short_cascade(k.rnumel if isinstance(k.rnumel, int) else None))
+                       for (r, s), c in zip(groups, cascades))
         return ReductionPlan(Layout.COLUMN, tuple(reduces), passes, x_stores)
     split = split_count(k) if one_pass else 1
     passes = tuple(row_pass(k, r, s, split) for r, s in groups)
@@ -201,7 +217,26 @@ def row_pass(k: Kernel, reduces: tuple[Expr, ...], stores: tuple[Store, ...], sp
     lanes = row_lanes(k, reduces)
     # symbolic rows (``compiler.sizes``) may be long: they cascade
     long_rows = not isinstance(k.rnumel, int) or k.rnumel // split > CASCADE_BLOCK * lanes
-    return Pass(reduces, stores, lanes, long_rows and any(map(cascaded, reduces)))
+    cascade = long_rows and any(map(cascaded, reduces))
+    return Pass(reduces, stores, lanes, cascade, cascade and _short_cascade(_lane_iterations(k, split, lanes)))
+
+
+def _lane_iterations(k: Kernel, split: int, lanes: int) -> int | None:
+    """At most how many times a rows/split pass's lane loop runs for one accumulation (its flush
+    counter's count; a chunk's under split); None for symbolic sizes."""
+    rr = k.rranges
+    if not all(isinstance(r, int) for r in rr):
+        return None
+    first = -(-rr[0] // split)
+    if len(rr) == 1:
+        return -(-first // lanes)
+    return first * math.prod(rr[1:-1]) * -(-rr[-1] // lanes)
+
+
+def _short_cascade(iterations: int | None) -> bool:
+    """Whether a cascade flushed every CASCADE_BLOCK of ``iterations`` lane iterations, plus the final
+    push, stays within its first level (``CASCADE_FAN`` pushes)."""
+    return iterations is not None and iterations // CASCADE_BLOCK + 1 <= CASCADE_FAN
 
 
 def row_lanes(k: Kernel, reduces: tuple[Expr, ...]) -> int:
@@ -211,7 +246,25 @@ def row_lanes(k: Kernel, reduces: tuple[Expr, ...]) -> int:
     if not isinstance(inner, int):  # a symbolic row: the short rows' lanes, the tail loop takes the rest
         return LANE_BYTES // _widest(reduces)
     lane_bytes = LONG_ROW_LANE_BYTES if inner >= LONG_ROW else LANE_BYTES
+    if _vector_math(reduces):
+        lane_bytes = MATH_LANE_BYTES
     return min(lane_bytes // _widest(reduces), 1 << (inner.bit_length() - 1))
+
+
+def _vector_math(reduces: tuple[Expr, ...]) -> bool:
+    """Whether the values ``reduces`` fold in this pass go through a float32 exp, erf or log (the
+    prelude's vectorized math; ``cpp_lang.VECTOR_MATH``), not counting earlier passes' reductions."""
+    stack, seen = [e.src[0] for e in reduces], set()
+    while stack:
+        node = stack.pop()
+        if node in seen:
+            continue
+        seen.add(node)
+        if node.op in VECTOR_MATH and node.dtype == torch.float32:
+            return True
+        if node.op is not Op.REDUCE:
+            stack.extend(node.src)
+    return False
 
 
 def tile_width(k: Kernel, reduces: tuple[Expr, ...]) -> int:

@@ -154,7 +154,7 @@ def _column(w: ExprWriter, plan: ReductionPlan) -> list[str]:
     # tile w unravels over (outer dims but the last, tiles): the division spelled even by 1
     for i, (stride, modulus) in enumerate(unravel_terms(k.ranges[:last] + (ntiles,))[:last]):
         head.append(f"const int64_t x{i} = (w / {stride})" + (f" % {modulus};" if modulus else ";"))
-    accs = accumulators(w, p.reduces, xb, p.cascade)
+    accs = accumulators(w, p.reduces, xb, p.cascade, p.short_cascade)
     head += [line for acc in accs for line in acc.declare()]
     w.xscope = None
     scope = Scope(w.root)
@@ -163,14 +163,14 @@ def _column(w: ExprWriter, plan: ReductionPlan) -> list[str]:
     for acc in accs:
         acc.update(w, "j")
     loop = block("for (int64_t j = 0; j < width; ++j)", scope.lines)
-    flush = [f"{acc.name}_c.push({acc.name});" for acc in accs if acc.flushes]
+    flush = [acc.push() for acc in accs if acc.flushes]
     if flush:
         counter = w.fresh("flush")  # passes may share a scope: one counter each
         head.append(f"int {counter} = 0;")
         loop += block(f"if (++{counter} == {CASCADE_BLOCK})", [f"{counter} = 0;", *flush])
     for d in reversed(range(len(rr))):
         loop = block(f"for (int64_t r{d} = 0; r{d} < {rr[d]}; ++r{d})", loop)
-    finish = [f"{acc.name}_c.finish({acc.name});" for acc in accs if acc.flushes]
+    finish = [acc.finish() for acc in accs if acc.flushes]
     out = Scope(w.root)
     w.scope = out
     out.lines.append(f"const int64_t x{last} = base + j;")
@@ -245,7 +245,7 @@ def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int 
         main_lo, main_hi, tail_hi = "0", f"({size_code(rr[last])} / {lanes} * {lanes})", size_code(rr[last])
     else:
         main_lo, main_hi, tail_hi = "0", str(rr[last] // lanes * lanes), str(rr[last])
-    accs = accumulators(w, p.reduces, lanes, p.cascade)
+    accs = accumulators(w, p.reduces, lanes, p.cascade, p.short_cascade)
     head += [line for acc in accs for line in acc.declare()]
     flush = any(acc.flushes for acc in accs)
     counter = w.fresh("flush") if flush else ""  # passes may share a scope: one counter each
@@ -257,7 +257,7 @@ def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int 
     tail_body = body(f"r{last} - {main_hi}", "rt")
     inner = block(f"for (int64_t j = 0; j < {lanes}; ++j)", main_body)
     if flush:
-        push = [f"{acc.name}_c.push({acc.name});" for acc in accs if acc.flushes]
+        push = [acc.push() for acc in accs if acc.flushes]
         inner += block(f"if (++{counter} == {CASCADE_BLOCK})", [f"{counter} = 0;", *push])
     loop = block(f"for (int64_t rb = {main_lo}; rb < {main_hi}; rb += {lanes})", (ahead or []) + inner)
     if main_hi != tail_hi:

@@ -171,6 +171,38 @@ def test_a_sum_of_16_bit_products_rounds_each_product():
         torch.testing.assert_close(got, fn(a, b))
 
 
+@pytest.mark.parametrize("fn, shape, short", [
+    (lambda x: torch.softmax(x, -1), (64, 1024), True),  # exp-and-sum pass: 16 lanes, 64 lane iterations
+    (lambda x: x.sum(-1), (8, 12_000), True),  # rows layout, 64 lanes, 187 iterations
+    (lambda x: x.exp().sum(-1), (64, 70_000), False),  # 16 lanes, 4375 iterations: past CASCADE_FAN pushes
+    (lambda x: x.sum(0), (200, 64), True),  # column layout: each lane finishes its own total
+    (lambda x: x.sum(0), (3000, 64), False),
+])
+def test_a_short_cascade_sums_bit_for_bit_as_the_cascade_object(fn, shape, short, monkeypatch):
+    """A cascade that never leaves its first level is spelled as a second lane array
+    (``cpp_plan._short_cascade``); its sums equal the SumCascade's bit for bit, -0.0 and all."""
+    from compiler.codegen import cpp_plan
+
+    torch.manual_seed(0)
+    x = torch.randn(*shape) * 3
+    x.view(-1)[::7] = -0.0
+    got, report = compiled_run(fn, (x,), "cpp")
+    monkeypatch.setattr(cpp_plan, "_short_cascade", lambda iterations: False)
+    whole, whole_report = compiled_run(fn, (x,), "cpp")
+    source, whole_source = ("".join(k.source for g in r.graphs for k in g.kernels) for r in (report, whole_report))
+    assert "SumCascade" in whole_source and ("SumCascade" in source) == (not short), source
+    assert ("short_cascade_" in source) == short
+    assert torch.equal(got, whole) and torch.equal(got.signbit(), whole.signbit())
+    torch.testing.assert_close(got, fn(x), rtol=2e-6, atol=1e-5)
+
+
+def test_a_pass_of_vector_math_keeps_one_vector_of_lanes():
+    """Softmax's exp-and-sum pass takes 16 float lanes (``MATH_LANE_BYTES``), its max pass 64."""
+    _, report = compiled_run(lambda x: torch.softmax(x, -1), (torch.randn(16, 1024),), "cpp")
+    source = report.graphs[0].kernels[0].source
+    assert "float acc0[64];" in source and "crucible::exp_f32" in source and "float acc4[16];" in source, source
+
+
 def test_two_cascaded_passes_in_one_scope():
     """Regression (timm poolformer_s24: 'redeclaration of int flush'): a whole-tensor group norm
     makes two long cascaded sum passes in the kernel's one scope, each with its flush counter."""

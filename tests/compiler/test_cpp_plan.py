@@ -57,8 +57,11 @@ def test_softmax_takes_three_passes_and_keeps_exp_in_its_output_row() -> None:
     assert [[r.arg for r in p.reduces] for p in plan.passes] == [[ReduceOp.MAX], [ReduceOp.SUM], []]
     assert [len(p.stores) for p in plan.passes] == [0, 0, 1]
     # rows of 700 >= LONG_ROW: 256 bytes of float32 lanes (the store pass has no accumulator, so
-    # 256 one-byte "lanes": its loop is unrolled by 256); 700 / 64 lanes is too few for a cascade
-    assert [(p.lanes, p.cascade) for p in plan.passes] == [(64, False), (64, False), (256, False)]
+    # 256 one-byte "lanes": its loop is unrolled by 256); 700 / 64 lanes is too few for a cascade. The
+    # exp-and-sum pass keeps one vector (MATH_LANE_BYTES): 16 lanes, 44 values each, so a cascade, one
+    # that never leaves its first level (spelled as a second lane array)
+    assert [(p.lanes, p.cascade, p.short_cascade) for p in plan.passes] == [
+        (64, False, False), (16, True, True), (256, False, False)]
     (buffered,) = plan.row_buffers
     assert buffered.value == e and buffered.home == 2 and buffered.scratch == k.stores[0]
 
