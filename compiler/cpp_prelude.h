@@ -214,16 +214,12 @@ inline T shift_right(T a, T b) {
 // a * b + c with one rounding where the target has FMA. Kernels build with -ffp-contract=off
 // (eager's a * b + c rounds twice), but inside the math functions below the fused form is both
 // faster and more accurate; their error bounds are tested with and without it.
-inline float madd(float a, float b, float c) {
+// (float and double: the generated kernels' sums of products accumulate with it too.)
+template <typename T>
+inline T madd(T a, T b, T c) {
 #ifdef __FMA__
-  return __builtin_fmaf(a, b, c);
-#else
-  return a * b + c;
-#endif
-}
-inline double madd(double a, double b, double c) {
-#ifdef __FMA__
-  return __builtin_fma(a, b, c);
+  if constexpr (std::is_same_v<T, float>) return __builtin_fmaf(a, b, c);
+  else return __builtin_fma(a, b, c);
 #else
   return a * b + c;
 #endif
