@@ -40,6 +40,27 @@ def cpp_parameter_name(position: int, buffer: str) -> str:
 
 
 SCALAR_MATH_BELOW = 32  # points: ATen's vectorized loop takes 2 x Vectorized<float>::size() (AVX-512) at a time
+# Ops that a last-ulp change of an operand can move by a whole step (another integer): a quotient
+# reaching one is divided exactly, never as a product with a reciprocal (``decided_divisions``).
+# Comparisons are left out: most select between values that meet at the threshold (relu, clamp), and
+# a batch norm's (x - mean) / std before a relu would divide every element.
+DECIDING = frozenset({Op.FLOOR, Op.CEIL, Op.MOD, Op.FLOORDIV})
+
+
+def decided_divisions(stores: list[Store]) -> frozenset[Expr]:
+    """The divisions whose quotient reaches, through any ops, a DECIDING op on floats or a cast of a
+    float to an integer or bool in these stores (users before operands: one pass over the kernel's
+    expressions; integer steps on an argmax's index do not count, as comparisons do not)."""
+    order: dict[Expr, None] = {}
+    for store in stores:
+        for e in store.value.walk():
+            order.setdefault(e, None)
+    feeds: set[Expr] = set()
+    for e in reversed(order):
+        decides = e.op in DECIDING or (e.op is Op.CAST and not e.dtype.is_floating_point)
+        if e in feeds or (decides and e.src[0].dtype.is_floating_point):
+            feeds.update(e.src)
+    return frozenset(e for e in feeds if e.op is Op.DIV)
 
 
 class ExprWriter:
@@ -48,6 +69,7 @@ class ExprWriter:
     def __init__(self, k: Kernel) -> None:
         self.k = k
         self.live = k.live_stores()
+        self.decided = decided_divisions(self.live)
         self.params = Parameters(k, cpp_parameter_name)
         self.counter = 0
         self.levels = ExprLevels()
@@ -159,9 +181,11 @@ class ExprWriter:
         if op in INFIX:
             return f"{a[0]} {INFIX[op]} {a[1]}"
         if op is Op.DIV:
-            if is_float and self.invariant_divisor(e):
+            if is_float and self.invariant_divisor(e) and e not in self.decided:
                 # one division per row, a multiplication per element (as ATen's softmax does;
                 # within an ulp of the quotient); vector division costs ~20x a multiplication.
+                # Not where the quotient is decided on: trunc(x / y) of float32 values took another
+                # integer where x * (1 / y) was an ulp below it (fuzzer, crucible-cpp, seed 363).
                 # Only where 1 / d is a normal number: 1 / 2.9e-39 overflows, and -0.0 * inf was NaN
                 # where -0.0 / 2.9e-39 is -0.0 (fuzzer, crucible-cpp, seed 28: addcdiv); the
                 # row-invariant test lets the compiler unswitch the loop
