@@ -387,21 +387,6 @@ inline int64_t fold_arg(const T* values, const int64_t* indices, T* best_value =
 // Cascade summation for long rows: the lanes are flushed into level 0 every block, and a
 // level holding FAN partial sums is carried into the next, so the error grows with
 // log(n) blocks rather than n (ATen's CPU sum is a cascade too).
-// A SumCascade that never leaves its first level (compiler.codegen.cpp_plan.CASCADE_FAN), spelled as
-// a second lane array `hi` beside the lanes; these finish it as SumCascade::finish and ::total do, bit
-// for bit (the same adds in the same order, and T(0) + x as their fold of the levels).
-template <typename T, int L>
-inline void short_cascade_finish(T* hi, T* lanes) {
-  for (int j = 0; j < L; ++j) lanes[j] = T(0) + (hi[j] + lanes[j]);
-}
-
-template <typename T, int L>
-inline T short_cascade_total(T* hi, T* lanes) {
-  T sums[L];
-  for (int j = 0; j < L; ++j) sums[j] = T(0) + (hi[j] + lanes[j]);
-  return fold_sum<T, L>(sums);
-}
-
 template <typename T, int L>
 struct SumCascade {
   static constexpr int LEVELS = 6;
@@ -444,6 +429,20 @@ struct SumCascade {
     return fold_sum<T, L>(sums);
   }
 };
+
+// A SumCascade that never leaves its first level (compiler.codegen.cpp_plan.CASCADE_FAN), spelled as
+// a second lane array `hi` beside the lanes; these finish it as SumCascade::finish and ::total do, bit
+// for bit (the same adds in the same order, and T(0) + x as their fold of the levels).
+template <typename T, int L>
+inline void short_cascade_finish(T* hi, T* lanes) {
+  for (int j = 0; j < L; ++j) lanes[j] = T(0) + (hi[j] + lanes[j]);
+}
+
+template <typename T, int L>
+inline T short_cascade_total(T* hi, T* lanes) {
+  short_cascade_finish<T, L>(hi, lanes);
+  return fold_sum<T, L>(lanes);
+}
 
 }  // namespace crucible
 

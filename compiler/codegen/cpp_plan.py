@@ -173,9 +173,9 @@ def plan_reduction(k: Kernel, levels: ExprLevels | None = None) -> ReductionPlan
         passes = tuple(Pass(r, s, 1, False) for r, s in groups)
         return ReductionPlan(Layout.WINDOW, tuple(reduces), passes, x_stores)
     if one_pass and column_layout(k, live):
-        cascades = [k.rnumel > CASCADE_BLOCK and any(map(cascaded, r)) for r, _ in groups]
-        passes = tuple(Pass(r, s, tile_width(k, r), c, c and _short_cascade(k.rnumel if isinstance(k.rnumel, int) else None))
-                       for (r, s), c in zip(groups, cascades))
+        cascade = k.rnumel > CASCADE_BLOCK and any(map(cascaded, reduces))  # one pass: every reduction
+        passes = tuple(Pass(r, s, tile_width(k, r), cascade, cascade and _short_cascade(k.rnumel))
+                       for r, s in groups)
         return ReductionPlan(Layout.COLUMN, tuple(reduces), passes, x_stores)
     split = split_count(k) if one_pass else 1
     passes = tuple(row_pass(k, r, s, split) for r, s in groups)
@@ -233,10 +233,10 @@ def _lane_iterations(k: Kernel, split: int, lanes: int) -> int | None:
     return first * math.prod(rr[1:-1]) * -(-rr[-1] // lanes)
 
 
-def _short_cascade(iterations: int | None) -> bool:
+def _short_cascade(iterations: object) -> bool:
     """Whether a cascade flushed every CASCADE_BLOCK of ``iterations`` lane iterations, plus the final
-    push, stays within its first level (``CASCADE_FAN`` pushes)."""
-    return iterations is not None and iterations // CASCADE_BLOCK + 1 <= CASCADE_FAN
+    push, stays within its first level (``CASCADE_FAN`` pushes); never for a symbolic count."""
+    return isinstance(iterations, int) and iterations // CASCADE_BLOCK + 1 <= CASCADE_FAN
 
 
 def row_lanes(k: Kernel, reduces: tuple[Expr, ...]) -> int:

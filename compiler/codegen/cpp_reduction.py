@@ -256,14 +256,14 @@ def _emit_pass(w: ExprWriter, p: Pass, number: int, homes: RowHomes, split: int 
     main_body = body("j", "rb + j")
     tail_body = body(f"r{last} - {main_hi}", "rt")
     inner = block(f"for (int64_t j = 0; j < {lanes}; ++j)", main_body)
-    count = block(f"if (++{counter} == {CASCADE_BLOCK})", [f"{counter} = 0;", *[a.push() for a in accs if a.flushes]])
-    if flush:
-        inner += count
+    count = block(f"if (++{counter} == {CASCADE_BLOCK})",
+                  [f"{counter} = 0;", *[a.push() for a in accs if a.flushes]]) if flush else []
+    inner += count
     loop = block(f"for (int64_t rb = {main_lo}; rb < {main_hi}; rb += {lanes})", (ahead or []) + inner)
     if main_hi != tail_hi:
         loop += [f"crucible::lanes_barrier({a});" for a in _integer_lanes(accs)]
         loop += block(f"for (int64_t rt = {main_hi}; rt < {tail_hi}; ++rt)", tail_body)
-        if flush and last > 0:
+        if last > 0:
             # under outer reduced loops the tail runs again and again, one more value a lane each time:
             # it counts as a lane iteration, or a symbolic inner dim shorter than the lanes (all tail)
             # never flushed (511 x 8 values summed 511 a lane: 53 ulps; fuzzer, crucible-cpp --dynamic, seed 359)
