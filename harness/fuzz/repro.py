@@ -175,14 +175,14 @@ def _values_source() -> str:
     return source.split("from __future__ import annotations\n", 1)[1].replace("import torch\n", "", 1)
 
 
-def _helper_sources() -> list[str]:
+def _helper_sources() -> tuple[str, ...]:
     """The oracle's and the graph's helpers that a repro embeds, as source text."""
-    return [inspect.getsource(fn) for fn in (oracle.signed_error_ulps, oracle.mean_and_standard_error,
-                                             oracle.ulp_errors, oracle._rms)]
+    return tuple(inspect.getsource(fn) for fn in (oracle.signed_error_ulps, oracle.mean_and_standard_error,
+                                                  oracle.ulp_errors, oracle._rms))
 
 
-def _working_dtype_sources() -> list[str]:
-    return [inspect.getsource(getattr(fuzz_graph, name)) for name in fuzz_graph._AS_WORKING.values()]
+def _working_dtype_sources() -> tuple[str, ...]:
+    return tuple(inspect.getsource(getattr(fuzz_graph, name)) for name in fuzz_graph._AS_WORKING.values())
 
 
 # Read once, when the campaign imports this module: ``inspect.getsource`` reads a file as it is on disk
