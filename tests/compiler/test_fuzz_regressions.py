@@ -619,6 +619,36 @@ def test_tanh_keeps_the_sign_of_zero(codegen: str, device: str) -> None:
     assert root[0].item() == -math.inf and root[1].item() == math.inf
 
 
+def test_tanh_near_one_rounds_to_the_float_below_one(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-sim, seed 376: ``erfinv(tanh(exp(x)))`` gave +inf at 90 of 65,536 positions
+    where eager gives 3.83: tanh was -m / (m + 2) with m = expm1(-2|x|), and at |x| near 9 m rounds
+    to -1, so tanh came out 1.0 where it rounds to 1 - 2^-24. Near 1 the result is now float64's
+    rounded (so erfinv of it is finite), and every tanh here is within one ulp of float64's."""
+    x = torch.tensor([8.992589950561523, -8.940387725830078, 8.4, 7.0, 0.55, -0.6, 0.3, 0.2, 1e-3, 12.0, 50.0],
+                     device=device)
+    got, inv = _compiled(lambda a: (aten.tanh.default(a), aten.erfinv.default(aten.tanh.default(a))), x,
+                         codegen=codegen)(x)
+    exact = torch.tanh(x.double().cpu())
+    rounded = exact.float()
+    ulp = (torch.nextafter(rounded, torch.full_like(rounded, math.inf)) - rounded).double()
+    assert ((got.cpu().double() - exact).abs() <= ulp).all(), (got, exact)
+    assert torch.equal(got[:4].cpu(), rounded[:4]), (got, rounded)
+    assert torch.isfinite(inv[:2]).all(), inv
+
+
+def test_expm1_past_its_series_stays_within_two_ulps(codegen: str, device: str) -> None:
+    """expm1 (tanh's core) switched from its series to exp(x) - 1 at |x| = 0.1, where exp's rounding
+    cancels: 8.5 ulps at x = 0.117 (seen while fixing seed 376). The series now runs to |x| = 0.5; the
+    sign of -0.0 survives it (tanh(-0.0) reads it)."""
+    x = torch.tensor([0.11715, -0.11715, 0.2, -0.3, 0.49, -0.49, 0.51, 1.1, -0.0], device=device)
+    got = _compiled(lambda a: (aten.expm1.default(a),), x, codegen=codegen)(x)[0].cpu()
+    exact = torch.expm1(x.double().cpu())
+    rounded = exact.float()
+    ulp = (torch.nextafter(rounded, torch.full_like(rounded, math.inf)) - rounded).abs().double()
+    assert ((got.double() - exact).abs() <= 2 * ulp).all(), (got, exact)
+    assert torch.signbit(got[-1])
+
+
 def test_addcmul_is_one_fused_multiply_add(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 11: ``addcmul(x, x, y)`` at x = -3.4e38, y = -1.08 gave inf
     where eager gives 2.9e37: ATen's CPU kernels fuse self + (value * t1) * t2 into one fma (so does
