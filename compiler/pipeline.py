@@ -1,11 +1,12 @@
 """The compiler pipeline for one ATen graph, as named passes called in order.
 
     late_decompositions -> [fold_batch_norm -> fuse_extern_epilogues -> merge_matmuls -> onednn_linears]
-    -> choose_layout -> [convert_weight_layout -> onednn_convolutions] -> lower -> schedule -> render -> load -> wrap
+    -> [pad_gemms] -> choose_layout -> [convert_weight_layout -> onednn_convolutions] -> lower -> schedule -> render -> load -> wrap
 
 ``late_decompositions`` applies the decomposition rules left out of capture, once per distinct
 call (``compiler.late_decompositions``). The bracketed weight passes run on inference graphs whose
 static inputs (parameters, buffers) are known, unless ``options={"fold_weights": False}`` (``compiler.folding``, ``compiler.extern_passes``).
+``pad_gemms`` pads GPU graphs' unaligned library GEMMs (``compiler.gemm_padding``).
 ``choose_layout`` decides the graph's layout (``options={"layout": ...}``, ``compiler.layout``); a
 channels-last inference graph's static convolution weights are converted once by
 ``convert_weight_layout``, and on the CPU packed for oneDNN's fused convolution with its relu (or hardswish) and residual
@@ -27,10 +28,10 @@ from typing import Any
 import torch
 import torch.fx
 
-from compiler import config, debug
+from compiler import config, debug, gemm_padding
 from compiler.codegen.base import RenderedKernel, Renderer
 from compiler.codegen.registry import renderer_for
-from compiler.extern_passes import fuse_extern_epilogues, merge_matmuls, onednn_linears
+from compiler.extern_passes import RewrittenGraph, fuse_extern_epilogues, merge_matmuls, onednn_linears
 from compiler.folding import FoldedGraph, fold_batch_norm
 from compiler.graph import Buffer, LoweredGraph, View
 from compiler.kernel_sharing import render_shared
@@ -188,6 +189,8 @@ class GraphCompilation:
                 self.report.passes.append("fold_batch_norm")
                 self.report.weight_folds = [WeightFold("fold_batch_norm", f.op, f.node) for f in self.folded.folds]
             self.extern_passes()
+        if self.device.type in gemm_padding.DEVICES and self.extern != "none" and not self.report.dynamic:
+            self.run_rewrite("pad_gemms", gemm_padding.pad_gemms)
         self.choose_layout()
         capabilities = renderer.capabilities
         if self.split_reductions is not None:
@@ -230,11 +233,15 @@ class GraphCompilation:
             passes.insert(0, ("fuse_extern_epilogues", fuse_extern_epilogues, (self.device,)))
             passes.append(("onednn_linears", onednn_linears, (self.device,)))
         for name, fn, args in passes:
-            out = self.run_pass(name, fn, self.folded, *args)
-            self.folded, self.gm = out.folded, out.folded.gm
-            if out.rewrites:
-                self.report.passes.append(name)
-                self.report.weight_folds += out.rewrites
+            self.run_rewrite(name, fn, *args)
+
+    def run_rewrite(self, name: str, fn: Callable[..., RewrittenGraph], *args: Any) -> None:
+        """A graph rewrite pass (``compiler.extern_passes``' form): its graph replaces the one to lower."""
+        out = self.run_pass(name, fn, self.folded, *args)
+        self.folded, self.gm = out.folded, out.folded.gm
+        if out.rewrites:
+            self.report.passes.append(name)
+            self.report.weight_folds += out.rewrites
 
     def choose_layout(self) -> None:
         decision: LayoutDecision = self.run_pass("choose_layout", choose_layout, self.gm, self.device,

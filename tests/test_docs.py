@@ -169,11 +169,11 @@ def test_debug_levels_table_matches_config() -> None:
 
 
 def _pipeline_passes() -> set[str]:
-    """Pass names of ``compiler/pipeline.py``: ``run_pass("name", ...)`` and the ``("name", fn, args)``
-    entries of its pass lists."""
+    """Pass names of ``compiler/pipeline.py``: ``run_pass("name", ...)``, ``run_rewrite("name", ...)``
+    and the ``("name", fn, args)`` entries of its pass lists."""
     names = set()
     for node in ast.walk(ast.parse((REPO / "compiler" / "pipeline.py").read_text())):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "run_pass" and node.args \
+        if isinstance(node, ast.Call) and getattr(node.func, "attr", None) in ("run_pass", "run_rewrite") and node.args \
                 and isinstance(node.args[0], ast.Constant):
             names.add(node.args[0].value)
         elif isinstance(node, ast.Tuple) and len(node.elts) >= 2 and isinstance(node.elts[0], ast.Constant) \
