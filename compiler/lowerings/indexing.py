@@ -10,6 +10,7 @@ reads a valid element instead of faulting (ATen would raise; we document it).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
 import sympy
@@ -252,8 +253,12 @@ def lower_index(ctx: GraphLowering, node: Any, x: TensorValue, indices: list[Any
 # token-type table, 2 rows) is a reduction: row t adds every value whose index is t. ATen's CUDA
 # kernel sorts the indices and walks each run of equal ones serially: bert_base's [2, 768] token-type
 # gradient from 4,096 tokens took 2.71 ms a training step on the H200. The reduction reads the values
-# once per row, so larger tables stay with ATen.
+# once per row, so larger tables stay with ATen. On a GPU the reduction is taken while it reads at
+# most GPU_TABLE_READS values in all: swin's relative-position bias gradients ([169, heads] tables
+# from 2,401 x heads values, twelve a step) went through ATen's sort, whose host side (85 us and a
+# device-to-host copy each) swin's host-bound training step waited on.
 SMALL_TABLE_ROWS = 16
+GPU_TABLE_READS = 1 << 24
 
 
 @register(aten.index_put.default)
@@ -266,7 +271,7 @@ def lower_index_put(ctx: GraphLowering, node: Any, x: TensorValue, indices: list
     rows = x.shape[0] if x.shape else 0
     if (not accumulate or not isinstance(idx, (Lazy, Strided)) or idx.dtype == torch.bool or x.dtype.is_complex
             or not all(isinstance(n, int) for n in (*x.shape, *idx.shape, *values.shape))
-            or not 0 < rows <= SMALL_TABLE_ROWS):
+            or not 0 < rows <= _table_rows(ctx, math.prod(idx.shape) * math.prod(x.shape[1:]))):
         raise Unsupported(ExternReason.LIBRARY_KERNEL, "vendor library kernel")
     from compiler.lowerings.reductions import acc_dtype_for, reduce_to
 
@@ -287,3 +292,9 @@ def lower_index_put(ctx: GraphLowering, node: Any, x: TensorValue, indices: list
     out_index = var[:rank]
     total = ir.binary(Op.ADD, ir.cast(read(x, out_index), acc), read(summed, out_index))
     return Lazy(shape, dtype, ir.cast(total, dtype))
+
+
+def _table_rows(ctx: GraphLowering, values: int) -> int:
+    """The most rows a reduction index_put takes for ``values`` summed values (above)."""
+    gpu = ctx.graph.device.type == "cuda" and not ctx.capabilities.interpreted
+    return max(SMALL_TABLE_ROWS, GPU_TABLE_READS // max(values, 1)) if gpu else SMALL_TABLE_ROWS

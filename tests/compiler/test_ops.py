@@ -230,13 +230,16 @@ def test_views_and_indexing(case: OpCase, codegen: str, device: str) -> None:
 
 def test_a_small_embedding_table_gradient_is_generated(codegen: str, device: str) -> None:
     """bert's token-type table (2 rows): its gradient, index_put with accumulate after the embedding
-    backward's decomposition, is a generated reduction; a table past SMALL_TABLE_ROWS stays ATen's."""
-    from compiler.lowerings.indexing import SMALL_TABLE_ROWS
+    backward's decomposition, is a generated reduction; a table past SMALL_TABLE_ROWS stays ATen's,
+    except on a GPU while the reduction reads at most GPU_TABLE_READS values (swin's bias tables)."""
+    from compiler.lowerings.indexing import GPU_TABLE_READS, SMALL_TABLE_ROWS
     from compiler.report import collect_reports
 
     torch.manual_seed(0)
     ids = torch.randint(0, 2, (4, 64), device=device)
-    for rows, generated in ((2, True), (SMALL_TABLE_ROWS + 1, False)):
+    gpu = device == "cuda" and codegen == "triton"
+    too_many = GPU_TABLE_READS // ids.numel() // 24 + 1
+    for rows, generated in ((2, True), (SMALL_TABLE_ROWS + 1, gpu), (too_many, False)):
         table = torch.nn.Embedding(rows, 24).to(device)
         ref = torch.nn.Embedding(rows, 24).to(device)
         ref.load_state_dict(table.state_dict())
@@ -248,6 +251,23 @@ def test_a_small_embedding_table_gradient_is_generated(codegen: str, device: str
         torch.testing.assert_close(table.weight.grad, ref.weight.grad, rtol=1e-5, atol=1e-5)
         externs = [e.op for g in reports.graphs for e in g.externs]
         assert any("index_put" in op for op in externs) is not generated, externs
+
+
+def test_a_relative_position_bias_gradient_is_generated_for_the_gpu() -> None:
+    """swin's [169, heads] bias table summed from 2,401 x heads values: a reduction when lowered for
+    a GPU (the read count is under GPU_TABLE_READS), ATen's kernel for the CPU (rows past
+    SMALL_TABLE_ROWS). Lowered only: the graph's tensors stay on the CPU."""
+    import compiler
+    from compiler.codegen.triton import TritonRenderer
+    from compiler.graph import ExternNode
+    from compiler.lowering import lower
+
+    table, idx, grad = torch.zeros(169, 3), torch.randint(0, 169, (2401,)), torch.randn(2401, 3)
+    gm = compiler.trace_aten(lambda t, i, g: torch.ops.aten.index_put.default(t, [i], g, True), table, idx, grad)
+    gpu = TritonRenderer(interpret=False).capabilities
+    for device, generated in ((torch.device("cuda"), True), (torch.device("cpu"), False)):
+        externs = [n.op for n in lower(gm, device, gpu).nodes if isinstance(n, ExternNode)]
+        assert (externs == []) is generated, externs
 
 
 def test_pure_view_generates_no_kernel(codegen: str, device: str) -> None:
