@@ -8,10 +8,11 @@ inference pass ``compiler.extern_passes.merge_matmuls`` pads static weights once
 one pads inside the graph, where the operands are computed or are inputs (training graphs, graphs
 compiled without weight folding), so every call pays for the copies.
 
-Rule: an ``mm`` or ``addmm`` of floating dtype whose M, N or K is not a multiple of 16 bytes'
-elements, at least ``MIN_DIM`` in every dim and ``MIN_WORK`` multiply-adds: each unaligned dim gets
-zero rows or columns up to the next multiple (K's zeros add nothing to the sums), the result is
-sliced back. An operand that is a transpose of a 2-d value is padded before the transpose, so the
+Rule: an ``mm`` or ``addmm`` of floating dtype, at least ``MIN_DIM`` in every dim and ``MIN_WORK``
+multiply-adds, with a leading dimension that is not a multiple of 16 bytes' elements: N (the result's),
+K (a row-major A's, a column-major B's) or M (a column-major A's). Each such dim gets zero rows or
+columns up to the next multiple (K's zeros add nothing to the sums), the result is sliced back; a
+dim that leads no matrix stays (an unaligned M of a row-major A costs cuBLAS nothing). An operand that is a transpose of a 2-d value is padded before the transpose, so the
 backward's ``grad @ W`` (K padded) and ``grad.T @ x`` (M padded) share one padded copy of ``grad``.
 The copies cost a pass over each padded operand, which the thresholds keep well under what an
 ``align1`` kernel loses (about 7x the aligned GEMM's time). The nodes downstream keep their metadata:
@@ -52,8 +53,16 @@ def _shape(node: Any) -> tuple[int, ...] | None:
     return tuple(val.shape)
 
 
-def _sizes(node: torch.fx.Node) -> tuple[int, int, int] | None:
-    """(M, N, K) of a padding candidate, or None."""
+def _column_major(x: torch.fx.Node) -> bool:
+    """Whether a 2-d operand is laid out column by column (a transpose): its leading dim is its rows."""
+    stride = x.meta["val"].stride()
+    return stride[0] == 1 and stride[1] != 1
+
+
+def _padding(node: torch.fx.Node) -> tuple[int, int, int, int, int] | None:
+    """(M, N, and the zeros to add to M, N, K) for a GEMM worth padding, else None. Only the dims that
+    are a leading dimension pad: N (the result is row-major), K where A is row-major or B column-major,
+    M where A is column-major (the backward's ``grad.T @ x``)."""
     if node.op != "call_function" or node.target not in (aten.mm.default, aten.addmm.default):
         return None
     a, b = node.args[-2:] if node.target is aten.mm.default else node.args[1:3]
@@ -62,11 +71,13 @@ def _sizes(node: torch.fx.Node) -> tuple[int, int, int] | None:
             or not out.dtype.is_floating_point:
         return None
     (m, k), n = sa, sb[1]
-    dtype = out.dtype
-    if min(m, n, k) < MIN_DIM or m * n * k < MIN_WORK or \
-            (aligned(m, dtype), aligned(n, dtype), aligned(k, dtype)) == (m, n, k):
+    if min(m, n, k) < MIN_DIM or m * n * k < MIN_WORK:
         return None
-    return m, n, k
+    dtype, a_columns = out.dtype, _column_major(a)
+    dm = aligned(m, dtype) - m if a_columns else 0
+    dk = aligned(k, dtype) - k if not a_columns or _column_major(b) else 0
+    dn = aligned(n, dtype) - n
+    return (m, n, dm, dn, dk) if dm or dn or dk else None
 
 
 class _Padder:
@@ -117,18 +128,16 @@ def pad_gemms(folded: FoldedGraph) -> RewrittenGraph:
     gm = folded.gm
     mode = next((n.meta["val"].fake_mode for n in gm.graph.nodes
                  if n.op == "placeholder" and isinstance(n.meta.get("val"), FakeTensor)), None)
-    if mode is None or not any(_sizes(n) for n in gm.graph.nodes):
+    if mode is None or not any(_padding(n) for n in gm.graph.nodes):
         return RewrittenGraph(folded, [])
     graph = torch.fx.Graph()
     graph.output(graph.graph_copy(gm.graph, {}))
     padder, rewrites = _Padder(graph, mode), []
     for node in list(graph.nodes):
-        sizes = _sizes(node)
-        if sizes is None:
+        padding = _padding(node)
+        if padding is None:
             continue
-        m, n, k = sizes
-        dtype = node.meta["val"].dtype
-        dm, dn, dk = aligned(m, dtype) - m, aligned(n, dtype) - n, aligned(k, dtype) - k
+        m, n, dm, dn, dk = padding
         if node.target is aten.addmm.default:
             bias = _padded_bias(padder, node.args[0], dm, dn, node)
             if bias is None:
