@@ -12,7 +12,11 @@ Settings come from ``compiler/config.py`` (documented in ``docs/compiler.md``): 
 ``g++``, ``c++`` on PATH), the tuning flags (``config.cpp_tuning_flags()``; the semantic flags
 below are always passed) and the cache directory (``config.private_cache_dir("cpp")``).
 
-Flags. Always: ``-shared -fPIC -std=c++17 -fopenmp -ffp-contract=off``. ``-ffp-contract=off``
+Flags. Always: ``-shared -fPIC -std=c++17 -fopenmp -ffp-contract=off -fno-tree-loop-distribution``.
+``-fno-tree-loop-distribution`` because GCC 12.2 at ``-O3`` split a reduction's loop from a gather
+stored in the same loop and vectorized the parts wrongly: an int64 sum of 4 values came out 1 where
+it is 6 (fuzzer, crucible-cpp, seed 388; harness/FINDINGS.md). None of the replay corpus's 584 C++
+kernels compiles to other code without it. ``-ffp-contract=off``
 because a fused multiply-add rounds once where ATen's mul then add rounds twice, so ``x * a + b``
 would differ from eager in the last bit (GCC 12 contracts by default, even with ``-std=c++17``,
 as soon as ``-march`` allows FMA; the parity test fails without the flag). Parity matters more
@@ -75,7 +79,7 @@ if TYPE_CHECKING:
     import torch
 
 PRELUDE = Path(__file__).with_name("cpp_prelude.h")
-SEMANTIC_FLAGS = ("-shared", "-fPIC", "-std=c++17", "-fopenmp", "-ffp-contract=off")
+SEMANTIC_FLAGS = ("-shared", "-fPIC", "-std=c++17", "-fopenmp", "-ffp-contract=off", "-fno-tree-loop-distribution")
 ERROR_LINES = 20
 _CACHE_FORMAT = 1
 # 2: a digest.json records the precompiled prelude (directories of format 1 have none and are left unused)

@@ -649,6 +649,18 @@ def test_expm1_past_its_series_stays_within_two_ulps(codegen: str, device: str) 
     assert torch.signbit(got[-1])
 
 
+def test_a_sum_fused_with_a_gather_of_its_input(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 388: ``sum(x)`` beside ``x[:, idx]`` in one kernel (the sum's loop
+    stores the gather) gave 1 where the sum is 6: GCC 12.2's loop distribution at -O3 split the loop
+    and vectorized it wrongly. Kernels build with ``-fno-tree-loop-distribution``."""
+    x = torch.tensor([[[[3, -1]], [[2, 2]]]], dtype=torch.int32, device=device)
+    idx = torch.tensor([[0], [1]], device=device)
+    fn = lambda a, i: (aten.sum.default(a), aten.index.Tensor(a, [None, i]))  # noqa: E731
+    got = _compiled(fn, x, idx, codegen=codegen)(x, idx)
+    for g, want in zip(got, fn(x, idx)):
+        assert torch.equal(g.cpu(), want.cpu()), (g, want)
+
+
 def test_addcmul_is_one_fused_multiply_add(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 11: ``addcmul(x, x, y)`` at x = -3.4e38, y = -1.08 gave inf
     where eager gives 2.9e37: ATen's CPU kernels fuse self + (value * t1) * t2 into one fma (so does
