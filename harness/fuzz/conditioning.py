@@ -4,9 +4,12 @@ Two rules, both from the inputs and the float64 reference alone, both counted by
 oracle allowances (``harness.fuzz.campaign.allowances``):
 
 - ``order_dependent``: a float64 output downstream of an accumulating op (reduction, scan, nn) that
-  float64 inputs of magnitude >= 2^1000 reach. Partial sums and products near the top of float64's
-  range overflow (inf, or inf - inf = NaN) or cancel by the summation order, and no wider type can
-  say which order is right.
+  float64 inputs of magnitude >= 2^1000 reach, or of one that squares its inputs (var, std, the
+  norms) that inputs of magnitude >= 2^500 reach. Partial sums and products near the top of
+  float64's range overflow (inf, or inf - inf = NaN) or cancel by the summation order, and no wider
+  type can say which order is right (fuzzer, crucible-interpret, seed 386: the variance of five
+  copies of 1.29e154 is 0, Crucible's too, and ATen's two-pass 2.8e276: its mean rounded, and
+  (x - mean)^2 of the rounding is 2^1000 times the variance's own scale of error).
 - ``ill_conditioned``: an output downstream of a sum, mean (var_mean's too), cumsum or matrix
   product that cancels beyond its working precision, sum|terms| / |sum| >= 1/u somewhere (u: the
   unit roundoff of the op's result dtype) at a position where eager's value (on the CPU) is off
@@ -23,6 +26,7 @@ oracle allowances (``harness.fuzz.campaign.allowances``):
 
 from __future__ import annotations
 
+import fnmatch
 from typing import Any
 
 import torch
@@ -32,28 +36,34 @@ from harness.fuzz.specs import OP_SPECS
 from harness.fuzz.values import DTYPES, make_input
 
 HUGE_FLOAT64 = 2.0 ** 1000  # inputs this large overflow float64 partial sums and products
+SQUARED_HUGE = 2.0 ** 500  # inputs this large square to HUGE_FLOAT64 in the ops below
+SQUARING = ("aten.var*", "aten.std*", "aten.*norm*")  # statistics over squares of their inputs
 ACCUMULATING = ("reduction", "nn", "scan")  # op families whose result sums many values
 # products whose partial products may pass the dtype's max in one order and not in another: the
 # product of max(|term|, 1) bounds every partial product
 PRODUCTS = {"aten.prod.dim_int": 0, "aten.prod.default": 0, "aten.cumprod.default": 0}
 
 
-def _holds_huge(t: torch.Tensor) -> bool:
-    return bool((torch.isfinite(t) & (t.abs() >= HUGE_FLOAT64)).any())
+def _holds_huge(t: torch.Tensor, limit: float = HUGE_FLOAT64) -> bool:
+    return bool((torch.isfinite(t) & (t.abs() >= limit)).any())
 
 
 def order_dependent(graph: FuzzGraph, name: str) -> bool:
     """Whether ``name`` is downstream of an accumulating op that a float64 input holding a finite
-    value of magnitude >= HUGE_FLOAT64 reaches."""
-    huge = {x for x, desc in zip(graph.input_names(), graph.inputs)
-            if desc["dtype"] == "float64" and _holds_huge(make_input(desc))}
-    if not huge:
+    value of magnitude >= HUGE_FLOAT64 reaches, or of a SQUARING one that a value >= SQUARED_HUGE reaches."""
+    floats = [(x, make_input(desc)) for x, desc in zip(graph.input_names(), graph.inputs) if desc["dtype"] == "float64"]
+    squared = {x for x, t in floats if _holds_huge(t, SQUARED_HUGE)}
+    huge = {x for x, t in floats if _holds_huge(t)}
+    if not squared:
         return False
     made = {out: n for n in graph.nodes for out in n.outputs}
     for value in graph.upstream([name]):
         node = made.get(value)
         spec = OP_SPECS.get(node.op) if node is not None else None
-        if spec is not None and spec.family in ACCUMULATING and graph.upstream(node.outputs) & huge:
+        if spec is None or spec.family not in ACCUMULATING:
+            continue
+        reached = graph.upstream(node.outputs)
+        if reached & huge or (reached & squared and any(fnmatch.fnmatchcase(node.op, p) for p in SQUARING)):
             return True
     return False
 

@@ -10,6 +10,7 @@ import torch
 
 from harness.fuzz.campaign import CampaignSummary
 from harness.fuzz.cli import render_summary
+from harness.fuzz.conditioning import order_dependent
 from harness.fuzz.subject import compare_outputs, run_graph
 from harness.fuzz.graph import FuzzGraph, Node
 from harness.oracle import ParityOracle
@@ -393,3 +394,21 @@ def test_a_narrower_output_of_a_float64_accumulation_over_huge_values_is_not_com
         Node("aten.mean.dim", "aten.mean.dim(v0_0, [0], dtype=f32)", ["v3"], [([1, 8], "float32")])], ["v3"])
     failing, reason, _ = _judge(ordinary, "v3")
     assert failing == "v3", reason
+
+
+def test_a_float64_variance_over_values_whose_squares_are_huge_is_not_compared() -> None:
+    """Fuzzer, crucible-interpret, seed 386: the variance of five copies of 1.29e154 is 0 (Crucible's
+    too), ATen's two-pass 2.8e276: its mean rounds, and the square of that rounding is near 2^1000. The
+    squares of values >= 2^500 are where a variance's order decides; a mean of them, and a variance of
+    ordinary values, are still compared."""
+    x = {"shape": [5], "dtype": "float64", "expand_from": [1], "layout": "expanded", "profile": "accumulation",
+         "seed": 1633}
+    var = Node("aten.var.correction", "aten.var.correction(x0, dim=[0])", ["v0"], [([], "float64")])
+    graph = FuzzGraph([x], [var], ["v0"])
+    assert 2.0 ** 500 <= graph.make_inputs()[0].abs().max().item() < 2.0 ** 1000
+    record = run_graph(graph, parse_target("crucible-interpret"))
+    assert record.status == Status.PASS and record.allowances == {"float64 order-dependent": 1}, record.error
+    mean = FuzzGraph([x], [Node("aten.mean.dim", "aten.mean.dim(x0, [0], False)", ["v0"], [([], "float64")])], ["v0"])
+    assert not order_dependent(mean, "v0")
+    failing, reason, _ = _judge(FuzzGraph([dict(x, profile="normal", layout="contiguous")], [var], ["v0"]), "v0")
+    assert failing == "v0", reason
