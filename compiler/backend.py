@@ -127,12 +127,19 @@ def compile_aten_graph(gm: torch.fx.GraphModule, example_inputs: Any, *, options
 def report_output_strides(strides: list[tuple[int, ...] | None]) -> None:
     """Tell AOTAutograd the strides a training forward returns (as Inductor does): it compiles the
     backward for them, so saved activations a channels-last forward computed NHWC stay NHWC. Outside
-    AOTAutograd's forward compile (``TracingContext.output_strides`` None) there is no one to tell."""
+    AOTAutograd's forward compile (``TracingContext.output_strides`` None) there is no one to tell.
+
+    The forward's first outputs are its effect tokens (a ``with_effects`` op such as cholesky's
+    error check), which AOTAutograd leaves out when it reads the list: reported with them, every
+    saved tensor took the strides of the output before it, and the gradient of
+    ``linalg.cholesky(a, upper=True)`` was computed from a transposed factor (``crucible run --mode
+    train``, opinfo). Inductor has AOTAutograd remove the tokens from the graph instead."""
     from torch._guards import TracingContext
 
     context = TracingContext.try_get()
     if context is not None and context.output_strides is not None:
-        context.output_strides.extend(strides)
+        tokens = len(getattr(getattr(context, "fw_metadata", None), "tokens", None) or ())
+        context.output_strides.extend(strides[tokens:])
 
 
 def restride_placeholders(gm: torch.fx.GraphModule, example_inputs: Sequence[Any]) -> None:

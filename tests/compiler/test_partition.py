@@ -131,3 +131,22 @@ def test_training_batch_norm_is_generated_code_not_an_extern_call() -> None:
         torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(net[1].running_mean, reference[1].running_mean)
     torch.testing.assert_close(net[1].running_var, reference[1].running_var)
+
+
+def test_the_saved_factor_of_an_upper_cholesky_keeps_its_strides() -> None:
+    """``crucible run --mode train`` on opinfo's linalg.cholesky (upper=True): the gradient was off by
+    1.2. The forward returns an effect token first (cholesky's error check runs under
+    ``with_effects``), which AOTAutograd leaves out when it reads the forward's reported strides; with
+    it reported, the saved U^T was compiled for as U's (1, 5) strides and the backward read U."""
+    torch.manual_seed(0)
+    x = torch.randn(5, 5)
+    a = x @ x.mT + 5 * torch.eye(5)
+    w = torch.randn(5, 5)
+    fn = lambda m: torch.linalg.cholesky(m, upper=True)  # noqa: E731
+    want = a.clone().requires_grad_(True)
+    (fn(want) * w).sum().backward()
+    got = a.clone().requires_grad_(True)
+    out = torch.compile(fn, backend="crucible", options={"codegen": "cpp", "strict": True})(got)
+    (out * w).sum().backward()
+    torch.testing.assert_close(out, fn(a))
+    torch.testing.assert_close(got.grad, want.grad, rtol=1e-4, atol=1e-5)
