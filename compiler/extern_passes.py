@@ -141,7 +141,8 @@ def _input_key(x: torch.fx.Node) -> tuple:
     return (x, tuple(x.meta["val"].shape))
 
 
-def _aligned(n: int, dtype: torch.dtype) -> int:
+def aligned(n: int, dtype: torch.dtype) -> int:
+    """``n`` rounded up to a whole number of 16 bytes of ``dtype`` (cuBLAS's aligned kernels)."""
     step = max(1, _ALIGN_BYTES // dtype.itemsize)
     return n + (-n) % step
 
@@ -164,7 +165,7 @@ def merge_matmuls(folded: FoldedGraph, static_inputs: Any, device: torch.device,
             groups.setdefault(key, []).append(m)
     pad = device.type == "cuda" and library
     chosen = [g for g in groups.values()
-              if len(g) > 1 or (pad and _aligned(g[0].n, g[0].node.meta["val"].dtype) != g[0].n)]
+              if len(g) > 1 or (pad and aligned(g[0].n, g[0].node.meta["val"].dtype) != g[0].n)]
     if not chosen:
         return RewrittenGraph(folded, [])
     graph = torch.fx.Graph()
@@ -195,7 +196,7 @@ def _rewrite_group(gm: torch.fx.GraphModule, k: int, group: list[_Member],
     w_val = placeholders[first.weight].meta["val"]
     dtype = first.node.meta["val"].dtype
     total = sum(m.n for m in group)
-    size = _aligned(total, dtype) if pad else total
+    size = aligned(total, dtype) if pad else total
     dim = 0 if first.linear else 1
     shape = (size, w_val.shape[1]) if first.linear else (w_val.shape[0], size)
     with _real_tensors():
@@ -224,13 +225,20 @@ def _rewrite_group(gm: torch.fx.GraphModule, k: int, group: list[_Member],
     return stacks, new.name
 
 
+def fake_mode_of(graph: torch.fx.Graph) -> Any:
+    """The fake mode of the graph's inputs' metadata, or None where they carry no fake tensors."""
+    from torch._subclasses.fake_tensor import FakeTensor
+
+    return next((n.meta["val"].fake_mode for n in graph.nodes
+                 if n.op == "placeholder" and isinstance(n.meta.get("val"), FakeTensor)), None)
+
+
 def _refresh_meta(graph: torch.fx.Graph) -> None:
     """Fake values for the new nodes and every node downstream of them (strides change: members'
     results are now column slices), computed in the graph's own fake mode."""
     from torch._subclasses.fake_tensor import FakeTensor
 
-    mode = next((n.meta["val"].fake_mode for n in graph.nodes
-                 if n.op == "placeholder" and isinstance(n.meta.get("val"), FakeTensor)), None)
+    mode = fake_mode_of(graph)
     if mode is None:
         raise ValueError("merge_matmuls needs fake tensor metadata on the graph's inputs")
 

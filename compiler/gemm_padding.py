@@ -12,8 +12,9 @@ Rule: an ``mm`` or ``addmm`` of floating dtype, at least ``MIN_DIM`` in every di
 multiply-adds, with a leading dimension that is not a multiple of 16 bytes' elements: N (the result's),
 K (a row-major A's, a column-major B's) or M (a column-major A's). Each such dim gets zero rows or
 columns up to the next multiple (K's zeros add nothing to the sums), the result is sliced back; a
-dim that leads no matrix stays (an unaligned M of a row-major A costs cuBLAS nothing). An operand that is a transpose of a 2-d value is padded before the transpose, so the
-backward's ``grad @ W`` (K padded) and ``grad.T @ x`` (M padded) share one padded copy of ``grad``.
+dim that leads no matrix stays (an unaligned M of a row-major A costs cuBLAS nothing). An operand
+that is a transpose of a 2-d value is padded before the transpose, so the backward's ``grad @ W``
+(K padded) and ``grad.T @ x`` (M padded) share one padded copy of ``grad``.
 The copies cost a pass over each padded operand, which the thresholds keep well under what an
 ``align1`` kernel loses (about 7x the aligned GEMM's time). The nodes downstream keep their metadata:
 a graph output read through the slice is still returned in eager's dense layout (a copy), as
@@ -23,27 +24,20 @@ a graph output read through the slice is still returned in eager's dense layout 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 import torch
 import torch.fx
 
-from compiler.extern_passes import RewrittenGraph
+from compiler.extern_passes import RewrittenGraph, aligned, fake_mode_of
 from compiler.folding import FoldedGraph, graph_module
 from compiler.report import WeightFold
 
 aten = torch.ops.aten
 DEVICES = ("cuda",)  # where the pipeline pads: cuBLAS's kernels (tests add "cpu" to run the rewrite there)
-ALIGN_BYTES = 16
 MIN_DIM = 64  # below this in any dim the GEMM is small enough that the extra kernels cost more
 MIN_WORK = 1 << 27  # multiply-adds: about 0.1 ms of an align1 kernel on an H100
 _TRANSPOSES = (aten.t.default, aten.permute.default, aten.transpose.int)
-
-
-def aligned(n: int, dtype: torch.dtype) -> int:
-    step = max(1, ALIGN_BYTES // dtype.itemsize)
-    return n + (-n) % step
 
 
 def _shape(node: Any) -> tuple[int, ...] | None:
@@ -123,11 +117,8 @@ def _transposed(x: torch.fx.Node) -> torch.fx.Node | None:
 def pad_gemms(folded: FoldedGraph) -> RewrittenGraph:
     """The graph with its unaligned GEMMs padded (see the module's rule; the caller decides that the
     graph's GEMMs are cuBLAS's), a copy where any is; a line per padded GEMM."""
-    from torch._subclasses.fake_tensor import FakeTensor
-
     gm = folded.gm
-    mode = next((n.meta["val"].fake_mode for n in gm.graph.nodes
-                 if n.op == "placeholder" and isinstance(n.meta.get("val"), FakeTensor)), None)
+    mode = fake_mode_of(gm.graph)
     if mode is None or not any(_padding(n) for n in gm.graph.nodes):
         return RewrittenGraph(folded, [])
     graph = torch.fx.Graph()
@@ -171,6 +162,6 @@ def _padded_bias(padder: _Padder, bias: Any, dm: int, dn: int, before: torch.fx.
         if len(shape) == 1:
             return padder.node(aten.constant_pad_nd.default, (bias, [0, dn], 0.0), before)
         return padder.pad(bias, 0, dn, before)
-    if len(shape) == 2 and shape[1] != 1 and math.prod(shape) > 1:
+    if len(shape) == 2 and shape[1] != 1:
         return padder.pad(bias, dm, dn, before)
     return None
