@@ -196,7 +196,7 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
     keep_fused_attention(gm)  # CUDA SDPA calls: the kernel chosen at run time, not by the fake trace
     n = len(example_inputs)
     fw = functools.partial(compile_aten_graph, options=opts, kind="forward", dynamo_inputs=n, passes=passes)
-    bw = functools.partial(compile_aten_graph, options=opts, kind="backward")
+    bw = _untraced(functools.partial(compile_aten_graph, options=opts, kind="backward"))
     inference = functools.partial(compile_aten_graph, options=opts, kind="inference", dynamo_inputs=n,
                                   passes=passes)
     return aot_module_simplified(gm, example_inputs, fw_compiler=fw, bw_compiler=bw,
@@ -204,6 +204,22 @@ def crucible_backend(gm: torch.fx.GraphModule, example_inputs: list, options: di
                                  decompositions=_capture_table(gm, example_inputs),
                                  partition_fn=partition_fn(opts.partition))
 
+
+
+def _untraced(compile_backward: Callable) -> Callable:
+    """``compile_backward``, and the backward it returns, with Dynamo off. AOTAutograd compiles a
+    backward at its first call, inside ``loss.backward()``: in a compiled step function (or any frame
+    Dynamo runs, where the backward runs on the calling thread, as on the CPU) Dynamo's frame hook is
+    still set there, and it traced the compiler's own Python (a RecursionError in the lowering, graphs
+    of the lowering's frames compiled) and then the backward's wrapper. Dynamo's ``aot_autograd``
+    helper does the same for the backends built on it."""
+    from torch._dynamo import disable
+
+    def compile_untraced(*args: Any, **kwargs: Any) -> Callable:
+        compiled = disable(compile_backward, reason="crucible compiles a backward")(*args, **kwargs)
+        return disable(compiled, reason="crucible's compiled backward")
+
+    return compile_untraced
 
 
 def _capture_table(gm: torch.fx.GraphModule, example_inputs: list) -> dict:

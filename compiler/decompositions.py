@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch._decomp import core_aten_decompositions, decomposition_table
 
+from compiler.foreach import foreach_ops, per_tensor_rule
+
 aten = torch.ops.aten
 
 
@@ -68,6 +70,12 @@ for _op in _TORCH_RULES:
     if _op in decomposition_table:
         _name = f"torch:{_op.name()}"
         RULES[_name] = DecompRule(_name, _op, decomposition_table[_op], "torch")
+
+
+# foreach ops (a compiled optimizer step) as the same op on each tensor: ``compiler.foreach``
+for _op in foreach_ops():
+    _name = f"crucible:per_tensor:{_op.name().removeprefix('aten::')}"
+    RULES[_name] = DecompRule(_name, _op, per_tensor_rule(_op), "crucible")
 
 
 @rule("crucible:var_mean_to_var_and_mean", aten.var_mean.dim)

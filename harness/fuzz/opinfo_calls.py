@@ -21,7 +21,7 @@ def capture_opinfo_calls(ops: set) -> dict[Any, list]:
     """Calls of ``ops`` made by OpInfo sample inputs (forward, and backward where differentiable)."""
     import warnings
 
-    from torch.testing._internal.common_methods_invocations import op_db
+    from torch.testing._internal import common_methods_invocations as invocations
     from torch.utils._python_dispatch import TorchDispatchMode
 
     calls: dict[Any, list] = {}
@@ -35,9 +35,9 @@ def capture_opinfo_calls(ops: set) -> dict[Any, list]:
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        for info in op_db:
+        for info, count in _infos(invocations):
             try:
-                samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=info.supports_autograd))[:2]
+                samples = list(info.sample_inputs("cpu", torch.float32, requires_grad=info.supports_autograd))[:count]
             except Exception:  # noqa: BLE001 -- a sample generator this torch cannot run
                 continue
             for s in samples:
@@ -54,8 +54,18 @@ def capture_opinfo_calls(ops: set) -> dict[Any, list]:
     return calls
 
 
+def _infos(invocations: Any) -> list[tuple[Any, int]]:
+    """Every OpInfo with how many of its samples to run: two of ``op_db``'s, six of the foreach
+    OpInfos' (kept in lists of their own; each overload, ``.Scalar``, ``.List``, ``.ScalarList``,
+    ``.Tensor``, is reached by other samples)."""
+    foreach = [info for name in ("foreach_unary_op_db", "foreach_binary_op_db", "foreach_pointwise_op_db",
+                                 "foreach_reduce_op_db", "foreach_other_op_db")
+               for info in getattr(invocations, name, [])]
+    return [(info, 2) for info in invocations.op_db] + [(info, 6) for info in foreach]
+
+
 # Bump when capture_opinfo_calls changes what it records: cached captures of older versions are ignored.
-CAPTURE_FORMAT = 1
+CAPTURE_FORMAT = 2
 _LOADED: dict = {}  # cache file -> its captures, once per process (each -j worker checks many rules)
 
 
