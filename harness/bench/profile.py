@@ -11,7 +11,8 @@ launch (where a host-bound graph's time goes). ``crucible-nopasses`` is Crucible
 
 ``--train``: the same tables for one training step of ``harness.bench.training`` (forward under
 autocast for bf16, cross-entropy, backward, AdamW foreach; the model compiled, the rest eager) at its
-batch size, per backend of that benchmark (``crucible-cg``/``inductor-ro``: with CUDA graphs).
+batch size, per backend of that benchmark (``crucible-cg``/``inductor-ro``: with CUDA graphs;
+``crucible-step``/``inductor-step``: the whole step function compiled, the optimizer step a graph too).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from harness.bench.models import DTYPES, _first_tensor, latency_ms
 from harness.bench.zoo import MODELS
 
 BACKENDS = ("crucible", "crucible-nopasses", "inductor", "eager")
-TRAIN_BACKENDS = ("eager", "inductor", "crucible", "inductor-ro", "crucible-cg")
+TRAIN_BACKENDS = ("eager", "inductor", "crucible", "inductor-ro", "crucible-cg", "inductor-step", "crucible-step")
 CALLS = 5
 
 
