@@ -68,6 +68,9 @@ class GraphLowering:
         # writes into graph inputs, emitted after the outputs (``compiler.lowerings.mutation``)
         self.mutations: list[InputMutation] = []
         self._counter = 0
+        # each lazy value's buffer per layout: a value an extern call reads and the graph also returns
+        # (a training forward's saved activation) was computed twice, in two kernels
+        self._realized: dict[tuple, Strided] = {}
         self.origin: str = ""
         # ATen ops whose computation is inlined in the node being lowered (its own op and the
         # lazy inputs' ops), and the same for the top expression of each lazy result
@@ -86,11 +89,15 @@ class GraphLowering:
         if isinstance(value, Strided):
             return value
         shape = value.shape
-        buf = Buffer(self.new_name(), value.dtype, shape, stride or self.natural_strides(shape, value.expr),
-                     "computed")
+        stride = stride or self.natural_strides(shape, value.expr)
+        key = (value.expr, shape, value.dtype, stride)
+        if key in self._realized:
+            return self._realized[key]
+        buf = Buffer(self.new_name(), value.dtype, shape, stride, "computed")
         self.compute_into(buf, value.expr)
         self.note_layout(buf)
-        return Strided(buf.name, shape, buf.stride, 0, value.dtype)
+        self._realized[key] = Strided(buf.name, shape, buf.stride, 0, value.dtype)
+        return self._realized[key]
 
     def compute_into(self, buf: Buffer, body: Expr, origin: str = "") -> None:
         """A pointwise node storing ``body`` (over ``buf``'s dims) into ``buf``, walked along memory;
@@ -209,8 +216,14 @@ class GraphLowering:
                 if self.graph.single_output:
                     outs, vals = [outs], [vals]
                 saved = len(outs) if self.saved_from is None else self.saved_from
-                self.graph.outputs = [self.saved_value(v) if i >= saved and self.channels_last else
-                                      self.output_value(v, val) for i, (v, val) in enumerate(zip(outs, vals))]
+                self.graph.outputs = []
+                for i, (v, val) in enumerate(zip(outs, vals)):
+                    out = self.saved_value(v) if i >= saved and self.channels_last else self.output_value(v, val)
+                    if isinstance(out, Strided) and isinstance(v, Lazy) and any(
+                            isinstance(o, Strided) and o.buffer == out.buffer for o in self.graph.outputs):
+                        self._realized.clear()  # two outputs never share a buffer eager does not share
+                        out = self.output_value(v, val)
+                    self.graph.outputs.append(out)
                 write_back(self)
             else:
                 raise NotImplementedError(f"FX node kind {node.op!r} ({node.name}) is not supported")
