@@ -21,6 +21,7 @@ import itertools
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,7 +93,7 @@ def _narrower(value: Any, dtype_name: str) -> torch.dtype | None:
     return dtype
 
 
-def _round_step(value: Any, dtype_name: str, index: int, terms: Any = None) -> Any:
+def round_step(value: Any, dtype_name: str, index: int, terms: Any = None) -> Any:
     dtype = _narrower(value, dtype_name)
     return value if dtype is None else value.to(dtype).to(value.dtype)
 
@@ -432,7 +433,8 @@ class FuzzGraph:
         return "\n".join([f"def {name}({', '.join(self.input_names())}):", *body, f"    return ({outs})"]) + "\n"
 
     def function(self, reference: bool = False, rounding_noise: int | None = None,
-                 round_steps: bool = False, float64_rounded: frozenset[str] = frozenset()) -> Any:
+                 round_steps: bool = False, float64_rounded: frozenset[str] = frozenset(),
+                 hook: Callable[..., Any] | None = None) -> Any:
         """The graph as a Python function with a code object of its own.
 
         ``rounding_noise`` (a seed; with ``reference``): every value a node computes is perturbed
@@ -443,7 +445,9 @@ class FuzzGraph:
         (the outputs of ops that round: a float64 graph's eager run is its reference's own
         computation, so only this says that log(cosh(x)) near 0 turns cosh's last bit into thousands
         of ulps). ``round_steps`` (with ``reference``): every such value is rounded to its
-        working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
+        working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``).
+        ``hook`` (either rendering): every value a node computes is replaced by ``hook(value, working
+        dtype name, index)`` (``index``: 64 x the node's position + the output's)."""
         ns = namespace(reference)
         ns.update(_terms=_terms, _absolute=_absolute, **{name: globals()[name] for name in TERMS_OF.values()},
                   **{name: globals()[name] for name in _AS_WORKING.values()})
@@ -453,8 +457,11 @@ class FuzzGraph:
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)
                 if out in float64_rounded))
         elif round_steps:
-            ns["_noise"] = _round_step
-        code = compile(self.source(rounding_noise=rounding_noise is not None or round_steps, reference=reference),
+            ns["_noise"] = round_step
+        if hook is not None:
+            ns["_noise"] = lambda value, dtype_name, index, terms=None: hook(value, dtype_name, index)
+        hooked = rounding_noise is not None or round_steps or hook is not None
+        code = compile(self.source(rounding_noise=hooked, reference=reference),
                        f"<fuzz-graph-{next(_counter)}>", "exec")
         exec(code, ns)  # noqa: S102 -- the source is generated from our own op table
         if not reference:

@@ -611,3 +611,32 @@ def test_an_output_the_noise_moves_almost_everywhere_is_not_judged_by_its_few_st
     compiled = aten.fmod.Tensor(quotient, x2)
     assert not torch.equal(compiled, SEED_336.function()(x0, x1, x2)[0])  # the test means something
     assert _judge(SEED_336, compiled) == ""
+
+
+# fuzzer, crucible-interpret, seed 394: a float32 layer norm over rows near float32's max (eager's
+# Welford overflows: rstd NaN) and the vector norm of its rstd. Correctly rounded, rstd is ~1.3e-37;
+# ATen's float32 norm of that underflows to 0 as Crucible's does, where the float64 run keeps 1.8e-37.
+SEED_394 = FuzzGraph(
+    [{"shape": [1, 2, 2], "dtype": "float32", "layout": "contiguous", "profile": "accumulation", "seed": 0},
+     {"shape": [2], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0}],
+    [Node("aten.native_layer_norm.default", "aten.native_layer_norm.default(x0, [2], None, x1, 1e-05)",
+          ["v0_0", "v0_1", "v0_2"], [([1, 2, 2], "float32"), ([1, 2, 1], "float32"), ([1, 2, 1], "float32")]),
+     Node("aten.linalg_vector_norm.default", "aten.linalg_vector_norm.default(v0_2, ord=2)", ["v1"], [([], "float32")])],
+    ["v0_0", "v0_1", "v1"])
+
+
+def test_a_nan_difference_passes_where_compiled_is_eagers_last_op_on_correctly_rounded_inputs() -> None:
+    import compiler
+
+    xs = SEED_394.make_inputs()
+    fn = SEED_394.function()
+    eager = fn(*xs)
+    compiled = compiler.compile_graph(compiler.trace_aten(fn, *xs), xs, codegen="cpp")(*xs)
+    reference = SEED_394.function(reference=True)(*SEED_394.make_inputs("cpu", reference=True))
+    assert torch.isnan(eager[2]) and compiled[2].item() == 0.0 and reference[2].item() > 1e-37
+    failure, reason, metrics = compare_outputs(SEED_394, SEED_394.outputs, eager, tuple(compiled), reference,
+                                               rounding_spread=True)
+    assert failure == "" and metrics["allowances"] == {"eager's last step on rounded steps": 1}
+    # a value neither the float64 run nor ATen's float32 norm gives still fails
+    wrong = (compiled[0], compiled[1], torch.tensor(3.0))
+    assert compare_outputs(SEED_394, SEED_394.outputs, eager, wrong, reference, rounding_spread=True)[1] != ""
