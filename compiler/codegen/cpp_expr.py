@@ -221,7 +221,13 @@ class ExprWriter:
         if op is Op.NEG:
             return f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS and not self.in_index else f"-{a[0]}"
         if op is Op.ABS:
-            return f"std::abs({a[0]})" if is_float else f"({a[0]} < 0 ? {t}(-{a[0]}) : {a[0]})"
+            if is_float:
+                return f"std::abs({a[0]})"
+            # abs(INT_MIN) wraps to INT_MIN as in ATen; a plain -x is undefined there, and g++ took
+            # the result as non-negative: tanh(abs(int32 min)) dropped its float abs and came out NaN
+            # (fuzzer, crucible-cpp, seed 415)
+            neg = f"crucible::wrap_neg<{t}>({a[0]})" if dt in WIDE_INTS and not self.in_index else f"{t}(-{a[0]})"
+            return f"({a[0]} < 0 ? {neg} : {a[0]})"
         if op in VECTOR_MATH and dt == torch.float32 and self.vector_math:
             return f"crucible::{VECTOR_MATH[op]}({a[0]})"
         if op is Op.RSQRT:

@@ -661,6 +661,20 @@ def test_a_sum_fused_with_a_gather_of_its_input(codegen: str, device: str) -> No
         assert torch.equal(g.cpu(), want.cpu()), (g, want)
 
 
+def test_abs_of_the_smallest_integer_wraps_and_stays_usable(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 415: ``tanh(abs(x))`` at int32's minimum was NaN where eager gives -1.
+    abs(INT_MIN) wraps to INT_MIN in ATen; the C++ renderer negated with a plain ``-x`` (undefined
+    there), and g++, taking the result as non-negative, dropped tanh's float abs, so the formula ran on
+    -2^31 as if it were |x|. Integer abs now negates with wrap-around."""
+    for dtype in (torch.int32, torch.int64):
+        low = torch.iinfo(dtype).min
+        x = torch.tensor([low, low + 1, -5, 0, 7], dtype=dtype, device=device)
+        fn = lambda a: (aten.abs.default(a), aten.tanh.default(aten.abs.default(a)))  # noqa: E731
+        got = _compiled(fn, x, codegen=codegen)(x)
+        for g, want in zip(got, fn(x)):
+            torch.testing.assert_close(g.cpu(), want.cpu(), rtol=0, atol=0)
+
+
 def test_addcmul_is_one_fused_multiply_add(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret, seed 11: ``addcmul(x, x, y)`` at x = -3.4e38, y = -1.08 gave inf
     where eager gives 2.9e37: ATen's CPU kernels fuse self + (value * t1) * t2 into one fma (so does
