@@ -37,10 +37,6 @@ _ADAPTED: dict[str, Callable[..., Any]] = {
 _LEFT_TO_ATEN = {"addcmul.Tensor", "addcdiv.Tensor", "powsum.Scalar", "mm.default"}
 
 
-def _is_list(arg: Any) -> bool:
-    return str(arg.type) in ("List[Tensor]", "List[number]", "List[Scalar]", "Tensor[]", "Scalar[]")
-
-
 def per_tensor_rule(op: torch._ops.OpOverload) -> Callable[..., list]:
     """The rule for one functional foreach overload: its schema's list arguments zipped, the call
     made once per element with the other arguments as they are."""
@@ -48,7 +44,7 @@ def per_tensor_rule(op: torch._ops.OpOverload) -> Callable[..., list]:
     name = schema.name.split("::")[1].removeprefix("_foreach_")
     base = _ADAPTED.get(name) or getattr(aten, name)
     params = schema.arguments
-    lists = [_is_list(a) for a in params]
+    lists = [isinstance(a.type, torch.ListType) for a in params]
 
     def rule(*args: Any, **kwargs: Any) -> list:
         values = list(args) + [kwargs.get(a.name, a.default_value) for a in params[len(args):]]

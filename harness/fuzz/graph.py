@@ -93,7 +93,9 @@ def _narrower(value: Any, dtype_name: str) -> torch.dtype | None:
     return dtype
 
 
-def round_step(value: Any, dtype_name: str, index: int, terms: Any = None) -> Any:
+def round_step(value: Any, dtype_name: str, index: int) -> Any:
+    """``value`` rounded to its working dtype (a ``function`` hook: float64 values of a narrower
+    working dtype; others as they are)."""
     dtype = _narrower(value, dtype_name)
     return value if dtype is None else value.to(dtype).to(value.dtype)
 
@@ -433,8 +435,7 @@ class FuzzGraph:
         return "\n".join([f"def {name}({', '.join(self.input_names())}):", *body, f"    return ({outs})"]) + "\n"
 
     def function(self, reference: bool = False, rounding_noise: int | None = None,
-                 round_steps: bool = False, float64_rounded: frozenset[str] = frozenset(),
-                 hook: Callable[..., Any] | None = None) -> Any:
+                 float64_rounded: frozenset[str] = frozenset(), hook: Callable[..., Any] | None = None) -> Any:
         """The graph as a Python function with a code object of its own.
 
         ``rounding_noise`` (a seed; with ``reference``): every value a node computes is perturbed
@@ -444,10 +445,10 @@ class FuzzGraph:
         ``spread``); ``float64_rounded`` names the float64 values that carry one ulp of noise too
         (the outputs of ops that round: a float64 graph's eager run is its reference's own
         computation, so only this says that log(cosh(x)) near 0 turns cosh's last bit into thousands
-        of ulps). ``round_steps`` (with ``reference``): every such value is rounded to its
-        working dtype instead, as a correctly rounded eager would (``compare``'s ``rounded_steps``).
-        ``hook`` (either rendering): every value a node computes is replaced by ``hook(value, working
-        dtype name, index)`` (``index``: 64 x the node's position + the output's)."""
+        of ulps). ``hook`` (either rendering): every value a node computes is replaced by
+        ``hook(value, working dtype name, index)`` (``index``: 64 x the node's position + the
+        output's); ``round_step`` as the hook of the reference rounds each value to its working dtype,
+        as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
         ns.update(_terms=_terms, _absolute=_absolute, **{name: globals()[name] for name in TERMS_OF.values()},
                   **{name: globals()[name] for name in _AS_WORKING.values()})
@@ -456,12 +457,9 @@ class FuzzGraph:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(
                 i * 64 + j for i, n in enumerate(self.nodes) for j, out in enumerate(n.outputs)
                 if out in float64_rounded))
-        elif round_steps:
-            ns["_noise"] = round_step
         if hook is not None:
             ns["_noise"] = lambda value, dtype_name, index, terms=None: hook(value, dtype_name, index)
-        hooked = rounding_noise is not None or round_steps or hook is not None
-        code = compile(self.source(rounding_noise=hooked, reference=reference),
+        code = compile(self.source(rounding_noise=rounding_noise is not None or hook is not None, reference=reference),
                        f"<fuzz-graph-{next(_counter)}>", "exec")
         exec(code, ns)  # noqa: S102 -- the source is generated from our own op table
         if not reference:

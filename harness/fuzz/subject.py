@@ -182,7 +182,7 @@ def compare_outputs(graph: FuzzGraph, names: list[str], eager: tuple, compiled: 
     ``rounding_spread``: an output failing only the RMSE-vs-fp64 check is judged again against the
     spread of rounding-noise references (``FuzzGraph.function(rounding_noise=...)``, run only then),
     and one failing on NaN/inf positions against the reference with every step rounded to its
-    working dtype (``round_steps``); one still failing downstream of a sum, mean, cumsum or matrix
+    working dtype (``_rounded_steps``); one still failing downstream of a sum, mean, cumsum or matrix
     product that cancels beyond its working precision is not compared
     (``harness.fuzz.conditioning.ill_conditioned``), and an index output (argmax, a sort's or a
     running max's indices) differing only where the values it indexes are tied to within rounding
@@ -299,13 +299,20 @@ def after_cancellation(graph: FuzzGraph, name: str) -> bool:
 
 def _rounded_steps(graph: FuzzGraph, references: dict[str, Any]) -> tuple | None:
     """The float64 reference with every step rounded to its working dtype (None if it cannot run),
-    computed once per graph and kept in ``references``."""
+    computed once per graph and kept in ``references``, with every value it computed (by
+    ``FuzzGraph.function``'s hook index) under ``"step values"``."""
     if "steps" not in references:
+        values: dict[int, Any] = {}
+
+        def record(value: Any, dtype_name: str, index: int) -> Any:
+            values[index] = round_step(value, dtype_name, index)
+            return values[index]
+
         try:
-            references["steps"] = graph.function(reference=True, round_steps=True)(
-                *graph.make_inputs("cpu", reference=True))
+            references["steps"] = graph.function(reference=True, hook=record)(*graph.make_inputs("cpu", reference=True))
         except Exception:  # noqa: BLE001 -- as the plain reference
             references["steps"] = None
+        references["step values"] = values
     return references["steps"]
 
 
@@ -321,13 +328,9 @@ def _eager_last_step(graph: FuzzGraph, references: dict[str, Any], i: int) -> An
         references[key] = None
         made = {out: k for k, n in enumerate(graph.nodes) for out in n.outputs}
         node = made.get(graph.outputs[i])
-        if node is None:
+        if node is None or _rounded_steps(graph, references) is None:
             return None
-        rounded: dict[int, Any] = {}
-
-        def record(value: Any, dtype_name: str, index: int) -> Any:
-            rounded[index] = round_step(value, dtype_name, index)
-            return rounded[index]
+        rounded = references["step values"]
 
         def substitute(value: Any, dtype_name: str, index: int) -> Any:
             if index // 64 == node or not isinstance(value, torch.Tensor) or not value.is_floating_point():
@@ -335,9 +338,8 @@ def _eager_last_step(graph: FuzzGraph, references: dict[str, Any], i: int) -> An
             return rounded[index].to(value.dtype)
 
         try:
-            graph.function(reference=True, hook=record)(*graph.make_inputs("cpu", reference=True))
             references[key] = graph.function(hook=substitute)(*graph.make_inputs("cpu"))[i]
-        except Exception:  # noqa: BLE001 -- as the plain reference: some op has no float64 kernel
+        except Exception:  # noqa: BLE001 -- as the plain reference: some op fails on these values
             references[key] = None
     return references[key]
 
