@@ -22,6 +22,7 @@ import torch
 
 from compiler.capabilities import MAX_PERSISTENT_RNUMEL, Capabilities
 from compiler.codegen.base import RenderedKernel, Renderer
+from compiler.codegen.load_guards import load_guards
 from compiler.codegen.shared import (
     INT_ARITHMETIC,
     ExprLevels,
@@ -124,6 +125,7 @@ class _KernelWriter:
         self.libdevice = False  # set when an expression calls triton.language.extra.libdevice
         self.in_index = False  # rendering an address (``index_code``): loop indices stay int32
         self.widen = False  # rendering the operands of int64 arithmetic that may pass int32 (``wide``)
+        self.guards = load_guards([e for s in k.live_stores() for e in (s.value, s.index)])
 
     # --- helpers --------------------------------------------------------------------
     def is_xr(self, e: Expr) -> bool:
@@ -138,6 +140,14 @@ class _KernelWriter:
         if self.is_xr(e):
             return self.loop
         return self.post if self.after_reduce(e) else self.pre
+
+    def rank(self, e: Expr) -> int:
+        """The order of ``section(e)`` in the kernel: before, inside and after the reduction loop."""
+        if not self.looped:
+            return 0
+        if self.is_xr(e):
+            return 1
+        return 2 if self.after_reduce(e) else 0
 
     def tmp(self, e: Expr, code: str, section: list[str] | None = None) -> str:
         name = f"t{self.counter}"
@@ -333,9 +343,21 @@ class _KernelWriter:
         buf = self.params.name(e.arg)
         index = self.index_code(e.src[0])
         mask = self.mask_for(e.src[0])
-        masked = f", mask={mask}, other=0" if mask else ""
+        masked = f", mask={' & '.join([mask, *self.guard_masks(e)])}, other=0" if mask else ""
         code = f"tl.load({buf} + ({index}){masked})"
         return self.tmp(e, widened(code, e.dtype, self.r.interpret))
+
+    def guard_masks(self, e: Expr) -> list[str]:
+        """The select conditions a load's value is used under (``load_guards``) that are computed
+        already where the load is and vary no more than its address: the load skips memory there."""
+        ux, ur = self.uses(e.src[0])
+        masks = []
+        for cond, value in self.guards.get(e, ()):
+            name = self.names.get(cond)
+            cx, cr = self.uses(cond)
+            if name is not None and (cx or cr) and cx <= ux and cr <= ur and self.rank(cond) <= self.rank(e):
+                masks.append((int(name[1:]), name if value else f"({name} == 0)"))
+        return [code for _, code in sorted(masks)]
 
     def reduce(self, e: Expr) -> str:
         op: ReduceOp = e.arg
