@@ -147,6 +147,25 @@ def test_gpu_triton_splits_column_reductions_with_the_chunk_outermost() -> None:
         "triton", torch.device("cpu")).capabilities)) == 1
 
 
+def test_a_reduction_reading_rows_and_columns_splits_by_columns_where_it_would_split_anyway(
+        interpreter_splits: None) -> None:
+    """A norm weight's gradient over a channels-last gradient times its NCHW input (swin_tiny's first
+    norm after the patch convolution): with few outputs and long rows it is split, in chunks of 64
+    rows with the outputs innermost, so both reads cover whole sectors; with outputs enough it stays
+    one reduction (a row split would have read the columns an element a sector); values are eager's."""
+    def grad_weight(g, x):
+        return (g * x.permute(0, 2, 3, 1)).sum((0, 1, 2))
+
+    gpu = renderer_for("triton", torch.device("cuda")).capabilities
+    g, x = torch.randn(4, 64, 64, 24), torch.randn(4, 24, 64, 64)
+    first, *rest = _reductions(grad_weight, g, x, capabilities=gpu)
+    assert (first.buffer.shape, first.rranges) == ((256, 24), (64,)) and rest[-1].buffer.shape == (24,)
+    wide = _reductions(grad_weight, torch.randn(2, 32, 32, 512), torch.randn(2, 512, 32, 32), capabilities=gpu)
+    assert len(wide) == 1
+    gm = compiler.trace_aten(grad_weight, g, x)
+    assert_close(compiler.compile_graph(gm, [g, x], codegen="triton")(g, x), grad_weight(g, x))
+
+
 @pytest.mark.parametrize("op", ["sum", "amax", "prod", "var_mean", "channels_last"])
 def test_column_splits_compute_what_eager_does(op: str, interpreter_splits: None) -> None:
     torch.manual_seed(0)
