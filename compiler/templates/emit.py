@@ -14,24 +14,32 @@ from compiler.templates.policy import choose
 from compiler.templates.spec import Template, TemplateNode
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from compiler.lowering import GraphLowering
 
 aten = torch.ops.aten
 DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def feeds_pointwise(node: Any) -> bool:
-    """A pointwise ATen op reads ``node``'s result (directly or through a view): it would fuse."""
-    views = {aten.view.default, aten._unsafe_view.default, aten.reshape.default}
+_VIEWS = frozenset({aten.view.default, aten._unsafe_view.default, aten.reshape.default})
+
+
+def read_by(node: Any, test: Callable[[Any], bool]) -> bool:
+    """Whether a user of ``node``'s result (directly or through views) passes ``test``."""
     users = list(node.users)
     while users:
         u = users.pop()
-        target = getattr(u, "target", None)
-        if target in views:
+        if getattr(u, "target", None) in _VIEWS:
             users.extend(u.users)
-        elif torch.Tag.pointwise in getattr(target, "tags", ()):
+        elif test(u):
             return True
     return False
+
+
+def feeds_pointwise(node: Any) -> bool:
+    """A pointwise ATen op reads ``node``'s result (directly or through a view): it would fuse."""
+    return read_by(node, lambda u: torch.Tag.pointwise in getattr(getattr(u, "target", None), "tags", ()))
 
 
 def decide(ctx: GraphLowering, family: str, unsupported: str | None, shape: tuple[int, ...],

@@ -384,12 +384,15 @@ def test_a_float32_gpu_addmm_read_by_a_kernel_leaves_its_bias_to_that_kernel(dty
     """H200 profile of BERT-base (fp32): cuBLASLt's bias epilogue ran the [4096, 3072] x [3072, 768]
     addmm in 0.50 ms where the plain GEMM took 0.41. A float32 CUDA addmm that a pointwise op reads
     is an ``mm``, its bias added in that op's kernel; 16-bit ones keep the epilogue (one rounding, as
-    eager), and an addmm nothing pointwise reads keeps its bias (no kernel to join)."""
+    eager), and an addmm nothing pointwise reads keeps its bias (no kernel to join), as does one the
+    graph returns too (a training forward saving an MLP's up-projection for its GELU's backward: the
+    sum is written whole anyway, and apart it took a second buffer and a pass writing it)."""
     x, w, b, r = (torch.randn(8, 16, dtype=dtype), torch.randn(12, 16, dtype=dtype), torch.randn(12, dtype=dtype),
                   torch.randn(8, 12, dtype=dtype))
     linear = lambda x, w, b, r: aten.add.Tensor(aten.addmm.default(b, x, aten.permute.default(w, [1, 0])), r)  # noqa: E731
     alone = lambda x, w, b, r: aten.mm.default(aten.addmm.default(b, x, aten.permute.default(w, [1, 0])), w)  # noqa: E731
-    for fn, expect in ((linear, apart), (alone, False)):
+    saved = lambda x, w, b, r: (aten.gelu.default(y := aten.addmm.default(b, x, aten.permute.default(w, [1, 0]))), y)  # noqa: E731
+    for fn, expect in ((linear, apart), (alone, False), (saved, False)):
         graph = lower(compiler.trace_aten(fn, x, w, b, r), CUDA, GPU_RENDERER)
         first = [n for n in graph.nodes if isinstance(n, ExternNode)][0]
         assert (first.op is aten.mm.default) == expect, first
