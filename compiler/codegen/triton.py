@@ -32,12 +32,19 @@ from compiler.codegen.shared import (
     affine_index_code,
     compute_dtype,
     leaf,
-    reduction_identity,
 )
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
 from compiler.codegen.triton_tiles import SizeLaunch, tiles
 from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, literal, literal_operands, typed_operands
+from compiler.codegen.triton_ops import (
+    BINARY_INFIX,
+    COMBINE,
+    INTERPRETED_VIA_FP64,
+    PRECISE_FP32,
+    UNARY_CALL,
+    reduce_identity,
+)
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
@@ -50,33 +57,6 @@ def past_int32(values: Iterable) -> bool:
     """Whether an index over these spans or element counts can pass int32: any above the limit, or
     any symbolic (a static kernel over a slice of an input of symbolic size: its span is not known)."""
     return any(not is_static(v) or v > INT32_LIMIT for v in map(size_of, values))  # sympy's numbers as ints
-
-
-def reduce_identity(op: ReduceOp, dtype: torch.dtype) -> str:
-    value = reduction_identity(op, dtype)
-    if op in (ReduceOp.SUM, ReduceOp.PROD) or dtype.is_floating_point:
-        return literal(value, dtype)
-    if op in (ReduceOp.MAX, ReduceOp.ARGMAX):
-        return f"({value + 1} - 1)"  # the literal -2**63 would not parse as an int64 constant
-    return str(value)
-
-
-BINARY_INFIX = {Op.ADD: "+", Op.SUB: "-", Op.MUL: "*", Op.EQ: "==", Op.NE: "!=", Op.LT: "<", Op.LE: "<=",
-                Op.GT: ">", Op.GE: ">=", Op.BITAND: "&", Op.BITOR: "|",
-                Op.BITXOR: "^", Op.SHL: "<<", Op.SHR: ">>"}
-UNARY_CALL = {Op.EXP: "tl.exp", Op.EXP2: "tl.exp2", Op.LOG2: "tl.log2", Op.LOG: "tl.log", Op.SQRT: "tl.sqrt", Op.RSQRT: "tl.rsqrt", Op.SIN: "tl.sin",
-              Op.COS: "tl.cos", Op.ERF: "tl.erf", Op.FLOOR: "tl.floor", Op.CEIL: "tl.ceil", Op.ABS: "tl.abs"}
-# Triton's float32 exp, log, sin, cos, sqrt and rsqrt are the approximate PTX instructions (ex2.approx
-# after a product by log2(e), lg2.approx, sin.approx, sqrt.approx, ...): many ulps off for large
-# arguments (cosh(sinh(x)) on the H200: RMSE against float64 3.2x eager's). Float32 results call
-# libdevice's (CUDA's expf, logf, ...: what ATen's CUDA kernels call) and the IEEE square root; 16-bit
-# results, computed in float32, keep the fast ones (their error is far under a 16-bit ulp), and so
-# does the interpreter (numpy's).
-PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.EXP2: "libdevice.exp2", Op.LOG2: "libdevice.log2", Op.LOG10: "libdevice.log10", Op.LOG: "libdevice.log", Op.SIN: "libdevice.sin", Op.COS: "libdevice.cos",
-                Op.SQRT: "tl.sqrt_rn", Op.RSQRT: "libdevice.rsqrt"}
-INTERPRETED_VIA_FP64 = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG, Op.SIN, Op.COS})
-COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard._prod_combine",
-           ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
 
 
 SYMBOL_PLACEHOLDER = "__crucible_kernel__"
