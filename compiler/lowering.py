@@ -22,7 +22,7 @@ from compiler.capabilities import ANY_RENDERER, Capabilities
 from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View, contiguous_strides, same_layout
 from compiler.ir import Expr, Op
 from compiler.layout import channels_last_strides, is_channels_last, nhwc_arguments, strides_like_reads
-from compiler.lowerings.rules import (LOWERINGS, Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read,
+from compiler.lowerings.rules import (LOWERINGS, Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read, whole_reads,
                                       count_ops, find_rule, identity_index, read, register)
 from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
@@ -71,6 +71,7 @@ class GraphLowering:
         # each lazy value's buffer per layout: a value an extern call reads and the graph also returns
         # (a training forward's saved activation) was computed twice, in two kernels
         self._realized: dict[tuple, Strided] = {}
+        self._first_buffer: dict[tuple, Strided] = {}  # the same, in the first layout realized
         self.origin: str = ""
         # ATen ops whose computation is inlined in the node being lowered (its own op and the
         # lazy inputs' ops), and the same for the top expression of each lazy result
@@ -97,7 +98,16 @@ class GraphLowering:
         self.compute_into(buf, value.expr)
         self.note_layout(buf)
         self._realized[key] = Strided(buf.name, shape, buf.stride, 0, value.dtype)
+        self._first_buffer.setdefault(key[:3], self._realized[key])
         return self._realized[key]
+
+    def settled(self, value: Any) -> Any:
+        """A node's value as a later node reads it: a lazy value realized already (for a library
+        call, as a residual block's sum is for the next convolution) is read from its buffer where
+        recomputing it would read two whole buffers or more (resnet50's last residual sum of a stage
+        re-added every earlier block's branch: four reads where two do)."""
+        hit = self._first_buffer.get((value.expr, value.shape, value.dtype)) if isinstance(value, Lazy) else None
+        return hit if hit is not None and whole_reads(value) > 1 else value
 
     def compute_into(self, buf: Buffer, body: Expr, origin: str = "") -> None:
         """A pointwise node storing ``body`` (over ``buf``'s dims) into ``buf``, walked along memory;
@@ -198,8 +208,8 @@ class GraphLowering:
                 self.origin = str(getattr(node.target, "__name__", node.target))
                 inlined = [o for a in node.all_input_nodes for o in self.node_origins.get(a, ())]
                 self.pending = tuple(dict.fromkeys([*inlined, self.origin]))
-                args = torch.fx.node.map_arg(node.args, lambda n: env[n])
-                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: env[n])
+                args = torch.fx.node.map_arg(node.args, lambda n: self.settled(env[n]))
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.settled(env[n]))
                 value = self.maybe_realize(node, self.lower_call(node, args, kwargs))
                 lazy = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, Lazy)]
                 for v in lazy:
@@ -333,7 +343,7 @@ class GraphLowering:
         """Realize big lazy expressions that several users would otherwise recompute."""
         if isinstance(value, Lazy) and len(node.users) > 1 and (
                 count_ops(value.expr) > MAX_INLINE_OPS
-                or _whole_reads(value) > MAX_INLINE_READS):
+                or whole_reads(value) > MAX_INLINE_READS):
             return self.realize(value)
         if isinstance(value, Lazy) and value.expr.depth > MAX_LAZY_DEPTH:
             return self.realize(value)
@@ -456,16 +466,6 @@ class GraphLowering:
                 and not same_layout(value.shape, value.stride, want):
             return self.realize(Lazy(value.shape, value.dtype, as_expr(value)), want)
         return self.realize_viewable(value)
-
-
-def _whole_reads(value: Lazy) -> int:
-    """Buffers ``value`` reads at an index that varies along all its dims (broadcast reads excluded)."""
-    dims = {ir.xvar(d) for d, n in enumerate(value.shape) if at_least(n, 2)}
-    names = set()
-    for load in ir.loads(value.expr):
-        if {e for e in load.src[0].walk() if e.op is Op.XVAR} >= dims:
-            names.add(load.arg)
-    return len(names)
 
 
 def _tensors(val: Any) -> list:

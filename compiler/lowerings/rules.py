@@ -24,6 +24,7 @@ from compiler import ir
 from compiler.graph import View
 from compiler.ir import Expr
 from compiler.report import ExternReason
+from compiler.sizes import at_least
 
 
 class Unsupported(Exception):
@@ -99,3 +100,13 @@ def broadcast_read(value: TensorValue, out_shape: tuple[int, ...]) -> Expr:
 
 def count_ops(expr: Expr) -> int:
     return sum(1 for e in expr.walk() if e.src)
+
+
+def whole_reads(value: Lazy) -> int:
+    """Buffers ``value`` reads at an index that varies along all its dims (broadcast reads excluded)."""
+    dims = {ir.xvar(d) for d, n in enumerate(value.shape) if at_least(n, 2)}
+    names = set()
+    for load in ir.loads(value.expr):
+        if {e for e in load.src[0].walk() if e.op is ir.Op.XVAR} >= dims:
+            names.add(load.arg)
+    return len(names)
