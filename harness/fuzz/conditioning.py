@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, _absolute, namespace
+from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, _absolute, magnitude_expr, namespace
 from harness.fuzz.specs import OP_SPECS
 from harness.fuzz.values import DTYPES, make_input
 
@@ -145,7 +145,8 @@ def _evaluate(node: Any, k: int, values: dict, transform: Any = None) -> torch.T
             is_float = isinstance(m, torch.Tensor) and m.is_floating_point()
             operands[name] = transform(m) if transform is not None and is_float else m
         try:
-            out = eval(node.expr, {**namespace(reference=True), **operands})  # noqa: S307 -- our own op table
+            call = magnitude_expr(node.expr, "{}")  # the operands are magnitudes already; scales too
+            out = eval(call, {**namespace(reference=True), **operands})  # noqa: S307 -- our own op table
             break
         except (RuntimeError, IndexError, TypeError):
             if not integers:

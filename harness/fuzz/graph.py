@@ -82,6 +82,16 @@ CANCELLING_FORMULAS = {"aten.gelu.default": 0, "aten._native_batch_norm_legit_no
                        "aten.cumprod.default": 0, "aten._log_softmax.default": 0}
 TERMS_NOISE = {**ACCUMULATION_NOISE, **CANCELLING_FORMULAS}
 VALUE_NAME = re.compile(r"\b[xv]\d+(?:_\d+)?\b")  # an input (x3) or a node's value (v2, v4_1) in an expr
+# a scale factor of an accumulation's terms (addmm's, baddbmm's alpha and beta: keyword-only in ATen)
+SCALE_SIGN = re.compile(r"\b((?:alpha|beta)=)-")
+
+
+def magnitude_expr(expr: str, absolute: str = "_absolute({}, integers)") -> str:
+    """A node's call over its operands' magnitudes (each value name wrapped by ``absolute``) with its
+    scale factors' signs dropped: the sum of |terms| of addmm(b, a, m, alpha=-1) is |b| + |a| @ |m|
+    (with alpha kept, the bound came out below 0, and an overflowing product was judged as ordinary:
+    fuzzer, crucible-sim, seed 433)."""
+    return SCALE_SIGN.sub(r"\1", VALUE_NAME.sub(lambda m: absolute.format(m.group(0)), expr))
 
 
 def _narrower(value: Any, dtype_name: str) -> torch.dtype | None:
@@ -424,7 +434,7 @@ class FuzzGraph:
                                                            f"{SHARED_STATISTICS[n.op]!r}, {n.op}, ", 1)
             summed = TERMS_NOISE.get(n.op)
             if summed is not None and summed < len(n.outputs):  # not where the graph takes another output
-                magnitudes = VALUE_NAME.sub(lambda m: f"_absolute({m.group(0)}, integers)", n.expr)
+                magnitudes = magnitude_expr(n.expr)
                 if n.op in TERMS_OF:
                     magnitudes = magnitudes.replace(f"{n.op}(", f"{TERMS_OF[n.op]}({n.out_meta[summed][1]!r}, ")
                 body.append(f"    _t = _terms(lambda integers: {magnitudes}, {summed})")

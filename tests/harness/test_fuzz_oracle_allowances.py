@@ -210,6 +210,28 @@ def test_addmm_is_an_accumulation_too() -> None:
     assert not ill_conditioned(FuzzGraph([dict(x0, profile="normal"), x1, x2], nodes, ["v0"]), "v0")
 
 
+def test_a_negative_scale_does_not_hide_an_accumulation_past_the_dtypes_max() -> None:
+    """Fuzzer, crucible-sim, seed 433: addmm(x1, x0, x2, alpha=-1) over bfloat16 rows whose float32
+    partial sums overflow (float64: -4.97e38, past bfloat16's and float32's max): eager's two ATen
+    threads summed to +inf (-inf after alpha), the interpreted graph's one thread to NaN. The bound
+    on |terms| kept alpha's sign and came out below 0, so the row was judged as ordinary."""
+    from harness.fuzz.conditioning import ill_conditioned
+    from harness.fuzz.graph import magnitude_expr
+
+    assert magnitude_expr("aten.addmm.default(x1, v0, x2, beta=-0.5, alpha=-1)") == (
+        "aten.addmm.default(_absolute(x1, integers), _absolute(v0, integers), _absolute(x2, integers), "
+        "beta=0.5, alpha=1)")
+    assert magnitude_expr("aten.cumsum.default(x0, -1)", "{}") == "aten.cumsum.default(x0, -1)"  # a dim
+    x0 = {"shape": [65, 33], "dtype": "bfloat16", "layout": "contiguous", "profile": "special", "seed": 0}
+    x1 = {"shape": [3], "dtype": "bfloat16", "layout": "contiguous", "profile": "normal", "seed": 0}
+    x2 = {"shape": [33, 3], "dtype": "bfloat16", "layout": "contiguous", "profile": "normal", "seed": 0}
+    nodes = [Node("aten.addmm.default", "aten.addmm.default(x1, x0, x2, alpha=-1)", ["v0"], [([65, 3], "bfloat16")])]
+    assert ill_conditioned(FuzzGraph([x0, x1, x2], nodes, ["v0"]), "v0")
+    assert not ill_conditioned(FuzzGraph([dict(x0, profile="normal"), x1, x2], nodes, ["v0"]), "v0")
+    record = run_graph(FuzzGraph([x0, x1, x2], nodes, ["v0"]), parse_target("crucible-interpret"))
+    assert record.status == Status.PASS, record.error
+
+
 def test_a_convolution_is_an_accumulation_too() -> None:
     """Fuzzer, crucible-interpret:extern=none, seed 237: a grouped 1x1 convolution over channels holding
     -inf and 3.4e38: the template's separate product overflowed to +inf (NaN with the -inf) where
