@@ -1,5 +1,6 @@
 """The sign of a NaN is unspecified: a ``signbit`` output may differ from eager's where its input is
-NaN, and a ``copysign`` output in sign where its sign operand is.
+NaN, and a ``copysign`` output in sign where its sign operand is (and what is computed from either,
+where eager with NaNs of one sign computes it).
 
 IEEE 754 leaves the sign bit of a NaN an arithmetic operation returns unspecified (only copies,
 negation, abs and copysign define it), and kernels differ: ATen's CPU exp of a bfloat16 NaN keeps
@@ -33,7 +34,37 @@ def _arguments(expr: str, op: str) -> list[str]:
 def nan_sign_only(graph: FuzzGraph, name: str, eager: torch.Tensor, compiled: torch.Tensor) -> bool:
     """Whether the ``signbit`` output ``name`` differs from eager only where its input is NaN, or the
     ``copysign`` output only in sign and only where its sign operand is NaN (fuzzer, crucible-cpp,
-    seed 28: copysign(x, layer_norm(x)) over rows holding inf: eager's NaN negative, Crucible's not)."""
+    seed 28: copysign(x, layer_norm(x)) over rows holding inf: eager's NaN negative, Crucible's not);
+    or, further downstream of either, ``name`` is what eager computes with every NaN of one sign."""
+    return _at_the_sign_read(graph, name, eager, compiled) or _with_nans_of_one_sign(graph, name, compiled)
+
+
+def _with_nans_of_one_sign(graph: FuzzGraph, name: str, compiled: torch.Tensor) -> bool:
+    """Whether ``name``, downstream of a ``signbit`` or ``copysign``, equals eager's graph run with
+    every NaN a node computes made positive, or negative (fuzzer, crucible-interpret, seed 441:
+    topk(copysign(x, pow(x, x)), 1, dim=0) over a dim of one: ATen's pow of a negative base a NaN with
+    the sign bit set, the interpreter's without)."""
+    made = {out: n for n in graph.nodes for out in n.outputs}
+    if not any(made[v].op in (SIGNBIT, COPYSIGN) for v in graph.upstream([name]) if v in made):
+        return False
+    index = graph.outputs.index(name) if name in graph.outputs else -1
+    for sign in (1.0, -1.0):
+        def one_sign(value, dtype_name, position, sign=sign):  # noqa: ANN001, ANN202 -- a graph hook
+            if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+                return value
+            return torch.where(torch.isnan(value), value.abs() * sign, value)
+        try:
+            outs = graph.function(hook=one_sign)(*graph.make_inputs("cpu"))
+        except Exception:  # noqa: BLE001 -- judged strictly
+            return False
+        got, c = outs[index] if index >= 0 else None, compiled.cpu()
+        if isinstance(got, torch.Tensor) and got.shape == c.shape and got.dtype == c.dtype and bool(
+                ((got == c) | (torch.isnan(got) & torch.isnan(c))).all()):
+            return True
+    return False
+
+
+def _at_the_sign_read(graph: FuzzGraph, name: str, eager: torch.Tensor, compiled: torch.Tensor) -> bool:
     node = next((n for n in graph.nodes if name in n.outputs), None)
     if node is not None and node.op in LOGICAL and eager.dtype == torch.bool:
         # a logical op of a signbit output: the differing positions are the signbit's NaN ones

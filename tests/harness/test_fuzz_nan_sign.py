@@ -86,3 +86,21 @@ def test_a_logical_op_of_a_signbit_differs_only_where_the_signbit_read_a_nan() -
     wrong[~nan] = ~wrong[~nan]
     assert not nan_sign_only(graph, "v3", eager, wrong)
     assert run_graph(graph, parse_target("crucible-interpret")).status == Status.PASS
+
+
+def test_what_follows_a_copysign_of_a_nan_is_judged_with_nans_of_one_sign() -> None:
+    """Fuzzer, crucible-interpret, seed 441: ``topk(copysign(x, pow(x, x)), 1, dim=0)`` over a dim of
+    one: ATen's pow of a negative base is a NaN with the sign bit set, the interpreter's is not, and
+    the topk passed copysign's sign on. Excused where eager with every NaN of one sign gives the
+    compiled value; a difference that no NaN sign explains still fails."""
+    x = {"shape": [1, 1, 2], "dtype": "float32", "layout": "contiguous", "profile": "normal", "seed": 0}
+    nodes = [Node("aten.pow.Tensor_Tensor", "aten.pow.Tensor_Tensor(x0, x0)", ["v1"], [([1, 1, 2], "float32")]),
+             Node("aten.copysign.Tensor", "aten.copysign.Tensor(x0, v1)", ["v4"], [([1, 1, 2], "float32")]),
+             Node("aten.topk.default", "aten.topk.default(v4, 1, dim=0)[0]", ["v9"], [([1, 1, 2], "float32")])]
+    graph = FuzzGraph([x], nodes, ["v9"])
+    eager = graph.function()(*graph.make_inputs())[0]
+    positive = eager.abs()  # the negative base's NaN taken as positive: copysign gives |x|
+    assert nan_sign_only(graph, "v9", eager, positive)
+    assert not nan_sign_only(graph, "v9", eager, positive * 2)
+    record = run_graph(graph, parse_target("crucible-interpret"))
+    assert record.status == Status.PASS, record.error
