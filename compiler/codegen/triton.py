@@ -115,14 +115,10 @@ class _KernelWriter:
         return self.levels.after_reduce(e)
 
     def section(self, e: Expr) -> list[str]:
-        if not self.looped:
-            return self.pre
-        if self.is_xr(e):
-            return self.loop
-        return self.post if self.after_reduce(e) else self.pre
+        return (self.pre, self.loop, self.post)[self.rank(e)]
 
     def rank(self, e: Expr) -> int:
-        """The order of ``section(e)`` in the kernel: before, inside and after the reduction loop."""
+        """Where ``e`` is computed in the kernel: before (0), inside (1) or after (2) the reduction loop."""
         if not self.looped:
             return 0
         if self.is_xr(e):

@@ -37,7 +37,7 @@ aten = torch.ops.aten
 
 def bias_apart(node: torch.fx.Node, args: tuple, device: torch.device) -> bool:
     """A CUDA convolution with a 1-d bias, or a float32 ``addmm`` read by pointwise ops alone."""
-    from compiler.templates.emit import feeds_pointwise, read_by
+    from compiler.templates.emit import feeds_pointwise, pointwise, read_by
 
     val = node.meta.get("val")
     if device.type != "cuda" or not isinstance(val, torch.Tensor) or val.dim() < 2:
@@ -45,15 +45,11 @@ def bias_apart(node: torch.fx.Node, args: tuple, device: torch.device) -> bool:
     if node.target is aten.convolution.default and len(args) > 2:
         bias = args[2]
     elif node.target is aten.addmm.default and not node.kwargs and len(args) == 3 and val.dtype == torch.float32:
-        bias = args[0] if feeds_pointwise(node) and not read_by(node, _not_pointwise) else None
+        bias = args[0] if feeds_pointwise(node) and not read_by(node, lambda u: not pointwise(u)) else None
     else:
         return False
     return (isinstance(bias, (Lazy, Strided)) and len(bias.shape) == 1 and bias.dtype == val.dtype
             and bias.shape[0] == val.shape[1])
-
-
-def _not_pointwise(user: torch.fx.Node) -> bool:
-    return user.op == "output" or torch.Tag.pointwise not in getattr(user.target, "tags", ())
 
 
 def extern_without_bias(ctx: GraphLowering, node: torch.fx.Node, args: tuple, kwargs: dict, reason: ExternReason,

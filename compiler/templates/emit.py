@@ -37,9 +37,14 @@ def read_by(node: Any, test: Callable[[Any], bool]) -> bool:
     return False
 
 
+def pointwise(user: Any) -> bool:
+    """Whether an FX node is a pointwise ATen op (the graph's output node is not)."""
+    return torch.Tag.pointwise in getattr(getattr(user, "target", None), "tags", ())
+
+
 def feeds_pointwise(node: Any) -> bool:
     """A pointwise ATen op reads ``node``'s result (directly or through a view): it would fuse."""
-    return read_by(node, lambda u: torch.Tag.pointwise in getattr(getattr(u, "target", None), "tags", ()))
+    return read_by(node, pointwise)
 
 
 def decide(ctx: GraphLowering, family: str, unsupported: str | None, shape: tuple[int, ...],
