@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from harness.fuzz.reference_ops import AS_WORKING, ReferenceAten
 from harness.fuzz.values import make_input
 
 DTYPE_NAMES = {"float32": "f32", "float16": "f16", "bfloat16": "bf16", "float64": "f64",
@@ -276,25 +277,6 @@ def _terms(compute: Any, k: int) -> Any:
     return None
 
 
-def _group_norm_reference(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, inner: int, groups: int,
-                          eps: float) -> tuple:
-    """native_group_norm for the float64 reference, normalizing before the affine step. ATen's CPU
-    kernel computes x * (rstd * w) + (-mean * rstd * w), which cancels: a group of equal values gave
-    -2.3e24 in float64 where the result is exactly 0, so the reference could not judge it (fuzzer,
-    crucible-cpp, seed 22). Written here, not taken from the compiler's rule, so that a wrong rule
-    still shows against it."""
-    rows = x.reshape(n, groups, -1)
-    mean = rows.mean(dim=2, keepdim=True)
-    rstd = ((rows - mean).square().mean(dim=2, keepdim=True) + eps).rsqrt()
-    out = ((rows - mean) * rstd).reshape(x.shape)
-    per_channel = [1, c] + [1] * (x.dim() - 2)
-    if weight is not None:
-        out = out * weight.reshape(per_channel)
-    if bias is not None:
-        out = out + bias.reshape(per_channel)
-    return out, mean.reshape(n, groups), rstd.reshape(n, groups)
-
-
 def _resized(desc: dict[str, Any], shape: list[int]) -> dict[str, Any]:
     """An input description at ``shape``: an expanded input's stored dims follow the dims it is not
     broadcast along."""
@@ -304,56 +286,10 @@ def _resized(desc: dict[str, Any], shape: list[int]) -> dict[str, Any]:
     return out
 
 
-class _ReferenceAten:
-    """``torch.ops.aten`` for the float64 reference, with the few ops whose float64 kernels are not
-    a sound truth replaced (``_REFERENCE_OPS``)."""
-
-    def __getattr__(self, name: str) -> Any:
-        return _REFERENCE_OPS.get(name) or getattr(torch.ops.aten, name)
-
-
-class _Overloads:
-    def __init__(self, **overloads: Any) -> None:
-        self.__dict__.update(overloads)
-
-
-_REFERENCE_OPS = {"native_group_norm": _Overloads(default=_group_norm_reference)}
-
-
-def _nan_to_num_as(dtype_name: str, x: Any, nan: Any = 0.0, posinf: Any = None, neginf: Any = None) -> Any:
-    """nan_to_num in the float64 reference with the working dtype's defaults: +-inf become that
-    dtype's largest values, not float64's (1.8e308 rounds back to inf in float32, and a layer norm of
-    two of them was NaN in the reference where float32's [-3.4e38, -3.4e38] normalizes to 0; fuzzer,
-    crucible-cpp, seed 251)."""
-    dtype = getattr(torch, dtype_name, None)  # the node's working dtype, "float32"
-    if isinstance(dtype, torch.dtype) and dtype.is_floating_point:
-        top = torch.finfo(dtype).max
-        posinf = top if posinf is None else posinf
-        neginf = -top if neginf is None else neginf
-    return torch.ops.aten.nan_to_num.default(x, 0.0 if nan is None else nan, posinf, neginf)
-
-
-BIT_PARTNER = {torch.int32: torch.float32, torch.float32: torch.int32, torch.int64: torch.float64,
-                torch.float64: torch.int64}
-
-
-def _view_dtype_as(dtype_name: str, x: Any, dtype: Any) -> Any:
-    """view.dtype (a bit cast of one width) in the float64 reference: the operand at its working width
-    first (a float32 value is float64 here, and viewing float64 as int32 is refused), its bits read as
-    the working result dtype ``dtype_name``, a float result widened back to float64."""
-    target = getattr(torch, dtype_name)
-    out = x.to(BIT_PARTNER[target]).view(target)
-    return out.double() if target.is_floating_point else out
-
-
-# ops whose float64 reference takes its working dtype first (``FuzzGraph.source(reference=True)``)
-_AS_WORKING = {"aten.nan_to_num.default": "_nan_to_num_as", "aten.view.dtype": "_view_dtype_as"}
-
-
 def namespace(reference: bool = False) -> dict[str, Any]:
     """Globals the rendered source runs in; ``reference`` maps every float dtype to float64 (and
-    ``aten`` to ``_ReferenceAten``)."""
-    ns: dict[str, Any] = {"torch": torch, "aten": _ReferenceAten() if reference else torch.ops.aten,
+    ``aten`` to ``harness.fuzz.reference_ops.ReferenceAten``)."""
+    ns: dict[str, Any] = {"torch": torch, "aten": ReferenceAten() if reference else torch.ops.aten,
                           "inf": float("inf"), "nan": float("nan")}
     for name, dtype in _TORCH_DTYPES.items():
         ns[name] = torch.float64 if reference and dtype.is_floating_point else dtype
@@ -420,12 +356,12 @@ class FuzzGraph:
     def source(self, name: str = "graph", rounding_noise: bool = False, reference: bool = False) -> str:
         """The graph as Python source; ``rounding_noise``: each node's values pass through
         ``_noise(value, working dtype, index)`` (see ``function``); ``reference``: the float64
-        reference's (ops whose defaults depend on the dtype take their working dtype's, ``_AS_WORKING``)."""
+        reference's (ops whose defaults depend on the dtype take their working dtype's, ``AS_WORKING``)."""
         body = []
         for i, n in enumerate(self.nodes):
             line = n.line()
-            if reference and n.op in _AS_WORKING:
-                line = line.replace(f"{n.op}(", f"{_AS_WORKING[n.op]}({n.out_meta[0][1]!r}, ", 1)
+            if reference and n.op in AS_WORKING:
+                line = line.replace(f"{n.op}(", f"{AS_WORKING[n.op].__name__}({n.out_meta[0][1]!r}, ", 1)
             body.append(f"    {line}")
             if not rounding_noise:
                 continue
@@ -461,7 +397,7 @@ class FuzzGraph:
         as a correctly rounded eager would (``compare``'s ``rounded_steps``)."""
         ns = namespace(reference)
         ns.update(_terms=_terms, _absolute=_absolute, **{name: globals()[name] for name in TERMS_OF.values()},
-                  **{name: globals()[name] for name in _AS_WORKING.values()})
+                  **{fn.__name__: fn for fn in AS_WORKING.values()})
         ns["_shifted"] = _shifted_statistics(rounding_noise)
         if rounding_noise is not None:
             ns["_noise"] = _rounding_noise(rounding_noise, frozenset(

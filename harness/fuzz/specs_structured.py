@@ -9,7 +9,7 @@ import re
 from hypothesis import strategies as st
 
 from harness.fuzz.builder import ALL_DTYPES, NodeDraw
-from harness.fuzz.graph import BIT_PARTNER
+from harness.fuzz.reference_ops import BIT_PARTNER
 from harness.fuzz.opspec import NUMERIC, spec
 from harness.fuzz.values import FLOAT_DTYPES
 

@@ -7,6 +7,9 @@ judged by how much it amplifies, not against eager's error of 0."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from harness.fuzz.graph import FuzzGraph, Node
@@ -402,10 +405,43 @@ def test_a_graph_taking_one_output_of_a_norm_and_a_bit_cast_is_judged() -> None:
     assert result.status.value == "pass", (result.status, result.error)
 
 
+# fuzzer, crucible-sim, seed 439: a layer norm whose rows hold +-3.4e38 and small values, with inf in its weight
+# and bias; float64's mean of (-0.14, -3.4e38, -0.87, 3.4e38, -1.49) is 0 (the small values lost to the pair),
+# the exact mean -0.50: x - mean of -0.14 had the wrong sign, and the reference's inf * x_hat + inf was NaN
+SEED_439 = FuzzGraph.from_json("{\"inputs\": [{\"dtype\": \"float32\", \"layout\": \"contiguous\", \"profile\": \"special\", \"seed\": 2, \"shape\": [1025, 5]}, {\"dtype\": \"float32\", \"layout\": \"contiguous\", \"profile\": \"special\", \"seed\": 0, \"shape\": [5]}], \"nodes\": [{\"expr\": \"aten.native_layer_norm.default(x0, [5], x1, x1, 1e-05)\", \"op\": \"aten.native_layer_norm.default\", \"out_meta\": [[[1025, 5], \"float32\"], [[1025, 1], \"float32\"], [[1025, 1], \"float32\"]], \"outputs\": [\"v0_0\", \"v0_1\", \"v0_2\"], \"returns_tuple\": true}], \"outputs\": [\"v0_0\", \"v0_1\", \"v0_2\"]}")
+
+
+def test_the_references_norms_take_the_exact_mean_where_float64_cancels() -> None:
+    """The reference's layer and group norms sum a row again exactly where float64's mean may have lost
+    its digits: seed 439's truth (inf where eager's float32 mean overflowed to NaN) passes, and a wrong
+    value in that row fails."""
+    from harness.fuzz.reference_ops import REFERENCE_OPS, exact_mean
+
+    x, w = SEED_439.make_inputs()
+    top = torch.finfo(torch.float32).max
+    row = int(((x == top).any(1) & (x == -top).any(1)).nonzero()[0])
+    exact = math.fsum(x[row].double().tolist()) / 5
+    assert x[row].double().mean().item() != pytest.approx(exact)  # float64's own mean lost the small values
+    assert exact_mean(x[row].double()).item() == exact
+    normal = torch.randn(64, 33, dtype=torch.float64)  # rows that do not cancel keep float64's mean
+    assert torch.equal(exact_mean(normal), normal.mean(-1))
+    groups = REFERENCE_OPS["native_group_norm"].default(x[row].double().reshape(1, 5, 1), None, None, 1, 5, 1, 1, 1e-5)
+    assert groups[1].item() == exact
+    eager = SEED_439.function()(x, w)
+    reference = SEED_439.function(reference=True)(*SEED_439.make_inputs("cpu", reference=True))
+    assert torch.isnan(eager[0][row]).all() and reference[0][row, 0].item() == math.inf
+    truth = tuple(t.float() for t in reference)
+    assert compare_outputs(SEED_439, SEED_439.outputs, eager, truth, reference, rounding_spread=True)[1] == ""
+    wrong = [t.clone() for t in truth]
+    wrong[0][row, 1] = 2 * wrong[0][row, 1] + 1  # (eager overflowed there: another infinity would be excused)
+    assert compare_outputs(SEED_439, SEED_439.outputs, eager, tuple(wrong), reference, rounding_spread=True)[1] != ""
+
+
 def test_the_repro_script_uses_the_same_reference(tmp_path) -> None:
     """A repro's float64 reference runs the reference source the campaign judged with (nan_to_num at the
     working dtype's largest values, bit casts at their working width): seed 251's layer norm and its bit
-    cast of a float32 input pass there too."""
+    cast of a float32 input pass there too, and seed 439's layer norm, judged by the reference's own norm
+    (``harness.fuzz.reference_ops``)."""
     import subprocess
     import sys
 
@@ -413,7 +449,7 @@ def test_the_repro_script_uses_the_same_reference(tmp_path) -> None:
     from harness.result import Result
     from harness.status import Status
 
-    for graph in (SEED_251, SEED_251_GROUP_NORM):
+    for graph in (SEED_251, SEED_251_GROUP_NORM, SEED_439):
         path = tmp_path / "repro.py"
         path.write_text(write_repro(graph, "crucible-cpp", None, Result(name="g", target="crucible-cpp",
                                                                          status=Status.FAIL_ACCURACY)))
