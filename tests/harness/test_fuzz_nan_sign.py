@@ -104,3 +104,32 @@ def test_what_follows_a_copysign_of_a_nan_is_judged_with_nans_of_one_sign() -> N
     assert not nan_sign_only(graph, "v9", eager, positive * 2)
     record = run_graph(graph, parse_target("crucible-interpret"))
     assert record.status == Status.PASS, record.error
+
+
+def test_a_selection_by_the_sign_of_a_nan_is_judged_with_nans_of_either_sign() -> None:
+    """Fuzzer, crucible-cpp, seed 452: ``where(signbit(fmod(x, -0.0)), clamp_min(x, 2), x)``: ATen's
+    float64 fmod by -0.0 is a positive NaN, Crucible's a negative one, so Crucible selected
+    clamp_min(x, 2) everywhere. The run with negative NaNs had set their sign by a product with -1,
+    which keeps a NaN's sign on x86, so it selected x as eager did. Now both runs set the sign, and
+    each position may take either (a kernel's NaN signs need not agree across positions); a value that
+    neither selects still fails."""
+    x = {"shape": [1, 8], "dtype": "float64", "layout": "narrowed", "profile": "normal", "seed": 0}
+    meta = [([1, 8], "float64")]
+    nodes = [Node("aten.clamp_min.default", "aten.clamp_min.default(x0, 2.0)", ["v0"], meta),
+             Node("aten.fmod.Scalar", "aten.fmod.Scalar(x0, -0.0)", ["v2"], meta),
+             Node("aten.signbit.default", "aten.signbit.default(v2)", ["v7"], [([1, 8], "bool")]),
+             Node("aten.where.self", "aten.where.self(v7, v0, x0)", ["v8"], meta)]
+    graph = FuzzGraph([x], nodes, ["v8"])
+    (x0,) = graph.make_inputs()
+    eager = graph.function()(x0)[0]
+    assert not torch.signbit(torch.fmod(x0, -0.0)).any() and torch.equal(eager, x0)
+    selected = x0.clamp_min(2.0)
+    assert nan_sign_only(graph, "v8", eager, selected)
+    mixed = torch.where(torch.arange(8).reshape(1, 8) % 2 == 0, selected, x0)
+    assert nan_sign_only(graph, "v8", eager, mixed)
+    wrong = selected.clone()
+    wrong[0, 3] = 3.0
+    assert not nan_sign_only(graph, "v8", eager, wrong)
+    for target in ("crucible-cpp", "crucible-interpret"):
+        record = run_graph(graph, parse_target(target))
+        assert record.status == Status.PASS, record.error
