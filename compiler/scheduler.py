@@ -281,8 +281,11 @@ class Scheduler:
         earliest = max((self.producer.get(d, -1) for d in deps), default=-1)
         if node.buffer.kind == "input":  # a write back into an input: after every step that reads it
             earliest = max(earliest, self.last_reader(node.name))
-        first_refusal = None
-        for pos in range(len(self.steps) - 1, max(earliest, 0) - 1, -1):
+        # the earliest kernel it can join after its inputs are made: joining a later one would keep
+        # those inputs alive until then (a forward's saved values, realized where the graph returns
+        # them, all joined its last kernel and held every buffer they read to the end of the call)
+        last_refusal = None
+        for pos in range(max(earliest, 0), len(self.steps)):
             k = self.steps[pos]
             if not isinstance(k, _KernelBuilder):
                 continue
@@ -290,10 +293,9 @@ class Scheduler:
             if why is None:
                 self.producer[node.name] = pos
                 return
-            if first_refusal is None:
-                first_refusal = FusionRefusal(k.node_names[-1], node.name, *why)
-        if first_refusal is not None:
-            self.refusals.append(first_refusal)
+            last_refusal = FusionRefusal(k.node_names[-1], node.name, *why)
+        if last_refusal is not None:  # the refusal of the kernel open last, the one reports name
+            self.refusals.append(last_refusal)
         k = self.new_kernel(outer, red)
         why = self.try_fuse(k, node, outer, red, xmap, rmap)
         assert why is None, why
