@@ -164,6 +164,10 @@ KNOWN_FINDINGS: list[KnownFinding] = [
     KnownFinding("crucible-*", "fail_accuracy", "aten.remainder.*", "NaN positions",
                  "ATen's CPU remainder is NaN where the quotient overflows, in its vectorized loop only (its scalar "
                  "loop: the exact remainder, as Crucible); FINDINGS.md: 'ATen (CPU): remainder is NaN'"),
+    KnownFinding("crucible-*", "fail_accuracy", "aten.[sc][io][ns]h.default", "inf positions",
+                 "ATen's CPU float64 sinh and cosh overflow to +-inf for |x| in (709.78, 710.48) in their "
+                 "vectorized loop only (e^x first; the scalar loop and Crucible: the finite value); "
+                 "FINDINGS.md: 'ATen (CPU): float64 sinh and cosh overflow'"),
     KnownFinding("crucible-*", "fail_accuracy", "aten.convolution.default", "eager nan, target",
                  "ATen's CPU convolution of a channels-last input (Crucible's layout for CPU graphs with oneDNN "
                  "convolutions) skips some padded taps, so a NaN or inf weight leaves the border finite where the "

@@ -216,6 +216,22 @@ def test_known_findings_match_the_oracles_wording_in_any_case() -> None:
     assert match_known("crucible-cpp", record) is not None
 
 
+def test_atens_vectorized_float64_sinh_overflow_is_known_and_crucibles_value_is_right() -> None:
+    """Fuzzer, crucible-cpp, seed 459: sinh of float64 running sums reaching 710.40 was inf in eager
+    (ATen's vectorized loop computes e^x first) and 1.665e308 in Crucible, the exact value; a known
+    upstream finding (FINDINGS.md), for sinh and cosh only."""
+    import compiler
+
+    x = torch.full((16,), 710.4, dtype=torch.float64)
+    for op in (torch.ops.aten.sinh.default, torch.ops.aten.cosh.default):
+        got = compiler.compile_graph(compiler.trace_aten(op, x), [x], codegen="cpp")(x)
+        torch.testing.assert_close(got, op(x[:1]).expand(16), rtol=1e-13, atol=0)  # the scalar loop's
+        record = _result(Status.FAIL_ACCURACY, op=str(op), error="v2: +Inf positions differ from eager")
+        assert match_known("crucible-cpp", record) is not None
+    assert match_known("crucible-cpp", _result(Status.FAIL_ACCURACY, op="aten.sign.default",
+                                               error="v2: +Inf positions differ from eager")) is None
+
+
 def test_a_zero_sign_difference_is_charged_where_it_starts() -> None:
     """Fuzzer, crucible-cpp, seed 24: atan2(softshrink(x), x) is off by 2 pi where ATen's softshrink gave
     +0 (its vectorized loop) and Crucible -0 (x * 0, as its scalar tail and torch's rule): the oracle
