@@ -55,6 +55,16 @@ inline I float_to_int(F value) {
   return (value >= lowest && value < -lowest) ? static_cast<I>(value) : std::numeric_limits<I>::min();
 }
 
+// (F)(I)value, float_to_int and back, for a value of type F. Written out because GCC 12 with
+// -fno-trapping-math folds that round trip into trunc(value), which is -0.0 for a value in (-1, 0)
+// where the conversions give +0.0 (fuzzer, crucible-cpp --dynamic, seed 464: signbit(log1p(int(x))));
+// trunc(value) + 0 is the round trip's value, and GCC keeps the addition since trunc can be -0.0.
+template <typename I, typename F>
+inline F int_round_trip(F value) {
+  constexpr F lowest = static_cast<F>(std::numeric_limits<I>::min());
+  return (value >= lowest && value < -lowest) ? std::trunc(value) + F(0) : lowest;
+}
+
 // IEEE half <-> float, the branch-free algorithms c10::Half uses (from the FP16 library),
 // so results agree with tensor.half() / tensor.float() bit for bit, subnormals included.
 inline float half_to_float(uint16_t h) {

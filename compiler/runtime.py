@@ -454,7 +454,9 @@ class CppLauncher:
 # blocks vectorizing strided loads, see cpp_prelude.h). -fno-trapping-math: floating-point
 # exceptions are not observable from torch, and without it g++ will not vectorize floor/ceil/
 # float-int conversions (so neither exp_f32); values are unchanged (unlike -ffast-math, it allows
-# no reassociation and keeps NaN/inf/-0.0 semantics).
+# no reassociation and keeps NaN/inf/-0.0 semantics), but for one fold: GCC 12 turns (float)(int)x
+# into trunc(x), -0.0 for x in (-1, 0), so the renderer writes that round trip as the prelude's
+# int_round_trip (harness/FINDINGS.md: 'GCC 12: a float-int-float round trip').
 EXTRA_FLAGS = ("-fno-trapping-math",)
 
 

@@ -173,6 +173,13 @@ class ExprWriter:
         t = cvalue_type(e.dtype)
         is_float = dt.is_floating_point
         if op is Op.CAST:
+            inner = e.src[0]
+            if (inner.op is Op.CAST and inner.dtype in (torch.int32, torch.int64) and dt.is_floating_point
+                    and inner.src[0].dtype.is_floating_point and compute_dtype(inner.src[0].dtype) == dt):
+                # float -> int -> the same float type: the prelude's int_round_trip (GCC folds the two
+                # conversions into trunc, losing the +0.0 of a value in (-1, 0))
+                code = f"crucible::int_round_trip<{cvalue_type(inner.dtype)}>({self.value(inner.src[0])})"
+                return f"{TO_FLOAT[e.dtype]}({FROM_FLOAT[e.dtype]}({code}))" if e.dtype in FROM_FLOAT else code
             return self.cast(a[0], e.src[0].dtype, e.dtype)
         if op is Op.BITCAST:
             return f"crucible::bit_cast<{t}>({a[0]})"

@@ -141,6 +141,28 @@ def test_atanh_near_minus_one_keeps_its_digits(codegen: str, device: str) -> Non
         assert torch.equal(torch.signbit(got)[numbers], torch.signbit(torch.atanh(x))[numbers])
 
 
+def _round_trips(ints: torch.dtype) -> tuple:
+    back = lambda a: aten._to_copy.default(aten._to_copy.default(a, dtype=ints), dtype=a.dtype)  # noqa: E731
+    log1p = lambda a: aten.log1p.default(aten._to_copy.default(a, dtype=ints))  # noqa: E731
+    return back, log1p
+
+
+def test_a_float_to_int_round_trip_keeps_the_sign_of_zero(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp --dynamic, seed 464: ``signbit(log1p(_to_copy(x, dtype=int32)))`` was True
+    for x = -0.29 (eager False): GCC 12 with -fno-trapping-math folds (float)(int)x into trunc(x), which
+    is -0.0 for x in (-1, 0) where the two conversions give +0.0. The C++ renderer writes the round
+    trip as the prelude's int_round_trip (trunc(x) + 0, out-of-range values the lowest int)."""
+    values = [1.5, -0.2934, -0.0, 0.0, -1.5, 3e9, math.nan, math.inf, -3e9, 2.7, -0.999] * 3
+    for dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16):
+        x = torch.tensor(values, dtype=dtype, device=device)
+        for ints in (torch.int32, torch.int64):
+            for fn in _round_trips(ints):
+                got, want = _compiled(fn, x, codegen=codegen)(x), fn(x)
+                torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+                numbers = ~torch.isnan(want)  # (a NaN's sign is unspecified)
+                assert torch.equal(torch.signbit(got)[numbers], torch.signbit(want)[numbers]), (dtype, ints, got, want)
+
+
 def test_pow_special_cases_match_c_pow(codegen: str, device: str) -> None:
     """Fuzzer, crucible-cpp: ``aten.pow.Tensor_Tensor`` gave NaN for (-inf) ** 2.5 (eager inf),
     (-inf) ** -0.5 (eager 0) and (-1) ** inf (eager 1), and +inf for (-0.0) ** -1 (eager -inf):
