@@ -280,8 +280,13 @@ def sinh(x: V) -> V:
 
 
 def cosh(x: V) -> V:
+    # below ln 2 / 2, 1 + t^2 / (2 (1 + t)) with t = expm1(|x|): (e^x + e^-x) / 2 carries both exps'
+    # roundings, up to an ulp near 1, and pow(x, cosh(x)) of a negative x turned NaN (eager, cosh
+    # 1 + 1 ulp) into x (cosh rounded to 1; fuzzer, crucible-cpp --max-nodes 12, seed 469)
     a = vabs(x)
-    return sel(a > 20, _half_exp(a), (vexp(x) + vexp(-x)) * 0.5)
+    t = expm1(a)
+    near_one = 1 + t * t / ((1 + t) * 2)
+    return sel(a > 20, _half_exp(a), sel(a < math.log(2) / 2, near_one, (vexp(x) + vexp(-x)) * 0.5))
 
 
 def acosh(x: V) -> V:

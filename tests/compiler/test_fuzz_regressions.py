@@ -163,6 +163,21 @@ def test_a_float_to_int_round_trip_keeps_the_sign_of_zero(codegen: str, device: 
                 assert torch.equal(torch.signbit(got)[numbers], torch.signbit(want)[numbers]), (dtype, ints, got, want)
 
 
+def test_cosh_near_zero_is_rounded_as_eagers(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp --max-nodes 12, seed 469: ``pow(x, cosh(x))`` over small negative x: eager's
+    cosh(-0.00039) is 1 + 1 ulp (correctly rounded) and the power of a negative base NaN; Crucible's
+    (e^x + e^-x) / 2 carried both exps' roundings and gave 1.0, and the power x. Below ln 2 / 2 cosh is
+    1 + t^2 / (2 (1 + t)), t = expm1(|x|): within 0.56 ulp of float64 there (0.93 before)."""
+    x = torch.linspace(-0.3465, 0.3465, 4001, device=device)
+    got = _compiled(_call(aten.cosh.default), x, codegen=codegen)(x)
+    truth = torch.cosh(x.double())
+    assert ((got.double() - truth).abs() / (torch.finfo(torch.float32).eps * truth)).max() < 0.6
+    small = -torch.tensor([0.00039, 0.0004, 0.00041, 0.0005, 0.001, 0.25], device=device)
+    power = _compiled(lambda a: aten.pow.Tensor_Tensor(a, aten.cosh.default(a)), small, codegen=codegen)(small)
+    want = aten.pow.Tensor_Tensor(small, aten.cosh.default(small))
+    assert torch.equal(torch.isnan(power), torch.isnan(want)), (power, want)
+
+
 def test_pow_special_cases_match_c_pow(codegen: str, device: str) -> None:
     """Fuzzer, crucible-cpp: ``aten.pow.Tensor_Tensor`` gave NaN for (-inf) ** 2.5 (eager inf),
     (-inf) ** -0.5 (eager 0) and (-1) ** inf (eager 1), and +inf for (-0.0) ** -1 (eager -inf):
