@@ -437,6 +437,37 @@ def test_the_references_norms_take_the_exact_mean_where_float64_cancels() -> Non
     assert compare_outputs(SEED_439, SEED_439.outputs, eager, tuple(wrong), reference, rounding_spread=True)[1] != ""
 
 
+# fuzzer, crucible-sim --capture dynamo, seed 467: the float64 mean of an expanded input, 4 values each
+# repeated 8,191 times; ATen's float64 sum of the repeats was 1,750 ulps off the exact mean, and a float64
+# graph's reference was ATen's own computation
+SEED_467 = FuzzGraph.from_json("{\"inputs\": [{\"dtype\": \"float64\", \"expand_from\": [1, 2, 1, 2], \"layout\": \"expanded\", \"profile\": \"normal\", \"seed\": 9721, \"shape\": [1, 2, 8191, 2]}], \"nodes\": [{\"expr\": \"aten.mean.dim(x0, [0, 1, 2, 3])\", \"op\": \"aten.mean.dim\", \"out_meta\": [[[], \"float64\"]], \"outputs\": [\"v0\"], \"returns_tuple\": false}], \"outputs\": [\"v0\"]}")
+
+
+def test_a_float64_sums_reference_is_the_exact_sum() -> None:
+    """A float64 sum's or mean's reference is correctly rounded (the terms summed in exact slices,
+    ``harness.fuzz.reference_ops``), not ATen's float64 sum, which is eager's own: seed 467's exact
+    mean passes where eager is 1,750 ulps off, and a missing term or a float32 accumulation still fails.
+    A float32 sum's reference stays ATen's float64 one."""
+    import mpmath
+
+    from harness.fuzz.reference_ops import _sum_dims_as
+
+    (x,) = SEED_467.make_inputs()
+    exact = mpmath.fsum(mpmath.mpf(v) for v in x.reshape(-1).tolist()) / x.numel()
+    reference = SEED_467.function(reference=True)(*SEED_467.make_inputs("cpu", reference=True))
+    assert abs(reference[0].item() - float(exact)) <= 2 * math.ulp(float(exact))
+    eager = SEED_467.function()(x)
+    assert abs(eager[0].item() - float(exact)) > 100 * math.ulp(float(exact))
+    assert compare_outputs(SEED_467, SEED_467.outputs, eager, (reference[0].clone(),), reference,
+                           rounding_spread=True)[1] == ""
+    flat = x.reshape(-1)
+    for wrong in ((flat[1:].sum() / flat.numel()).reshape(()), x.float().mean().double().reshape(())):
+        assert compare_outputs(SEED_467, SEED_467.outputs, eager, (wrong,), reference, rounding_spread=True)[1] != ""
+    y = torch.tensor([[1e16, 1.0, -1e16, 1.0], [math.inf, 1.0, 2.0, 3.0]], dtype=torch.float64)
+    assert _sum_dims_as("float64", y, [1]).tolist() == [2.0, math.inf]
+    assert _sum_dims_as("float32", y, [1]).tolist() == torch.ops.aten.sum.dim_IntList(y, [1]).tolist()
+
+
 def test_the_repro_script_uses_the_same_reference(tmp_path) -> None:
     """A repro's float64 reference runs the reference source the campaign judged with (nan_to_num at the
     working dtype's largest values, bit casts at their working width): seed 251's layer norm and its bit
@@ -449,7 +480,7 @@ def test_the_repro_script_uses_the_same_reference(tmp_path) -> None:
     from harness.result import Result
     from harness.status import Status
 
-    for graph in (SEED_251, SEED_251_GROUP_NORM, SEED_439):
+    for graph in (SEED_251, SEED_251_GROUP_NORM, SEED_439, SEED_467):
         path = tmp_path / "repro.py"
         path.write_text(write_repro(graph, "crucible-cpp", None, Result(name="g", target="crucible-cpp",
                                                                          status=Status.FAIL_ACCURACY)))
