@@ -160,12 +160,17 @@ def _exact_float64(out: Any, dtype_name: str, x: Any, reduce: Any) -> Any:
     rest = torch.where(finite, x, torch.zeros((), dtype=x.dtype)).double()
     clean = reduce((~finite).double()) == 0
     slices = []
+    top = rest.abs().max().item()  # grid points above it give empty slices, and so do those after rest is 0
     for k in range(1024 - SLICE_BITS, -1000, -SLICE_BITS):
         scale = 2.0 ** k
+        if scale > top:
+            continue
         part = torch.trunc(rest / scale) * scale
         if bool((part != 0).any()):
             slices.append(reduce(part))
             rest = rest - part
+            if not bool(rest.any()):
+                break
     slices.append(reduce(rest))
     if out.numel() * len(slices) > EXACT_SUM_LIMIT:
         return out
