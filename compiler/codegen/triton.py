@@ -43,6 +43,7 @@ from compiler.codegen.triton_ops import (
     INTERPRETED_VIA_FP64,
     PRECISE_FP32,
     UNARY_CALL,
+    interpreted_fma,
     reduce_identity,
 )
 from compiler.ir import Expr, Op, ReduceOp
@@ -287,20 +288,8 @@ class _KernelWriter:
             return self.tmp(e, f"tl.where({a[0]}, {a[1]}, {a[2]})")
         if op is Op.FMA:
             x, y, z = typed_operands(e, a, cdt)
-            if self.r.interpret and cdt == torch.float32:
-                # the interpreter's tl.fma is x * y + z in float32 (the product overflows); float64's
-                # product of float32s is exact, so one float64 sum and the cast round like an fma
-                wide = ", ".join(f"({v}).to(tl.float64)" for v in (x, y, z))
-                return self.tmp(e, f"tl.fma({wide}).to(tl.float32)")
-            if self.r.interpret and cdt == torch.float64:
-                # ... and in float64 nothing wider holds the product: where it overflows, a quarter of
-                # it (exact) plus a quarter of z, times 4, is finite where the fma's result is
-                # (lerp(1.0, -finfo.max, -0.5) gave inf where ATen's fma gives finfo.max / 2; fuzzer,
-                # crucible-interpret). The roundings stay two, not one.
-                product = self.tmp(e, f"{x} * {y}")
-                scaled = self.tmp(e, f"({x} * 0.25 * {y} + {z} * 0.25) * 4.0")
-                overflow = f"({product} == float('inf')) | ({product} == -float('inf'))"
-                return self.tmp(e, f"tl.where({overflow}, {scaled}, tl.fma({x}, {y}, {z}))")
+            if self.r.interpret and cdt in (torch.float32, torch.float64):
+                return interpreted_fma(lambda code: self.tmp(e, code), x, y, z, cdt)
             return self.tmp(e, f"tl.fma({x}, {y}, {z})")
         raise ValueError(f"triton renderer: no code for {op}")
 

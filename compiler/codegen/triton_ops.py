@@ -3,6 +3,8 @@ combine functions of reductions and their identities."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from compiler.codegen.shared import reduction_identity
@@ -35,3 +37,36 @@ PRECISE_FP32 = {Op.EXP: "libdevice.exp", Op.EXP2: "libdevice.exp2", Op.LOG2: "li
 INTERPRETED_VIA_FP64 = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG, Op.SIN, Op.COS})
 COMBINE = {ReduceOp.SUM: "tl.standard._sum_combine", ReduceOp.PROD: "tl.standard._prod_combine",
            ReduceOp.MAX: "tl.standard._elementwise_max", ReduceOp.MIN: "tl.standard._elementwise_min"}
+
+
+def interpreted_fma(emit: Callable[[str], str], x: str, y: str, z: str, dtype: torch.dtype) -> str:
+    """fma(x, y, z) rounded once, in Triton's interpreter, whose ``tl.fma`` is numpy's x * y + z: two
+    roundings, and a product that overflows where the fma's result is finite. ``emit`` names a line.
+
+    float32 goes through float64, where a product of float32s is exact. float64 has nothing wider:
+    Dekker's product (x and y split into 26-bit halves) gives the product's rounding error exactly and
+    Knuth's two-sum the sum's, and the sum plus both errors is the fma but in rare double-rounding
+    ties. Two roundings put lerp(x0, x1, -0.5) an ulp off ATen's fused one at a third of the values,
+    and fmod(x1, expm1(lerp(...))) multiplied that by the quotient: 22,479 ulps off eager (fuzzer,
+    crucible-interpret --max-nodes 12, seed 477). Where a split or the product overflows (|x| or |y|
+    above 2^996), a quarter of the product plus a quarter of z, times 4, rounded twice, is finite where
+    the fma is (lerp(1.0, -finfo.max, -0.5) was inf, ATen finfo.max / 2; fuzzer, crucible-interpret)."""
+    if dtype == torch.float32:
+        return emit(f"tl.fma({', '.join(f'({v}).to(tl.float64)' for v in (x, y, z))}).to(tl.float32)")
+
+    def split(v: str) -> tuple[str, str]:
+        c = emit(f"{v} * 134217728.0 + {v}")  # v * (2^27 + 1) rounded once; 2^27 + 1 is no float32 literal
+        high = emit(f"{c} - ({c} - {v})")
+        return high, emit(f"{v} - {high}")
+
+    product = emit(f"{x} * {y}")
+    (xh, xl), (yh, yl) = split(x), split(y)
+    product_error = emit(f"(({xh} * {yh} - {product}) + {xh} * {yl} + {xl} * {yh}) + {xl} * {yl}")
+    total = emit(f"{product} + {z}")
+    part = emit(f"{total} - {product}")
+    tail = emit(f"(({product} - ({total} - {part})) + ({z} - {part})) + {product_error}")
+    fused = emit(f"tl.where({tail} == 0.0, {total}, {total} + {tail})")  # a zero tail keeps -0.0 + -0.0
+    infinite = lambda v: f"(({v} == float('inf')) | ({v} == -float('inf')))"  # noqa: E731
+    scaled = emit(f"({x} * 0.25 * {y} + {z} * 0.25) * 4.0")
+    twice = emit(f"tl.where({infinite(product)}, {scaled}, {total})")
+    return emit(f"tl.where(({fused} == {fused}) & ~{infinite(fused)}, {fused}, {twice})")

@@ -1298,3 +1298,25 @@ def test_a_quotient_rounded_to_an_integer_divides_exactly(codegen: str, device: 
     for op in ops:
         got = _compiled(op, x, y, codegen=codegen)(x, y)[0]
         assert torch.equal(got, op(x, y)[0]), (got - op(x, y)[0]).abs().max()
+
+
+def test_float64_lerp_rounds_once_as_atens(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-interpret --max-nodes 12, seed 477: ``fmod(x1, expm1(lerp(x0, x1, -0.5)))`` over
+    float64 was 22,479 ulps off eager at one value (3,910 RMS): Triton's interpreter computes tl.fma as
+    numpy's x * y + z, two roundings, so lerp was an ulp off ATen's fused lerp at a third of the values,
+    and fmod multiplied that by the quotient (177 there). The interpreter's float64 fma is now exact
+    products and sums (Dekker, Knuth) rounded once; the GPU's tl.fma and C++'s std::fma always were."""
+    gen = torch.Generator().manual_seed(477)
+    start = torch.randn(4096, generator=gen, dtype=torch.float64) * torch.logspace(-3, 3, 4096, dtype=torch.float64)
+    end = torch.randn(4096, generator=gen, dtype=torch.float64)
+    weight = torch.rand(4096, generator=gen, dtype=torch.float64) * 4 - 2
+    start[:4], end[:4], weight[:4] = torch.tensor([-0.0, 0.0, 1e300, 3.0]), torch.tensor([-0.0, -0.0, -1e300, 3.0]), 0.7
+    start, end, weight = start.to(device), end.to(device), weight.to(device)
+    for fn, args in ((lambda a, b: aten.lerp.Scalar(a, b, -0.5), (start, end)),
+                     (lambda a, b, w: aten.lerp.Tensor(a, b, w), (start, end, weight))):
+        got, want = _compiled(fn, *args, codegen=codegen)(*args), fn(*args)
+        same = (got.view(torch.int64) == want.view(torch.int64)) | (got.isnan() & want.isnan())
+        assert bool(same.all()), (int((~same).sum()), got[~same][:4], want[~same][:4])
+    x0, x1 = start[4:40].reshape(1, 36), end[4:40].reshape(1, 36)
+    fn = lambda a, b: aten.fmod.Tensor(b, aten.expm1.default(aten.lerp.Scalar(a, b, -0.5)))  # noqa: E731
+    torch.testing.assert_close(_compiled(fn, x0, x1, codegen=codegen)(x0, x1), fn(x0, x1), rtol=1e-12, atol=1e-14)
