@@ -1,0 +1,38 @@
+"""The CPU benchmark (``harness.bench.cpu``): what its cold compiles hand each compiler."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._inductor.config
+
+from harness.bench import cpu
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_inductor_compiles_for_the_thread_count_it_is_timed_at(monkeypatch: pytest.MonkeyPatch, threads: int) -> None:
+    """On torch 2.11 the 16-thread row's Inductor kernel was the 1-thread row's (no speed-up from 15 more
+    threads): the thread count Inductor generates for is set explicitly, at compile and first call."""
+    seen: list[tuple[str, int]] = []
+
+    def fake_compile(fn, backend):  # noqa: ANN001, ANN202 -- torch.compile's stand-in
+        seen.append(("compile", torch._inductor.config.cpp.threads))
+
+        def first_call(*args):  # noqa: ANN002, ANN202
+            seen.append(("call", torch._inductor.config.cpp.threads))
+            return fn(*args)
+        return first_call
+
+    monkeypatch.setattr(torch, "compile", fake_compile)
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        default = torch._inductor.config.cpp.threads
+        cpu.compile_cold(lambda x: x + 1, (torch.ones(2),), "inductor", "TORCHINDUCTOR_CACHE_DIR")
+        assert seen == [("compile", threads), ("call", threads)]
+        assert torch._inductor.config.cpp.threads == default  # restored
+        seen.clear()
+        cpu.compile_cold(lambda x: x + 1, (torch.ones(2),), "crucible", "CRUCIBLE_CACHE_DIR")
+        assert seen == [("compile", default), ("call", default)]  # Crucible's kernels read the count at run time
+    finally:
+        torch.set_num_threads(previous)
