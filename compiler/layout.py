@@ -244,11 +244,13 @@ def cost_rule(gm: torch.fx.GraphModule, device: torch.device, kind: str,
         return cpu_rule(gm, kind, convs, codegen)
     if kind != "inference":
         # H100, resnet50 training step at batch 32 (harness.bench.training): channels-last forward and
-        # backward 24.4 ms fp32 and 20.1 ms bf16 against 22.3 and 17.2 contiguous. The convolutions gain;
-        # batch norm's statistics and gradients, reductions over (N, H, W) with the channels contiguous,
-        # run 3-5x Inductor's time: one program per few channels walks 10^5 rows (Inductor splits them)
-        return LayoutDecision("contiguous", f"GPU {kind} graph: NHWC batch-norm reductions are slower than "
-                              f"the convolutions gain (measured)", len(convs))
+        # backward 24.4 ms fp32 and 20.1 ms bf16 against 22.3 and 17.2 contiguous (26th session: batch
+        # norm's NHWC statistics and gradients, reductions over (N, H, W) with the channels contiguous,
+        # ran 3-5x Inductor's time). Again after the column splits of compiler.split_reductions (36th
+        # session, H100, the layouts forced in one process, steps interleaved): 19.41 ms fp32 and 18.79
+        # bf16 against 19.68 and 16.96 contiguous, 1.01x and 0.90x: still no gain worth the switch
+        return LayoutDecision("contiguous", f"GPU {kind} graph: channels-last measured no faster (NHWC "
+                              f"batch-norm reductions lose what the convolutions gain)", len(convs))
     nodes = sum(1 for _ in gm.graph.nodes)
     if nodes >= MAX_NODES_PER_CONV * len(convs):
         return LayoutDecision("contiguous", f"{len(convs)} convolutions in {nodes} FX nodes: too few to pay "
