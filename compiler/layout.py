@@ -247,8 +247,9 @@ def cost_rule(gm: torch.fx.GraphModule, device: torch.device, kind: str,
         # backward 24.4 ms fp32 and 20.1 ms bf16 against 22.3 and 17.2 contiguous (26th session: batch
         # norm's NHWC statistics and gradients, reductions over (N, H, W) with the channels contiguous,
         # ran 3-5x Inductor's time). Again after the column splits of compiler.split_reductions (36th
-        # session, H100, the layouts forced in one process, steps interleaved): 19.41 ms fp32 and 18.79
-        # bf16 against 19.68 and 16.96 contiguous, 1.01x and 0.90x: still no gain worth the switch
+        # session, H100, the layouts forced in one process, steps interleaved, as ``python -m
+        # harness.bench.layout --models resnet50:fp32 resnet50:bf16 --train`` runs them): 19.41 ms fp32
+        # and 18.79 bf16 against 19.68 and 16.96 contiguous, 1.01x and 0.90x: no gain worth the switch
         return LayoutDecision("contiguous", f"GPU {kind} graph: channels-last measured no faster (NHWC "
                               f"batch-norm reductions lose what the convolutions gain)", len(convs))
     nodes = sum(1 for _ in gm.graph.nodes)

@@ -7,16 +7,21 @@ bfloat16; prints each time, the channels-last / NCHW ratio and the median per fa
 ``layout="channels_last"``, side by side with eager: latency, max error vs eager, the layout the
 ``auto`` rule picks and why; with ``--cudagraphs`` also each layout under CUDA graphs, whose latency
 is the graph's GPU time without the host's launch cost (the steadier comparison of the kernels the
-layouts make). Each model runs in its own process with a timeout.
+layouts make). ``--train``: each model's training step instead (forward, loss, backward, AdamW, as
+``harness.bench.training``; the forward forced to each layout, its backward following), eager and
+both layouts built in one process, then ``--rounds`` rounds of one step each, interleaved (medians).
+Each model runs in its own process with a timeout.
 
     python -m harness.bench.layout --convs
     python -m harness.bench.layout --models resnet50:bf16 mobilenetv3_large_100:fp32 --cudagraphs
+    python -m harness.bench.layout --models resnet50:fp32 resnet50:bf16 --train
     python -m harness.bench.layout --models test_convnet:fp32 --device cpu   # a smoke check
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import statistics
@@ -88,15 +93,63 @@ def conv_table() -> str:
     return "\n".join(lines)
 
 
-def _model(name: str, dtype: torch.dtype, device: str) -> tuple[torch.nn.Module, tuple]:
+def _model(name: str, dtype: torch.dtype, device: str, train: bool = False) -> tuple[torch.nn.Module, tuple]:
     if name == "test_convnet":  # a small stand-in for CPU smoke checks
         import timm
 
         model = timm.create_model("test_efficientnet", pretrained=False)
-        return model.eval().to(device=device, dtype=dtype), (torch.randn(2, 3, 64, 64, device=device, dtype=dtype),)
+        model = (model.train() if train else model.eval()).to(device=device, dtype=dtype)
+        return model, (torch.randn(2, 3, 64, 64, device=device, dtype=dtype),)
     from harness.bench.zoo import MODELS
 
-    return MODELS[name].build(dtype, device, tiny=False)
+    return MODELS[name].build(dtype, device, tiny=False, train=train)
+
+
+def measure_training(name: str, dname: str, device: str, rounds: int = 20) -> dict[str, Any]:
+    """Training steps (``harness.bench.training``'s) of eager and of Crucible with the layout forced each
+    way, on one model: first three steps (the compiles) per variant, then ``rounds`` rounds of one step
+    of each, interleaved; bf16 is autocast over float32 weights, as the training benchmark's."""
+    import compiler
+    from harness.bench.training import LR, _targets, batches, make_step
+
+    torch.manual_seed(0)
+    base, inputs = _model(name, torch.float32, device, train=True)
+    autocast = dname == "bf16"
+    data = batches(inputs, 2)
+    with torch.autocast(device, torch.bfloat16, enabled=autocast):
+        targets = _targets(base(*data[0]), 2, device)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    row: dict[str, Any] = {"model": name, "dtype": dname, "train": True}
+    steps = {}
+    for layout in ("eager", "contiguous", "channels_last"):
+        model = copy.deepcopy(base)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)
+        if layout != "eager":
+            model = torch.compile(model, backend="crucible", dynamic=False, options={"strict": True, "layout": layout})
+        step = make_step(model, optimizer, autocast, device)
+        try:
+            with compiler.collect_reports() as report:
+                start = time.perf_counter()
+                for i in range(3):
+                    step(data[i % 2], targets[i % 2])
+                sync()
+            row[f"{layout}_compile_s"] = time.perf_counter() - start
+            if layout == "contiguous":
+                row["rule"] = "; ".join(g.layout_reason for g in report.graphs if g.layout_reason)
+            steps[layout] = step
+        except Exception as why:  # noqa: BLE001  (one failure is a table entry)
+            row[f"{layout}_error"] = error_line(why)
+    times: dict[str, list[float]] = {layout: [] for layout in steps}
+    for _ in range(rounds):
+        for layout, step in steps.items():
+            sync()
+            start = time.perf_counter()
+            step(data[1], targets[1])
+            sync()
+            times[layout].append(time.perf_counter() - start)
+    for layout, t in times.items():
+        row[f"{layout}_ms"] = statistics.median(t) * 1e3
+    return row
 
 
 def measure(name: str, dname: str, device: str, cudagraphs: bool = False) -> dict[str, Any]:
@@ -135,9 +188,10 @@ def measure(name: str, dname: str, device: str, cudagraphs: bool = False) -> dic
     return row
 
 
-def run_isolated(name: str, dname: str, device: str, timeout: float, cudagraphs: bool = False) -> dict[str, Any]:
+def run_isolated(name: str, dname: str, device: str, timeout: float, cudagraphs: bool = False,
+                 train: bool = False, rounds: int = 20) -> dict[str, Any]:
     cmd = [sys.executable, "-m", "harness.bench.layout", "--worker", "--device", device, "--models", f"{name}:{dname}",
-           *(["--cudagraphs"] if cudagraphs else [])]
+           *(["--cudagraphs"] if cudagraphs else []), *(["--train", "--rounds", str(rounds)] if train else [])]
     try:
         done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -165,6 +219,12 @@ def model_line(row: dict) -> str:
         return f"{row['model']} {row['dtype']}: {row['error']}"
     speed = _speedup(row)
     errors = "; ".join(f"{k}: {v}" for k, v in row.items() if k.endswith("_error"))
+    if row.get("train"):
+        return (f"{row['model']} {row['dtype']} training step: eager {_fmt(row, 'eager_ms')} ms, contiguous "
+                f"{_fmt(row, 'contiguous_ms')} ms, channels_last {_fmt(row, 'channels_last_ms')} ms (channels-last "
+                f"speedup {speed}); first 3 steps s {_fmt(row, 'contiguous_compile_s', '.1f')} / "
+                f"{_fmt(row, 'channels_last_compile_s', '.1f')}; rule: {row.get('rule', '-')}"
+                + (f"; FAILED {errors}" if errors else ""))
     return (f"{row['model']} {row['dtype']}: eager {_fmt(row, 'eager_ms')} ms, contiguous {_fmt(row, 'contiguous_ms')} "
             f"ms, channels_last {_fmt(row, 'channels_last_ms')} ms (channels-last speedup {speed}); max err "
             f"{_fmt(row, 'contiguous_err', '.2e')} / {_fmt(row, 'channels_last_err', '.2e')}; output strides eager's: "
@@ -191,11 +251,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     parser.add_argument("--cudagraphs", action="store_true",
                         help="--models: also time each layout under CUDA graphs (GPU)")
+    parser.add_argument("--train", action="store_true", help="--models: time training steps, not inference")
+    parser.add_argument("--rounds", type=int, default=20, help="--train: interleaved rounds of one step each (default 20)")
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per model (default 300)")
     parser.add_argument("--deadline", type=float, default=None,
                         help="stop starting models this many seconds after the start")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: must be at least 1")
+    if args.train and args.cudagraphs:
+        parser.error("--train times steps without CUDA graphs: drop --cudagraphs")
     if (args.convs or args.device == "cuda") and not torch.cuda.is_available():
         print("harness.bench.layout: no CUDA GPU here; --models ... --device cpu runs the model comparison on the CPU")
         return 2
@@ -207,7 +273,9 @@ def main(argv: list[str] | None = None) -> int:
         pairs.append((name, dname))
     if args.worker:
         for name, dname in pairs:
-            print(_RESULT + json.dumps(measure(name, dname, args.device, args.cudagraphs)), flush=True)
+            row = (measure_training(name, dname, args.device, args.rounds) if args.train
+                   else measure(name, dname, args.device, args.cudagraphs))
+            print(_RESULT + json.dumps(row), flush=True)
         return 0
     started = time.perf_counter()
     if args.convs:
@@ -218,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         if left < 10:
             print(f"{name} {dname}: skipped (deadline)", flush=True)
             continue
-        print(model_line(run_isolated(name, dname, args.device, left, args.cudagraphs)), flush=True)
+        print(model_line(run_isolated(name, dname, args.device, left, args.cudagraphs, args.train, args.rounds)),
+              flush=True)
     return 0
 
 

@@ -506,3 +506,23 @@ def test_a_stacked_gemm_weight_among_the_folds_is_left_to_its_own_refill():
     converted = convert_weight_layout(FoldedGraph(gm, [stack, fold]), [1, 2, 3, 4, 5])
     assert is_channels_last(fold.folded_weight.shape, fold.folded_weight.stride())
     assert converted.folds[0] is stack
+
+
+def test_layout_benchmark_times_training_steps_in_both_layouts(monkeypatch):
+    """``python -m harness.bench.layout --train``: eager and Crucible forced to each layout, their steps
+    interleaved (the measurement behind the rule's training branch); a CPU smoke check of the row."""
+    from harness.bench import layout as bench
+
+    def tiny(name, dtype, device, train=False):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                                torch.nn.AdaptiveAvgPool2d(1), torch.nn.Flatten(), torch.nn.Linear(8, 5))
+        return m.train(train), (torch.randn(4, 3, 8, 8),)
+
+    monkeypatch.setattr(bench, "_model", tiny)
+    row = bench.measure_training("tiny", "fp32", "cpu", rounds=2)
+    assert not [k for k in row if k.endswith("_error")], row
+    assert all(row[f"{v}_ms"] > 0 for v in ("eager", "contiguous", "channels_last"))
+    line = bench.model_line(row)
+    assert line.startswith("tiny fp32 training step: eager") and "channels-last speedup" in line, line
+    assert "contiguous" in row["rule"]  # the rule's own choice for a CPU training forward
