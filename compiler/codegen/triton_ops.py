@@ -50,7 +50,9 @@ def interpreted_fma(emit: Callable[[str], str], x: str, y: str, z: str, dtype: t
     and fmod(x1, expm1(lerp(...))) multiplied that by the quotient: 22,479 ulps off eager (fuzzer,
     crucible-interpret --max-nodes 12, seed 477). Where a split or the product overflows (|x| or |y|
     above 2^996), a quarter of the product plus a quarter of z, times 4, rounded twice, is finite where
-    the fma is (lerp(1.0, -finfo.max, -0.5) was inf, ATen finfo.max / 2; fuzzer, crucible-interpret)."""
+    the fma is (lerp(1.0, -finfo.max, -0.5) was inf, ATen finfo.max / 2; fuzzer, crucible-interpret);
+    with an infinite z it is z, and an infinite or NaN x or y takes IEEE's x * y + z (addcmul(inf, -1e308,
+    1e308) and addcmul(-1.0, 5e-324, inf) were NaN, ATen's inf: found testing this function)."""
     if dtype == torch.float32:
         return emit(f"tl.fma({', '.join(f'({v}).to(tl.float64)' for v in (x, y, z))}).to(tl.float32)")
 
@@ -67,6 +69,11 @@ def interpreted_fma(emit: Callable[[str], str], x: str, y: str, z: str, dtype: t
     tail = emit(f"(({product} - ({total} - {part})) + ({z} - {part})) + {product_error}")
     fused = emit(f"tl.where({tail} == 0.0, {total}, {total} + {tail})")  # a zero tail keeps -0.0 + -0.0
     infinite = lambda v: f"(({v} == float('inf')) | ({v} == -float('inf')))"  # noqa: E731
-    scaled = emit(f"({x} * 0.25 * {y} + {z} * 0.25) * 4.0")
-    twice = emit(f"tl.where({infinite(product)}, {scaled}, {total})")
-    return emit(f"tl.where(({fused} == {fused}) & ~{infinite(fused)}, {fused}, {twice})")
+    finite = lambda v: f"({v} * 0.0 == 0.0)"  # noqa: E731
+    # The scaled sum only where finite x and y overflow the product (|x| > 1: x / 4 is exact); an infinite
+    # z plus that finite exact product is z (the scaled sum was inf - inf). Nested selects, not &: an
+    # operand may be a Python float, and the interpreter's & of a Python bool and a tensor fails.
+    scaled = emit(f"tl.where({infinite(z)}, {z}, ({x} * 0.25 * {y} + {z} * 0.25) * 4.0)")
+    twice = emit(f"tl.where({infinite(product)}, tl.where({finite(x)}, tl.where({finite(y)}, {scaled}, {total}), "
+                 f"{total}), {total})")
+    return emit(f"tl.where({finite(fused)}, {fused}, {twice})")

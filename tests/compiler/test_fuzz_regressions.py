@@ -1320,3 +1320,23 @@ def test_float64_lerp_rounds_once_as_atens(codegen: str, device: str) -> None:
     x0, x1 = start[4:40].reshape(1, 36), end[4:40].reshape(1, 36)
     fn = lambda a, b: aten.fmod.Tensor(b, aten.expm1.default(aten.lerp.Scalar(a, b, -0.5)))  # noqa: E731
     torch.testing.assert_close(_compiled(fn, x0, x1, codegen=codegen)(x0, x1), fn(x0, x1), rtol=1e-12, atol=1e-14)
+
+
+def test_float64_addcmul_is_one_fma_at_every_magnitude(codegen: str, device: str) -> None:
+    """Found testing the interpreter's fma above (seed 477): ``addcmul(z, x, y)`` over float64 was NaN where
+    ATen's is inf, where x * y overflows and z is infinite (the scaled fallback summed inf - inf) and where
+    a subnormal x meets an infinite y (its quarter underflowed to 0, times inf). Random magnitudes from
+    1e-150 to 1e150 and every pair of special values: bit for bit ATen's."""
+    gen = torch.Generator().manual_seed(4770)
+    scale = lambda lo, hi: torch.logspace(lo, hi, 2000, dtype=torch.float64)[torch.randperm(2000, generator=gen)]  # noqa: E731
+    x = torch.randn(2000, generator=gen, dtype=torch.float64) * scale(-150, 150)
+    y = torch.randn(2000, generator=gen, dtype=torch.float64) * scale(-150, 150)
+    z = torch.randn(2000, generator=gen, dtype=torch.float64) * scale(-300, 300)
+    special = torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan, 1e308, -1e308, 5e-324, 1.0, -1.0], dtype=torch.float64)
+    grid = torch.cartesian_prod(special, special, special)
+    x, y, z = (torch.cat([v, grid[:, i]]).to(device) for i, v in enumerate((x, y, z)))
+    fn = lambda a, b, c: aten.addcmul.default(c, a, b)  # noqa: E731
+    got, want = _compiled(fn, x, y, z, codegen=codegen)(x, y, z), fn(x, y, z)
+    same = (got.view(torch.int64) == want.view(torch.int64)) | (got.isnan() & want.isnan())
+    bad = (~same).nonzero().flatten()[:4]
+    assert bool(same.all()), [(x[i].item(), y[i].item(), z[i].item(), got[i].item(), want[i].item()) for i in bad]
