@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from compiler import ir
+from compiler.index_terms import simplify_loads
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.lowerings.rules import Strided, TensorValue, read
 from compiler.sizes import all_static
@@ -149,7 +150,8 @@ def _split(ctx: GraphLowering, value: TensorValue, index: list[Expr], out_shape:
         inner //= n
         position = ir.binary(Op.FLOORDIV, flat, ir.const(inner, ir.INDEX_DTYPE)) if inner > 1 else flat
         unravelled[ir.rvar(j)] = position if j == 0 else ir.binary(Op.MOD, position, ir.const(n, ir.INDEX_DTYPE))
-    body = read(value, [unravelled.get(e, e) for e in index])
+    # (positions of dims that nest in memory merged: no division or remainder where none is needed)
+    body = simplify_loads(read(value, [unravelled.get(e, e) for e in index]))
     kept = [ir.xvar(d) if n != 1 else ir.const(0, ir.INDEX_DTYPE) for d, n in enumerate(out_shape)]
     if not columns:
         partial = ctx.reduce_body((*out_shape, splits), (chunk,), body, op, acc, acc)

@@ -30,6 +30,7 @@ from compiler.codegen.cpp_lang import (
     literal,
 )
 from compiler.codegen.shared import ExprLevels, Parameters, affine_index_code, leaf
+from compiler.index_terms import nonnegative, positive_divisor
 from compiler.ir import Expr, Op
 from compiler.scheduler import Kernel, Store
 
@@ -215,6 +216,8 @@ class ExprWriter:
         if op in INT_CALL:
             if is_float:
                 return f"std::floor({a[0]} / {a[1]})"
+            if op is Op.FLOORDIV and positive_divisor(e) and nonnegative(e.src[0]):
+                return f"{a[0]} / {a[1]}"  # truncation is the floor
             return f"{INT_CALL[op]}<{t}>({a[0]}, {a[1]})"
         if op in (Op.MAX, Op.MIN):
             fn = "max_nan" if op is Op.MAX else "min_nan"

@@ -46,6 +46,7 @@ from compiler.codegen.triton_ops import (
     interpreted_fma,
     reduce_identity,
 )
+from compiler.index_terms import nonnegative, positive_divisor
 from compiler.ir import Expr, Op, ReduceOp
 from compiler.kernel_names import kernel_symbol
 from compiler.scheduler import Kernel
@@ -263,6 +264,8 @@ class _KernelWriter:
             x, y = libdevice_operands(e, a, cdt)
             return self.tmp(e, f"libdevice.pow({x}, {y})")
         if op is Op.FLOORDIV:
+            if positive_divisor(e) and nonnegative(e.src[0]):  # truncation is the floor: no sign fix
+                return self.tmp(e, f"{a[0]} // {a[1]}")
             q = self.tmp(e, f"{a[0]} // {a[1]}")
             fix = f"(({a[0]} % {a[1]}) != 0) & (({a[0]} < 0) != ({a[1]} < 0))"
             return self.tmp(e, f"tl.where({fix}, {q} - 1, {q})")
