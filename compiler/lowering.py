@@ -23,7 +23,7 @@ from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View,
 from compiler.ir import Expr, Op
 from compiler.layout import channels_last_strides, is_channels_last, nhwc_arguments, strides_like_reads
 from compiler.lowerings.rules import (LOWERINGS, Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read, whole_reads,
-                                      count_ops, find_rule, identity_index, read, register)
+                                      count_ops, find_rule, identity_index, library_reads, read, register)
 from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.symbolic import DynamicUnsupported, dense_order, has_symbolic_sizes, plain_strides
@@ -340,10 +340,12 @@ class GraphLowering:
         return fit(value), missing
 
     def maybe_realize(self, node: torch.fx.Node, value: Any) -> Any:
-        """Realize big lazy expressions that several users would otherwise recompute."""
+        """Realize big lazy expressions that several users would otherwise recompute, and one that two
+        GEMMs or convolutions read (each would copy it into a buffer of its own: the backward's ``g @ W``
+        and ``g.T @ x``; GPT-2's padded logits gradient was computed twice, 785 MB each at 8 x 512)."""
         if isinstance(value, Lazy) and len(node.users) > 1 and (
                 count_ops(value.expr) > MAX_INLINE_OPS
-                or whole_reads(value) > MAX_INLINE_READS):
+                or whole_reads(value) > MAX_INLINE_READS or library_reads(node) > 1):
             return self.realize(value)
         if isinstance(value, Lazy) and value.expr.depth > MAX_LAZY_DEPTH:
             return self.realize(value)

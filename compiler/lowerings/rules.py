@@ -110,3 +110,25 @@ def whole_reads(value: Lazy) -> int:
         if {e for e in load.src[0].walk() if e.op is ir.Op.XVAR} >= dims:
             names.add(load.arg)
     return len(names)
+
+
+_aten = torch.ops.aten
+LIBRARY_READERS = frozenset({_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default,
+                             _aten.convolution.default})
+_VIEWS = frozenset({_aten.view.default, _aten._unsafe_view.default, _aten.reshape.default, _aten.permute.default,
+                    _aten.t.default, _aten.transpose.int})
+
+
+def library_reads(node: Any) -> int:
+    """How many GEMMs and convolutions read an FX node's value, directly or through views of it."""
+    count, frontier, seen = 0, list(node.users), set()
+    while frontier:
+        user = frontier.pop()
+        if user in seen:
+            continue
+        seen.add(user)
+        if user.target in _VIEWS:
+            frontier.extend(user.users)
+        elif user.target in LIBRARY_READERS:
+            count += 1
+    return count
