@@ -36,7 +36,8 @@ from compiler.codegen.shared import (
 from compiler.codegen.shared import unravel as unravel_codes
 from compiler.codegen.triton_bf16 import f32_rounded_to_bf16, interpreted_bf16_store, widened
 from compiler.codegen.triton_tiles import SizeLaunch, tiles
-from compiler.codegen.triton_literals import TL_DTYPE, libdevice_operands, literal, literal_operands, typed_operands
+from compiler.codegen.triton_literals import (TL_DTYPE, c_fmod, libdevice_operands, literal, literal_operands,
+                                              typed_operands)
 from compiler.codegen.triton_ops import (
     BINARY_INFIX,
     COMBINE,
@@ -244,6 +245,8 @@ class _KernelWriter:
                 return self.tmp(e, f"tl.math.div_rn({a[0]}, {a[1]})")
             return self.tmp(e, f"{a[0]} / {a[1]}" if cdt.is_floating_point else f"{a[0]} // {a[1]}")
         if op is Op.MOD:
+            if cdt.is_floating_point and all(s.op is Op.CONST for s in e.src):  # two literals: its value
+                return self.tmp(e, literal(c_fmod(float(e.src[0].arg), float(e.src[1].arg)), cdt))
             if cdt.is_floating_point and not self.r.interpret:
                 # Triton's float `%` is LLVM's frem, which NVPTX expands to x - trunc(x / y) * y: off
                 # by whole multiples of y once x / y is large (fmod(1e300, 3.0)); libdevice's is C's

@@ -79,3 +79,13 @@ def libdevice_operands(e: Expr, codes: list[str], dtype: torch.dtype) -> list[st
     float64 operands). The cast of an operand already of ``dtype`` is no operation."""
     return [code if operand.op is Op.CONST else f"({code}).to({TL_DTYPE[dtype]})"
             for operand, code in zip(e.src, typed_operands(e, codes, dtype))]
+
+
+def c_fmod(x: float, y: float) -> float:
+    """C's fmod of two literals, which the renderer writes as its value: Python would evaluate a
+    literal ``x % y`` itself, with the divisor's sign and ZeroDivisionError at 0 (a floor division of
+    an empty sum by itself, 0.0 % 0.0, raised in Triton's interpreter; fuzzer, crucible-sim, seed 527),
+    where ATen's fmod is NaN for a zero divisor or an infinite dividend."""
+    if y == 0 or math.isinf(x) or math.isnan(x) or math.isnan(y):
+        return math.nan
+    return math.fmod(x, y)

@@ -991,6 +991,26 @@ def test_floor_division_to_zero_has_the_quotients_sign(codegen: str, device: str
     assert torch.equal(got.signbit(), aten.floor_divide.Scalar(x, -1.5).signbit()), got
 
 
+def test_floor_division_and_fmod_of_literals(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-sim, seed 527: ``floor_divide(sum(x0), sum(x0))`` over an empty x0. The sum
+    folded to the literal 0.0 and the kernel computed ``0.0 % 0.0`` as Python does, ZeroDivisionError
+    in Triton's interpreter (a literal remainder also took the divisor's sign, where fmod takes the
+    dividend's). Now NaN, as eager's; and fmod of literals of both signs, as ATen's."""
+    empty = torch.zeros(0, 3, device=device)
+    fn = lambda a: aten.floor_divide.default(a.sum(), a.sum())  # noqa: E731
+    got = _compiled(fn, empty, codegen=codegen)(empty)
+    assert got.isnan().item() and fn(empty).isnan().item()
+    x = torch.zeros(2, device=device)
+    def literal_fmod(a: float, b: float):  # noqa: ANN202
+        return lambda t: torch.fmod(t.sum() + a, b)
+
+    for a, b in ((-5.0, 3.0), (5.0, -3.0), (7.5, 2.0), (math.inf, 2.0), (1.0, math.inf), (-0.0, 2.0)):
+        fn = literal_fmod(a, b)
+        got, want = _compiled(fn, x, codegen=codegen)(x), fn(x)
+        assert (got.isnan().item() and want.isnan().item()) or (got.item() == want.item() and
+                                                                got.signbit() == want.signbit()), (a, b, got, want)
+
+
 def test_layer_norm_is_one_kernel_of_two_reduction_passes(codegen: str, device: str) -> None:
     """The eighth session's overflow-safe layer norm summed a float32 row five times (its variance's
     big deviations and the rescaled rows apart), which made convnext_tiny 0.67x Inductor on the H200
