@@ -101,12 +101,12 @@ def _unravelled(term: Expr, coef: object) -> _Unravelled | None:
         return None
     extent = None
     if term.op is Op.MOD:
-        if term.src[1].op is not Op.CONST or not isinstance(term.src[1].arg, int) or term.src[1].arg <= 0:
+        if not positive_divisor(term):
             return None
         extent, term = term.src[1].arg, term.src[0]
     divisor = 1
     if term.op is Op.FLOORDIV:
-        if term.src[1].op is not Op.CONST or not isinstance(term.src[1].arg, int) or term.src[1].arg <= 0:
+        if not positive_divisor(term):
             return None
         divisor, term = term.src[1].arg, term.src[0]
     if extent is None and divisor == 1:
