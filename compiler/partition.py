@@ -43,23 +43,39 @@ def min_cut(partitioner: Callable, joint: torch.fx.GraphModule, joint_inputs: ob
 
 
 def drop_aliases(graph: torch.fx.Graph) -> int:
-    """Replace every ``aten.alias`` the graph does not return by its input; how many were dropped.
-    Autograd's formulas read a saved result through ``alias`` (softmax's backward reads its output's
-    alias), and the min-cut partitioner weighs such a view as a value of its own: swin_tiny's fp32 joint
-    on the GPU (36 aliases) had the scores, the bias plus mask and the softmax statistics saved to
-    recompute the softmax in seven blocks besides the softmax itself, 270 MB more than Inductor's,
-    whose joint-graph passes remove no-op aliases before partitioning. A returned alias stays (the
-    outputs' aliasing is what AOTAutograd planned around)."""
+    """Replace every no-op copy the graph does not return by its input; how many were dropped. No-op
+    copies: ``aten.alias``, and an ``aten.clone`` that keeps its input's strides of a value computed in
+    the graph (a functional joint never writes to it; a clone of an input may be what a later write to
+    that input must not see). Autograd's formulas read a saved result through ``alias`` (softmax's
+    backward reads its output's alias), and ``Dropout(0.0)`` in training is a ``clone``; the min-cut
+    partitioner weighs such a copy as a value of its own: swin_tiny's fp32 joint on the GPU saved the
+    scores and the softmax statistics to recompute a softmax besides its clone (``attn_drop``), and each
+    MLP's clone of its GELU besides the GELU (273 MB more than Inductor's, whose joint-graph passes
+    remove no-op copies before partitioning). A returned copy stays (the outputs' aliasing is what
+    AOTAutograd planned around)."""
     output = next(n for n in reversed(graph.nodes) if n.op == "output")
     returned = set(output.all_input_nodes)
     dropped = 0
     for node in list(graph.nodes):
-        if node.op == "call_function" and node.target is aten.alias.default and node not in returned \
-                and isinstance(node.args[0], torch.fx.Node):
+        if node.op == "call_function" and node not in returned and isinstance(node.args[0], torch.fx.Node) \
+                and (node.target is aten.alias.default or _noop_clone(node)):
             node.replace_all_uses_with(node.args[0])
             graph.erase_node(node)
             dropped += 1
     return dropped
+
+
+def _noop_clone(node: torch.fx.Node) -> bool:
+    if node.target is not aten.clone.default or len(node.args) != 1:
+        return False
+    source = node.args[0]
+    while _is_view(source) and isinstance(source.args[0], torch.fx.Node):
+        source = source.args[0]
+    if source.op != "call_function":
+        return False
+    new, old = node.meta.get("val"), node.args[0].meta.get("val")
+    return (isinstance(new, torch.Tensor) and isinstance(old, torch.Tensor)
+            and new.stride() == old.stride() and new.dtype == old.dtype)
 
 
 def pin_reads_of_mutated_inputs(graph: torch.fx.Graph) -> list[torch.fx.Node]:
