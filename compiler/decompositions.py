@@ -116,15 +116,17 @@ def batch_norm_inference(x: torch.Tensor, weight: Any, bias: Any, running_mean: 
     return out.to(x.dtype), empty, empty
 
 
-def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Tensor, ...]:
-    """(xa - mean) * rstd, mean and rstd over ``dims`` (kept), in ``xa``'s dtype. Torch's rules give a
+def _normalized(xa: torch.Tensor, dims: list[int], eps: float, summed_mean: bool = False) -> tuple[torch.Tensor, ...]:
+    """(xa - mean) * rstd, mean, rstd and the biased variance over ``dims`` (kept), in ``xa``'s dtype. Torch's rules give a
     float32 row whose variance overflows (a value near max) rstd 0 and so every output 0, where
     float64 gives the normalized row (fuzzer, crucible-cpp, seed 22). Three passes over a row, all in
     ``xa``'s dtype: a first mean (mean's lowering scales the sum: the plain one overflows near max) and
     the mean magnitude; the deviations from the mean scaled by a power of two s ~ 1 / magnitude,
     summed, and their squares (neither overflows nor loses bits to subnormals; the first sum corrects
     the mean); then the output. Scaling by a power of two is exact, so rows of equal values still
-    normalize to exactly 0. (The ninth session summed unscaled deviations in float64: right, but
+    normalize to exactly 0. ``summed_mean``: the mean of a row holding +-inf is that inf, as ATen's
+    batch norm sums it (its layer and group norm kernels, Welford's, give NaN; as the deviations do
+    here). (The ninth session summed unscaled deviations in float64: right, but
     float64 conversions made the H200's layer norms 1.4-2.5x Inductor's time; the eighth's summed big
     rows again scaled by 2^-66: five reductions a row.)"""
     n = math.prod(xa.shape[d] for d in dims)
@@ -132,10 +134,11 @@ def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Te
         # and an empty row's variance is NaN (rstd NaN, as ATen's; fuzzer, crucible-cpp, seed 26)
         var, mean = torch.var_mean(xa, dim=dims, correction=0, keepdim=True)
         rstd = torch.rsqrt(var + eps)
-        return (xa - mean) * rstd, mean, rstd
+        plain = torch.mean(xa, dim=dims, keepdim=True) if summed_mean and n else mean
+        return (xa - mean) * rstd, torch.where(torch.isinf(plain), plain, mean), rstd, var
     # mean's lowering sums x * 2^-k, 2^k >= n; the two means are sibling sums of one pass
-    mean0 = torch.mean(xa, dim=dims, keepdim=True)
-    magnitude = torch.mean(torch.abs(xa), dim=dims, keepdim=True)  # not amax: NaN-propagating max
+    mean0 = _scaled_mean(xa, dims, n)
+    magnitude = _scaled_mean(torch.abs(xa), dims, n)  # not amax: NaN-propagating max
     # reductions take a second reduction; any NaN makes the row NaN through mean0 anyway
     # s = 2^-e, e = floor(log2(magnitude)) kept where s and 1 / s are normal (0, subnormals, inf and NaN
     # give the bounds): |x * s| < 2n, |d * s| < 4n, and the squares' sum (< 16n^3) is finite. e is the
@@ -162,7 +165,19 @@ def _normalized(xa: torch.Tensor, dims: list[int], eps: float) -> tuple[torch.Te
     # over 8192x1024 values ran 0.8x eager.)
     k = rstd / s
     scaled = torch.abs(k) < math.inf
-    return (xa * torch.where(scaled, s, 1.0) - torch.where(scaled, mean * s, mean)) * torch.where(scaled, k, rstd), mean, rstd
+    out = (xa * torch.where(scaled, s, 1.0) - torch.where(scaled, mean * s, mean)) * torch.where(scaled, k, rstd)
+    return out, torch.where(torch.isinf(mean0), mean0, mean) if summed_mean else mean, rstd, var
+
+
+def _scaled_mean(xa: torch.Tensor, dims: list[int], n: Any) -> torch.Tensor:
+    """A float32 mean (kept dims) as Crucible lowers one, (sum of x * 2^-k) / n * 2^k with 2^k >= n, so
+    that the rule means the same run eagerly (``crucible fuzz-decomps``; ATen's plain float32 sum of
+    values near max overflows to inf, and a layer norm of such a row was NaN there)."""
+    if not isinstance(n, int):  # a symbolic count: the lowering scales at run time
+        return torch.mean(xa, dim=dims, keepdim=True)
+    scale = 2.0 ** math.ceil(math.log2(n))
+    total = torch.sum(xa * (1 / scale), dim=dims, keepdim=True)
+    return total if scale == n else total / n * scale
 
 
 def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torch.Tensor:
@@ -175,6 +190,37 @@ def _affine(out: torch.Tensor, weight: Any, bias: Any, shape: list[int]) -> torc
     if bias is not None:
         return out + bias.to(out.dtype).reshape(shape)
     return out
+
+
+@rule("crucible:batch_norm_training", aten._native_batch_norm_legit_functional.default)
+def batch_norm_training(x: torch.Tensor, weight: Any, bias: Any, running_mean: torch.Tensor,
+                        running_var: torch.Tensor, training: bool, momentum: float, eps: float) -> Any:
+    # The batch statistics as layer and group norm take theirs (``_normalized``: three passes in
+    # float32). Torch's rule goes through var_mean, whose lowering sums the deviations in float64:
+    # every GPU kernel of resnet50's training batch norms held float64 conversions, and a float32
+    # channel whose variance overflows (a value near max) normalized to 0 where float64 gives the
+    # normalized values (fuzzer, crucible-cpp, seed 600). The running statistics are torch's rule's
+    # (the unbiased variance as var * n / (n - 1)).
+    n = x.numel() // x.shape[1] if x.dim() > 1 and x.shape[1] else 0
+    if not training or n < 2:  # (eval statistics; one value a channel: torch's rule, as before)
+        out = decomposition_table[aten._native_batch_norm_legit_functional.default](
+            x, weight, bias, running_mean, running_var, training, momentum, eps)
+        if training:
+            return out
+        # eval: the running statistics pass through; the output folded as the inference rule's
+        # (torch's rule overflowed to +-inf where ATen's fold and float64 give NaN for a weight of
+        # inf; fuzzer, crucible-cpp, seed 600)
+        return (batch_norm_inference(x, weight, bias, running_mean, running_var, momentum, eps)[0], *out[1:])
+    dims = [0, *range(2, x.dim())]
+    out, mean, rstd, var = _normalized(x.to(_accumulation_dtype(x.dtype)), dims, eps, summed_mean=True)
+    out = _affine(out, weight, bias, [x.shape[1]] + [1] * (x.dim() - 2))
+    save_mean, save_rstd = torch.squeeze(mean, dims), torch.squeeze(rstd, dims)
+    # (in the running statistics' dtype, as ATen's op returns them; torch's rule gave float32 for bf16)
+    new_mean = (momentum * save_mean + (1 - momentum) * running_mean).to(running_mean.dtype)
+    new_var = (momentum * (torch.squeeze(var, dims) * (n / (n - 1))) + (1 - momentum) * running_var).to(running_var.dtype)
+    if x.device.type == "cpu":  # torch's rule and ATen: saved statistics in the input's dtype on CPU only
+        save_mean, save_rstd = save_mean.to(x.dtype), save_rstd.to(x.dtype)
+    return out.to(x.dtype), save_mean, save_rstd, new_mean, new_var
 
 
 @rule("crucible:split_of_an_empty_dim", aten.split.Tensor)
@@ -190,7 +236,7 @@ def split(x: torch.Tensor, split_size: int, dim: int = 0) -> Any:
 @rule("crucible:layer_norm_overflow_safe", aten.native_layer_norm.default)
 def layer_norm(x: torch.Tensor, normalized_shape: Any, weight: Any, bias: Any, eps: float) -> Any:
     axis = x.dim() - len(normalized_shape)
-    out, mean, rstd = _normalized(x.to(_accumulation_dtype(x.dtype)), list(range(axis, x.dim())), eps)
+    out, mean, rstd, _ = _normalized(x.to(_accumulation_dtype(x.dtype)), list(range(axis, x.dim())), eps)
     out = _affine(out, weight, bias, list(x.shape[axis:]))
     if math.prod(x.shape[axis:]) == 0:
         mean = torch.zeros_like(mean)  # ATen's mean of an empty row is 0 (var_mean's NaN)
@@ -220,7 +266,7 @@ def group_norm_centred(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, 
     # a weight of 3.4e38 where ATen's fused multiply-add (and float64) stay finite (fuzzer,
     # crucible-cpp, seed 21); the centred form also loses no bits to -mean * w cancelling x * w.
     grouped = x.to(_accumulation_dtype(x.dtype)).reshape(n, groups, c // groups, inner)
-    out, mean, rstd = _normalized(grouped, [2, 3], eps)
+    out, mean, rstd, _ = _normalized(grouped, [2, 3], eps)
     out = _affine(out.reshape(x.shape), weight, bias, [1, c] + [1] * (x.dim() - 2))
     return (out.to(x.dtype).contiguous(), mean.reshape(n, groups).to(x.dtype),  # contiguous, as ATen's
             rstd.reshape(n, groups).to(x.dtype))

@@ -237,6 +237,39 @@ def test_batch_norm_inference_folds_like_eager_near_float_max(codegen: str, devi
     torch.testing.assert_close(got.cpu(), want, equal_nan=True, rtol=1e-5, atol=0)
 
 
+def test_training_batch_norm_near_float_max_and_with_inf(codegen: str, device: str) -> None:
+    """Fuzzer, crucible-cpp, seed 600 (the training batch norm's op spec): a float32 channel holding
+    -3.4e38 normalized to 0 through torch's rule (its variance overflowed; float64's values are
+    +-0.707 and -1.414), and a channel holding +inf had the batch mean NaN (var_mean's Welford) where
+    ATen's kernel sums it to inf, as float64 does."""
+    big = torch.finfo(torch.float32).max
+    x = torch.tensor([[1.19, 0.5], [-big, math.inf], [1.2e-38, 3.4e38], [1.19, -big]], device=device)
+    running_mean, running_var = torch.tensor([1.5, 0.0], device=device), torch.tensor([3.9, 1.0], device=device)
+
+    def fn(a, m, v):
+        return aten._native_batch_norm_legit_functional.default(a, None, None, m, v, True, 0.1, 1e-5)
+
+    out, mean, rstd, new_mean, new_var = _compiled(fn, x, running_mean, running_var, codegen=codegen)(
+        x, running_mean, running_var)
+    want = fn(x.cpu().double(), running_mean.cpu().double(), running_var.cpu().double())
+    torch.testing.assert_close(out[:, 0].cpu().double(), want[0][:, 0], rtol=1e-6, atol=0)
+    assert out[:, 1].isnan().all()
+    assert mean[1].item() == math.inf and new_mean[1].item() == math.inf, (mean, new_mean)
+    torch.testing.assert_close(mean[0].cpu().double(), want[1][0], rtol=1e-6, atol=0)
+    torch.testing.assert_close(rstd[0].cpu().double(), want[2][0], rtol=1e-6, atol=0)
+    # eval (training=False) folds as the inference op does: a weight of inf gives ATen's NaN where
+    # x > mean (torch's rule gave inf)
+    weight = torch.tensor([math.inf, 1.0], device=device)
+
+    def evaluated(a, w, m, v):
+        return aten._native_batch_norm_legit_functional.default(a, w, None, m, v, False, 0.1, 1e-5)[0]
+
+    x = torch.tensor([[2.0, 1.0], [-1.0, 3.0]], device=device)
+    got = _compiled(evaluated, x, weight, running_mean, running_var, codegen=codegen)(x, weight, running_mean, running_var)
+    want = evaluated(*(t.cpu() for t in (x, weight, running_mean, running_var)))
+    torch.testing.assert_close(got.cpu(), want, equal_nan=True)
+
+
 def test_argmax_over_an_expanded_input(codegen: str, device: str) -> None:
     """Fuzzer, crucible-interpret: ``aten.argmax.default(x1, 0)`` over a size-1 tensor expanded
     to 2 raised TypeError in Triton's interpreter (numpy bitwise_and): the stride-0 input loads as

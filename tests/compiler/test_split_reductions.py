@@ -220,3 +220,65 @@ def test_the_split_reductions_option_runs_the_two_stages_on_any_renderer(codegen
     assert counts[True] > counts[False], counts
     with pytest.raises(ValueError, match="split_reductions must be True or False"):
         compiler.config.Options.parse({"split_reductions": "yes"})
+
+
+def _training_batch_norm_sources(x: torch.Tensor) -> str:
+    """The GPU Triton kernels of a training batch norm's forward (AOTAutograd's functional op, as a
+    training graph holds it, through Crucible's decomposition table)."""
+    from compiler.decompositions import capture_decomposition_table
+    from compiler.scheduler import Kernel, schedule
+
+    c = x.shape[1]
+    fn = lambda t, w, b, m, v: aten._native_batch_norm_legit_functional(t, w, b, m, v, True, 0.1, 1e-5)  # noqa: E731
+    args = (x, torch.randn(c), torch.randn(c), torch.zeros(c), torch.ones(c))
+    gm = torch.fx.experimental.proxy_tensor.make_fx(fn, decomposition_table=capture_decomposition_table())(*args)
+    renderer = renderer_for("triton", torch.device("cuda"))
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    FakeTensorProp(gm, FakeTensorMode()).propagate(*args)
+    lowered = lower(gm, torch.device("cpu"), renderer.capabilities)
+    return "\n".join(renderer.render(k).source for k in schedule(lowered, renderer.capabilities).steps
+                     if isinstance(k, Kernel))
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_training_batch_norm_statistics_stay_in_float32_on_the_gpu(channels_last: bool) -> None:
+    """Its batch statistics are layer norm's scaled float32 sums (``crucible:batch_norm_training``):
+    var_mean's float64 deviations cost the H100 float64 conversions and loads in every element's pass."""
+    x = torch.randn(8, 16, 32, 32)
+    src = _training_batch_norm_sources(x.to(memory_format=torch.channels_last) if channels_last else x)
+    assert "tl.reduce" in src and "float64" not in src
+
+
+@pytest.mark.parametrize("renderer", ["cpp", "triton"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_training_batch_norm_rule_matches_eager(renderer: str, dtype: torch.dtype) -> None:
+    """Output, saved statistics and running statistics of the functional training op, on channels of ordinary values, of equal values (variance 0: the output exactly 0, as ATen's), of
+    values near float32's max (the plain sum of squares overflows) and of tiny ones, against the
+    float64 reference. (ATen's CPU kernel, x * alpha + beta, gives the equal values' channel within an
+    ulp of the bias.)"""
+    torch.manual_seed(0)
+    x = torch.randn(4, 5, 6, 7, dtype=torch.float64)
+    x[:, 1] = 2.5  # equal values
+    if dtype != torch.bfloat16:
+        x[:, 2] = x[:, 2] * 1e37 + 3e38 * (dtype == torch.float32)  # near max (float32) / large
+    x[:, 3] *= 1e-30
+    x = x.to(dtype)
+    w, b = torch.randn(5, dtype=dtype), torch.randn(5, dtype=dtype)
+    m, v = torch.randn(5, dtype=dtype), torch.rand(5, dtype=dtype) + 0.5
+
+    def fn(t, w, b, m, v):
+        return aten._native_batch_norm_legit_functional(t, w, b, m, v, True, 0.1, 1e-5)
+
+    gm = compiler.trace_aten(fn, x, w, b, m, v)
+    got = compiler.compile_graph(gm, [x, w, b, m, v], codegen=renderer)(x, w, b, m, v)
+    want = fn(x, w, b, m, v)
+    reference = fn(*(t.double() for t in (x, w, b, m, v)))
+    assert torch.equal(got[0][:, 1], b[1].expand_as(got[0][:, 1]))  # equal values: exactly the bias
+    tol = {torch.float64: 1e-9, torch.float32: 2e-5, torch.bfloat16: 2e-2}[dtype]
+    for g, e, r in zip(got, want, reference):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        torch.testing.assert_close(g.double(), r.to(g.dtype).double(), rtol=tol, atol=tol, equal_nan=True)
+    if dtype == torch.float32:  # eager's own output near max is 1.27 off (x * alpha + beta rounds twice)
+        assert (want[0][:, 2].double() - reference[0][:, 2]).abs().max() > 0.1
