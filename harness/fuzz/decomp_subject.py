@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from harness.engine import Context, Grade, Subject, execute
+from harness.fuzz.conditioning import order_dependent
 from harness.fuzz.decomps import RedirectedAten, Rule, compare, to64, to64_rounded
 from harness.fuzz.graph import FuzzGraph, namespace
 from harness.fuzz.values import make_input
@@ -76,6 +77,10 @@ class DecompCaseSubject(Subject):
     def grade(self, ctx: Context, eager: Any, compiled: Any, reference: tuple[Any, Any] | None) -> Grade:
         ref, rounded = reference if reference is not None else (None, None)
         reason = compare(eager, compiled, ref, rounded)
+        if reason and self.case[0] == "graph" and any(order_dependent(self.case[1], o) for o in self.case[1].outputs):
+            # (fuzz-decomps, crucible:batch_norm_training: a float64 channel near 1.8e308, NaN in ATen's
+            # order, 0 in the rule's; the graph fuzzer leaves such outputs unjudged too)
+            reason = compare(eager, compiled, ref, rounded, floats=False)
         return Grade(not reason, reason)
 
 

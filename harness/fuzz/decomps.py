@@ -94,10 +94,13 @@ def _noise(rounded: Any, ref: torch.Tensor, shape: torch.Size) -> torch.Tensor |
     return torch.nan_to_num((rounded.double().cpu() - ref.double().cpu()).abs(), nan=0.0, posinf=0.0)
 
 
-def compare(orig: Any, dec: Any, ref: Any, rounded: Any = None) -> str:
+def compare(orig: Any, dec: Any, ref: Any, rounded: Any = None, floats: bool = True) -> str:
     """Why the decomposition's outputs ``dec`` are worse than the op's ``orig`` ("" when not).
     ``rounded``: the float64 op on inputs moved by half an ulp (``to64_rounded``), whose distance
-    from ``ref`` is allowed on top (twice: one draw of the rounding)."""
+    from ``ref`` is allowed on top (twice: one draw of the rounding). ``floats`` False: float outputs
+    are checked for structure, shape and dtype only (float64 values near the top of float64's range
+    reach an accumulation: its overflow depends on the order, as the graph fuzzer's
+    ``order_dependent``)."""
     lo, ld = flatten_outputs(orig), flatten_outputs(dec)
     if [p for p, _ in lo] != [p for p, _ in ld]:
         return f"structure: op returns {[p for p, _ in lo]}, decomposition {[p for p, _ in ld]}"
@@ -119,6 +122,8 @@ def compare(orig: Any, dec: Any, ref: Any, rounded: Any = None) -> str:
         if not o.is_floating_point():
             if not torch.equal(o, d):
                 return f"{path}: integer/bool values differ"
+            continue
+        if not floats:
             continue
         r = lr[i][1] if lr is not None else None
         right = _agrees_with_reference(d, r)

@@ -3,8 +3,9 @@
 The reference runs a graph's source with every float dtype mapped to float64 (``FuzzGraph.function(
 reference=True)``) and ``aten`` mapped to ``ReferenceAten``, which takes the ops below from here:
 
-- the norms (``native_layer_norm``, ``native_group_norm``) normalize before the affine step, over a
-  mean that is correctly rounded where float64's own summation cancels (``exact_mean``);
+- the norms (``native_layer_norm``, ``native_group_norm``, training batch norm) normalize before the
+  affine step, over a mean that is correctly rounded where float64's own summation cancels
+  (``exact_mean``);
 - ``AS_WORKING``: ops whose defaults depend on the working dtype (nan_to_num's largest values, a bit
   cast's width) take the working dtype's name first; ``FuzzGraph.source(reference=True)`` renders
   their calls that way.
@@ -97,13 +98,41 @@ def _group_norm_reference(x: torch.Tensor, weight: Any, bias: Any, n: int, c: in
     return out, mean.reshape(n, groups), rstd.reshape(n, groups)
 
 
+def _batch_norm_training_reference(x: torch.Tensor, weight: Any, bias: Any, running_mean: torch.Tensor,
+                                   running_var: torch.Tensor, training: bool, momentum: float, eps: float) -> tuple:
+    """_native_batch_norm_legit_functional for the float64 reference, training: each channel normalized
+    over the exact mean before the affine step. ATen's float64 kernel subtracts a mean it summed: a
+    channel of two equal values -3.4e38 came out -4.1e23 where they normalize to exactly 0 (fuzzer,
+    crucible-cpp, seed 601). The running variance takes the unbiased variance (NaN for one value a
+    channel, as ATen's)."""
+    op = torch.ops.aten._native_batch_norm_legit_functional.default
+    if not training or x.dim() < 2 or x.numel() == 0:
+        return op(x, weight, bias, running_mean, running_var, training, momentum, eps)
+    channels = x.shape[1]
+    moved = x.movedim(1, 0)
+    out, mean, rstd = _normalized(moved.reshape(channels, -1), eps)
+    count = out.shape[1]
+    var = (moved.reshape(channels, -1) - mean).square().mean(dim=-1)
+    out = out.reshape(moved.shape).movedim(0, 1)
+    per_channel = [1, channels] + [1] * (x.dim() - 2)
+    if weight is not None:
+        out = out * weight.reshape(per_channel)
+    if bias is not None:
+        out = out + bias.reshape(per_channel)
+    mean, rstd = mean.flatten(), rstd.flatten()
+    unbiased = var * (count / (count - 1) if count > 1 else math.nan)
+    return (out, mean, rstd, momentum * mean + (1 - momentum) * running_mean,
+            momentum * unbiased + (1 - momentum) * running_var)
+
+
 class Overloads:
     def __init__(self, **overloads: Any) -> None:
         self.__dict__.update(overloads)
 
 
 REFERENCE_OPS = {"native_group_norm": Overloads(default=_group_norm_reference),
-                 "native_layer_norm": Overloads(default=_layer_norm_reference)}
+                 "native_layer_norm": Overloads(default=_layer_norm_reference),
+                 "_native_batch_norm_legit_functional": Overloads(default=_batch_norm_training_reference)}
 
 
 class ReferenceAten:

@@ -419,6 +419,23 @@ def _batch_norm(n: NodeDraw) -> str:
             f"{_eps(n)})[0]")  # eager's saved stats are empty, meta's are not
 
 
+@spec("aten._native_batch_norm_legit_functional.default", "nn")
+def _batch_norm_training(n: NodeDraw) -> str:
+    """Training batch norm as a functionalized graph holds it (``Module.train()``): the normalized output,
+    the batch mean and rstd it saves, and the updated running mean and variance, one of the five."""
+    a = n.tensor(("float32", "float64"), min_rank=2, nonempty=True, rows="reduction")
+    c = [_shape(n, a)[1]]
+    dt = (n.dtype(a),)
+    w, b = _affine(n, n.dtype(a), c, fresh_only=True)
+    mean = n.tensor(dt, shape=c, fresh_only=True)
+    var = n.tensor(dt, shape=c, profile="positive", fresh_only=True)
+    # training only: an eval-mode graph holds ``_native_batch_norm_legit_no_training`` (its own spec)
+    momentum = n.draw(st.sampled_from([0.1, 0.0, 1.0])) if n.corner("optionals") else 0.1
+    output = n.draw(st.integers(0, 4))
+    return (f"aten._native_batch_norm_legit_functional.default({a}, {w}, {b}, {mean}, {var}, True, "
+            f"{momentum}, {_eps(n)})[{output}]")
+
+
 def _matmul_dtypes() -> tuple[str, ...]:
     return ("float32", "float64", "bfloat16")
 
