@@ -12,7 +12,9 @@ One correction to the min-cut partitioner: a value computed from an input the fo
 Recomputed in the backward it would read the input after the mutation: with torch 2.14's partitioner
 the gradient of ``x * self.buf`` after ``self.buf.add_(1)`` came out off by exactly 1 (Inductor
 too; harness/FINDINGS.md). The readers of a mutated input are pinned ``MUST_SAVE`` before the
-partitioner runs, except those that only compute the value written back.
+partitioner runs, except those that only compute the value written back. Before it, no-op copies
+are dropped (``drop_aliases``) and max-pool indices become int8 window offsets where only the pool's
+backward reads them (``compiler.pool_offsets``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from collections.abc import Callable
 
 import torch
 import torch.fx
+
+from compiler.pool_offsets import compact_pool_indices
 
 aten = torch.ops.aten
 
@@ -38,6 +42,7 @@ def partition_fn(partition: str) -> Callable:
 def min_cut(partitioner: Callable, joint: torch.fx.GraphModule, joint_inputs: object,
             **kwargs: object) -> tuple[torch.fx.GraphModule, torch.fx.GraphModule]:
     drop_aliases(joint.graph)
+    compact_pool_indices(joint.graph)
     pin_reads_of_mutated_inputs(joint.graph)
     return partitioner(joint, joint_inputs, compiler="inductor", **kwargs)
 
