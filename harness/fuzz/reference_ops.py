@@ -41,6 +41,11 @@ def exact_mean(rows: torch.Tensor) -> torch.Tensor:
     count = rows.shape[-1]
     if count == 0 or rows.numel() == 0:
         return mean
+    # a row of one value has that value as its mean exactly; float64's sum of 1024 copies of -1.685
+    # rounds, so x - mean was not 0 and a weight of -inf gave -inf where 0 * -inf is NaN (fuzzer,
+    # crucible-interpret --dynamic, seed 550: a training batch norm over an expanded input)
+    first = rows[..., :1]
+    mean = torch.where((rows == first).all(dim=-1), first.squeeze(-1), mean)
     # float64's summation error is at most about count * u * sum|x|, count * u * mean|x| of the mean;
     # finite rows only (an inf or NaN term is the same in every order)
     scale = rows.abs().mean(dim=-1)

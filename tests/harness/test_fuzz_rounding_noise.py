@@ -739,3 +739,35 @@ def test_a_few_correctly_rounded_terms_that_round_one_way_pass() -> None:
     wrong = rounded.clone()
     wrong[0] = torch.nextafter(wrong[0], torch.tensor(-math.inf, dtype=torch.bfloat16))
     assert "RMSE" in _judge(graph, wrong.double().mean().float())
+
+
+def test_the_references_mean_of_one_repeated_value_is_that_value() -> None:
+    """Fuzzer, crucible-interpret --dynamic, seed 550: a float64 training batch norm over an expanded
+    input (each channel one value) with a weight of -inf. float64's sum of 1024 copies of -1.685 rounds,
+    so the reference's x - mean was not 0 and its output -inf, eager's too, where 0 * -inf is NaN, as
+    Crucible computed; the reference's mean of a row of one value is now that value."""
+    from harness.fuzz.graph import FuzzGraph, Node
+    from harness.fuzz.reference_ops import exact_mean
+    from harness.fuzz.subject import compare_outputs
+
+    value = -1.685058471898198
+    row = torch.full((3, 1024), value, dtype=torch.float64)
+    assert row.mean(-1)[0].item() != value  # the case is the one seen: float64's own mean rounds
+    assert torch.equal(exact_mean(row), torch.full((3,), value, dtype=torch.float64))
+    expr = "aten._native_batch_norm_legit_functional.default(x0, x1, None, x2, x3, True, 0.1, 1.0)[0]"
+    graph = FuzzGraph([{"shape": [8, 2, 8, 16], "dtype": "float64", "expand_from": [1, 2, 1, 1], "layout": "expanded",
+                        "profile": "normal", "seed": 165},
+                       {"shape": [2], "dtype": "float64", "profile": "normal", "seed": 0},
+                       {"shape": [2], "dtype": "float64", "profile": "normal", "seed": 1},
+                       {"shape": [2], "dtype": "float64", "profile": "positive", "seed": 2}],
+                      [Node("aten._native_batch_norm_legit_functional.default", expr, ["v0"], [([8, 2, 8, 16], "float64")])],
+                      ["v0"])
+    x, w, m, v = graph.make_inputs()
+    w = torch.tensor([-math.inf, 1.0], dtype=torch.float64)
+    op = torch.ops.aten._native_batch_norm_legit_functional.default
+    eager = (op(x, w, None, m, v, True, 0.1, 1.0)[0],)
+    zero_times_inf = ((x - x[:1, :, :1, :1]) * w.reshape(1, 2, 1, 1),)  # 0 * -inf: NaN in channel 0
+    assert zero_times_inf[0][:, 0].isnan().all()
+    reference = graph.function(reference=True)(x, w, m, v)
+    assert reference[0][:, 0].isnan().all()
+    assert compare_outputs(graph, ["v0"], eager, zero_times_inf, reference, rounding_spread=True)[1] == ""
