@@ -50,16 +50,16 @@ def compact_pool_indices(graph: torch.fx.Graph) -> int:
 
 def _window(pool: torch.fx.Node) -> tuple | None:
     """(kh, kw, sh, sw, ph, pw, dh, dw, OH, OW, W) of a static pool whose window fits int8, else None."""
-    x, kernel, *rest = pool.args
-    stride, padding, dilation = (list(rest[i]) if len(rest) > i and rest[i] else None for i in range(3))
-    kernel = list(kernel) * (2 // len(kernel))
-    stride = (stride or kernel) * (2 // len(stride or kernel))
-    padding = (padding or [0]) * (2 // len(padding or [0]))
-    dilation = (dilation or [1]) * (2 // len(dilation or [1]))
+    from compiler.lowerings.pooling import pair
+
+    x, kernel_size, *rest = pool.args
+    stride, padding, dilation = (rest + [None, None, None])[:3]
+    kernel = pair(kernel_size, (1, 1))
+    sizes = [*kernel, *pair(stride, kernel), *pair(padding, (0, 0)), *pair(dilation, (1, 1))]
     val, out = x.meta.get("val"), pool.meta.get("val")
     if not isinstance(val, torch.Tensor) or not isinstance(out, (tuple, list)):
         return None
-    sizes = [*kernel, *stride, *padding, *dilation, *out[1].shape[-2:], val.shape[-1]]
+    sizes += [*out[1].shape[-2:], val.shape[-1]]
     if not all(isinstance(s, int) for s in sizes) or kernel[0] * kernel[1] > 127:
         return None
     return tuple(sizes)

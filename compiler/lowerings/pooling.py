@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 aten = torch.ops.aten
 
 
-def _pair(value: Any, default: tuple[int, int]) -> tuple[int, int]:
+def pair(value: Any, default: tuple[int, int]) -> tuple[int, int]:
+    """A pooling argument (an int, or a list of one or two) as two ints; ``default`` where absent."""
     if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
         return default
     if isinstance(value, int):
@@ -119,9 +120,9 @@ def _affine(out: Expr, stride: int, window: Expr, dilation: int, offset: int) ->
 @register(aten.max_pool2d_with_indices)
 def lower_max_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, kernel_size: Any, stride: Any = None,
                      padding: Any = 0, dilation: Any = 1, ceil_mode: bool = False) -> list:
-    kernel = _pair(kernel_size, (1, 1))
-    win = Window(x, shape_of(node.meta["val"][0].shape), kernel, _pair(stride, kernel), _pair(padding, (0, 0)),
-                 _pair(dilation, (1, 1)))
+    kernel = pair(kernel_size, (1, 1))
+    win = Window(x, shape_of(node.meta["val"][0].shape), kernel, pair(stride, kernel), pair(padding, (0, 0)),
+                 pair(dilation, (1, 1)))
     lowest = -math.inf if x.dtype.is_floating_point else torch.iinfo(x.dtype).min
     body = win.value(lowest, x.dtype)
     out_shape = win.out_shape
@@ -223,14 +224,14 @@ def _window_count(win: Window, stride: tuple[int, int], padding: tuple[int, int]
 def lower_avg_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, kernel_size: Any, stride: Any = None,
                      padding: Any = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                      divisor_override: int | None = None) -> TensorValue:
-    kernel = _pair(kernel_size, (1, 1))
-    return _avg_pool(ctx, node, x, kernel, _pair(stride, kernel), _pair(padding, (0, 0)), count_include_pad,
+    kernel = pair(kernel_size, (1, 1))
+    return _avg_pool(ctx, node, x, kernel, pair(stride, kernel), pair(padding, (0, 0)), count_include_pad,
                      divisor_override)
 
 
 @register(aten._adaptive_avg_pool2d)
 def lower_adaptive_avg_pool2d(ctx: GraphLowering, node: Any, x: TensorValue, output_size: Any) -> TensorValue:
-    out_h, out_w = _pair(output_size, (1, 1))
+    out_h, out_w = pair(output_size, (1, 1))
     height, width = x.shape[-2], x.shape[-1]
     if out_h == 0 or out_w == 0 or height % out_h or width % out_w:
         raise Unsupported(ExternReason.UNSUPPORTED_ARGS, "adaptive pooling with uneven windows")
