@@ -69,32 +69,6 @@ class _Unravelled:
         return out
 
 
-def _terms(expr: Expr) -> dict | None:
-    """``expr`` as {term: coefficient, None: constant}, a term being a loop variable or any other
-    integer sub-expression (``ir.to_affine`` with non-affine parts as terms); None for a product of
-    two non-constant parts."""
-    affine = ir.to_affine(expr)
-    if affine is not None:
-        return affine
-    if expr.op in (Op.ADD, Op.SUB):
-        a, b = _terms(expr.src[0]), _terms(expr.src[1])
-        if a is None or b is None:
-            return None
-        sign = 1 if expr.op is Op.ADD else -1
-        out = dict(a)
-        for k, v in b.items():
-            out[k] = out.get(k, 0) + sign * v
-        return out
-    if expr.op is Op.MUL:
-        for x, c in ((expr.src[0], expr.src[1]), (expr.src[1], expr.src[0])):
-            scale = ir.to_affine(c)
-            if scale is not None and set(scale) == {None}:
-                inner = _terms(x)
-                return None if inner is None else {k: v * scale[None] for k, v in inner.items()}
-        return {expr: 1}
-    return {expr: 1}
-
-
 def _unravelled(term: Expr, coef: object) -> _Unravelled | None:
     """``term`` (times ``coef``) as ``(base // d) % m`` over a non-negative base, or None."""
     if not isinstance(coef, int):
@@ -139,9 +113,7 @@ def _merge(parts: list[_Unravelled]) -> tuple[list[_Unravelled], bool]:
 def simplify_index(index: Expr) -> Expr:
     """``index`` with its unravelled terms merged where they nest (module docstring); ``index``
     itself where nothing merges. The result is in ``ir.from_affine``'s form."""
-    terms = _terms(index)
-    if terms is None:
-        return index
+    terms = ir.to_affine(index, opaque=True)
     parts, rest = [], {}
     for term, coef in terms.items():
         part = _unravelled(term, coef) if term is not None else None
@@ -159,8 +131,7 @@ def simplify_index(index: Expr) -> Expr:
         return index
     for part in parts:
         if part.divisor == 1 and part.extent is None:  # the whole position: affine in its own terms
-            inner = _terms(part.base)
-            assert inner is not None
+            inner = ir.to_affine(part.base, opaque=True)
             for k, v in inner.items():
                 rest[k] = rest.get(k, 0) + v * part.coef
         else:

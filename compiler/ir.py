@@ -278,8 +278,9 @@ Affine = dict  # {Expr (XVAR/RVAR or other int expr): coefficient, None: constan
 # Coefficients and the constant are ints, or sympy expressions where sizes are symbolic.
 
 
-def to_affine(expr: Expr) -> Affine | None:
-    """Decompose an int expression into {term: coef, None: const}; None if not affine."""
+def to_affine(expr: Expr, opaque: bool = False) -> Affine | None:
+    """Decompose an int expression into {term: coef, None: const}; None if not affine, or with
+    ``opaque`` each non-affine sub-expression (a floor division, a product of two variables) a term."""
     if expr.op is Op.CONST:
         return {None: int(expr.arg)}
     if expr.op is Op.SIZE:
@@ -287,7 +288,7 @@ def to_affine(expr: Expr) -> Affine | None:
     if expr.op in (Op.XVAR, Op.RVAR):
         return {expr: 1}
     if expr.op in (Op.ADD, Op.SUB):
-        a, b = to_affine(expr.src[0]), to_affine(expr.src[1])
+        a, b = to_affine(expr.src[0], opaque), to_affine(expr.src[1], opaque)
         if a is None or b is None:
             return None
         sign = 1 if expr.op is Op.ADD else -1
@@ -296,15 +297,15 @@ def to_affine(expr: Expr) -> Affine | None:
             out[k] = out.get(k, 0) + sign * v
         return out
     if expr.op is Op.MUL:
-        a, b = to_affine(expr.src[0]), to_affine(expr.src[1])
+        a, b = to_affine(expr.src[0], opaque), to_affine(expr.src[1], opaque)
         if a is None or b is None:
             return None
         if set(a) == {None}:
             a, b = b, a
         if set(b) != {None}:
-            return None
+            return {expr: 1} if opaque else None
         return {k: v * b[None] for k, v in a.items()}
-    return None
+    return {expr: 1} if opaque else None
 
 
 def from_affine(terms: Affine) -> Expr:
