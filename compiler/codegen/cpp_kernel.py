@@ -11,7 +11,7 @@ from __future__ import annotations
 from compiler import cpp_build
 from compiler.codegen.base import RenderedKernel
 from compiler.codegen.cpp_expr import ExprWriter
-from compiler.codegen.cpp_lang import ctype
+from compiler.codegen.cpp_lang import RESTRICT_ARGS, RESTRICT_PARAMS, ctype
 from compiler.codegen.cpp_loops import pointwise
 from compiler.codegen.cpp_plan import plan_reduction
 from compiler.codegen.cpp_reduction import emit_reduction
@@ -31,6 +31,8 @@ def assemble(w: ExprWriter, body: list[str]) -> RenderedKernel:
     symbol = cpp_build.sanitize_identifier(k.name)
     params = [f"{'' if param.written else 'const '}{ctype(param.dtype)}* __restrict__ {name}"
               for param, name in w.params.signature()]
+    restrict_params = ", ".join(params)
+    restrict_args = ", ".join(name for _, name in w.params.signature())
     params += [f"const int64_t {name}" for name in k.size_args]  # a size-generic kernel's sizes
     origins = cpp_build.safe_comment(", ".join(dict.fromkeys(k.origins))) or "(none)"
     shape = f"ranges {list(k.ranges)}" + (f", reduced {list(k.rranges)}" if k.rranges else "")
@@ -42,7 +44,8 @@ def assemble(w: ExprWriter, body: list[str]) -> RenderedKernel:
         "",
         f'extern "C" void {symbol}({", ".join(params)}) {{',
     ]
-    lines += ["  " + line for line in body]
+    lines += ["  " + line.replace(RESTRICT_PARAMS, restrict_params).replace(RESTRICT_ARGS, restrict_args)
+              for line in body]
     lines.append("}")
     return RenderedKernel(k.name, "cpp", "\n".join(lines) + "\n", w.params.buffers, (), symbol=symbol,
                           sizes=k.size_args)
