@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from compiler.ir import Expr, linear_index, render_definition, xvar
+from compiler.ir import Expr, linear_index, loads, render_definition, xvar
 from compiler.report import ExternReason
 
 
@@ -51,6 +51,12 @@ class Buffer:
     @property
     def numel(self) -> int:
         return numel(self.shape)
+
+    @property
+    def nbytes(self) -> int | None:
+        """Bytes of its elements; None when its size is symbolic."""
+        n = self.numel
+        return n * self.dtype.itemsize if isinstance(n, int) else None
 
     @property
     def is_contiguous(self) -> bool:
@@ -165,6 +171,17 @@ class LoweredGraph:
             else:
                 out.update({b.name: b for b in node.outputs if b is not None})
         return out
+
+    def last_readers(self) -> dict[str, ComputedNode | ExternNode | None]:
+        """Buffer name -> the last node that reads it; None for what the graph returns (read after
+        every node)."""
+        last: dict[str, ComputedNode | ExternNode | None] = {}
+        for node in self.nodes:
+            reads = view_buffers((node.args, node.kwargs)) if isinstance(node, ExternNode) else \
+                {e.arg for e in loads(node.body)}
+            last.update(dict.fromkeys(reads, node))
+        last.update(dict.fromkeys(view_buffers(self.outputs), None))
+        return last
 
     def __str__(self) -> str:
         lines = [f"inputs: {', '.join(b.name for b in self.inputs if b is not None)}"]

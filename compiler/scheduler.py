@@ -41,6 +41,7 @@ from compiler.report import FusionReason, FusionRefusal
 # Fusion forwards a producer's value into its consumer's expression; past this depth the
 # consumer starts a new kernel instead (renderers recurse over expressions).
 MAX_FUSED_DEPTH = 192
+EARLY_MIN_BYTES = 1 << 20  # see Scheduler.placement
 
 
 class Level(str, enum.Enum):
@@ -243,6 +244,7 @@ class Scheduler:
         self.producer: dict[str, int] = {}  # buffer -> index of the step that makes it
 
     def run(self) -> Schedule:
+        self.last_read, self.made = self.graph.last_readers(), self.graph.buffers()
         for node in self.graph.nodes:
             if isinstance(node, ExternNode):
                 self.steps.append(node)
@@ -299,8 +301,20 @@ class Scheduler:
         k = self.new_kernel(outer, red)
         why = self.try_fuse(k, node, outer, red, xmap, rmap)
         assert why is None, why
-        self.steps.append(k)
-        self.producer[node.name] = len(self.steps) - 1
+        pos = self.placement(node, deps, earliest)
+        self.steps.insert(pos, k)
+        self.producer = {name: p + (p >= pos) for name, p in self.producer.items()} | {node.name: pos}
+
+    def placement(self, node: ComputedNode, deps: set[str], earliest: int) -> int:
+        """Where a node no kernel takes starts its own: last (a later node may join it), or as early as its
+        inputs allow when its last reads free what it makes and EARLY_MIN_BYTES: a residual returned late kept
+        what it read to the end of the call (swin_tiny's forward: 128.6 MB at its peak). Nothing rises between."""
+        end, size = len(self.steps), node.buffer.nbytes
+        last = [d for d in deps if self.made[d].kind in ("computed", "extern") and self.last_read.get(d) is node]
+        freed = [self.made[d].nbytes for d in last]
+        if node.buffer.kind == "input" or size is None or None in freed or sum(freed) < max(size, EARLY_MIN_BYTES):
+            return end
+        return min(end, max([earliest, *map(self.last_reader, last)]) + 1)  # after every step reading them
 
     def last_reader(self, name: str) -> int:
         """The position of the last step that reads buffer ``name`` (-1: none)."""

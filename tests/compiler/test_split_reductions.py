@@ -163,7 +163,12 @@ def test_a_reduction_reading_rows_and_columns_splits_by_columns_where_it_would_s
     wide = _reductions(grad_weight, torch.randn(2, 32, 32, 512), torch.randn(2, 512, 32, 32), capabilities=gpu)
     assert len(wide) == 1
     gm = compiler.trace_aten(grad_weight, g, x)
-    assert_close(compiler.compile_graph(gm, [g, x], codegen="triton")(g, x), grad_weight(g, x))
+    got = compiler.compile_graph(gm, [g, x], codegen="triton")(g, x)
+    # a sum of 16,384 products per output: judged against float64, as close as eager's order gets
+    # (a plain comparison with eager failed one run in a few hundred: 1e-4 apart where terms cancel)
+    exact, scale = grad_weight(g.double(), x.double()), grad_weight(g.abs().double(), x.abs().double())
+    eager_err = (grad_weight(g, x).double() - exact).abs()
+    assert ((got.double() - exact).abs() <= 4 * eager_err + 1e-6 * scale).all()
 
 
 @pytest.mark.parametrize("op", ["sum", "amax", "prod", "var_mean", "channels_last"])
