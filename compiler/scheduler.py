@@ -244,7 +244,8 @@ class Scheduler:
         self.producer: dict[str, int] = {}  # buffer -> index of the step that makes it
 
     def run(self) -> Schedule:
-        self.last_read, self.made = self.graph.last_readers(), self.graph.buffers()
+        self.last_read = self.graph.last_readers()  # and buffers made here, which a kernel may free:
+        self.made = {name: b for name, b in self.graph.buffers().items() if b.kind in ("computed", "extern")}
         for node in self.graph.nodes:
             if isinstance(node, ExternNode):
                 self.steps.append(node)
@@ -301,8 +302,7 @@ class Scheduler:
         k = self.new_kernel(outer, red)
         why = self.try_fuse(k, node, outer, red, xmap, rmap)
         assert why is None, why
-        pos = self.placement(node, deps, earliest)
-        self.steps.insert(pos, k)
+        self.steps.insert(pos := self.placement(node, deps, earliest), k)
         self.producer = {name: p + (p >= pos) for name, p in self.producer.items()} | {node.name: pos}
 
     def placement(self, node: ComputedNode, deps: set[str], earliest: int) -> int:
@@ -310,7 +310,7 @@ class Scheduler:
         inputs allow when its last reads free what it makes and EARLY_MIN_BYTES: a residual returned late kept
         what it read to the end of the call (swin_tiny's forward: 128.6 MB at its peak). Nothing rises between."""
         end, size = len(self.steps), node.buffer.nbytes
-        last = [d for d in deps if self.made[d].kind in ("computed", "extern") and self.last_read.get(d) is node]
+        last = [d for d in deps if d in self.made and self.last_read.get(d) is node]  # not a template's value
         freed = [self.made[d].nbytes for d in last]
         if node.buffer.kind == "input" or size is None or None in freed or sum(freed) < max(size, EARLY_MIN_BYTES):
             return end
