@@ -172,6 +172,10 @@ class LoweredGraph:
                 out.update({b.name: b for b in node.outputs if b is not None})
         return out
 
+    def made_buffers(self) -> dict[str, Buffer]:
+        """The buffers the graph's nodes compute (not its inputs or constants): what a step may free."""
+        return {name: b for name, b in self.buffers().items() if b.kind in ("computed", "extern")}
+
     def last_readers(self) -> dict[str, ComputedNode | ExternNode | None]:
         """Buffer name -> the last node that reads it; None for what the graph returns (read after
         every node)."""

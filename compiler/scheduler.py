@@ -41,7 +41,7 @@ from compiler.report import FusionReason, FusionRefusal
 # Fusion forwards a producer's value into its consumer's expression; past this depth the
 # consumer starts a new kernel instead (renderers recurse over expressions).
 MAX_FUSED_DEPTH = 192
-EARLY_MIN_BYTES = 1 << 20  # see Scheduler.placement
+EARLY_MIN_BYTES = 1 << 20  # Scheduler.placement: below, a kernel stays last, where a node of its shape may join
 
 
 class Level(str, enum.Enum):
@@ -244,8 +244,7 @@ class Scheduler:
         self.producer: dict[str, int] = {}  # buffer -> index of the step that makes it
 
     def run(self) -> Schedule:
-        self.last_read = self.graph.last_readers()  # and buffers made here, which a kernel may free:
-        self.made = {name: b for name, b in self.graph.buffers().items() if b.kind in ("computed", "extern")}
+        self.last_read, self.made = self.graph.last_readers(), self.graph.made_buffers()
         for node in self.graph.nodes:
             if isinstance(node, ExternNode):
                 self.steps.append(node)
@@ -303,14 +302,15 @@ class Scheduler:
         why = self.try_fuse(k, node, outer, red, xmap, rmap)
         assert why is None, why
         self.steps.insert(pos := self.placement(node, deps, earliest), k)
-        self.producer = {name: p + (p >= pos) for name, p in self.producer.items()} | {node.name: pos}
+        if pos < len(self.steps) - 1:  # placed before other steps: theirs move on by one
+            self.producer = {name: p + (p >= pos) for name, p in self.producer.items()}
+        self.producer[node.name] = pos
 
     def placement(self, node: ComputedNode, deps: set[str], earliest: int) -> int:
-        """Where a node no kernel takes starts its own: last (a later node may join it), or as early as its
-        inputs allow when its last reads free what it makes and EARLY_MIN_BYTES: a residual returned late kept
-        what it read to the end of the call (swin_tiny's forward: 128.6 MB at its peak). Nothing rises between."""
+        """A node no kernel takes starts one last, or as early as its inputs allow when its last reads free what it makes
+        (no point between holds more): a saved residual the graph returns late held them to the end (swin_tiny: 128.6 MB)."""
         end, size = len(self.steps), node.buffer.nbytes
-        last = [d for d in deps if d in self.made and self.last_read.get(d) is node]  # not a template's value
+        last = [d for d in deps if d in self.made and self.last_read.get(d) is node]  # not a template's acc
         freed = [self.made[d].nbytes for d in last]
         if node.buffer.kind == "input" or size is None or None in freed or sum(freed) < max(size, EARLY_MIN_BYTES):
             return end
