@@ -497,22 +497,30 @@ def test_prelude_math_vectorizes_inside_a_loop(function, tmp_path):
     kernels build with. Regression: erf_f32 and log_f32 evaluated their polynomials with a loop,
     which g++ 12 had not unrolled when its vectorizer ran ("two or more consecutive inner loops"),
     so every GELU and log kernel ran scalar (a 4M-element transcendental chain 2.6x slower than eager)."""
+    _, report = gcc_vectorizer_report('#include "cpp_prelude.h"\n'
+                                      'extern "C" void run(float* __restrict__ out, const float* __restrict__ in, '
+                                      'long n) {\n'
+                                      f"  for (long i = 0; i < n; ++i) out[i] = crucible::{function}(in[i]);\n"
+                                      "}\n", "loop.cpp", "optimized", tmp_path)
+    assert "loop.cpp:3" in report and "loop vectorized" in report, report
+
+
+def gcc_vectorizer_report(source: str, name: str, kind: str, tmp_path) -> tuple[str, str]:
+    """``source`` written to ``name`` and compiled with the flags kernels build with; the file's path and
+    g++'s vectorizer report (``-fopt-info-vec-{kind}``). Skips where the C++ compiler is not GCC."""
     from compiler import config
     from compiler.runtime import EXTRA_FLAGS
 
     command = cpp_build.find_compiler()
     if "GCC" not in cpp_build.compiler_identity(tuple(command)) and "g++" not in command[0]:
         pytest.skip("the vectorizer report is read in GCC's -fopt-info format")
-    source = tmp_path / "loop.cpp"
-    source.write_text('#include "cpp_prelude.h"\n'
-                      'extern "C" void run(float* __restrict__ out, const float* __restrict__ in, long n) {\n'
-                      f"  for (long i = 0; i < n; ++i) out[i] = crucible::{function}(in[i]);\n"
-                      "}\n")
+    path = tmp_path / name
+    path.write_text(source)
     flags = [*cpp_build.SEMANTIC_FLAGS, *config.cpp_tuning_flags(), *EXTRA_FLAGS]
-    done = subprocess.run([*command, *flags, "-I", str(cpp_build.PRELUDE.parent), "-fopt-info-vec-optimized",
-                           "-c", str(source), "-o", str(tmp_path / "loop.o")], capture_output=True, text=True)
+    done = subprocess.run([*command, *flags, "-I", str(cpp_build.PRELUDE.parent), f"-fopt-info-vec-{kind}",
+                           "-c", str(path), "-o", str(tmp_path / "kernel.o")], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert "loop.cpp:3" in done.stderr and "loop vectorized" in done.stderr, done.stderr
+    return str(path), done.stderr
 
 
 @pytest.mark.parametrize("fn, shape", [(softmax, (256, 1024)), (lambda x: x.sum(-1), (512, 2048)),
@@ -523,9 +531,6 @@ def test_parallel_loops_keep_the_pointers_apart(fn, shape, tmp_path):
     behind a run-time overlap test of the input and output pointers (once per lane block, softmax
     8192x1024 about 10% slower). The loop's body now takes the pointers again as ``__restrict__``
     parameters of a lambda; g++'s report names no loop of the kernel versioned for aliasing."""
-    from compiler import config
-    from compiler.runtime import EXTRA_FLAGS
-
     x = torch.randn(*shape)
     out, report = compiled_run(fn, (x,), "cpp")
     assert_close(out, fn(x))
@@ -533,16 +538,8 @@ def test_parallel_loops_keep_the_pointers_apart(fn, shape, tmp_path):
     signature = kernel.source.split('extern "C" void ')[1].split(") {")[0].split("(", 1)[1]
     assert "#pragma omp parallel for" in kernel.source
     assert f"[&]({signature}) {{" in kernel.source  # every pointer, restrict-qualified as in the signature
-    command = cpp_build.find_compiler()
-    if "GCC" not in cpp_build.compiler_identity(tuple(command)) and "g++" not in command[0]:
-        pytest.skip("the vectorizer report is read in GCC's -fopt-info format")
-    source = tmp_path / "kernel.cpp"
-    source.write_text(kernel.source)
-    flags = [*cpp_build.SEMANTIC_FLAGS, *config.cpp_tuning_flags(), *EXTRA_FLAGS]
-    done = subprocess.run([*command, *flags, "-I", str(cpp_build.PRELUDE.parent), "-fopt-info-vec-all",
-                           str(source), "-o", str(tmp_path / "kernel.so")], capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr
-    assert "kernel.cpp" in done.stderr and "loop vectorized" in done.stderr
-    versioned = [line for line in done.stderr.splitlines()
-                 if line.startswith(str(source)) and "versioned for vectorization because of possible aliasing" in line]
+    source, report = gcc_vectorizer_report(kernel.source, "kernel.cpp", "all", tmp_path)
+    assert "kernel.cpp" in report and "loop vectorized" in report
+    versioned = [line for line in report.splitlines()
+                 if line.startswith(source) and "versioned for vectorization because of possible aliasing" in line]
     assert not versioned, "\n".join(versioned)
