@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-import torch
 
 
 def codegens_for(device: str) -> list[str]:
@@ -30,5 +29,4 @@ def private_kernel_cache(tmp_path_factory: pytest.TempPathFactory):
     import os
 
     os.environ.setdefault("CRUCIBLE_CACHE_DIR", str(tmp_path_factory.mktemp("crucible-cache")))
-    torch.manual_seed(0)
     yield

@@ -21,7 +21,7 @@ from compiler.codegen import cpp_lang
 from compiler.codegen.cpp import CppRenderer
 from compiler.runtime import CppLauncher
 from compiler.scheduler import Level, Store, make_kernel
-from tests.compiler.parity import LOW_PRECISION, assert_close, upcast
+from tests.compiler.parity import assert_close, reference_for
 
 
 def compiled_run(fn: Callable, inputs: tuple, codegen: str) -> tuple[object, compiler.CompileReport]:
@@ -35,8 +35,7 @@ def compiled_run(fn: Callable, inputs: tuple, codegen: str) -> tuple[object, com
 def three_way(fn: Callable, *inputs: torch.Tensor) -> compiler.CompileReport:
     """Eager, the Triton interpreter and C++ agree; both codegens render the same kernels."""
     expected = fn(*inputs)
-    low = any(t.dtype in LOW_PRECISION for t in inputs)
-    reference = fn(*upcast(inputs)) if low else None
+    reference = reference_for(fn, inputs)
     cpp, cpp_report = compiled_run(fn, inputs, "cpp")
     triton, triton_report = compiled_run(fn, inputs, "triton")
     assert_close(cpp, expected, reference=reference)

@@ -16,7 +16,7 @@ from compiler.graph import ComputedNode, ExternNode
 from compiler.ir import Op
 from compiler.lowering import lower
 from compiler.report import GraphReport, collect_reports
-from tests.compiler.parity import assert_close, compiled_run
+from tests.compiler.parity import Reference, assert_close, compiled_run
 
 aten = torch.ops.aten
 CUDA = torch.device("cuda")  # the passes' device rule only: the graphs below stay on the CPU
@@ -80,7 +80,7 @@ def test_bf16_projections_stay_as_close_to_float64_as_eager():
     _, out, report = run(model, x.to(torch.bfloat16), codegen="triton")
     assert rewrites(report) == [("concat_matmuls", "mm")]
     with torch.no_grad():
-        assert_close(out, model(x.to(torch.bfloat16)), reference=reference)
+        assert_close(out, model(x.to(torch.bfloat16)), reference=Reference(reference, torch.bfloat16))
 
 
 def test_conv1d_weights_concatenate_along_their_columns(codegen):

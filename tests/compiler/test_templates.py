@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 import compiler
 from compiler.report import CompileReport, ExternReason, FusionReason
-from tests.compiler.parity import assert_close, upcast
+from tests.compiler.parity import assert_close, reference_for
 
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 
@@ -37,8 +37,7 @@ def compile_none(fn: Callable, inputs: tuple, loosen: float = 1.0, expected: Any
         assert not report.fallbacks
         return report
     expected = fn(*inputs)
-    low = any(isinstance(t, torch.Tensor) and t.dtype in (torch.float16, torch.bfloat16) for t in inputs)
-    assert_close(got, expected, loosen, fn(*upcast(inputs)) if low else None)
+    assert_close(got, expected, loosen, reference_for(fn, inputs))
     assert not report.fallbacks
     return report
 
@@ -84,9 +83,13 @@ def test_gemm_over_an_empty_computed_operand(device: str) -> None:
     assert len(templates(report)) == 1 and not report.externs, str(report)
 
 
-def test_pointwise_epilogue_fuses_into_the_gemm(device: str) -> None:
+@pytest.mark.parametrize("seed", [0, 3])
+def test_pointwise_epilogue_fuses_into_the_gemm(device: str, seed: int) -> None:
     """bias, activation, residual add, scaling and a cast all join the GEMM's kernel; the matmul's
-    (B*S, N) output is read as (B, S, N) by the residual add (a reshape the epilogue maps)."""
+    (B*S, N) output is read as (B, S, N) by the residual add (a reshape the epilogue maps).
+    Seed 3 (a CI failure): one float32 output element one fp16 step from eager's, which rounds
+    after every op; the oracle judged it by float32's tolerance although it is computed in fp16."""
+    torch.manual_seed(seed)
     x, w, bias, res = (_rand(2, 5, 24, dtype=torch.float16, device=device), _rand(40, 24, dtype=torch.float16, device=device),
                        _rand(40, dtype=torch.float16, device=device), _rand(2, 5, 40, dtype=torch.float16, device=device))
 
