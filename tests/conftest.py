@@ -2,7 +2,9 @@
 
 ``--device cuda`` runs the compiler's parity tests on CUDA tensors with compiled
 Triton kernels and enables tests marked ``gpu``; the default (cpu) runs Triton
-kernels in Triton's interpreter and the C++ codegen.
+kernels in Triton's interpreter and the C++ codegen. ``--nightly`` adds the tests marked
+``nightly``: heavy end-to-end runs (cluster fault injection, pytest-xdist sessions, a training
+benchmark row) whose features cheaper tests of the default run cover too; ``.ci/nightly`` runs them.
 """
 
 from __future__ import annotations
@@ -13,15 +15,20 @@ import pytest
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--device", default="cpu", choices=("cpu", "cuda"),
                      help="device for compiler parity tests; cuda also enables tests marked gpu")
+    parser.addoption("--nightly", action="store_true",
+                     help="also run the tests marked nightly (the heavy end-to-end tier, .ci/nightly)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if config.getoption("--device") == "cuda":
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU: run with --device cuda")
+    skips = []
+    if config.getoption("--device") != "cuda":
+        skips.append(("gpu", pytest.mark.skip(reason="needs a CUDA GPU: run with --device cuda")))
+    if not config.getoption("--nightly"):
+        skips.append(("nightly", pytest.mark.skip(reason="nightly tier: run with --nightly (.ci/nightly)")))
     for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+        for marker, skip in skips:
+            if marker in item.keywords:
+                item.add_marker(skip)
 
 
 @pytest.fixture(autouse=True)

@@ -126,6 +126,9 @@ def test_readme_holds_the_commands_ci_runs() -> None:
     assert f"\n{ci_command}\n" in readme
     assert "\npython -m pip install -e '.[corpus]' && crucible run\n" in readme
     assert "the same command plus `--device cuda` also runs the GPU-only tests" in readme
+    nightly = (REPO / ".ci" / "nightly").read_text().strip().splitlines()[-1]
+    assert nightly == f"{ci_command} --nightly", "the nightly job is the README's test command plus --nightly"
+    assert "`--nightly` adds the" in readme
 
 
 def test_docs_mention_no_machine_paths() -> None:

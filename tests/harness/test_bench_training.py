@@ -31,6 +31,7 @@ def test_a_parity_failure_is_listed() -> None:
     assert training.problems(rows) == []
 
 
+@pytest.mark.nightly
 def test_a_tiny_row_on_the_cpu(capsys) -> None:
     assert training.main(["--tiny", "--device", "cpu", "--models", "resnet50", "--dtypes", "fp32",
                           "--backends", "eager", "crucible", "--steps", "1"]) == 0

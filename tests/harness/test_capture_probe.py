@@ -14,6 +14,8 @@ from harness.model_runs import DTYPES, ModelCopies, cast
 from harness.targets import parse_target
 
 ENTRIES = zoo.entries()
+# the two deep networks (tier nightly-cpu, thousands of nodes: 25 s and 8 s here) run nightly
+PARAMS = [e if e.tier == "smoke" else pytest.param(e, marks=pytest.mark.nightly) for e in ENTRIES]
 
 
 def _as_traced(gm: torch.fx.GraphModule, example_inputs: list, **options: object):
@@ -38,7 +40,7 @@ def _both(entry):
     return apart, along
 
 
-@pytest.mark.parametrize("entry", ENTRIES, ids=lambda e: e.name.split("/")[1])
+@pytest.mark.parametrize("entry", PARAMS, ids=lambda e: e.name.split("/")[1])
 def test_probe_measures_what_the_capture_run_measures(entry) -> None:
     apart, along = _both(entry)
     assert (along.graphs, along.graph_breaks, along.breaks) == (apart.graphs, apart.graph_breaks, apart.breaks)

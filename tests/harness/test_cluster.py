@@ -261,6 +261,7 @@ def test_cluster_run_gives_the_statuses_of_the_pool(tmp_path: Path, make_corpus,
     assert run["planned"] == {"all": sorted(by_pool)}
 
 
+@pytest.mark.nightly
 def test_a_worker_killed_mid_run_loses_no_entry(tmp_path: Path, make_corpus, spawn_cli, load_json) -> None:
     corpus_dir = make_corpus(tmp_path / "slow", {"slow.py": SLOW})
     proc = spawn_cli("run", "--corpus", str(corpus_dir), "--suite", "slow", "--target", "eager", "--no-capture",
@@ -297,6 +298,7 @@ def test_an_entry_that_kills_its_worker_twice_is_a_crash_naming_the_worker(tmp_p
     assert out.returncode == 1  # a crash counts against the compiler: the entry took its worker down
 
 
+@pytest.mark.nightly
 def test_fuzz_and_corpus_checks_run_on_a_cluster(tmp_path: Path, cli, monkeypatch) -> None:
     from corpus import tiers
     from harness import corpus_check
@@ -314,6 +316,7 @@ def test_fuzz_and_corpus_checks_run_on_a_cluster(tmp_path: Path, cli, monkeypatc
     assert sorted(tiers.load_measurements("opinfo")) == names
 
 
+@pytest.mark.nightly
 def test_a_killed_submitter_resumes_with_each_entry_once(tmp_path: Path, make_corpus, spawn_cli, cli,
                                                          load_json) -> None:
     """The submitting process is killed half-way: its cluster's workers end by themselves, and

@@ -192,6 +192,7 @@ def hostile(marker: Path, head: str = "planted/mix") -> str:
             + touch + " #\r\n" + f"$(touch {marker}); touch {marker}; `touch {marker}`")
 
 
+@pytest.mark.nightly
 def test_cli_minify_entry_links_repro_in_store(cli, make_corpus, tmp_path: Path) -> None:
     """crucible minify on a corpus entry: the run's target is used, the store links entry -> repro.
     The corpus stands in for missing packages with mock modules, as crawled-code corpora do, and

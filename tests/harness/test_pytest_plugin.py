@@ -119,6 +119,7 @@ def test_plugin_refuses_bad_options_before_running(tmp_path: Path, make_corpus, 
     assert not (tmp_path / "r.sqlite").exists()  # nothing stored
 
 
+@pytest.mark.nightly
 def test_plugin_over_xdist_writes_one_run(tmp_path: Path, make_corpus) -> None:
     corpus = make_corpus(tmp_path / "plug", {"plug.py": PLANTED})
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
