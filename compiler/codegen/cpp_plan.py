@@ -71,14 +71,20 @@ TILE_MAX_OUTER = 16
 # machine): each row of a tile is a new page and a new prefetch stream, so wider tiles read more
 # per page walk. The sum's order per column (row by row, cascaded) does not depend on the width.
 COLUMN_TILE_BYTES = 1024
-# Rows layout with several passes: the first pass prefetches the rows PREFETCH_ROWS_AHEAD ahead
-# while it streams its own row, so the next rows are in cache while the later passes compute from
-# L1. The hardware prefetcher stops at page ends, and each pass after the first leaves memory
-# idle: a layer norm of 8192x1024 floats (three passes) ran 0.91x eager's time without it and
-# 1.00-1.02x with it, a softmax of 1024x8192 0.93x -> 1.09x (2 threads, kernel alone; 1-6 rows ahead
-# measured alike). Rows shorter than PREFETCH_MIN_ROW_BYTES are left to the hardware.
+# Rows layout with several passes: one pass prefetches the rows PREFETCH_ROWS_AHEAD ahead while
+# the passes compute from L1. The hardware prefetcher stops at page ends, and each pass after the
+# first leaves memory idle: a layer norm of 8192x1024 floats (three passes) ran 0.91x eager's time
+# without it and 1.00-1.02x with it, a softmax of 1024x8192 0.93x -> 1.09x (2 threads, kernel
+# alone; 1-6 rows ahead measured alike). The prefetches go in the pass computing the most math
+# functions (PREFETCH_HOST_OPS; the first pass when none does): there the requests overlap tens
+# of instructions an element instead of crowding a pass that only streams its row. Softmax
+# 8192x1024 float32, the prefetches in its exp pass rather than its max pass: 0.84-0.88x the
+# kernel's time at 1 thread, 0.89-0.92x at 2; 1024x8192 0.74x at 1 and 2 (kernel alone, both
+# orders, this session's 2-core AMD EPYC). A layer norm (no math function) ran 1.13x slower with
+# them in its second pass and 1.44x in its third: cheap passes keep them in the first.
 PREFETCH_ROWS_AHEAD = 2
 PREFETCH_MIN_ROW_BYTES = 1024
+PREFETCH_HOST_OPS = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG10, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.POW})
 # Reductions over at most this many elements per output point take the window layout
 # (pooling windows, rows of a few elements).
 WINDOW_MAX_RNUMEL = 16  # measured on contiguous rows: 2-3x faster than lanes at 16, mixed at 32, slower at 64
@@ -139,6 +145,7 @@ class ReductionPlan:
     x_stores: tuple[Store, ...]  # stores once per outer point, after the passes
     row_buffers: tuple[RowBuffer, ...] = ()  # rows layout only, in declaration order
     prefetch: tuple[Expr, ...] = ()  # rows layout: first-pass loads prefetched PREFETCH_ROWS_AHEAD rows ahead
+    prefetch_pass: int = 1  # the 1-based pass that issues them (``prefetch_host``)
     split: int = 1  # chunks of the reduced space (layout split)
     chunk: int = 0  # elements of the first reduced dim per chunk (layout split)
 
@@ -183,7 +190,8 @@ def plan_reduction(k: Kernel, levels: ExprLevels | None = None) -> ReductionPlan
         return ReductionPlan(Layout.SPLIT, tuple(reduces), passes, x_stores, split=split,
                              chunk=chunk_size(k, split, passes[0].lanes))
     row_buffers = plan_row_buffers(k, passes, levels)
-    return ReductionPlan(Layout.ROWS, tuple(reduces), passes, x_stores, row_buffers, prefetch=prefetched(k, passes))
+    return ReductionPlan(Layout.ROWS, tuple(reduces), passes, x_stores, row_buffers, prefetch=prefetched(k, passes),
+                         prefetch_pass=prefetch_host(passes, row_buffers))
 
 
 def prefetched(k: Kernel, passes: tuple[Pass, ...]) -> tuple[Expr, ...]:
@@ -203,6 +211,34 @@ def prefetched(k: Kernel, passes: tuple[Pass, ...]) -> tuple[Expr, ...]:
                     and k.rranges[0] * value_bytes(load.dtype) >= PREFETCH_MIN_ROW_BYTES):
                 found[load] = None
     return tuple(found)
+
+
+def prefetch_host(passes: tuple[Pass, ...], row_buffers: tuple[RowBuffer, ...]) -> int:
+    """The 1-based pass whose loop issues the row prefetches: the one computing the most
+    PREFETCH_HOST_OPS per element (values along the row only: a value kept in a row buffer counts
+    in its home pass, a row's statistic such as the log of its sum not at all); the earliest on a
+    tie, the first when none has any."""
+    along: dict[Expr, bool] = {}
+
+    def along_row(e: Expr) -> bool:  # computed once per element, not once per row
+        if e not in along:
+            along[e] = e.op is Op.RVAR or (e.op is not Op.REDUCE and any(along_row(s) for s in e.src))
+        return along[e]
+
+    def math_ops(number: int, p: Pass) -> int:
+        kept = {rb.value for rb in row_buffers if rb.home != number}
+        seen: set[Expr] = set()
+        stack = [e.src[0] for e in p.reduces] + [s.value for s in p.stores]
+        while stack:
+            e = stack.pop()
+            if e in seen or e in kept or not along_row(e):
+                continue
+            seen.add(e)
+            stack.extend(e.src)
+        return sum(e.op in PREFETCH_HOST_OPS for e in seen)
+
+    counts = [math_ops(number, p) for number, p in enumerate(passes, start=1)]
+    return 1 + counts.index(max(counts)) if counts else 1
 
 
 def _widest(reduces: tuple[Expr, ...]) -> int:

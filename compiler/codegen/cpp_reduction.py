@@ -56,7 +56,7 @@ def _rows(w: ExprWriter, plan: ReductionPlan) -> list[str]:
         homes[rb.value] = (rb.home, name)
         xscope.lines.append(f"{cvalue_type(rb.value.dtype)} {name}[{k.rnumel}];")
     for number, p in enumerate(plan.passes, start=1):
-        ahead = _prefetch_lines(w, plan.prefetch, p.lanes) if number == 1 else []
+        ahead = _prefetch_lines(w, plan.prefetch, p.lanes) if number == plan.prefetch_pass else []
         _fold(w, xscope, _emit_pass(w, p, number, homes, ahead=ahead))
     w.scope = xscope
     for s in plan.x_stores:
@@ -196,7 +196,7 @@ def _fold(w: ExprWriter, scope: Scope, accs: list[Accumulator]) -> None:
 
 
 def _prefetch_lines(w: ExprWriter, loads: tuple[Expr, ...], lanes: int) -> list[str]:
-    """The start of a lane group's body in the first pass: one prefetch per cache line of this
+    """The start of a lane group's body in the prefetching pass: one prefetch per cache line of this
     group's span of each load, PREFETCH_ROWS_AHEAD rows ahead (``cpp_plan.prefetched``); none past
     the last row."""
     if not loads:
