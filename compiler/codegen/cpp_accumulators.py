@@ -62,11 +62,15 @@ class Accumulator:
 
     def push(self) -> str:
         """A flush of the lanes into the cascade (``SumCascade::push``'s first level, spelled inline
-        for a short cascade)."""
+        for a short cascade). The short flush is kept a loop (``GCC unroll 1``): g++ 12 unrolled it
+        first, split the cascade's array into one scalar register a lane and added the lanes one by
+        one (16 ``vaddss`` and their extracts per flush of a float softmax's sum); as a loop it is
+        one vector add. Softmax 8192x1024 without the cascade ran 0.93-0.94x the time."""
         acc, lanes = self.name, self.lanes
         if self.short:
             t = cvalue_type(self.reduce.dtype)
-            return f"for (int j = 0; j < {lanes}; ++j) {{ {acc}_c[j] = {acc}_c[j] + {acc}[j]; {acc}[j] = {t}(0); }}"
+            return (f'_Pragma("GCC unroll 1") for (int j = 0; j < {lanes}; ++j) '
+                    f"{{ {acc}_c[j] = {acc}_c[j] + {acc}[j]; {acc}[j] = {t}(0); }}")
         return f"{acc}_c.push({acc});"
 
     def finish(self) -> str:
