@@ -14,7 +14,7 @@ import torch
 
 from compiler.codegen.cpp_expr import ExprWriter
 from compiler.codegen.cpp_lang import FOLD, WIDE_INTS, compute_dtype, cvalue_type, reduce_init
-from compiler.codegen.cpp_plan import cascaded
+from compiler.codegen.cpp_plan import MATH_LANE_BYTES, cascaded
 from compiler.codegen.shared import size_code
 from compiler.ir import Expr, Op, ReduceOp
 
@@ -62,14 +62,17 @@ class Accumulator:
 
     def push(self) -> str:
         """A flush of the lanes into the cascade (``SumCascade::push``'s first level, spelled inline
-        for a short cascade). The short flush is kept a loop (``GCC unroll 1``): g++ 12 unrolled it
-        first, split the cascade's array into one scalar register a lane and added the lanes one by
-        one (16 ``vaddss`` and their extracts per flush of a float softmax's sum); as a loop it is
-        one vector add. Softmax 8192x1024 without the cascade ran 0.93-0.94x the time."""
+        for a short cascade). A short flush of one vector of lanes is kept a loop (``GCC unroll
+        1``): g++ 12 unrolled it first, split the cascade's array into one scalar register a lane
+        and added the lanes one by one (16 ``vaddss`` and their extracts per flush of a float
+        softmax's sum); as a loop it is one vector add (softmax 8192x1024 0.94x the kernel's time).
+        Wider lane arrays keep the unrolled form: a layer norm of 1024x8192 (64 float lanes) ran
+        1.08-1.16x slower with the loop."""
         acc, lanes = self.name, self.lanes
         if self.short:
             t = cvalue_type(self.reduce.dtype)
-            return (f'_Pragma("GCC unroll 1") for (int j = 0; j < {lanes}; ++j) '
+            one_vector = lanes * compute_dtype(self.reduce.dtype).itemsize <= MATH_LANE_BYTES
+            return (('_Pragma("GCC unroll 1") ' if one_vector else "") + f"for (int j = 0; j < {lanes}; ++j) "
                     f"{{ {acc}_c[j] = {acc}_c[j] + {acc}[j]; {acc}[j] = {t}(0); }}")
         return f"{acc}_c.push({acc});"
 
