@@ -84,7 +84,7 @@ COLUMN_TILE_BYTES = 1024
 # them in its second pass and 1.44x in its third: cheap passes keep them in the first.
 PREFETCH_ROWS_AHEAD = 2
 PREFETCH_MIN_ROW_BYTES = 1024
-PREFETCH_HOST_OPS = frozenset({Op.EXP, Op.EXP2, Op.LOG2, Op.LOG10, Op.LOG, Op.SIN, Op.COS, Op.ERF, Op.POW})
+PREFETCH_HOST_OPS = (EXPENSIVE - {Op.SQRT, Op.RSQRT, Op.DIV}) | {Op.POW}  # the math functions
 # Reductions over at most this many elements per output point take the window layout
 # (pooling windows, rows of a few elements).
 WINDOW_MAX_RNUMEL = 16  # measured on contiguous rows: 2-3x faster than lanes at 16, mixed at 32, slower at 64
@@ -191,7 +191,7 @@ def plan_reduction(k: Kernel, levels: ExprLevels | None = None) -> ReductionPlan
                              chunk=chunk_size(k, split, passes[0].lanes))
     row_buffers = plan_row_buffers(k, passes, levels)
     return ReductionPlan(Layout.ROWS, tuple(reduces), passes, x_stores, row_buffers, prefetch=prefetched(k, passes),
-                         prefetch_pass=prefetch_host(passes, row_buffers))
+                         prefetch_pass=prefetch_host(passes, row_buffers, levels))
 
 
 def prefetched(k: Kernel, passes: tuple[Pass, ...]) -> tuple[Expr, ...]:
@@ -213,25 +213,18 @@ def prefetched(k: Kernel, passes: tuple[Pass, ...]) -> tuple[Expr, ...]:
     return tuple(found)
 
 
-def prefetch_host(passes: tuple[Pass, ...], row_buffers: tuple[RowBuffer, ...]) -> int:
+def prefetch_host(passes: tuple[Pass, ...], row_buffers: tuple[RowBuffer, ...], levels: ExprLevels) -> int:
     """The 1-based pass whose loop issues the row prefetches: the one computing the most
     PREFETCH_HOST_OPS per element (values along the row only: a value kept in a row buffer counts
     in its home pass, a row's statistic such as the log of its sum not at all); the earliest on a
     tie, the first when none has any."""
-    along: dict[Expr, bool] = {}
-
-    def along_row(e: Expr) -> bool:  # computed once per element, not once per row
-        if e not in along:
-            along[e] = e.op is Op.RVAR or (e.op is not Op.REDUCE and any(along_row(s) for s in e.src))
-        return along[e]
-
     def math_ops(number: int, p: Pass) -> int:
         kept = {rb.value for rb in row_buffers if rb.home != number}
         seen: set[Expr] = set()
         stack = [e.src[0] for e in p.reduces] + [s.value for s in p.stores]
         while stack:
             e = stack.pop()
-            if e in seen or e in kept or not along_row(e):
+            if e in seen or e in kept or not levels.is_xr(e):
                 continue
             seen.add(e)
             stack.extend(e.src)
