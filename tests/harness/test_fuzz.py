@@ -94,6 +94,15 @@ def test_known_findings_match_documented_upstream_behaviour() -> None:
                     error="v1_0: signs of zeros differ from eager (equal values, so it passed; v2 fails downstream)")
     assert match_known("crucible-cpp:extern=all", zeros) and match_known("inductor", zeros)
     assert match_known("aot_eager", zeros) is None
+    # an attention output whose exact value is float32's max: inf or max by rounding (crucible-interpret,
+    # seed 571); an inf where eager's value is anything else stays new
+    from harness.oracle import nonfinite_mismatch
+
+    at_max = nonfinite_mismatch(torch.tensor([torch.finfo(torch.float32).max, 1.0]), torch.tensor([math.inf, 1.0]))
+    sdpa = "aten.scaled_dot_product_attention.default"
+    assert match_known("crucible-interpret", _result(Status.FAIL_ACCURACY, op=sdpa, error=f"v3: {at_max}"))
+    below = nonfinite_mismatch(torch.tensor([3.0e38, 1.0]), torch.tensor([math.inf, 1.0]))
+    assert match_known("crucible-interpret", _result(Status.FAIL_ACCURACY, op=sdpa, error=f"v3: {below}")) is None
 
 
 def test_the_nonfinite_message_locates_the_difference_and_known_findings_match_its_direction() -> None:
