@@ -23,7 +23,7 @@ from compiler.graph import Buffer, ComputedNode, ExternNode, LoweredGraph, View,
 from compiler.ir import Expr, Op
 from compiler.layout import channels_last_strides, is_channels_last, nhwc_arguments, strides_like_reads
 from compiler.lowerings.rules import (LOWERINGS, Lazy, Strided, TensorValue, Unsupported, as_expr, broadcast_read, whole_reads,
-                                      count_ops, find_rule, identity_index, library_reads, read, register)
+                                      costly_broadcast, count_ops, find_rule, identity_index, library_reads, read, register)
 from compiler.lowerings.library import bias_apart, extern_without_bias
 from compiler.lowerings.mutation import InputMutation, write_back
 from compiler.lowerings.symbolic import DynamicUnsupported, dense_order, has_symbolic_sizes, plain_strides
@@ -101,11 +101,14 @@ class GraphLowering:
         self._first_buffer.setdefault(key[:3], self._realized[key])
         return self._realized[key]
 
-    def settled(self, value: Any) -> Any:
-        """A node's value as a later node reads it: a lazy value realized already (for a library
+    def settled(self, value: Any, node: torch.fx.Node) -> Any:
+        """A node's value as ``node`` reads it: a lazy value realized already (for a library
         call, as a residual block's sum is for the next convolution) is read from its buffer where
         recomputing it would read two whole buffers or more (resnet50's last residual sum of a stage
-        re-added every earlier block's branch: four reads where two do)."""
+        re-added every earlier block's branch: four reads where two do); a small costly one that it
+        reads broadcast is realized first (``rules.costly_broadcast``)."""
+        if costly_broadcast(value, node.meta.get("val")):
+            return self.realize(value)
         hit = self._first_buffer.get((value.expr, value.shape, value.dtype)) if isinstance(value, Lazy) else None
         return hit if hit is not None and whole_reads(value) > 1 else value
 
@@ -208,8 +211,8 @@ class GraphLowering:
                 self.origin = str(getattr(node.target, "__name__", node.target))
                 inlined = [o for a in node.all_input_nodes for o in self.node_origins.get(a, ())]
                 self.pending = tuple(dict.fromkeys([*inlined, self.origin]))
-                args = torch.fx.node.map_arg(node.args, lambda n: self.settled(env[n]))
-                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n: self.settled(env[n]))
+                args = torch.fx.node.map_arg(node.args, lambda n, at=node: self.settled(env[n], at))
+                kwargs = torch.fx.node.map_arg(node.kwargs, lambda n, at=node: self.settled(env[n], at))
                 value = self.maybe_realize(node, self.lower_call(node, args, kwargs))
                 lazy = [v for v in (value if isinstance(value, (list, tuple)) else [value]) if isinstance(v, Lazy)]
                 for v in lazy:

@@ -14,6 +14,7 @@ so rule modules and ``compiler.lowering`` both depend on it and not on each othe
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -100,6 +101,31 @@ def broadcast_read(value: TensorValue, out_shape: tuple[int, ...]) -> Expr:
 
 def count_ops(expr: Expr) -> int:
     return sum(1 for e in expr.walk() if e.src)
+
+
+# A lazy value a node reads broadcast, BROADCAST_RATIO times smaller than the node's result or more, is
+# realized first when it costs BROADCAST_MIN_OPS floating-point operations or more: inlined, a kernel over
+# the large result recomputes it for every element. (A training batch norm's normalize kernel rebuilt
+# each channel's scale and shift from the statistics, 7 IEEE divisions and 2 rsqrt an element: 152 us
+# on an H100 where Inductor's, reading the two values, took 76; 32x256x56x56 float32.) Realized, the
+# value is a small node that joins the kernel computing what it reads (the statistics' last stage).
+BROADCAST_RATIO = 32
+BROADCAST_MIN_OPS = 8
+
+
+def float_ops(expr: Expr) -> int:
+    """Floating-point operations in ``expr`` (loads, constants and index or integer arithmetic not counted)."""
+    return sum(1 for e in expr.walk() if e.src and e.op is not ir.Op.LOAD and e.dtype.is_floating_point)
+
+
+def costly_broadcast(value: Any, result: Any) -> bool:
+    """Whether ``value``, an operand of a node whose result (a fake tensor) is ``result``, is a lazy value
+    to realize before the node reads it broadcast (``BROADCAST_RATIO``)."""
+    if not isinstance(value, Lazy) or not isinstance(result, torch.Tensor):
+        return False
+    small, big = math.prod(value.shape), result.numel()
+    return (isinstance(small, int) and isinstance(big, int) and small * BROADCAST_RATIO <= big
+            and float_ops(value.expr) >= BROADCAST_MIN_OPS)
 
 
 def whole_reads(value: Lazy) -> int:
