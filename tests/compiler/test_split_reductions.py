@@ -124,7 +124,10 @@ def test_column_chunks_are_short_powers_of_two_that_divide_the_rows() -> None:
     assert column_chunk(4096) == 64  # bert's tokens at 8 x 512
     assert column_chunk(512) == 0  # short enough: the persistent tile spans neighbouring outputs
     assert column_chunk(32 * 56 * 56) == 64  # a channels-last batch norm's rows, 1568 chunks
-    assert column_chunk(1 << 20) == 512  # at most 2048 chunks while two divides further
+    # never longer: a chunk of 256 rows took 2 outputs a program (8 bytes of each row; a channels-last
+    # batch norm over 32x112x112 rows, 111 us on an H100 where chunks of 64 took 46), and the
+    # 16,384 partial results are split again
+    assert column_chunk(1 << 20) == 64 and column_chunk(32 * 112 * 112) == 64 and column_chunk(1 << 14) == 64
     assert column_chunk(8 * 4099) == 0  # chunks of 8 at most: not split
     assert column_chunk(48 * 4099) == 16
 
@@ -188,6 +191,18 @@ def test_column_splits_compute_what_eager_does(op: str, interpreter_splits: None
     want = fn(x)
     for g, w in zip(got if isinstance(got, (tuple, list)) else [got], want if isinstance(want, tuple) else [want]):
         assert_close(g, w)
+
+
+def test_a_long_column_reduction_splits_in_chunks_of_64_three_times(interpreter_splits: None) -> None:
+    """262,144 rows: 4,096 chunks of 64, their partials in 64 chunks of 64, then the last 64 (chunks grew
+    past 2048 of them before, to 128 rows here and 256 for a batch norm over 32x112x112)."""
+    x = torch.randn(1 << 18, 8)
+    gm = compiler.trace_aten(lambda t: t.sum(0), x)
+    caps = renderer_for("triton", torch.device("cpu")).capabilities
+    nodes = [n for n in lower(gm, torch.device("cpu"), caps).nodes if isinstance(n, ComputedNode) and n.rranges]
+    assert [n.rranges for n in nodes] == [(64,), (64,), (64,)], [n.rranges for n in nodes]
+    got = compiler.compile_graph(gm, [x], codegen="triton")(x)
+    assert_close(got, x.sum(0))
 
 
 def test_a_layer_norm_backward_with_column_splits_matches_eager(interpreter_splits: None, split_calls: list) -> None:
