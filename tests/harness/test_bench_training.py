@@ -69,3 +69,26 @@ def test_saved_bytes_counts_activations_not_the_model() -> None:
     # the linear saves its input (for the weight's gradient) and the relu its output: 2 x 8 x 4 floats;
     # the weight, saved too, is the model's own
     assert training.saved_bytes(step, (x,), torch.zeros(()), model) == 2 * 8 * 4 * 4
+
+
+def test_backends_are_timed_in_interleaved_rounds() -> None:
+    """A host that slows down over the timing (here every step takes longer than the one before) falls on
+    every backend alike: timed one after the other, the second backend took every slow step. A backend
+    that raises is reported and dropped from the rounds; the others are still timed."""
+    import contextlib
+    import time
+
+    calls = []
+
+    def drifting(*_):
+        calls.append(None)
+        time.sleep(0.001 * (1 + 0.05 * len(calls)))
+
+    def broken(*_):
+        raise RuntimeError("no kernel for this")
+
+    timed, failed = training.interleaved_ms({"a": drifting, "b": drifting, "c": broken}, (), torch.zeros(1), "cpu",
+                                            20, lambda _: contextlib.nullcontext())
+    assert set(timed) == {"a", "b"} and set(failed) == {"c"} and "no kernel for this" in failed["c"]
+    assert abs(timed["a"] - timed["b"]) < 0.2 * timed["a"], timed  # one step's drift apart, not twenty
+    assert len(calls) == 2 * (2 + 20)  # two warm-up steps and one a round each
