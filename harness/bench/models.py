@@ -5,7 +5,8 @@ graphs on timm and transformers models (random weights), in float32 and bfloat16
                                     [--device cuda|cpu] [--jobs 4] [--timeout 300] [--budget 540]
                                     [--markdown FILE]
 
-Per model and dtype: latency (ms per call, back-to-back calls), speed ratios, cold compile time
+Per model and dtype: latency (ms per call, back-to-back calls, in rounds interleaved between the
+backends so a drift of the host falls on all of them alike), speed ratios, cold compile time
 (first call with empty kernel caches), max abs error against eager, Crucible's kernel and extern
 counts and its host time per launched step, where Crucible's compile time goes; then geomeans and
 the launch micro-benchmark (``harness.bench.launch``). Each model runs in its own process (a true
@@ -17,6 +18,7 @@ alone (``harness.bench.turns``). Performance goals are read from this table; not
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -54,26 +56,48 @@ def latency_ms(call: Callable[[], Any], device: str, budget_s: float = 1.0) -> f
     """Median over 5 rounds of the mean time of back-to-back calls (host and device together:
     a host-bound wrapper shows up here), each round about ``budget_s / 5``. Crucible's deferred launch
     configs (compiler/tuning.py) are built first and timed in the warm-up call."""
+    return latencies_ms({"call": call}, device, budget_s)["call"]
+
+
+def latencies_ms(calls: dict[str, Callable[[], Any]], device: str, budget_s: float = 1.0, rounds: int = 5,
+                 failed: dict[str, str] | None = None) -> dict[str, float]:
+    """``latency_ms`` of several calls with their rounds interleaved (round k of every call before round
+    k + 1 of any), so a drift of the host during the timing falls on all of them alike. With ``failed``,
+    a call that raises is recorded there (its error line) and dropped; without, the error propagates."""
     from compiler.tuning import finish_tuning
 
-    call()
-    finish_tuning()
-    call()
-    sync(device)
-    start = time.perf_counter()
-    call()
-    sync(device)
-    once = max(time.perf_counter() - start, 1e-6)
-    calls = max(1, min(200, int(budget_s / 5 / once)))
-    rounds = []
-    for _ in range(5):
+    def guarded(name: str, run: Callable[[], Any]) -> Any:
+        if failed is None:
+            return run()
+        try:
+            return run()
+        except Exception as why:  # noqa: BLE001  (one backend failing is a table entry)
+            failed[name] = error_line(why)
+            return None
+
+    def batch(call: Callable[[], Any], n: int) -> float:
         sync(device)
         start = time.perf_counter()
-        for _ in range(calls):
+        for _ in range(n):
             call()
         sync(device)
-        rounds.append((time.perf_counter() - start) / calls)
-    return statistics.median(rounds) * 1e3
+        return (time.perf_counter() - start) / n
+
+    def warm(call: Callable[[], Any]) -> int:
+        call()
+        finish_tuning()
+        call()
+        return max(1, min(200, int(budget_s / rounds / max(batch(call, 1), 1e-6))))
+
+    per_round = {name: guarded(name, lambda call=call: warm(call)) for name, call in calls.items()}
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            if failed is None or name not in failed:
+                mean = guarded(name, lambda call=call, name=name: batch(call, per_round[name]))
+                if mean is not None:
+                    times[name].append(mean)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items() if failed is None or name not in failed}
 
 
 def host_ms(call: Callable[[], Any], device: str, repeat: int = 20) -> float:
@@ -158,11 +182,12 @@ def compile_backend(backend: str, model: torch.nn.Module, inputs: tuple, device:
 
 
 def time_backend(backend: str, done: Compiled, inputs: tuple, expected: torch.Tensor | None,
-                 device: str) -> dict[str, Any]:
-    """Latency and host time of a compiled backend, its error against eager, Crucible's counts."""
+                 device: str, ms: float) -> dict[str, Any]:
+    """A compiled backend's row: its latency ``ms`` (``latencies_ms``), host time, error against eager,
+    Crucible's counts."""
     row, fn, report = done.row, done.fn, done.report
+    row["ms"] = ms
     with torch.no_grad():
-        row["ms"] = latency_ms(lambda: fn(*inputs), device)
         row["host_ms"] = host_ms(lambda: fn(*inputs), device)
         again = _first_tensor(fn(*inputs))  # after the timed calls: a CUDA graph's replay, not its warm-up
     if expected is not None:
@@ -229,9 +254,16 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
             keep_tuning.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(tuned, keep_tuning / f"{name}_{dtype}.json")
         turns.timing()
+        failed: dict[str, str] = {}
+        with torch.no_grad():  # interleaved rounds: a drift of the host falls on every backend alike
+            ms = latencies_ms({b: functools.partial(d.fn, *inputs) for b, d in compiled.items()}, device,
+                              failed=failed)
         for backend, done in compiled.items():
+            if backend in failed:
+                result["backends"][backend] = {**done.row, "error": failed[backend]}
+                continue
             try:
-                result["backends"][backend] = time_backend(backend, done, inputs, expected, device)
+                result["backends"][backend] = time_backend(backend, done, inputs, expected, device, ms[backend])
             except Exception as why:  # noqa: BLE001
                 result["backends"][backend] = {**done.row, "error": error_line(why)}
     turns.release()

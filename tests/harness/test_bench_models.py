@@ -146,3 +146,27 @@ def test_profile_host_table_ranks_cpu_self_time_per_call():
     assert lines[0].startswith("host (CPU self time): ") and "us each" in lines[1]
     assert any("aten::mm" in line for line in lines[2:]), lines
     assert len(lines) <= 7
+
+
+def test_backends_latencies_are_measured_in_interleaved_rounds() -> None:
+    """A host slowing down call by call falls on every backend alike (timed one after the other, the later
+    backend took the slow rounds); a backend that raises is recorded and dropped, the others still timed;
+    without a record of failures the error propagates, as ``latency_ms``'s always did."""
+    import time
+
+    calls = []
+
+    def drifting():
+        calls.append(None)
+        time.sleep(0.0005 * (1 + 0.02 * len(calls)))
+
+    def broken():
+        raise RuntimeError("no kernel for this")
+
+    failed: dict[str, str] = {}
+    ms = models.latencies_ms({"a": drifting, "b": drifting, "c": broken}, "cpu", budget_s=0.05, failed=failed)
+    assert set(ms) == {"a", "b"} and "no kernel for this" in failed["c"]
+    assert abs(ms["a"] - ms["b"]) < 0.25 * ms["a"], ms
+    with pytest.raises(RuntimeError, match="no kernel"):
+        models.latencies_ms({"c": broken}, "cpu", budget_s=0.01)
+    assert models.latency_ms(lambda: None, "cpu", budget_s=0.01) >= 0
