@@ -292,8 +292,9 @@ def interleaved_ms(steps: dict[str, Callable], batch: tuple, target: torch.Tenso
     warm-up steps each (Crucible's deferred launch configs are built between them), each step under
     its backend's ``env``; and the error of each backend that raised (dropped from the rounds). Timed one
     backend after the other, a drift of the host over the timing (another process, clocks) fell on one
-    backend's steps only: on a slow host the same resnet50 fp32 code read 0.94x Inductor in this
-    benchmark and 1.05x in one process with the steps interleaved (H100, forty-first session)."""
+    backend's steps only: on a slow host resnet50 fp32 read 0.94x Inductor in this benchmark and 1.05x in
+    one process with the steps interleaved (H100, forty-first session; the interleaved run's graphs were
+    from a commit before, whose normalize kernels were slower, not faster)."""
     from compiler.tuning import finish_tuning
 
     times: dict[str, list[float]] = {name: [] for name in steps}
