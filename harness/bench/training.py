@@ -221,8 +221,9 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
                 row["error"] = error_line(why)
             result["backends"][backend] = row
         turns.timing()
-        timed, failed = interleaved_ms({b: s for b, (s, _) in live.items()}, data[-1], targets[-1], device, steps,
-                                       lambda b: _cache_env_of(b, Path(tmp)))
+        failed: dict[str, str] = {}
+        timed = interleaved_ms({b: s for b, (s, _) in live.items()}, data[-1], targets[-1], device, steps,
+                               lambda b: _cache_env_of(b, Path(tmp)), failed)
         for backend, (step, model) in live.items():
             row = result["backends"][backend]
             if backend in failed:
@@ -270,39 +271,30 @@ def _cache_env_of(backend: str, root: Path) -> Any:
 
 def step_ms(step: Callable, batch: tuple, target: torch.Tensor, device: str, steps: int) -> float:
     """Median time of one step over ``steps`` steps, after two warm-up steps (Crucible's deferred
-    launch configs are built between them)."""
-    from compiler.tuning import finish_tuning
-
-    step(batch, target)
-    finish_tuning()
-    step(batch, target)
-    times = []
-    for _ in range(steps):
-        sync(device)
-        began = time.perf_counter()
-        step(batch, target)
-        sync(device)
-        times.append(time.perf_counter() - began)
-    return statistics.median(times) * 1e3
+    launch configs are built between them): ``interleaved_ms`` of one step function."""
+    return interleaved_ms({"step": step}, batch, target, device, steps)["step"]
 
 
 def interleaved_ms(steps: dict[str, Callable], batch: tuple, target: torch.Tensor, device: str, rounds: int,
-                   env: Callable[[str], Any]) -> tuple[dict[str, float], dict[str, str]]:
+                   env: Callable[[str], Any] | None = None, failed: dict[str, str] | None = None) -> dict[str, float]:
     """Each backend's median step time over ``rounds`` rounds of one step of every backend, after two
     warm-up steps each (Crucible's deferred launch configs are built between them), each step under
-    its backend's ``env``; and the error of each backend that raised (dropped from the rounds). Timed one
+    its backend's ``env``. With ``failed``, a backend that raises is recorded there (its error line) and
+    dropped from the rounds; without, the error propagates (``models.latencies_ms`` alike). Timed one
     backend after the other, a drift of the host over the timing (another process, clocks) fell on one
     backend's steps only: on a slow host resnet50 fp32 read 0.94x Inductor in this benchmark and 1.05x in
     one process with the steps interleaved (H100, forty-first session; the interleaved run's graphs were
     from a commit before, whose normalize kernels were slower, not faster)."""
+    import contextlib
+
     from compiler.tuning import finish_tuning
 
     times: dict[str, list[float]] = {name: [] for name in steps}
-    failed: dict[str, str] = {}
+    dropped: dict[str, str] = {} if failed is None else failed
 
     def timed(name: str, warm: bool = False) -> None:
         try:
-            with env(name):
+            with env(name) if env is not None else contextlib.nullcontext():
                 sync(device)
                 began = time.perf_counter()
                 steps[name](batch, target)
@@ -313,15 +305,17 @@ def interleaved_ms(steps: dict[str, Callable], batch: tuple, target: torch.Tenso
                 else:
                     times[name].append(time.perf_counter() - began)
         except Exception as why:  # noqa: BLE001  (one backend failing is a table entry)
-            failed[name] = error_line(why)
+            if failed is None:
+                raise
+            dropped[name] = error_line(why)
 
     for name in steps:
         timed(name, warm=True)
     for _ in range(rounds):
         for name in steps:
-            if name not in failed:
+            if name not in dropped:
                 timed(name)
-    return {name: statistics.median(t) * 1e3 for name, t in times.items() if name not in failed}, failed
+    return {name: statistics.median(t) * 1e3 for name, t in times.items() if name not in dropped}
 
 
 def run_isolated(name: str, dtype: str, args: argparse.Namespace, timeout: float, lock: str | None) -> dict:

@@ -87,8 +87,9 @@ def test_backends_are_timed_in_interleaved_rounds() -> None:
     def broken(*_):
         raise RuntimeError("no kernel for this")
 
-    timed, failed = training.interleaved_ms({"a": drifting, "b": drifting, "c": broken}, (), torch.zeros(1), "cpu",
-                                            20, lambda _: contextlib.nullcontext())
+    failed: dict[str, str] = {}
+    timed = training.interleaved_ms({"a": drifting, "b": drifting, "c": broken}, (), torch.zeros(1), "cpu",
+                                    20, lambda _: contextlib.nullcontext(), failed)
     assert set(timed) == {"a", "b"} and set(failed) == {"c"} and "no kernel for this" in failed["c"]
     assert abs(timed["a"] - timed["b"]) < 0.2 * timed["a"], timed  # one step's drift apart, not twenty
     assert len(calls) == 2 * (2 + 20)  # two warm-up steps and one a round each
