@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from harness.bench.errors import error_line
-from harness.bench.turns import RESULT, Turns, run_all, run_row
+from harness.bench.turns import RESULT, Turns, add_turns_option, run_all, run_lock, run_row
 from harness.bench.breakdown import _fmt, compile_breakdown, compile_passes  # noqa: F401  (compile_breakdown: re-exported)
 from harness.bench.zoo import MODELS
 
@@ -431,7 +431,7 @@ def run_rows(todo: list[tuple[str, str]], args: argparse.Namespace) -> list[dict
     with tempfile.TemporaryDirectory(prefix="crucible-bench-turns-") as tmp, \
             _environment({} if share is None else {"TORCHINDUCTOR_COMPILE_THREADS": str(share),
                                                    "CRUCIBLE_COMPILE_THREADS": str(share)}, environment_override):
-        lock = str(Path(tmp) / "turns.lock") if args.jobs > 1 else None
+        lock = run_lock(args.turns, args.jobs, tmp)
         return run_all(todo, lambda job, timeout: run_isolated(job[0], job[1], args, timeout, lock), args.jobs,
                        args.budget, args.timeout, done, not_run, least)
 
@@ -442,6 +442,8 @@ def how_measured(args: argparse.Namespace) -> str:
     rows = (f"{args.jobs} rows at once: a row compiles all its backends while other rows compile (each compiler "
             f"{share} compile workers), then times them alone on the host" if args.jobs > 1 and not args.in_process
             else "one row at a time: a row compiles all its backends, then times them")
+    if getattr(args, "turns", None) is not None:
+        rows += f" (its timings alone among every run sharing the turns file {args.turns.name})"
     return (f"{rows}; cold compile: the first call with empty caches, of Inductor's default mode and of Crucible "
             f"without CUDA graphs; reduce-overhead and Crucible+CG compile after them on the same caches (kernel "
             f"builds and tuning warm; Inductor re-lowers the graph: its FX graph cache key includes the CUDA-graph "
@@ -481,10 +483,13 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     parser.add_argument("--render-only", action="store_true",
                         help="no GPU needed: lower, schedule and render each model for the GPU (nothing built "
                              "or timed), to check that every model compiles (harness/bench/render_check.py)")
+    add_turns_option(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error(f"--jobs {args.jobs}: expected at least 1 (rows run at once)")
+    if args.turns is not None and args.in_process:
+        parser.error("--turns with --in-process: rows run in this process take no turns; drop one of them")
     if args.render_only:
         return render_only(args, parser)
     if args.device == "cuda" and not torch.cuda.is_available():

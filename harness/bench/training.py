@@ -43,7 +43,7 @@ from compiler.report import collect_reports
 from harness.bench.breakdown import _fmt
 from harness.bench.errors import error_line
 from harness.bench.models import _cache_env, _environment, compile_share, geomean, sync
-from harness.bench.turns import RESULT, Turns, run_all, run_row
+from harness.bench.turns import RESULT, Turns, add_turns_option, run_all, run_lock, run_row
 from harness.bench.zoo import MODELS
 
 DTYPES = ("fp32", "bf16")  # bf16: autocast over float32 weights, as mixed-precision training runs
@@ -407,6 +407,7 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
                         help="seconds for all rows: a row gets at most what is left as its timeout, rows not "
                              "started with a minute left are listed as not run")
     parser.add_argument("--markdown", type=Path, help="also write the tables to this file")
+    add_turns_option(parser)
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jobs < 1 or args.steps < 1:
@@ -442,13 +443,14 @@ def main(argv: list[str] | None = None, turns: Turns | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="crucible-train-turns-") as tmp, \
             _environment({} if share is None else {"TORCHINDUCTOR_COMPILE_THREADS": str(share),
                                                    "CRUCIBLE_COMPILE_THREADS": str(share)}, environment_override):
-        lock = str(Path(tmp) / "turns.lock") if args.jobs > 1 else None
+        lock = run_lock(args.turns, args.jobs, tmp)
         results = run_all(todo, lambda job, timeout: run_isolated(job[0], job[1], args, timeout, lock), args.jobs,
                           args.budget, args.timeout, done, not_run, 1.0 if args.tiny else min(60.0, args.timeout))
     device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
+    shared = "" if args.turns is None else f" among every run sharing the turns file {args.turns.name}"
     text = (f"device: {device}, torch {torch.__version__}" + (", tiny models" if args.tiny else "") +
             f"; AdamW(foreach, lr {LR}); median of {args.steps} interleaved steps; {args.jobs} rows at once "
-            f"(compiles overlap, timings alone); all rows: {time.perf_counter() - started:.0f} s wall\n\n"
+            f"(compiles overlap, timings alone{shared}); all rows: {time.perf_counter() - started:.0f} s wall\n\n"
             + render(results, tuple(args.backends)))
     print(text)
     if args.markdown:

@@ -23,6 +23,7 @@ shared hold before ``import torch`` so that even a worker's start-up never overl
 
 from __future__ import annotations
 
+import argparse
 import fcntl
 import json
 import os
@@ -82,6 +83,31 @@ class Turns:
         self._lock(fcntl.LOCK_EX, _TURNSTILE)  # one timing at a time
         self._lock(fcntl.LOCK_EX, _HOLD)  # until the running compiles finish
         self.state = "timing"
+
+
+def _turns_file(text: str) -> Path:
+    path = Path(text)
+    if not path.parent.is_dir():
+        raise argparse.ArgumentTypeError(f"folder {path.parent} does not exist (name a file in an existing folder; "
+                                         f"every run that shares the turns names the same file)")
+    return path
+
+
+def add_turns_option(parser: argparse.ArgumentParser) -> None:
+    """``--turns FILE`` on a benchmark's command line (``run_lock``)."""
+    parser.add_argument("--turns", type=_turns_file, metavar="FILE",
+                        help="a lock file shared with other benchmark runs started on this host at the same time "
+                             "(the training and inference tables together, say): every row's timing runs alone "
+                             "among all of them while their compiles overlap; each run's compile workers are its "
+                             "own share of the cores, so give the runs --jobs that add up to what one would take")
+
+
+def run_lock(turns: Path | None, jobs: int, folder: str) -> str | None:
+    """The lock a run's workers share: ``turns`` (other runs on the host share it too), else one in
+    the run's temporary ``folder`` when rows run at once, else None (one row at a time)."""
+    if turns is not None:
+        return str(turns)
+    return str(Path(folder) / "turns.lock") if jobs > 1 else None
 
 
 BENCHMARKS = ("models", "training")  # the benchmarks whose rows run through turns (``harness.bench.<name>``)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.bench import models, turns
+from harness.bench import models, training, turns
 from harness.bench.turns import Turns, run_all, run_worker
 
 CHILD = """
@@ -104,15 +104,36 @@ def test_a_worker_past_its_timeout_is_ended_with_what_it_started() -> None:
     assert status is None and time.perf_counter() - start < 10
 
 
-def test_a_row_in_a_worker_started_through_turns(capsys) -> None:
-    """The whole path of ``--jobs 2`` (one row: the lock's behaviour is tested above): the worker
-    starts through ``turns_worker.py`` with its shared hold, and its result reaches the table."""
-    assert models.main(["--tiny", "--device", "cpu", "--jobs", "2", "--backends", "eager",
+def test_a_row_in_a_worker_started_through_a_shared_turns_file(tmp_path, capsys) -> None:
+    """The whole path of ``--jobs 2`` (one row: the lock's behaviour is tested above) with the lock
+    another run could share (``--turns``): the worker starts through ``turns_worker.py`` with its
+    shared hold on that file, and its result reaches the table."""
+    shared = tmp_path / "host.turns"
+    assert models.main(["--tiny", "--device", "cpu", "--jobs", "2", "--backends", "eager", "--turns", str(shared),
                         "--pairs", "resnet50:fp32", "--timeout", "300", "--no-launch-bench"]) == 0
     out = capsys.readouterr().out
-    assert "2 rows at once" in out
+    assert "2 rows at once" in out and "sharing the turns file host.turns" in out and shared.exists()
     (line,) = [line for line in out.splitlines() if line.startswith("| resnet50")]
     assert "FAILED" not in out and "error" not in line and float(line.split("|")[3]) > 0  # eager ms
+
+
+def test_the_run_lock_is_the_shared_file_else_the_runs_own_when_rows_overlap(tmp_path) -> None:
+    shared = tmp_path / "host.turns"
+    assert turns.run_lock(shared, 1, "/run") == turns.run_lock(shared, 4, "/run") == str(shared)
+    assert turns.run_lock(None, 4, "/run") == "/run/turns.lock" and turns.run_lock(None, 1, "/run") is None
+
+
+@pytest.mark.parametrize("bench", [models, training])
+def test_a_turns_file_in_a_missing_folder_is_a_clear_error(bench, tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        bench.main(["--device", "cpu", "--turns", str(tmp_path / "nowhere" / "host.turns")])
+    assert f"folder {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err
+
+
+def test_turns_with_a_run_in_one_process_is_a_clear_error(tmp_path, capsys) -> None:
+    with pytest.raises(SystemExit):
+        models.main(["--device", "cpu", "--in-process", "--turns", str(tmp_path / "host.turns")])
+    assert "rows run in this process take no turns" in capsys.readouterr().err
 
 
 def test_bad_jobs_is_a_clear_error(capsys) -> None:
