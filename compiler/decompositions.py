@@ -272,6 +272,63 @@ def group_norm_centred(x: torch.Tensor, weight: Any, bias: Any, n: int, c: int, 
             rstd.reshape(n, groups).to(x.dtype))
 
 
+@rule("crucible:native_multi_head_attention", aten._native_multi_head_attention.default)
+def native_multi_head_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, embed_dim: int,
+                                num_head: int, qkv_weight: torch.Tensor, qkv_bias: torch.Tensor,
+                                proj_weight: torch.Tensor, proj_bias: torch.Tensor, mask: Any = None,
+                                need_weights: bool = True, average_attn_weights: bool = True,
+                                mask_type: Any = None) -> Any:
+    # ``nn.MultiheadAttention``'s inference fast path, one ATen op: as its linears, attention and
+    # projection, the compiler packs the linears' weights (oneDNN on the CPU) and fuses around them
+    # where the op's own kernel runs each step alone. A mask (ATen's masked softmax gives a fully
+    # masked row 0, not NaN) and nested inputs keep the op.
+    if mask is not None or query.is_nested:
+        return NotImplemented
+    batch, length, dim = query.shape[0], query.shape[1], embed_dim // num_head
+    if query is key and key is value:  # self-attention: one GEMM for q, k and v, as ATen's
+        q, k, v = torch.nn.functional.linear(query, qkv_weight, qkv_bias).chunk(3, -1)
+    else:
+        weights, biases = qkv_weight.chunk(3), qkv_bias.chunk(3)
+        q, k, v = (torch.nn.functional.linear(t, w, b) for t, w, b in zip((query, key, value), weights, biases))
+    q, k, v = (t.reshape(batch, -1, num_head, dim).transpose(1, 2) for t in (q, k, v))
+    if need_weights:  # ATen's math path: the softmax of q k^T / sqrt(dim), averaged over heads if asked
+        attn = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(dim), -1)
+        out, weights_out = attn @ v, (attn.sum(1) / num_head if average_attn_weights else attn)
+    else:
+        out, weights_out = torch.nn.functional.scaled_dot_product_attention(q, k, v), query.new_empty((0,))
+    out = torch.nn.functional.linear(out.transpose(1, 2).reshape(batch, length, embed_dim), proj_weight, proj_bias)
+    return out, weights_out
+
+
+@rule("crucible:transformer_encoder_layer", aten._transformer_encoder_layer_fwd.default)
+def transformer_encoder_layer(src: torch.Tensor, embed_dim: int, num_heads: int, qkv_weight: torch.Tensor,
+                              qkv_bias: torch.Tensor, proj_weight: torch.Tensor, proj_bias: torch.Tensor,
+                              use_gelu: bool, norm_first: bool, eps: float, norm_weight_1: torch.Tensor,
+                              norm_bias_1: torch.Tensor, norm_weight_2: torch.Tensor, norm_bias_2: torch.Tensor,
+                              ffn_weight_1: torch.Tensor, ffn_bias_1: torch.Tensor, ffn_weight_2: torch.Tensor,
+                              ffn_bias_2: torch.Tensor, mask: Any = None, mask_type: Any = None) -> Any:
+    # ``nn.TransformerEncoderLayer``'s inference fast path, in ATen's order (its transformer.cpp):
+    # attention, residual, norm, feed-forward, residual, norm (the norms first with ``norm_first``);
+    # ATen runs each step as its own kernel, the compiler fuses the norms, residuals and activation
+    # into its kernels and packs the linears (CPU encoder layer 4x128x512: 1.2-1.3x eager's fast path)
+    if mask is not None or src.is_nested:
+        return NotImplemented
+
+    def norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.layer_norm(x, (embed_dim,), weight, bias, eps)
+
+    x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
+    x = native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight, proj_bias,
+                                    None, False)[0] + src
+    if not norm_first:
+        x = norm(x, norm_weight_1, norm_bias_1)
+    y = norm(x, norm_weight_2, norm_bias_2) if norm_first else x
+    y = torch.nn.functional.linear(y, ffn_weight_1, ffn_bias_1)
+    y = torch.nn.functional.gelu(y) if use_gelu else torch.relu(y)
+    y = torch.nn.functional.linear(y, ffn_weight_2, ffn_bias_2) + x
+    return y if norm_first else norm(y, norm_weight_2, norm_bias_2)
+
+
 # Core-ATen rules we do not apply: torch's rule for CPU flash attention returns the attention
 # weights where the op returns its logsumexp (wrong shape as a second output).
 KEEP_AS_EXTERN = [aten._scaled_dot_product_flash_attention_for_cpu.default]

@@ -82,8 +82,9 @@ def gelu_mlp(tokens: int, width: int) -> tuple[Callable, tuple]:
 
 def encoder_layer(batch: int, length: int, width: int) -> tuple[Callable, tuple]:
     """``nn.TransformerEncoderLayer`` as a user runs it for inference (eval, no grad): PyTorch's fast
-    path, one fused ATen op (``_transformer_encoder_layer_fwd``) that Dynamo captures and both
-    compilers call as it is, so this row measures their call overhead around eager's kernel."""
+    path, one fused ATen op (``_transformer_encoder_layer_fwd``) that Dynamo captures; Inductor calls it
+    as it is, Crucible decomposes it (``crucible:transformer_encoder_layer``) into its linears,
+    attention and norms."""
     model = torch.nn.TransformerEncoderLayer(width, nhead=8, dim_feedforward=4 * width, dropout=0.0,
                                              batch_first=True).eval()
     return model, (torch.randn(batch, length, width),)
