@@ -93,3 +93,40 @@ def test_backends_are_timed_in_interleaved_rounds() -> None:
     assert set(timed) == {"a", "b"} and set(failed) == {"c"} and "no kernel for this" in failed["c"]
     assert abs(timed["a"] - timed["b"]) < 0.2 * timed["a"], timed  # one step's drift apart, not twenty
     assert len(calls) == 2 * (2 + 20)  # two warm-up steps and one a round each
+
+
+def _timed_row(crucible_ms: float) -> dict:
+    kernels = {"crucible": [["k_norm_backward", 3.0], ["sm90_gemm", 2.0]], "inductor": [["triton_red_fused", 2.5]]}
+    return {"model": "m", "dtype": "fp32", "backends": {
+        "eager": {"ms": 12.0, "gpu_ms": 11.0},
+        "inductor": {"ms": 10.0, "gpu_ms": 9.0, "top_kernels": kernels["inductor"]},
+        "crucible": {"ms": crucible_ms, "gpu_ms": 5.0, "top_kernels": kernels["crucible"]}}}
+
+
+def test_the_gpu_time_table_and_the_kernels_of_a_slow_row() -> None:
+    """A row 0.91x its peer lists both sides' longest kernels; the GPU table gives each backend's busy
+    share (Crucible's 5 ms of GPU work in an 11 ms step: it waits on the host)."""
+    text = training.render([_timed_row(11.0)], ("eager", "inductor", "crucible"))
+    busy = next(line for line in text.splitlines() if line.startswith("| m ") and "%" in line)
+    assert [c.strip() for c in busy.split("|")[-4:-1]] == ["92%", "90%", "45%"]
+    slow = text.split("below 0.95x its peer")[1]
+    assert "m fp32 crucible/inductor 0.91" in slow
+    assert "crucible: step 11.00 ms, GPU 5.00 ms: k_norm_backward 3.000; sm90_gemm 2.000" in slow
+    assert "inductor: step 10.00 ms, GPU 9.00 ms: triton_red_fused 2.500" in slow
+
+
+def test_a_row_at_its_peers_speed_lists_no_kernels_and_a_cpu_run_no_gpu_table() -> None:
+    assert "below 0.95x" not in training.render([_timed_row(10.0)], ("eager", "inductor", "crucible"))
+    row = _timed_row(11.0)
+    for backend in row["backends"].values():
+        backend.pop("gpu_ms"), backend.pop("top_kernels", None)
+    text = training.render([row], ("eager", "inductor", "crucible"))
+    assert "GPU time per step" not in text and "below 0.95x" not in text
+
+
+@pytest.mark.gpu
+def test_gpu_time_sums_a_step_s_kernels() -> None:
+    x = torch.randn(1024, 1024, device="cuda")
+    got = training.gpu_time(lambda: (x @ x).relu_())
+    assert got["gpu_ms"] > 0 and len(got["top_kernels"]) >= 2  # the GEMM (one kernel or more) and the relu
+    assert got["gpu_ms"] == pytest.approx(sum(ms for _, ms in got["top_kernels"]))
