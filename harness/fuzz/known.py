@@ -110,6 +110,10 @@ KNOWN_FINDINGS: list[KnownFinding] = [
                  "Triton's interpreter computes log (and other NaN-making math) with numpy, whose NaN for a "
                  "negative argument has the sign bit set (ATen's: clear); copysign by it flips the sign; "
                  "FINDINGS.md: 'log of a negative number is a NaN with the sign bit set'"),
+    KnownFinding("crucible-interpret", "fail_accuracy", "aten.copysign.*", "relative error",
+                 "as the RMSE entry above, for flipped values small enough that the oracle's relative check "
+                 "fails first (copysign(4.4e-9, log(-0.22)): -4.4e-9 interpreted; campaign 581); FINDINGS.md: "
+                 "'log of a negative number is a NaN with the sign bit set'"),
     KnownFinding("decompositions", "fail_accuracy", "crucible:batch_norm_inference", "NaN positions",
                  "ATen's CPU inference batch norm takes another order for strided running statistics (the rule "
                  "is the contiguous path's fold); FINDINGS.md: 'the CPU kernel's order depends on the running statistics' strides'"),
