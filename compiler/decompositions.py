@@ -278,7 +278,8 @@ def native_multi_head_attention(query: torch.Tensor, key: torch.Tensor, value: t
                                 proj_weight: torch.Tensor, proj_bias: torch.Tensor, mask: Any = None,
                                 need_weights: bool = True, average_attn_weights: bool = True,
                                 mask_type: Any = None) -> Any:
-    # ``nn.MultiheadAttention``'s inference fast path, one ATen op: as its linears, attention and
+    # ``nn.MultiheadAttention``'s inference fast path, one ATen op (reached through the encoder layer's
+    # op or called directly; Dynamo traces the module's other path): as its linears, attention and
     # projection, the compiler packs the linears' weights (oneDNN on the CPU) and fuses around them
     # where the op's own kernel runs each step alone. A mask (ATen's masked softmax gives a fully
     # masked row 0, not NaN) and nested inputs keep the op.

@@ -45,33 +45,42 @@ def test_a_masked_encoder_layer_keeps_the_fused_op(codegen, device):
     assert any("_transformer_encoder_layer_fwd" in op for op in externs), externs
 
 
+class _Attention(torch.nn.Module):
+    """``torch._native_multi_head_attention`` called as ``nn.MultiheadAttention``'s fast path calls it
+    (Dynamo traces the module's other path, so the op only reaches a graph called directly or from
+    the encoder layer's op)."""
+
+    def __init__(self, need_weights: bool, average: bool) -> None:
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval()
+        self.need_weights, self.average = need_weights, average
+
+    def forward(self, q, k, v):
+        a = self.attention
+        out, weights = torch._native_multi_head_attention(q, k, v, 16, 4, a.in_proj_weight, a.in_proj_bias,
+                                                          a.out_proj.weight, a.out_proj.bias, None,
+                                                          self.need_weights, self.average)
+        return (out, weights) if self.need_weights else out
+
+
 @pytest.mark.parametrize("need_weights,average", [(False, True), (True, True), (True, False)])
-def test_a_multi_head_attention_fast_path_decomposes_and_matches_eager(need_weights, average, codegen, device):
+@pytest.mark.parametrize("self_attention", [True, False], ids=["self", "distinct_qkv"])
+def test_the_attention_op_decomposes_and_matches_eager(need_weights, average, self_attention, codegen, device):
+    """Self-attention projects q, k and v in one GEMM; three tensors (ATen wants their shapes equal)
+    split the packed weights per input. With the weights: the softmax, averaged over heads or not."""
     torch.manual_seed(0)
-    attention = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval().to(device)
+    module = _Attention(need_weights, average).to(device)
     x = torch.randn(2, 5, 16, device=device)
-
-    class SelfAttention(torch.nn.Module):
-        def forward(self, x):
-            out, weights = attention(x, x, x, need_weights=need_weights, average_attn_weights=average)
-            return out if weights is None else (out, weights)
-
-    externs = _compiled_against_eager(SelfAttention(), (x,), codegen)
+    inputs = (x, x, x) if self_attention else tuple(torch.randn(2, 5, 16, device=device) for _ in range(3))
+    externs = _compiled_against_eager(module, inputs, codegen)
     assert not [op for op in externs if "_native_multi_head_attention" in op], externs
 
 
-def test_the_attention_op_with_distinct_query_key_and_value(codegen, device):
-    """Called directly with three tensors (the module's fast path takes self-attention only; ATen's op
-    wants their shapes equal): the packed projection weights are split per input."""
-    torch.manual_seed(0)
-    attention = torch.nn.MultiheadAttention(16, 4, batch_first=True).eval().to(device)
-    q, k, v = (torch.randn(2, n, 16, device=device) for n in (5, 5, 5))
+def test_without_the_rule_the_attention_op_is_an_extern_call(monkeypatch) -> None:
+    """The check above can fail: the op reaches the graph and, without its rule, runs as ATen's."""
+    from compiler import decompositions
 
-    class CrossAttention(torch.nn.Module):
-        def forward(self, q, k, v):
-            return torch._native_multi_head_attention(q, k, v, 16, 4, attention.in_proj_weight,
-                                                      attention.in_proj_bias, attention.out_proj.weight,
-                                                      attention.out_proj.bias, None, False)[0]
-
-    externs = _compiled_against_eager(CrossAttention(), (q, k, v), codegen)
-    assert not [op for op in externs if "_native_multi_head_attention" in op], externs
+    monkeypatch.delitem(decompositions.RULES, "crucible:native_multi_head_attention")
+    x = torch.randn(2, 5, 16)
+    externs = _compiled_against_eager(_Attention(False, True), (x, x, x), "cpp")
+    assert any("_native_multi_head_attention" in op for op in externs), externs
