@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
+from harness.bench.gpu_profile import device_us as _device_us
 from harness.bench.models import DTYPES, _first_tensor, latency_ms
 from harness.bench.zoo import MODELS
 
@@ -39,29 +39,6 @@ def _compiled(backend: str, model: torch.nn.Module) -> Any:
         return torch.compile(model, backend="inductor", dynamic=False)
     options = {"strict": True, **({"fold_weights": False} if backend == "crucible-nopasses" else {})}
     return torch.compile(model, backend="crucible", dynamic=False, options=options)
-
-
-def _device_us(event: Any, self_only: bool) -> float:
-    for name in (("self_device_time_total", "self_cuda_time_total") if self_only else
-                 ("device_time_total", "cuda_time_total")):
-        if hasattr(event, name):
-            return float(getattr(event, name))
-    return 0.0
-
-
-def gpu_kernels(call: Callable[[], Any], calls: int = CALLS) -> list[tuple[str, float]]:
-    """(name, ms per call) of every kernel, copy and set the GPU ran for ``calls`` calls of ``call``
-    (``torch.profiler``, device time), longest first: the GPU's side of a call, beside its wall time."""
-    from torch.profiler import ProfilerActivity, profile
-
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            call()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    rows = [(e.key, _device_us(e, True) / calls / 1e3) for e in prof.key_averages()
-            if _device_us(e, True) > 0 and getattr(e, "device_type", cuda) == cuda and not e.key.startswith("aten::")]
-    return sorted(rows, key=lambda r: -r[1])
 
 
 def profile_tables(call: Any, top: int) -> str:

@@ -251,10 +251,10 @@ TOP_KERNELS = 5  # kernels a row keeps by GPU time
 
 
 def gpu_time(call: Callable[[], Any]) -> dict[str, Any]:
-    """A step's GPU time (every kernel, copy and set, ``harness.bench.profile.gpu_kernels``) and its
+    """A step's GPU time (every kernel, copy and set, ``harness.bench.gpu_profile.gpu_kernels``) and its
     longest kernels: a step whose GPU time is well below its wall time waits on the host, and a row
     slower than its peer shows which kernels it spends its time in (``where_time_goes``)."""
-    from harness.bench.profile import gpu_kernels
+    from harness.bench.gpu_profile import gpu_kernels
 
     kernels = gpu_kernels(call, PROFILED_STEPS)
     return {"gpu_ms": sum(ms for _, ms in kernels), "top_kernels": [[name[:90], ms] for name, ms in kernels[:TOP_KERNELS]]}
