@@ -49,6 +49,27 @@ def _madvise():  # noqa: ANN202  the C function, or None where huge pages cannot
     return fn
 
 
+@functools.cache
+def _mincore():  # noqa: ANN202  the C function, or None where it is missing
+    try:
+        fn = ctypes.CDLL(None, use_errno=True).mincore
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+def _resident(address: int) -> bool:
+    """Whether the page at ``address`` (page-aligned) is in memory: a buffer the allocator handed out
+    again, already faulted in, rather than a fresh mapping (False where it cannot be told)."""
+    mincore = _mincore()
+    if mincore is None:
+        return False
+    vec = ctypes.create_string_buffer(1)
+    return mincore(address, 1, vec) == 0 and bool(vec.raw[0] & 1)
+
+
 def aligned_interior(start: int, nbytes: int) -> tuple[int, int]:
     """The whole 2 MiB pages inside ``[start, start + nbytes)``: (first address, length; 0 if none)."""
     low = (start + HUGE_PAGE - 1) & ~(HUGE_PAGE - 1)
@@ -58,12 +79,16 @@ def aligned_interior(start: int, nbytes: int) -> tuple[int, int]:
 
 def huge(t: torch.Tensor) -> torch.Tensor:
     """``t`` (a fresh CPU buffer), its storage advised to use huge pages when it is large enough; the
-    wrapper calls it on its large (or symbolic-size) CPU allocations before any kernel writes them."""
+    wrapper calls it on its large (or symbolic-size) CPU allocations before any kernel writes them. A
+    buffer whose first huge page is already in memory (the allocator's reuse of a freed block) is left
+    alone: nothing will fault there."""
     storage = t.untyped_storage()
     nbytes = storage.nbytes()
     madvise = _madvise()
     if nbytes >= MIN_BYTES and madvise is not None:
         start, length = aligned_interior(storage.data_ptr(), nbytes)
-        if length:
+        # memory the allocator reuses is faulted in already: the advice would only cost its call (40-60
+        # us, the VMA split: a 16-thread layer norm's compiled call 0.645 ms against 0.594 without it)
+        if length and not _resident(start):
             madvise(start, length, MADV_HUGEPAGE)  # advice: a failure changes nothing but the speed
     return t
