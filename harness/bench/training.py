@@ -389,7 +389,7 @@ def render(results: list[dict], backends: tuple[str, ...]) -> str:
                                               *[f"{b} busy" for b in shown]], tablefmt="github"))
     slow = where_time_goes(results)
     if slow:
-        text.append("rows where Crucible is below 0.95x its peer, the longest kernels of each (ms a step):\n"
+        text.append(f"rows where Crucible is below {SLOW}x its peer, the longest kernels of each (ms a step):\n"
                     + "\n".join(slow))
     found = problems(results)
     if found:
