@@ -21,6 +21,7 @@ import ctypes
 import functools
 import sys
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,6 +29,16 @@ HUGE_PAGE = 2 << 20
 MIN_BYTES = 4 << 20  # at least one whole aligned huge page inside any allocation this size
 MADV_HUGEPAGE = 14  # <sys/mman.h> on Linux
 THP_SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+
+
+def _libc(name: str, argtypes: list) -> Any:
+    """The C library's function ``name`` with its signature set (returning int), or None if missing."""
+    try:
+        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = argtypes, ctypes.c_int
+    return fn
 
 
 @functools.cache
@@ -40,24 +51,12 @@ def _madvise():  # noqa: ANN202  the C function, or None where huge pages cannot
         return None
     if "[always]" not in setting and "[madvise]" not in setting:
         return None
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).madvise
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn
+    return _libc("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
 
 
 @functools.cache
 def _mincore():  # noqa: ANN202  the C function, or None where it is missing
-    try:
-        fn = ctypes.CDLL(None, use_errno=True).mincore
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p]
-    fn.restype = ctypes.c_int
-    return fn
+    return _libc("mincore", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_char_p])
 
 
 def _resident(address: int) -> bool:

@@ -19,6 +19,15 @@ def device_us(event: Any, self_only: bool) -> float:
     return 0.0
 
 
+def kernel_events(averages: Any) -> list[Any]:
+    """The GPU's own events (kernels, copies, sets) of ``prof.key_averages()``, longest first: not the
+    host ranges that also carry device time (ATen ops, Inductor's "## Call CompiledFxGraph ##")."""
+    cuda = torch.autograd.DeviceType.CUDA
+    events = [e for e in averages if device_us(e, True) > 0 and getattr(e, "device_type", cuda) == cuda
+              and not e.key.startswith("aten::")]
+    return sorted(events, key=lambda e: -device_us(e, True))
+
+
 def gpu_kernels(call: Callable[[], Any], calls: int) -> list[tuple[str, float]]:
     """(name, ms per call) of every kernel, copy and set the GPU ran for ``calls`` calls of ``call``
     (``torch.profiler``, device time), longest first: the GPU's side of a call, beside its wall time."""
@@ -28,7 +37,4 @@ def gpu_kernels(call: Callable[[], Any], calls: int) -> list[tuple[str, float]]:
         for _ in range(calls):
             call()
         torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    rows = [(e.key, device_us(e, True) / calls / 1e3) for e in prof.key_averages()
-            if device_us(e, True) > 0 and getattr(e, "device_type", cuda) == cuda and not e.key.startswith("aten::")]
-    return sorted(rows, key=lambda r: -r[1])
+    return [(e.key, device_us(e, True) / calls / 1e3) for e in kernel_events(prof.key_averages())]

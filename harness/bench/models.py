@@ -442,7 +442,7 @@ def how_measured(args: argparse.Namespace) -> str:
     rows = (f"{args.jobs} rows at once: a row compiles all its backends while other rows compile (each compiler "
             f"{share} compile workers), then times them alone on the host" if args.jobs > 1 and not args.in_process
             else "one row at a time: a row compiles all its backends, then times them")
-    if getattr(args, "turns", None) is not None:
+    if args.turns is not None:
         rows += f" (its timings alone among every run sharing the turns file {args.turns.name})"
     return (f"{rows}; cold compile: the first call with empty caches, of Inductor's default mode and of Crucible "
             f"without CUDA graphs; reduce-overhead and Crucible+CG compile after them on the same caches (kernel "

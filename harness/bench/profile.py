@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from harness.bench.gpu_profile import device_us as _device_us
+from harness.bench.gpu_profile import device_us as _device_us, kernel_events
 from harness.bench.models import DTYPES, _first_tensor, latency_ms
 from harness.bench.zoo import MODELS
 
@@ -50,10 +50,7 @@ def profile_tables(call: Any, top: int) -> str:
         torch.cuda.synchronize()
     # device-side events only: host ranges (Inductor's "## Call CompiledFxGraph ##", "Torch-Compiled
     # Region") and the host records Inductor names after its kernels also carry device time
-    cuda = torch.autograd.DeviceType.CUDA
-    kernels = [e for e in prof.key_averages() if _device_us(e, True) > 0 and getattr(e, "device_type", cuda) == cuda
-               and not e.key.startswith("aten::")]
-    kernels.sort(key=lambda e: -_device_us(e, True))
+    kernels = kernel_events(prof.key_averages())
     total = sum(_device_us(e, True) for e in kernels) / CALLS
     lines = [f"GPU kernels: {total / 1e3:.3f} ms per call in all", f"{'ms/call':>8} {'calls':>6}  kernel"]
     lines += [f"{_device_us(e, True) / CALLS / 1e3:>8.3f} {e.count // CALLS:>6}  {e.key[:110]}" for e in kernels[:top]]
