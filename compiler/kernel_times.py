@@ -139,6 +139,19 @@ def kernel_times() -> list[tuple[GraphReport, float, int, list[KernelTime]]]:
     return out
 
 
+def restart() -> None:
+    """Zero every instrumented graph's figures (a benchmark times from here)."""
+    for _, whole, kernels in _TABLES:
+        for timer in (whole, *(t for _, _, t in kernels.values())):
+            timer.resolve()
+            timer.seconds, timer.calls = 0.0, 0
+
+
+def clear() -> None:
+    """Forget every instrumented graph (a benchmark that has read its figures; nothing printed at exit)."""
+    _TABLES.clear()
+
+
 def format_kernel_times() -> str:
     from tabulate import tabulate
 

@@ -1,6 +1,6 @@
 """CPU benchmark: eager vs Inductor (its C++ backend) vs Crucible's C++ codegen.
 
-    python -m harness.bench.cpu [--repeat N] [--only NAME ...] [--threads 2 all] [--models]
+    python -m harness.bench.cpu [--repeat N] [--only NAME ...] [--threads 2 all] [--models] [--no-profile]
 
 For each case and thread count: the median run time over ``--repeat`` timed calls after warmup,
 the three contenders interleaved round by round, and the cold compile time at that count (the
@@ -11,6 +11,7 @@ run by default; ``--models`` adds whole models (torchvision resnet18/50 and mobi
 timm's vit_tiny, small transformers BERT and GPT-2), each skipped with a message where its
 library is missing. ``--threads`` takes counts and ``all`` (every core this process may use);
 ``torch.set_num_threads`` bounds eager, Inductor's and Crucible's kernels alike (one OpenMP runtime).
+A row below 1.0x eager or Inductor is profiled (each contender's longest pieces of a call, after the table).
 """
 
 from __future__ import annotations
@@ -178,9 +179,12 @@ CASES = [
 WARMUP_S = 3.0  # seconds of interleaved warmup rounds per case before timing
 
 
-def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str) -> tuple[Callable, float]:
+def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str,
+                 profiled: bool = False) -> tuple[Callable, float]:
     """``fn`` compiled by ``backend`` with an empty cache directory, and the seconds its first
-    call took (tracing, compiling, building, loading)."""
+    call took (tracing, compiling, building, loading). ``profiled``: each generated kernel is timed
+    (Crucible's ``CRUCIBLE_KERNEL_TIMES``) or shows in ``torch.profiler`` (Inductor's
+    ``cpp.enable_kernel_profile``)."""
     if backend == "crucible":
         import compiler  # noqa: F401  (registers the backend)
         from compiler import cpp_build
@@ -195,10 +199,12 @@ def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str) -> t
     # cache keys (Inductor's config is).
     import torch._inductor.config
 
-    threads = torch._inductor.config.patch({"cpp.threads": torch.get_num_threads()}) if backend == "inductor" \
+    inductor = {"cpp.threads": torch.get_num_threads(), **({"cpp.enable_kernel_profile": True} if profiled else {})}
+    threads = torch._inductor.config.patch(inductor) if backend == "inductor" else contextlib.nullcontext()
+    timed = config.environment_override("CRUCIBLE_KERNEL_TIMES", "1") if profiled and backend == "crucible" \
         else contextlib.nullcontext()
     with tempfile.TemporaryDirectory(prefix=f"bench-{backend}-") as cache, \
-            config.environment_override(cache_env, cache), threads:
+            config.environment_override(cache_env, cache), threads, timed:
         opt = torch.compile(fn, backend=backend)
         start = time.perf_counter()
         opt(*inputs)
@@ -233,10 +239,11 @@ def max_error(got: object, expected: object) -> float:
     return float((got - expected).abs().max() / expected.abs().max().clamp_min(1e-30))
 
 
-def run_case(case: Case, repeat: int, threads: list[int]) -> list[dict]:
+def run_case(case: Case, repeat: int, threads: list[int], profile: bool = True) -> list[dict]:
     """One row per thread count. Both compilers compile cold at each count: Inductor's C++ kernels
     fix their thread count when generated (``#pragma omp parallel num_threads(N)``), so a kernel
-    compiled at one count and timed at another would not be what a user at that count gets."""
+    compiled at one count and timed at another would not be what a user at that count gets. A row
+    below ``SLOW`` against eager or Inductor carries each contender's profile (``profile_row``)."""
     import torch._dynamo
 
     fn, inputs = case.build()
@@ -260,7 +267,86 @@ def run_case(case: Case, repeat: int, threads: list[int]) -> list[dict]:
                 "vs inductor": ms["inductor"] / ms["crucible"], "inductor vs eager": ms["eager"] / ms["inductor"],
                 "inductor compile s": compile_s["inductor"], "crucible compile s": compile_s["crucible"],
                 "err crucible": error["crucible"], "err inductor": error["inductor"]})
+            if profile and min(rows[-1]["vs eager"], rows[-1]["vs inductor"]) < SLOW:
+                rows[-1]["profile"] = profile_row(fn, inputs, repeat)
     return rows
+
+
+SLOW = 1.0  # a row below this speed-up over eager or Inductor gets a profile of each contender
+PROFILE_TOP = 4  # pieces listed per contender
+
+
+def _profiler_pieces(call: Callable, inputs: tuple, calls: int) -> list[tuple[str, float]]:
+    """(name, us per call) of every range ``torch.profiler`` saw over ``calls`` calls, by self time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(calls):
+            call(*inputs)
+    pieces = [("Inductor's graph call" if e.key.startswith("## Call CompiledFxGraph") else e.key,
+               e.self_cpu_time_total / calls) for e in prof.key_averages()]
+    return sorted(pieces, key=lambda p: -p[1])
+
+
+def _crucible_pieces(compiled: Callable, inputs: tuple, calls: int) -> list[tuple[str, float]]:
+    """(name, us per call) of a compiled-for-timing Crucible function: its kernels and extern calls,
+    the rest of its graph call (the wrapper, allocation) and what lies outside the graph (Dynamo's
+    guards, AOTAutograd's wrapper), from ``compiler.kernel_times``."""
+    from compiler import kernel_times
+
+    kernel_times.restart()
+    start = time.perf_counter()
+    for _ in range(calls):
+        compiled(*inputs)
+    wall = time.perf_counter() - start
+    pieces, graphs = [], 0.0
+    for _report, seconds, graph_calls, rows in kernel_times.kernel_times():
+        if graph_calls:
+            graphs += seconds / graph_calls
+            inside = sum(r.seconds for r in rows) / graph_calls
+            pieces += [(f"{r.kernel} ({', '.join(dict.fromkeys(r.ops))[:40]})", r.seconds / graph_calls * 1e6)
+                       for r in rows if r.calls]
+            pieces.append(("rest of the graph call", (seconds / graph_calls - inside) * 1e6))
+    kernel_times.clear()
+    pieces.append(("outside the graph (Dynamo, AOTAutograd)", (wall / calls - graphs) * 1e6))
+    return sorted(pieces, key=lambda p: -p[1])
+
+
+def profile_row(fn: Callable, inputs: tuple, calls: int) -> dict[str, list[tuple[str, float]]]:
+    """Where one call's time goes, per contender, at the thread count in force: eager's ATen ops and
+    Inductor's kernels from ``torch.profiler`` (Inductor compiled again with its kernels named in the
+    profile), Crucible's kernels from its own per-kernel timer (compiled again with it on). Profiled
+    calls run slower than the table's; read the shares, not the sums against the table."""
+    import torch._dynamo
+
+    from compiler import kernel_times
+
+    out = {"eager": _profiler_pieces(fn, inputs, calls)}
+    kernel_times.clear()
+    for backend, env in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("crucible", "CRUCIBLE_CACHE_DIR")):
+        torch._dynamo.reset()
+        compiled, _ = compile_cold(fn, inputs, backend, env, profiled=True)
+        for _ in range(3):
+            compiled(*inputs)
+        out[backend] = _profiler_pieces(compiled, inputs, calls) if backend == "inductor" else \
+            _crucible_pieces(compiled, inputs, calls)
+    torch._dynamo.reset()
+    return out
+
+
+def where_time_goes(rows: list[dict]) -> list[str]:
+    """One line per contender of every profiled row: its total and its longest pieces (us per call)."""
+    lines = []
+    for r in rows:
+        if "profile" not in r:
+            continue
+        lines.append(f"{r['case']} at {r['threads']} thread{'s' if r['threads'] > 1 else ''} (vs eager {r['vs eager']:.3g}, vs inductor "
+                     f"{r['vs inductor']:.3g}):")
+        for backend, pieces in r["profile"].items():
+            total = sum(us for _, us in pieces)
+            top = "; ".join(f"{name} {us:.0f}" for name, us in pieces[:PROFILE_TOP])
+            lines.append(f"  {backend} {total:.0f} us: {top}")
+    return lines
 
 
 def pin_allocator() -> str:
@@ -323,6 +409,8 @@ def main(argv: list[str] | None = None) -> None:
                              "default: 2 and all")
     parser.add_argument("--models", action="store_true",
                         help="also run the whole models (torchvision, timm, transformers; minutes each)")
+    parser.add_argument("--no-profile", action="store_true",
+                        help=f"skip the profile of each row below {SLOW}x eager or Inductor")
     args = parser.parse_args(argv)
     threads = thread_counts(args.threads)
     allocator = pin_allocator()
@@ -332,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     rows, skipped = [], []
     for case in cases:
         try:
-            rows += run_case(case, args.repeat, threads)
+            rows += run_case(case, args.repeat, threads, not args.no_profile)
         except SkipCase as e:
             skipped.append(f"{case.name}: {e}")
             print(f"skipped: {case.name}: {e}", flush=True)
@@ -344,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
           f"are speed-ups of Crucible (above 1 = Crucible faster); compile = first call with empty caches "
           f"(the first case also pays each compiler's one-time start-up); err = max |compiled - eager| / max |eager|; "
           f"{allocator}")
-    print(tabulate(rows, headers="keys", floatfmt=".3g"))
+    print(tabulate([{k: v for k, v in r.items() if k != "profile"} for r in rows], headers="keys", floatfmt=".3g"))
     for n in threads:
         for label, keep in (("kernels", lambda name: not next(c for c in CASES if c.name == name).model),
                             ("models", lambda name: next(c for c in CASES if c.name == name).model)):
@@ -353,6 +441,11 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"geomean at {n} threads over {len(picked)} {label}: vs eager "
                       f"{geomean([r['vs eager'] for r in picked]):.3g}, vs inductor "
                       f"{geomean([r['vs inductor'] for r in picked]):.3g}")
+    slow = where_time_goes(rows)
+    if slow:
+        print(f"\nwhere the time goes in rows below {SLOW}x eager or Inductor (us per call, profiled calls; "
+              f"Crucible's kernels by its own timer, the others' by torch.profiler):")
+        print("\n".join(slow))
     for line in skipped:
         print(f"skipped {line}")
 

@@ -1,4 +1,5 @@
-"""The CPU benchmark (``harness.bench.cpu``): what its cold compiles hand each compiler."""
+"""The CPU benchmark (``harness.bench.cpu``): what its cold compiles hand each compiler, and the profile
+of a row below its target."""
 
 from __future__ import annotations
 
@@ -36,3 +37,22 @@ def test_inductor_compiles_for_the_thread_count_it_is_timed_at(monkeypatch: pyte
         assert seen == [("compile", default), ("call", default)]  # Crucible's kernels read the count at run time
     finally:
         torch.set_num_threads(previous)
+
+
+def test_a_slow_row_carries_each_contender_s_profile(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A row below the target says where each contender's call goes: eager's ATen op, Inductor's named
+    kernel and Crucible's kernel from its own timer, with what lies outside Crucible's graph."""
+    monkeypatch.setattr(cpu, "SLOW", float("inf"))  # every row is "slow": profile this one
+    previous = torch.get_num_threads()
+    try:
+        (row,) = cpu.run_case(cpu.Case("small softmax", lambda: cpu.softmax(64, 128)), 3, [1])
+    finally:
+        torch.set_num_threads(previous)
+    names = {backend: [name for name, _ in pieces] for backend, pieces in row["profile"].items()}
+    assert "aten::_softmax" in names["eager"]
+    assert any("cpp_fused" in name for name in names["inductor"])
+    assert any("exp" in name for name in names["crucible"])  # the kernel, named with its ops
+    assert "outside the graph (Dynamo, AOTAutograd)" in names["crucible"]
+    text = "\n".join(cpu.where_time_goes([row]))
+    assert text.startswith("small softmax at 1 thread (vs eager") and "  crucible " in text
+
