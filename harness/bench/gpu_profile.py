@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from harness.bench.breakdown import _fmt
+
 
 def device_us(event: Any, self_only: bool) -> float:
     """An averaged profiler event's device microseconds (self or inclusive), under either of the
@@ -38,3 +40,69 @@ def gpu_kernels(call: Callable[[], Any], calls: int) -> list[tuple[str, float]]:
             call()
         torch.cuda.synchronize()
     return [(e.key, device_us(e, True) / calls / 1e3) for e in kernel_events(prof.key_averages())]
+
+
+PROFILED_CALLS = 3  # calls (steps) under torch.profiler per backend, after the timing
+TOP_KERNELS = 5  # kernels a row keeps by GPU time
+SLOW = 0.95  # a Crucible column below this ratio to its peer lists both sides' longest kernels
+
+
+def gpu_time(call: Callable[[], Any]) -> dict[str, Any]:
+    """A call's GPU time (every kernel, copy and set, ``gpu_kernels``) and its longest kernels: a call
+    whose GPU time is well below its wall time waits on the host, and a row slower than its peer shows
+    which kernels it spends its time in (``where_time_goes``)."""
+    kernels = gpu_kernels(call, PROFILED_CALLS)
+    return {"gpu_ms": sum(ms for _, ms in kernels),
+            "top_kernels": [[name[:90], ms] for name, ms in kernels[:TOP_KERNELS]]}
+
+
+def _get(row: dict, backend: str, key: str) -> Any:
+    return row["backends"].get(backend, {}).get(key)
+
+
+def busy_table(results: list[dict], backends: list[str], what: str) -> str | None:
+    """Each row's GPU time per ``what`` (a step, a call) and its share of the wall time, per backend;
+    None where no row was profiled (a CPU run)."""
+    from tabulate import tabulate
+
+    if not any(_get(r, b, "gpu_ms") for r in results for b in backends):
+        return None
+
+    def share(r: dict, b: str) -> float | None:
+        gpu, ms = _get(r, b, "gpu_ms"), _get(r, b, "ms")
+        return gpu / ms if gpu and ms else None
+
+    busy = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "gpu_ms"), ".2f") for b in backends],
+             *[_fmt(share(r, b), ".0%") for b in backends]] for r in results]
+    return (f"GPU time per {what} (ms: kernels, copies and sets under torch.profiler, {PROFILED_CALLS} {what}s) "
+            f"and its share of the {what}'s wall time (well below 100%: the {what} waits on the host):\n"
+            + tabulate(busy, headers=["model", "dtype", *[f"{b} GPU" for b in backends],
+                                      *[f"{b} busy" for b in backends]], tablefmt="github"))
+
+
+def where_time_goes(results: list[dict], ratios: tuple[tuple[str, str, str], ...], what: str) -> list[str]:
+    """For each row and (label, peer, ours) of ``ratios`` where ours is below ``SLOW`` times its peer,
+    both backends' wall and GPU time per ``what`` and their longest kernels: the profile a slow row is
+    explained by."""
+    out = []
+    for r in results:
+        for label, peer, ours in ratios:
+            mine, theirs = _get(r, ours, "ms"), _get(r, peer, "ms")
+            if not (mine and theirs) or theirs / mine >= SLOW or \
+                    not (_get(r, ours, "top_kernels") or _get(r, peer, "top_kernels")):
+                continue
+            out.append(f"- {r['model']} {r['dtype']} {label} {theirs / mine:.2f}:")
+            for backend in (ours, peer):
+                kernels = "; ".join(f"{name} {ms:.3f}" for name, ms in _get(r, backend, "top_kernels") or [])
+                out.append(f"  - {backend}: {what} {_fmt(_get(r, backend, 'ms'), '.2f')} ms, GPU "
+                           f"{_fmt(_get(r, backend, 'gpu_ms'), '.2f')} ms: {kernels}")
+    return out
+
+
+def slow_rows_section(results: list[dict], ratios: tuple[tuple[str, str, str], ...], what: str) -> str | None:
+    """``where_time_goes`` under its heading, or None where no row is slow."""
+    slow = where_time_goes(results, ratios, what)
+    if not slow:
+        return None
+    return (f"rows where Crucible is below {SLOW}x its peer, the longest kernels of each (ms a {what}):\n"
+            + "\n".join(slow))

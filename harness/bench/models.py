@@ -8,8 +8,9 @@ graphs on timm and transformers models (random weights), in float32 and bfloat16
 Per model and dtype: latency (ms per call, back-to-back calls, in rounds interleaved between the
 backends so a drift of the host falls on all of them alike), speed ratios, cold compile time
 (first call with empty kernel caches), max abs error against eager, Crucible's kernel and extern
-counts and its host time per launched step, where Crucible's compile time goes; then geomeans and
-the launch micro-benchmark (``harness.bench.launch``). Each model runs in its own process (a true
+counts and its host time per launched step, where Crucible's compile time goes; on CUDA each call's
+GPU time and its share of the wall time, and for a row where Crucible is below 0.95x a peer, both
+sides' longest kernels (``harness.bench.gpu_profile``); then geomeans and the launch micro-benchmark (``harness.bench.launch``). Each model runs in its own process (a true
 cold compile, and one that crashes, hangs or runs out of memory is a row of its own) unless
 ``--in-process``. With ``--jobs N``, N rows run at once: their compiles overlap, every timing runs
 alone (``harness.bench.turns``). Performance goals are read from this table; nothing here asserts.
@@ -34,6 +35,7 @@ from typing import Any
 import torch
 
 from harness.bench.errors import error_line
+from harness.bench.gpu_profile import busy_table, gpu_time, slow_rows_section
 from harness.bench.turns import RESULT, Turns, add_turns_option, run_all, run_lock, run_row
 from harness.bench.breakdown import _fmt, compile_breakdown, compile_passes  # noqa: F401  (compile_breakdown: re-exported)
 from harness.bench.zoo import MODELS
@@ -264,6 +266,9 @@ def measure_model(name: str, dtype: str, device: str, tiny: bool, backends: tupl
                 continue
             try:
                 result["backends"][backend] = time_backend(backend, done, inputs, expected, device, ms[backend])
+                if device == "cuda":
+                    with torch.no_grad():
+                        result["backends"][backend].update(gpu_time(functools.partial(done.fn, *inputs)))
             except Exception as why:  # noqa: BLE001
                 result["backends"][backend] = {**done.row, "error": error_line(why)}
     turns.release()
@@ -360,6 +365,8 @@ def render_tables(results: list[dict], launch_rows: list[tuple[str, float]]) -> 
                                   for _, slow, fast in geomeans])
     text.append("geomeans (speed of the second over the first; > 1: Crucible faster; over the rows that ran "
                 "both):\n" + tabulate(geo, headers=["dtype", *[g[0] for g in geomeans]], tablefmt="github"))
+    ran_in_order = [b for b in (*BACKENDS, *OPT_IN) if b in ran]
+    text += [t for t in (busy_table(results, ran_in_order, "call"), slow_rows_section(results, GEOMEANS, "call")) if t]
     breakdown = compile_breakdown(results)
     if breakdown:
         text.append(breakdown)

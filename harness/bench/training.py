@@ -42,6 +42,7 @@ import torch
 from compiler.report import collect_reports
 from harness.bench.breakdown import _fmt
 from harness.bench.errors import error_line
+from harness.bench.gpu_profile import busy_table, gpu_time, slow_rows_section
 from harness.bench.models import _cache_env, _environment, compile_share, geomean, sync
 from harness.bench.turns import RESULT, Turns, add_turns_option, run_all, run_lock, run_row
 from harness.bench.zoo import MODELS
@@ -246,20 +247,6 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
     return result
 
 
-PROFILED_STEPS = 3  # steps under torch.profiler per backend (after the timing)
-TOP_KERNELS = 5  # kernels a row keeps by GPU time
-
-
-def gpu_time(call: Callable[[], Any]) -> dict[str, Any]:
-    """A step's GPU time (every kernel, copy and set, ``harness.bench.gpu_profile.gpu_kernels``) and its
-    longest kernels: a step whose GPU time is well below its wall time waits on the host, and a row
-    slower than its peer shows which kernels it spends its time in (``where_time_goes``)."""
-    from harness.bench.gpu_profile import gpu_kernels
-
-    kernels = gpu_kernels(call, PROFILED_STEPS)
-    return {"gpu_ms": sum(ms for _, ms in kernels), "top_kernels": [[name[:90], ms] for name, ms in kernels[:TOP_KERNELS]]}
-
-
 def cudagraph_summary(graphs: list) -> str:
     """What became of each compiled graph's CUDA graph over the row's steps (captured or why not,
     replays, calls run uncaptured): a CUDA-graph column that does not beat its plain one says why."""
@@ -356,7 +343,7 @@ RATIOS = (("crucible/inductor", "inductor", "crucible"), ("crucible/eager", "eag
 
 def render(results: list[dict], backends: tuple[str, ...]) -> str:
     """Tables: step times with ratios; peak memory, first step and parity; GPU time per step (CUDA);
-    geomeans; the longest kernels of rows below ``SLOW``."""
+    geomeans; the longest kernels of rows below ``gpu_profile.SLOW``."""
     from tabulate import tabulate
 
     shown = [b for b in backends if any(b in r["backends"] for r in results)]
@@ -380,46 +367,11 @@ def render(results: list[dict], backends: tuple[str, ...]) -> str:
                      for _, s, f in RATIOS]] for dtype in DTYPES if any(r["dtype"] == dtype for r in results)]
     text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +
                 tabulate(geo, headers=["dtype", *[r[0] for r in RATIOS]], tablefmt="github"))
-    if any(_get(r, b, "gpu_ms") for r in results for b in shown):
-        busy = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "gpu_ms"), ".2f") for b in shown],
-                 *[_fmt(_share(r, b), ".0%") for b in shown]] for r in results]
-        text.append(f"GPU time per step (ms: kernels, copies and sets under torch.profiler, {PROFILED_STEPS} steps) "
-                    "and its share of the step's wall time (well below 100%: the step waits on the host):\n"
-                    + tabulate(busy, headers=["model", "dtype", *[f"{b} GPU" for b in shown],
-                                              *[f"{b} busy" for b in shown]], tablefmt="github"))
-    slow = where_time_goes(results)
-    if slow:
-        text.append(f"rows where Crucible is below {SLOW}x its peer, the longest kernels of each (ms a step):\n"
-                    + "\n".join(slow))
+    text += [t for t in (busy_table(results, shown, "step"), slow_rows_section(results, RATIOS, "step")) if t]
     found = problems(results)
     if found:
         text.append("errors, parity failures and CUDA graphs:\n" + "\n".join(f"- {p}" for p in found))
     return "\n\n".join(text)
-
-
-def _share(row: dict, backend: str) -> float | None:
-    gpu, ms = _get(row, backend, "gpu_ms"), _get(row, backend, "ms")
-    return gpu / ms if gpu and ms else None
-
-
-SLOW = 0.95  # a Crucible column below this ratio to its peer lists both sides' longest kernels
-
-
-def where_time_goes(results: list[dict]) -> list[str]:
-    """For each row and ratio where Crucible is below ``SLOW`` times its peer, both backends' step and
-    GPU time and their longest kernels: the profile a slow row is explained by."""
-    out = []
-    for r in results:
-        for label, peer, ours in RATIOS:
-            ratio = _ratio(r, peer, ours)
-            if ratio is None or ratio >= SLOW or not (_get(r, ours, "top_kernels") or _get(r, peer, "top_kernels")):
-                continue
-            out.append(f"- {r['model']} {r['dtype']} {label} {ratio:.2f}:")
-            for backend in (ours, peer):
-                kernels = "; ".join(f"{name} {ms:.3f}" for name, ms in _get(r, backend, "top_kernels") or [])
-                out.append(f"  - {backend}: step {_fmt(_get(r, backend, 'ms'), '.2f')} ms, GPU "
-                           f"{_fmt(_get(r, backend, 'gpu_ms'), '.2f')} ms: {kernels}")
-    return out
 
 
 def problems(results: list[dict]) -> list[str]:

@@ -61,6 +61,23 @@ def test_the_max_autotune_column_and_geomean_appear_when_it_ran() -> None:
     assert "inductor-ma" not in models.BACKENDS and "inductor-ma" in models.OPT_IN  # never by default
 
 
+def test_a_row_below_a_peer_lists_both_sides_kernels_and_the_gpu_table_shows_busy_shares() -> None:
+    """A row at 0.8x max-autotune (and at Inductor's speed) lists its and max-autotune's longest kernels,
+    not Inductor's; every backend's GPU time is in the busy table."""
+    row = _row("bert_base", "bf16", eager=4.0, inductor=2.0, inductor_ma=1.6, crucible=2.0)
+    for backend, gpu, kernel in (("eager", 3.0, "sm90_gemm"), ("inductor", 1.8, "triton_per_fused"),
+                                 ("inductor-ma", 1.5, "triton_tem_fused_mm"), ("crucible", 1.0, "k_softmax")):
+        row["backends"][backend].update(gpu_ms=gpu, top_kernels=[[kernel, gpu / 2]])
+    text = models.render_tables([row], [])
+    busy = next(line for line in text.splitlines() if line.startswith("| bert_base") and "%" in line)
+    assert [c.strip() for c in busy.split("|")[-5:-1]] == ["75%", "90%", "50%", "94%"]  # eager, inductor, crucible, ma
+    slow = text.split("below 0.95x its peer")[1]
+    assert "bert_base bf16 crucible/inductor-ma 0.80:" in slow and "crucible/inductor " not in slow
+    assert "crucible: call 2.00 ms, GPU 1.00 ms: k_softmax 0.500" in slow
+    assert "inductor-ma: call 1.60 ms, GPU 1.50 ms: triton_tem_fused_mm 0.750" in slow
+    assert "GPU time per call" not in models.render_tables([_row("m", "fp32", eager=1.0, crucible=1.0)], [])
+
+
 def test_the_untuned_column_shows_what_tuning_buys_and_compiles_first(monkeypatch) -> None:
     """``crucible-untuned`` (options ``tuning="off"``) gets its own columns, without max-autotune's, and
     compiles before ``crucible``: a kernel tuned earlier in the process keeps its tuned config in every
