@@ -420,12 +420,18 @@ def main(argv: list[str] | None = None) -> None:
     rows, skipped = [], []
     for case in cases:
         try:
-            rows += run_case(case, args.repeat, threads, not args.no_profile)
+            done = run_case(case, args.repeat, threads, not args.no_profile)
         except SkipCase as e:
             skipped.append(f"{case.name}: {e}")
             print(f"skipped: {case.name}: {e}", flush=True)
             continue
-        print(f"done: {case.name}", flush=True)
+        rows += done
+        for r in done:  # as it goes: a run cut short keeps what it measured
+            print(f"done: {case.name} at {r['threads']} threads: eager {r['eager ms']:.3g} ms, inductor "
+                  f"{r['inductor ms']:.3g}, crucible {r['crucible ms']:.3g} (vs eager {r['vs eager']:.3g}, "
+                  f"vs inductor {r['vs inductor']:.3g})", flush=True)
+        for line in where_time_goes(done):
+            print(f"  {line}", flush=True)
     torch.set_num_threads(threads[0])
     print(f"torch {torch.__version__}, {available_cores()} cores available, threads {threads}; run time = median of "
           f"{args.repeat} interleaved calls after {WARMUP_S:g} s of interleaved warmup; 'vs eager' and 'vs inductor' "
