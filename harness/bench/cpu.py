@@ -268,7 +268,10 @@ def run_case(case: Case, repeat: int, threads: list[int], profile: bool = True) 
                 "inductor compile s": compile_s["inductor"], "crucible compile s": compile_s["crucible"],
                 "err crucible": error["crucible"], "err inductor": error["inductor"]})
             if profile and min(rows[-1]["vs eager"], rows[-1]["vs inductor"]) < SLOW:
-                rows[-1]["profile"] = profile_row(fn, inputs, repeat)
+                try:
+                    rows[-1]["profile"] = profile_row(fn, inputs, repeat)
+                except Exception as why:  # noqa: BLE001  (the row's timings stand without its profile)
+                    rows[-1]["profile_error"] = f"{type(why).__name__}: {why}".splitlines()[0][:200]
     return rows
 
 
@@ -338,10 +341,13 @@ def where_time_goes(rows: list[dict]) -> list[str]:
     """One line per contender of every profiled row: its total and its longest pieces (us per call)."""
     lines = []
     for r in rows:
-        if "profile" not in r:
+        if "profile" not in r and "profile_error" not in r:
             continue
-        lines.append(f"{r['case']} at {r['threads']} thread{'s' if r['threads'] > 1 else ''} (vs eager {r['vs eager']:.3g}, vs inductor "
-                     f"{r['vs inductor']:.3g}):")
+        lines.append(f"{r['case']} at {r['threads']} thread{'s' if r['threads'] > 1 else ''} (vs eager "
+                     f"{r['vs eager']:.3g}, vs inductor {r['vs inductor']:.3g}):")
+        if "profile_error" in r:
+            lines.append(f"  profile failed: {r['profile_error']}")
+            continue
         for backend, pieces in r["profile"].items():
             total = sum(us for _, us in pieces)
             top = "; ".join(f"{name} {us:.0f}" for name, us in pieces[:PROFILE_TOP])
@@ -438,7 +444,8 @@ def main(argv: list[str] | None = None) -> None:
           f"are speed-ups of Crucible (above 1 = Crucible faster); compile = first call with empty caches "
           f"(the first case also pays each compiler's one-time start-up); err = max |compiled - eager| / max |eager|; "
           f"{allocator}")
-    print(tabulate([{k: v for k, v in r.items() if k != "profile"} for r in rows], headers="keys", floatfmt=".3g"))
+    print(tabulate([{k: v for k, v in r.items() if not k.startswith("profile")} for r in rows], headers="keys",
+                   floatfmt=".3g"))
     for n in threads:
         for label, keep in (("kernels", lambda name: not next(c for c in CASES if c.name == name).model),
                             ("models", lambda name: next(c for c in CASES if c.name == name).model)):

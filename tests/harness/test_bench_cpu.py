@@ -56,3 +56,18 @@ def test_a_slow_row_carries_each_contender_s_profile(monkeypatch: pytest.MonkeyP
     text = "\n".join(cpu.where_time_goes([row]))
     assert text.startswith("small softmax at 1 thread (vs eager") and "  crucible " in text
 
+
+
+def test_a_profile_that_fails_leaves_the_row_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(*_: object) -> None:
+        raise RuntimeError("profiler unavailable\nsecond line")
+
+    monkeypatch.setattr(cpu, "SLOW", float("inf"))
+    monkeypatch.setattr(cpu, "profile_row", broken)
+    previous = torch.get_num_threads()
+    try:
+        (row,) = cpu.run_case(cpu.Case("small sum", lambda: cpu.column_sum(32, 16)), 3, [1])
+    finally:
+        torch.set_num_threads(previous)
+    assert row["crucible ms"] > 0 and "profile" not in row
+    assert cpu.where_time_goes([row])[1] == "  profile failed: RuntimeError: profiler unavailable"
