@@ -17,11 +17,53 @@ from compiler.pipeline import GraphCompilation
 
 @pytest.fixture
 def advised(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
-    """Each madvise call as (address, length, advice), on any machine."""
+    """Each madvise call as (address, length, advice), on any machine (the advice's Python steps)."""
     calls: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(host_memory, "_advise", lambda: host_memory._advise_python)
     monkeypatch.setattr(host_memory, "_madvise", lambda: lambda *args: calls.append(args) or 0)
     monkeypatch.setattr(host_memory, "_resident", lambda address: False)  # every buffer a fresh mapping
     return calls
+
+
+def _advised_in_smaps(address: int) -> bool | None:
+    """Whether the kernel holds the mapping at ``address`` as advised to use huge pages (``hg`` among
+    its VmFlags in /proc/self/smaps); None where that cannot be read."""
+    try:
+        lines = open("/proc/self/smaps").read().splitlines()
+    except OSError:
+        return None
+    inside = False
+    for line in lines:
+        head = line.split()[0]
+        if re.fullmatch(r"[0-9a-f]+-[0-9a-f]+", head):
+            low, high = (int(v, 16) for v in head.split("-"))
+            inside = low <= address < high
+        elif inside and head == "VmFlags:":
+            return "hg" in line.split()[1:]
+    return None
+
+
+def test_the_native_advice_advises_a_fresh_mapping_once() -> None:
+    """The one-call advice (built from ``ADVISE_SOURCE``): a fresh mapping is advised, its first huge page
+    untouched; once written, the same range is left alone, and a range holding no whole huge page too."""
+    if host_memory._madvise() is None:
+        pytest.skip("this machine's kernel does not let a process ask for huge pages")
+    advise = host_memory._advise()
+    if advise is host_memory._advise_python:
+        pytest.skip("no C++ compiler: the Python steps stand in (tested below)")
+    size = 3 * host_memory.HUGE_PAGE
+    fresh = mmap.mmap(-1, size)
+    first = ctypes.c_char.from_buffer(fresh)
+    start = ctypes.addressof(first)
+    low, _ = host_memory.aligned_interior(start, size)
+    assert _advised_in_smaps(low) in (False, None)
+    assert advise(start, host_memory.HUGE_PAGE - 1) == 0  # no whole huge page inside
+    assert advise(start, size) == 1
+    assert _advised_in_smaps(low) in (True, None)
+    fresh[low - start] = 1  # the first huge page now in memory
+    assert advise(start, size) == 0
+    del first  # (the mapping closes once nothing points into it)
+    fresh.close()
 
 
 def test_residency_tells_a_fresh_mapping_from_touched_memory() -> None:
@@ -40,6 +82,7 @@ def test_memory_already_in_use_is_not_advised_again(monkeypatch: pytest.MonkeyPa
     """Reused memory costs the advice's call (40-60 us) and saves no fault: a buffer whose pages are
     in memory is left alone, one that is not is advised."""
     calls: list = []
+    monkeypatch.setattr(host_memory, "_advise", lambda: host_memory._advise_python)
     monkeypatch.setattr(host_memory, "_madvise", lambda: lambda *args: calls.append(args) or 0)
     big = torch.ones(2 * host_memory.MIN_BYTES // 4, dtype=torch.float32)  # every page written
     host_memory.huge(big)
