@@ -211,19 +211,24 @@ def compile_cold(fn: Callable, inputs: tuple, backend: str, cache_env: str,
         return opt, time.perf_counter() - start
 
 
-def median_ms(variants: dict[str, Callable], inputs: tuple, repeat: int, warmup_s: float = WARMUP_S,
+def warm_up(variants: dict[str, Callable], inputs: tuple, warmup_s: float | None = None, min_rounds: int = 5) -> None:
+    """Interleaved rounds of every variant for ``warmup_s`` seconds (``WARMUP_S``), at least ``min_rounds``."""
+    deadline = time.perf_counter() + (WARMUP_S if warmup_s is None else warmup_s)
+    rounds = 0
+    while rounds < min_rounds or time.perf_counter() < deadline:
+        for fn in variants.values():
+            fn(*inputs)
+        rounds += 1
+
+
+def median_ms(variants: dict[str, Callable], inputs: tuple, repeat: int, warmup_s: float | None = None,
               min_warmup: int = 5) -> dict[str, float]:
     """Median wall time per variant. Variants are timed in interleaved rounds, so load from
     other processes on a shared machine hits them alike. Warmup is interleaved rounds for
     ``warmup_s`` seconds (at least ``min_warmup`` rounds): on this virtual machine the first
     ~20 calls that touch a fresh 32 MiB output run up to 6x slower than the steady state (memory
     the host backs lazily), far more than three warmup calls absorb."""
-    deadline = time.perf_counter() + warmup_s
-    rounds = 0
-    while rounds < min_warmup or time.perf_counter() < deadline:
-        for fn in variants.values():
-            fn(*inputs)
-        rounds += 1
+    warm_up(variants, inputs, warmup_s, min_warmup)
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(repeat):
         for name, fn in variants.items():
@@ -277,6 +282,7 @@ def run_case(case: Case, repeat: int, threads: list[int], profile: bool = True) 
 
 SLOW = 1.0  # a row below this speed-up over eager or Inductor gets a profile of each contender
 PROFILE_TOP = 4  # pieces listed per contender
+PROFILE_CALLS = 20  # calls profiled per contender, at least (sums over calls: one slow call weighs less)
 
 
 def _profiler_pieces(call: Callable, inputs: tuple, calls: int) -> list[tuple[str, float]]:
@@ -319,18 +325,21 @@ def profile_row(fn: Callable, inputs: tuple, calls: int) -> dict[str, list[tuple
     """Where one call's time goes, per contender, at the thread count in force: eager's ATen ops and
     Inductor's kernels from ``torch.profiler`` (Inductor compiled again with its kernels named in the
     profile), Crucible's kernels from its own per-kernel timer (compiled again with it on). Profiled
-    calls run slower than the table's; read the shares, not the sums against the table."""
+    calls run slower than the table's; read the shares, not the sums against the table. Each contender
+    is warmed up as the table's are, then profiled over ``calls`` calls (at least ``PROFILE_CALLS``)."""
     import torch._dynamo
 
     from compiler import kernel_times
 
+    calls = max(calls, PROFILE_CALLS)
     out = {"eager": _profiler_pieces(fn, inputs, calls)}
     kernel_times.clear()
     for backend, env in (("inductor", "TORCHINDUCTOR_CACHE_DIR"), ("crucible", "CRUCIBLE_CACHE_DIR")):
         torch._dynamo.reset()
         compiled, _ = compile_cold(fn, inputs, backend, env, profiled=True)
-        for _ in range(3):
-            compiled(*inputs)
+        # as long as the table's: a 32 MiB output's first calls fault its pages in (a 16-thread layer
+        # norm profiled after 3 calls took 1.0 ms a call in its kernel, 0.61 in the table)
+        warm_up({backend: compiled}, inputs)
         out[backend] = _profiler_pieces(compiled, inputs, calls) if backend == "inductor" else \
             _crucible_pieces(compiled, inputs, calls)
     torch._dynamo.reset()

@@ -43,6 +43,7 @@ def test_a_slow_row_carries_each_contender_s_profile(monkeypatch: pytest.MonkeyP
     """A row below the target says where each contender's call goes: eager's ATen op, Inductor's named
     kernel and Crucible's kernel from its own timer, with what lies outside Crucible's graph."""
     monkeypatch.setattr(cpu, "SLOW", float("inf"))  # every row is "slow": profile this one
+    monkeypatch.setattr(cpu, "WARMUP_S", 0.2)
     previous = torch.get_num_threads()
     try:
         (row,) = cpu.run_case(cpu.Case("small softmax", lambda: cpu.softmax(64, 128)), 3, [1])
@@ -63,6 +64,7 @@ def test_a_profile_that_fails_leaves_the_row_and_says_why(monkeypatch: pytest.Mo
         raise RuntimeError("profiler unavailable\nsecond line")
 
     monkeypatch.setattr(cpu, "SLOW", float("inf"))
+    monkeypatch.setattr(cpu, "WARMUP_S", 0.2)
     monkeypatch.setattr(cpu, "profile_row", broken)
     previous = torch.get_num_threads()
     try:
