@@ -81,17 +81,19 @@ def busy_table(results: list[dict], backends: list[str], what: str) -> str | Non
 
 
 def where_time_goes(results: list[dict], ratios: tuple[tuple[str, str, str], ...], what: str) -> list[str]:
-    """For each row and (label, peer, ours) of ``ratios`` where ours is below ``SLOW`` times its peer,
-    both backends' wall and GPU time per ``what`` and their longest kernels: the profile a slow row is
-    explained by."""
+    """For each row and (label, peer, ours) of ``ratios`` where ours is below ``SLOW`` times its peer in
+    wall time or in GPU time, both backends' wall and GPU time per ``what`` and their longest kernels: the
+    profile a slow row is explained by. A row ahead on a slow host (its steps waiting on the host) but
+    behind in GPU time is listed too: on a faster host its wall time follows its GPU time."""
     out = []
     for r in results:
         for label, peer, ours in ratios:
-            mine, theirs = _get(r, ours, "ms"), _get(r, peer, "ms")
-            if not (mine and theirs) or theirs / mine >= SLOW or \
-                    not (_get(r, ours, "top_kernels") or _get(r, peer, "top_kernels")):
+            wall = _ratio(r, peer, ours, "ms")
+            gpu = _ratio(r, peer, ours, "gpu_ms")
+            slow = [f"{name} {x:.2f}" for name, x in (("wall", wall), ("GPU", gpu)) if x is not None and x < SLOW]
+            if not slow or not (_get(r, ours, "top_kernels") or _get(r, peer, "top_kernels")):
                 continue
-            out.append(f"- {r['model']} {r['dtype']} {label} {theirs / mine:.2f}:")
+            out.append(f"- {r['model']} {r['dtype']} {label}: {', '.join(slow)}:")
             for backend in (ours, peer):
                 kernels = "; ".join(f"{name} {ms:.3f}" for name, ms in _get(r, backend, "top_kernels") or [])
                 out.append(f"  - {backend}: {what} {_fmt(_get(r, backend, 'ms'), '.2f')} ms, GPU "
@@ -99,10 +101,16 @@ def where_time_goes(results: list[dict], ratios: tuple[tuple[str, str, str], ...
     return out
 
 
+def _ratio(row: dict, peer: str, ours: str, key: str) -> float | None:
+    theirs, mine = _get(row, peer, key), _get(row, ours, key)
+    return theirs / mine if theirs and mine else None
+
+
 def slow_rows_section(results: list[dict], ratios: tuple[tuple[str, str, str], ...], what: str) -> str | None:
     """``where_time_goes`` under its heading, or None where no row is slow."""
     slow = where_time_goes(results, ratios, what)
     if not slow:
         return None
-    return (f"rows where Crucible is below {SLOW}x its peer, the longest kernels of each (ms a {what}):\n"
+    return (f"rows where Crucible is below {SLOW}x its peer in wall or GPU time, the longest kernels of each "
+            f"(ms a {what}):\n"
             + "\n".join(slow))

@@ -72,7 +72,7 @@ def test_a_row_below_a_peer_lists_both_sides_kernels_and_the_gpu_table_shows_bus
     busy = next(line for line in text.splitlines() if line.startswith("| bert_base") and "%" in line)
     assert [c.strip() for c in busy.split("|")[-5:-1]] == ["75%", "90%", "50%", "94%"]  # eager, inductor, crucible, ma
     slow = text.split("below 0.95x its peer")[1]
-    assert "bert_base bf16 crucible/inductor-ma 0.80:" in slow and "crucible/inductor " not in slow
+    assert "bert_base bf16 crucible/inductor-ma: wall 0.80:" in slow and "crucible/inductor:" not in slow
     assert "crucible: call 2.00 ms, GPU 1.00 ms: k_softmax 0.500" in slow
     assert "inductor-ma: call 1.60 ms, GPU 1.50 ms: triton_tem_fused_mm 0.750" in slow
     assert "GPU time per call" not in models.render_tables([_row("m", "fp32", eager=1.0, crucible=1.0)], [])

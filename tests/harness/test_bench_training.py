@@ -110,9 +110,18 @@ def test_the_gpu_time_table_and_the_kernels_of_a_slow_row() -> None:
     busy = next(line for line in text.splitlines() if line.startswith("| m ") and "%" in line)
     assert [c.strip() for c in busy.split("|")[-4:-1]] == ["92%", "90%", "45%"]
     slow = text.split("below 0.95x its peer")[1]
-    assert "m fp32 crucible/inductor 0.91" in slow
+    assert "m fp32 crucible/inductor: wall 0.91:" in slow
     assert "crucible: step 11.00 ms, GPU 5.00 ms: k_norm_backward 3.000; sm90_gemm 2.000" in slow
     assert "inductor: step 10.00 ms, GPU 9.00 ms: triton_red_fused 2.500" in slow
+
+
+def test_a_row_ahead_on_the_clock_but_behind_in_gpu_time_lists_its_kernels() -> None:
+    """On a slow host a step waits on it, and a row ahead of Inductor there can be behind in GPU work (the
+    forty-third session's CNN rows): a faster host would show it, so its kernels are listed too."""
+    row = _timed_row(9.0)
+    row["backends"]["crucible"]["gpu_ms"] = 12.0  # Inductor's 9.0: 0.75x in GPU time, 1.11x in wall time
+    slow = training.render([row], ("eager", "inductor", "crucible")).split("below 0.95x its peer")[1]
+    assert "m fp32 crucible/inductor: GPU 0.75:" in slow and "wall" not in slow.splitlines()[1]
 
 
 def test_a_row_at_its_peers_speed_lists_no_kernels_and_a_cpu_run_no_gpu_table() -> None:
