@@ -71,22 +71,23 @@ def test_saved_bytes_counts_activations_not_the_model() -> None:
     assert training.saved_bytes(step, (x,), torch.zeros(()), model) == 2 * 8 * 4 * 4
 
 
-def test_backends_are_timed_in_interleaved_rounds() -> None:
+def test_backends_are_timed_in_interleaved_rounds(monkeypatch: pytest.MonkeyPatch) -> None:
     """A host that slows down over the timing (here every step takes longer than the one before) falls on
     every backend alike: timed one after the other, the second backend took every slow step. A backend
     that raises is reported and dropped from the rounds; the others are still timed."""
     import contextlib
-    import time
+    import types
 
-    calls = []
+    calls, clock = [], [0.0]  # a clock of its own: real sleeps drift apart on a loaded machine
 
     def drifting(*_):
         calls.append(None)
-        time.sleep(0.001 * (1 + 0.05 * len(calls)))
+        clock[0] += 0.001 * (1 + 0.05 * len(calls))
 
     def broken(*_):
         raise RuntimeError("no kernel for this")
 
+    monkeypatch.setattr(training, "time", types.SimpleNamespace(perf_counter=lambda: clock[0]))
     failed: dict[str, str] = {}
     timed = training.interleaved_ms({"a": drifting, "b": drifting, "c": broken}, (), torch.zeros(1), "cpu",
                                     20, lambda _: contextlib.nullcontext(), failed)
