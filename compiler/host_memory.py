@@ -77,8 +77,9 @@ def aligned_interior(start: int, nbytes: int) -> tuple[int, int]:
 
 
 # ``_advise_python`` in one native call. After a kernel that streamed tens of MiB the wrapper's Python runs
-# from cold caches, and there the Python steps (the interior's arithmetic, mincore through ctypes and its
-# result buffer) took 50-65 us a call against 5-20 us for this function's one ctypes call (2-core EPYC).
+# from cold caches, and there a large allocation with the Python steps (the interior's arithmetic, mincore
+# through ctypes and its result buffer) took 120-145 us against 84-100 us with this function's one ctypes
+# call, and 40-50 us alone (2-core EPYC).
 ADVISE_SOURCE = r"""
 #include <cstddef>
 #include <cstdint>

@@ -56,8 +56,15 @@ def gpu_time(call: Callable[[], Any]) -> dict[str, Any]:
             "top_kernels": [[name[:90], ms] for name, ms in kernels[:TOP_KERNELS]]}
 
 
-def _get(row: dict, backend: str, key: str) -> Any:
+def row_value(row: dict, backend: str, key: str) -> Any:
+    """A benchmark row's figure ``key`` for ``backend`` (None where it has none)."""
     return row["backends"].get(backend, {}).get(key)
+
+
+def speedup(row: dict, peer: str, ours: str, key: str = "ms") -> float | None:
+    """``ours``' speed over ``peer``'s in ``key`` (their time over ours; None where either is missing)."""
+    theirs, mine = row_value(row, peer, key), row_value(row, ours, key)
+    return theirs / mine if theirs and mine else None
 
 
 def busy_table(results: list[dict], backends: list[str], what: str) -> str | None:
@@ -65,14 +72,14 @@ def busy_table(results: list[dict], backends: list[str], what: str) -> str | Non
     None where no row was profiled (a CPU run)."""
     from tabulate import tabulate
 
-    if not any(_get(r, b, "gpu_ms") for r in results for b in backends):
+    if not any(row_value(r, b, "gpu_ms") for r in results for b in backends):
         return None
 
     def share(r: dict, b: str) -> float | None:
-        gpu, ms = _get(r, b, "gpu_ms"), _get(r, b, "ms")
+        gpu, ms = row_value(r, b, "gpu_ms"), row_value(r, b, "ms")
         return gpu / ms if gpu and ms else None
 
-    busy = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "gpu_ms"), ".2f") for b in backends],
+    busy = [[r["model"], r["dtype"], *[_fmt(row_value(r, b, "gpu_ms"), ".2f") for b in backends],
              *[_fmt(share(r, b), ".0%") for b in backends]] for r in results]
     return (f"GPU time per {what} (ms: kernels, copies and sets under torch.profiler, {PROFILED_CALLS} {what}s) "
             f"and its share of the {what}'s wall time (well below 100%: the {what} waits on the host):\n"
@@ -88,22 +95,17 @@ def where_time_goes(results: list[dict], ratios: tuple[tuple[str, str, str], ...
     out = []
     for r in results:
         for label, peer, ours in ratios:
-            wall = _ratio(r, peer, ours, "ms")
-            gpu = _ratio(r, peer, ours, "gpu_ms")
+            wall = speedup(r, peer, ours)
+            gpu = speedup(r, peer, ours, "gpu_ms")
             slow = [f"{name} {x:.2f}" for name, x in (("wall", wall), ("GPU", gpu)) if x is not None and x < SLOW]
-            if not slow or not (_get(r, ours, "top_kernels") or _get(r, peer, "top_kernels")):
+            if not slow or not (row_value(r, ours, "top_kernels") or row_value(r, peer, "top_kernels")):
                 continue
             out.append(f"- {r['model']} {r['dtype']} {label}: {', '.join(slow)}:")
             for backend in (ours, peer):
-                kernels = "; ".join(f"{name} {ms:.3f}" for name, ms in _get(r, backend, "top_kernels") or [])
-                out.append(f"  - {backend}: {what} {_fmt(_get(r, backend, 'ms'), '.2f')} ms, GPU "
-                           f"{_fmt(_get(r, backend, 'gpu_ms'), '.2f')} ms: {kernels}")
+                kernels = "; ".join(f"{name} {ms:.3f}" for name, ms in row_value(r, backend, "top_kernels") or [])
+                out.append(f"  - {backend}: {what} {_fmt(row_value(r, backend, 'ms'), '.2f')} ms, GPU "
+                           f"{_fmt(row_value(r, backend, 'gpu_ms'), '.2f')} ms: {kernels}")
     return out
-
-
-def _ratio(row: dict, peer: str, ours: str, key: str) -> float | None:
-    theirs, mine = _get(row, peer, key), _get(row, ours, key)
-    return theirs / mine if theirs and mine else None
 
 
 def slow_rows_section(results: list[dict], ratios: tuple[tuple[str, str, str], ...], what: str) -> str | None:

@@ -42,7 +42,7 @@ import torch
 from compiler.report import collect_reports
 from harness.bench.breakdown import _fmt
 from harness.bench.errors import error_line
-from harness.bench.gpu_profile import busy_table, gpu_time, slow_rows_section
+from harness.bench.gpu_profile import busy_table, gpu_time, row_value, slow_rows_section, speedup
 from harness.bench.models import _cache_env, _environment, compile_share, geomean, sync
 from harness.bench.turns import RESULT, Turns, add_turns_option, run_all, run_lock, run_row
 from harness.bench.zoo import MODELS
@@ -327,15 +327,6 @@ def run_isolated(name: str, dtype: str, args: argparse.Namespace, timeout: float
     return run_row("training", lock, argv, timeout, name, dtype)
 
 
-def _get(row: dict, backend: str, key: str) -> Any:
-    return row["backends"].get(backend, {}).get(key)
-
-
-def _ratio(row: dict, slow: str, fast: str) -> float | None:
-    a, b = _get(row, slow, "ms"), _get(row, fast, "ms")
-    return a / b if a and b else None
-
-
 RATIOS = (("crucible/inductor", "inductor", "crucible"), ("crucible/eager", "eager", "crucible"),
           ("crucible-step/inductor-step", "inductor-step", "crucible-step"),
           ("crucible-cg/inductor-ro", "inductor-ro", "crucible-cg"))
@@ -348,22 +339,22 @@ def render(results: list[dict], backends: tuple[str, ...]) -> str:
 
     shown = [b for b in backends if any(b in r["backends"] for r in results)]
     compiled = [b for b in shown if b != "eager"]
-    speed = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "ms"), ".2f") for b in shown],
-              *[_fmt(_ratio(r, slow, fast)) for _, slow, fast in RATIOS]] for r in results]
+    speed = [[r["model"], r["dtype"], *[_fmt(row_value(r, b, "ms"), ".2f") for b in shown],
+              *[_fmt(speedup(r, slow, fast)) for _, slow, fast in RATIOS]] for r in results]
     text = ["step time (ms, median):\n" + tabulate(
         speed, headers=["model", "dtype", *shown, *[r[0] for r in RATIOS]], tablefmt="github")]
-    rest = [[r["model"], r["dtype"], *[_fmt(_get(r, b, "peak_mb"), ".0f") for b in shown],
-             *[_fmt(_get(r, b, "saved_mb"), ".1f") for b in shown],
-             *[_fmt(_get(r, b, "first_step_s"), ".1f") for b in compiled],
-             _fmt(_get(r, "eager", "noise_err"), ".2g"),
-             *[_fmt(_get(r, b, "update_err"), ".2g") for b in compiled]] for r in results]
+    rest = [[r["model"], r["dtype"], *[_fmt(row_value(r, b, "peak_mb"), ".0f") for b in shown],
+             *[_fmt(row_value(r, b, "saved_mb"), ".1f") for b in shown],
+             *[_fmt(row_value(r, b, "first_step_s"), ".1f") for b in compiled],
+             _fmt(row_value(r, "eager", "noise_err"), ".2g"),
+             *[_fmt(row_value(r, b, "update_err"), ".2g") for b in compiled]] for r in results]
     text.append("peak MB above the held state (CUDA), MB saved for the backward, first step s (cold compile), "
                 f"update err after "
                 f"{PARITY_STEPS} steps:\n" + tabulate(
                     rest, headers=["model", "dtype", *[f"{b} MB" for b in shown], *[f"{b} saved" for b in shown],
                                    *[f"{b} first" for b in compiled],
                                    "eager noise", *[f"{b} err" for b in compiled]], tablefmt="github"))
-    geo = [[dtype, *[_fmt(geomean([x for r in results if r["dtype"] == dtype and (x := _ratio(r, s, f))]))
+    geo = [[dtype, *[_fmt(geomean([x for r in results if r["dtype"] == dtype and (x := speedup(r, s, f))]))
                      for _, s, f in RATIOS]] for dtype in DTYPES if any(r["dtype"] == dtype for r in results)]
     text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +
                 tabulate(geo, headers=["dtype", *[r[0] for r in RATIOS]], tablefmt="github"))
