@@ -13,7 +13,8 @@ GPU time and its share of the wall time, and for a row where Crucible is below 0
 GPU time, both sides' longest kernels (``harness.bench.gpu_profile``); then geomeans and the launch
 micro-benchmark (``harness.bench.launch``). Each model runs in its own process (a true cold compile,
 and one that crashes, hangs or runs out of memory is a row of its own) unless ``--in-process``. With
-``--jobs N``, N rows run at once: their compiles overlap, every timing runs alone (``harness.bench.turns``). Performance goals are read from this table; nothing here asserts.
+``--jobs N``, N rows run at once: their compiles overlap, every timing runs alone (``harness.bench.turns``).
+Performance goals are read from this table; nothing here asserts.
 """
 
 from __future__ import annotations
