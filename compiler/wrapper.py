@@ -7,6 +7,8 @@ Buffers that die are handed to later allocations of the same dtype and size.
 
 from __future__ import annotations
 
+import hashlib
+import linecache
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +32,17 @@ class Wrapper:
     call: Callable[[list], Any]
     launchers: dict[str, Any] = field(default_factory=dict)  # kernel name -> what the source launches
     consts: list[Any] = field(default_factory=list)  # what ``consts[i]`` in the source is: extern ops, values
+
+
+def source_name(source: str) -> str:
+    """The file name a wrapper's code runs under, its source registered with ``linecache`` under it:
+    tracebacks, profilers and CUDA memory snapshots through a compiled graph show the wrapper's
+    line (which buffer, which kernel or extern call) rather than a nameless ``<crucible-wrapper>``.
+    Named by the source's digest, so equal wrappers share one entry."""
+    name = f"<crucible-wrapper {hashlib.sha1(source.encode()).hexdigest()[:12]}>"
+    if name not in linecache.cache:
+        linecache.cache[name] = (len(source), None, source.splitlines(keepends=True), name)
+    return name
 
 
 _REUSED = "# (a pooled buffer taken by a later allocation)"  # placeholder line, dropped
@@ -193,7 +206,7 @@ class _WrapperWriter:
         body = "\n".join("    " + line for line in self.lines)
         source = f"def call(args):\n{body}\n"
         namespace = dict(self.globals)
-        exec(compile(source, "<crucible-wrapper>", "exec"), namespace)  # noqa: S102  (our own generated code)
+        exec(compile(source, source_name(source), "exec"), namespace)  # noqa: S102  (our own generated code)
         return Wrapper(source, namespace["call"], self.globals["launchers"], self.consts)
 
     def output_code(self, o: Any) -> str:

@@ -55,3 +55,16 @@ def test_unknown_or_invalid_options_are_value_errors() -> None:
         compiler.compile_graph(gm, [x], tuning="sometimes")
     with pytest.raises(ValueError, match="codegen must be one of"):
         compiler.compile_graph(gm, [x], codegen="cuda")
+
+
+def test_a_traceback_through_a_compiled_graph_shows_the_wrapper_s_line() -> None:
+    """The wrapper's source is registered with linecache under a name of its own: a traceback (and a
+    CUDA memory snapshot's frames) through a compiled graph shows which wrapper line ran."""
+    import traceback
+
+    x = torch.randn(4)
+    run = compiler.compile_graph(compiler.trace_aten(lambda a, b: a * b + 1, x, x), [x, x], codegen="cpp")
+    with pytest.raises(ValueError) as info:
+        run(x)  # one input where the graph takes two: the wrapper's unpacking fails
+    frames = [f for f in traceback.extract_tb(info.value.__traceback__) if f.filename.startswith("<crucible-wrapper ")]
+    assert frames and frames[-1].line == "arg0, arg1 = args"
