@@ -1,9 +1,12 @@
-"""GPU time from ``torch.profiler``, shared by ``harness.bench.profile`` (its kernel tables) and
-``harness.bench.training`` (each step's GPU time and longest kernels)."""
+"""GPU time from ``torch.profiler``, shared by ``harness.bench.profile`` (its kernel tables),
+``harness.bench.training`` (each step's GPU time and longest kernels) and ``harness.bench.models``;
+and what a training step holds at its memory peak (the CUDA allocator's history), per allocation site."""
 
 from __future__ import annotations
 
+import linecache
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -116,3 +119,95 @@ def slow_rows_section(results: list[dict], ratios: tuple[tuple[str, str, str], .
     return (f"rows where Crucible is below {SLOW}x its peer in wall or GPU time, the longest kernels of each "
             f"(ms a {what}):\n"
             + "\n".join(slow))
+
+
+# --- what is live at a step's peak ----------------------------------------------------------------
+
+PEAK_SITES = 6  # allocation sites a peak lists, largest first
+PEAK_MARGIN_MB = 1.0  # a Crucible peak more than this above its peer's lists both sides' sites
+HISTORY_ENTRIES = 500_000  # allocator events recorded for one call (a training step makes thousands)
+_TORCH_DIR = str(Path(torch.__file__).parent)
+
+
+def allocation_site(frames: list[dict]) -> str:
+    """Where a block was allocated: the innermost Python frame outside torch's own package (a compiled
+    graph's wrapper line, Inductor's output code, the model's layer, the benchmark's step), with its
+    source line where ``linecache`` has it; frames only inside torch (the optimizer) keep the innermost."""
+    inside = [f for f in frames if not str(f.get("filename", "")).startswith(_TORCH_DIR)]
+    frame = (inside or frames or [None])[0]
+    if frame is None:
+        return "(no Python frame)"
+    filename, line = str(frame.get("filename", "?")), int(frame.get("line", 0))
+    text = linecache.getline(filename, line).strip()
+    where = f"{Path(filename).name if not filename.startswith('<') else filename}:{line}"
+    return f"{where} {frame.get('name', '')}" + (f": {text[:70]}" if text else "")
+
+
+def live_at_peak(events: list[dict], top: int = PEAK_SITES) -> dict[str, Any]:
+    """From the allocator's events of one call (``torch.cuda.memory._snapshot()['device_traces']``):
+    the peak of the bytes it allocated less those it freed (blocks allocated before the call count
+    where they are freed, as ``max_memory_allocated`` above the held state does), and the blocks the
+    call allocated that are live at that peak, summed per ``allocation_site``, largest first."""
+    actions = {e.get("action") for e in events}
+    free = "free_completed" if "free_completed" in actions else "free_requested"
+    level = peak = 0
+    peak_at = -1
+    for i, event in enumerate(events):
+        if event.get("action") == "alloc":
+            level += event["size"]
+        elif event.get("action") == free:
+            level -= event["size"]
+        if level > peak:
+            peak, peak_at = level, i
+    live: dict[int, dict] = {}
+    for event in events[:peak_at + 1]:
+        if event.get("action") == "alloc":
+            live[event["addr"]] = event
+        elif event.get("action") == free:
+            live.pop(event["addr"], None)
+    sites: dict[str, int] = {}
+    for event in live.values():
+        site = allocation_site(event.get("frames") or [])
+        sites[site] = sites.get(site, 0) + event["size"]
+    largest = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
+    return {"trace_peak_mb": peak / 2**20, "live_mb": sum(sites.values()) / 2**20,
+            "peak_sites": [[site, size / 2**20] for site, size in largest]}
+
+
+def peak_profile(call: Callable[[], Any]) -> dict[str, Any]:
+    """``live_at_peak`` of one call of ``call`` under the CUDA allocator's history (Python stacks)."""
+    record = torch.cuda.memory._record_memory_history
+    torch.cuda.synchronize()
+    try:
+        record(enabled="all", context="alloc", stacks="python", max_entries=HISTORY_ENTRIES, clear_history=True)
+    except TypeError:  # a torch without clear_history: its history starts empty when first enabled
+        record(enabled="all", context="alloc", stacks="python", max_entries=HISTORY_ENTRIES)
+    try:
+        call()
+        torch.cuda.synchronize()
+        snapshot = torch.cuda.memory._snapshot()
+    finally:
+        record(enabled=None)
+    traces = snapshot.get("device_traces") or [[]]
+    return live_at_peak(traces[torch.cuda.current_device()] if len(traces) > 1 else traces[0])
+
+
+def peak_rows_section(results: list[dict], ours: str, peer: str, what: str) -> str | None:
+    """Rows whose ``ours`` peak is above ``peer``'s by more than ``PEAK_MARGIN_MB``, with what each
+    holds at its peak (``live_at_peak``); None where there is none or no row was profiled."""
+    out = []
+    for r in results:
+        mine, theirs = row_value(r, ours, "peak_mb"), row_value(r, peer, "peak_mb")
+        if mine is None or theirs is None or mine <= theirs + PEAK_MARGIN_MB:
+            continue
+        if not (row_value(r, ours, "peak_sites") or row_value(r, peer, "peak_sites")):
+            continue
+        out.append(f"- {r['model']} {r['dtype']}: {ours} {mine:.0f} MB, {peer} {theirs:.0f} MB (+{mine - theirs:.0f}):")
+        for backend in (ours, peer):
+            sites = "; ".join(f"{site} {mb:.1f}" for site, mb in row_value(r, backend, "peak_sites") or [])
+            out.append(f"  - {backend}: {_fmt(row_value(r, backend, 'live_mb'), '.0f')} MB allocated in the {what} "
+                       f"live at its peak: {sites}")
+    if not out:
+        return None
+    return (f"rows whose {ours} peak is above {peer}'s, the {what}'s allocations live at each peak by where they "
+            f"were allocated (MB):\n" + "\n".join(out))

@@ -19,7 +19,10 @@ with eager: every backend starts from the same weights and sees the same batches
 ``PARITY_STEPS`` steps its losses and weights are compared with eager's (``update err``: how far
 its weights are from eager's, relative to how far eager's moved; ``eager noise``: the same for a
 second eager run; a backend above ``PARITY_LIMIT`` for the dtype and above ``NOISE_FACTOR`` times
-eager's noise is listed as a parity failure). Rows run in their own processes, ``--jobs`` at once
+eager's noise is listed as a parity failure). On CUDA each step is also profiled: its GPU time and
+longest kernels (listed for rows behind their peer), and where Crucible's peak is above Inductor's, the
+blocks each side allocated in the step that are live at its peak, by the line that allocated them (a
+compiled graph's wrapper, Inductor's output code, a model layer). Rows run in their own processes, ``--jobs`` at once
 with compiles overlapping and timings alone (``harness.bench.turns``). Nothing here asserts.
 """
 
@@ -42,7 +45,8 @@ import torch
 from compiler.report import collect_reports
 from harness.bench.breakdown import _fmt
 from harness.bench.errors import error_line
-from harness.bench.gpu_profile import busy_table, gpu_time, row_value, slow_rows_section, speedup
+from harness.bench.gpu_profile import (busy_table, gpu_time, peak_profile, peak_rows_section, row_value,
+                                      slow_rows_section, speedup)
 from harness.bench.models import _cache_env, _environment, compile_share, geomean, sync
 from harness.bench.turns import RESULT, Turns, add_turns_option, run_all, run_lock, run_row
 from harness.bench.zoo import MODELS
@@ -237,6 +241,7 @@ def measure_row(name: str, dtype: str, device: str, tiny: bool, backends: tuple[
                     row["saved_mb"] = _mb(saved_bytes(step, data[-1], targets[-1], model))
                     if device == "cuda":
                         row.update(gpu_time(lambda step=step: step(data[-1], targets[-1])))
+                        row.update(peak_profile(lambda step=step: step(data[-1], targets[-1])))
             except Exception as why:  # noqa: BLE001
                 row["error"] = error_line(why)
             if backend in graphs:
@@ -334,7 +339,8 @@ RATIOS = (("crucible/inductor", "inductor", "crucible"), ("crucible/eager", "eag
 
 def render(results: list[dict], backends: tuple[str, ...]) -> str:
     """Tables: step times with ratios; peak memory, first step and parity; GPU time per step (CUDA);
-    geomeans; the longest kernels of rows below ``gpu_profile.SLOW``."""
+    geomeans; the longest kernels of rows below ``gpu_profile.SLOW``; what each side holds at its peak
+    where Crucible's peak is above Inductor's (``gpu_profile.peak_rows_section``)."""
     from tabulate import tabulate
 
     shown = [b for b in backends if any(b in r["backends"] for r in results)]
@@ -358,7 +364,8 @@ def render(results: list[dict], backends: tuple[str, ...]) -> str:
                      for _, s, f in RATIOS]] for dtype in DTYPES if any(r["dtype"] == dtype for r in results)]
     text.append("geomeans (speed of the second over the first; > 1: Crucible faster):\n" +
                 tabulate(geo, headers=["dtype", *[r[0] for r in RATIOS]], tablefmt="github"))
-    text += [t for t in (busy_table(results, shown, "step"), slow_rows_section(results, RATIOS, "step")) if t]
+    text += [t for t in (busy_table(results, shown, "step"), slow_rows_section(results, RATIOS, "step"),
+                         peak_rows_section(results, "crucible", "inductor", "step")) if t]
     found = problems(results)
     if found:
         text.append("errors, parity failures and CUDA graphs:\n" + "\n".join(f"- {p}" for p in found))

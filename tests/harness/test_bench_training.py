@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from harness.bench import training
+from harness.bench import gpu_profile, training
 
 
 def test_update_err_is_the_share_of_eager_s_update_that_differs() -> None:
@@ -140,3 +140,69 @@ def test_gpu_time_sums_a_step_s_kernels() -> None:
     got = training.gpu_time(lambda: (x @ x).relu_())
     assert got["gpu_ms"] > 0 and len(got["top_kernels"]) >= 2  # the GEMM (one kernel or more) and the relu
     assert got["gpu_ms"] == pytest.approx(sum(ms for _, ms in got["top_kernels"]))
+
+
+def _frame(filename: str, line: int, name: str) -> dict:
+    return {"filename": filename, "line": line, "name": name}
+
+
+def test_what_is_live_at_a_step_s_peak_by_where_it_was_allocated() -> None:
+    """The allocator's events of one step: the peak is the most bytes allocated less freed (a block held
+    before the step counts where it is freed), and what the step allocated and still holds there is
+    summed per allocating line, the innermost frame outside torch (torch's own frames are skipped)."""
+    torch_frame = _frame(str(gpu_profile._TORCH_DIR) + "/nn/functional.py", 10, "linear")
+    a, b = [_frame("/m/model.py", 5, "forward")], [torch_frame, _frame("/m/model.py", 9, "forward")]
+    mb = 2**20
+    events = [
+        {"action": "alloc", "addr": 1, "size": 4 * mb, "frames": a},
+        {"action": "free_requested", "addr": 99, "size": 3 * mb},  # held before the step: counted free
+        {"action": "free_completed", "addr": 99, "size": 3 * mb},
+        {"action": "alloc", "addr": 2, "size": 2 * mb, "frames": b},
+        {"action": "alloc", "addr": 3, "size": 1 * mb, "frames": b},
+        {"action": "alloc", "addr": 4, "size": 1 * mb, "frames": []},  # the peak: 4 - 3 + 2 + 1 + 1 = 5 MB
+        {"action": "free_completed", "addr": 1, "size": 4 * mb},
+        {"action": "alloc", "addr": 5, "size": 3 * mb, "frames": a},  # 4 MB: below the peak
+    ]
+    got = gpu_profile.live_at_peak(events)
+    assert got["trace_peak_mb"] == 5.0 and got["live_mb"] == 8.0
+    assert got["peak_sites"] == [["model.py:5 forward", 4.0], ["model.py:9 forward", 3.0],
+                                 ["(no Python frame)", 1.0]]
+
+
+def test_a_site_in_a_compiled_graph_names_the_wrapper_line() -> None:
+    """A generated wrapper's lines are registered with linecache, so a block it allocated names the
+    buffer's line, not a nameless frame."""
+    from compiler.wrapper import source_name
+
+    source = "def call(args):\n    buf0 = empty_strided((4,), (1,), torch.float32)\n    return (buf0,)\n"
+    name = source_name(source)
+    site = gpu_profile.allocation_site([_frame(name, 2, "call")])
+    assert site == f"{name}:2 call: buf0 = empty_strided((4,), (1,), torch.float32)"
+
+
+def test_rows_above_inductor_s_peak_list_what_each_side_holds() -> None:
+    row = _timed_row(10.0)
+    row["backends"]["inductor"].update(peak_mb=100.0, live_mb=90.0, peak_sites=[["output_code.py:40 call", 60.0]])
+    row["backends"]["crucible"].update(peak_mb=130.0, live_mb=120.0,
+                                       peak_sites=[["<crucible-wrapper x>:7 call: buf3 = empty", 80.0]])
+    text = training.render([row], ("eager", "inductor", "crucible"))
+    section = text.split("live at each peak")[1]
+    assert "m fp32: crucible 130 MB, inductor 100 MB (+30):" in section
+    assert "crucible: 120 MB allocated in the step live at its peak: <crucible-wrapper x>:7 call: buf3 = empty 80.0" \
+        in section
+    assert "inductor: 90 MB allocated in the step live at its peak: output_code.py:40 call 60.0" in section
+    row["backends"]["crucible"]["peak_mb"] = 100.5  # within PEAK_MARGIN_MB: nothing to explain
+    assert "live at each peak" not in training.render([row], ("eager", "inductor", "crucible"))
+
+
+@pytest.mark.gpu
+def test_peak_profile_names_the_lines_live_at_a_peak() -> None:
+    def call() -> None:
+        big = torch.empty(64 * 2**20, dtype=torch.uint8, device="cuda")  # 64 MB live at the peak
+        small = torch.empty(2**20, dtype=torch.uint8, device="cuda")
+        del big, small
+
+    got = gpu_profile.peak_profile(call)
+    assert got["trace_peak_mb"] >= 65.0
+    assert got["peak_sites"][0][0].startswith("test_bench_training.py:")
+    assert "big = torch.empty" in got["peak_sites"][0][0] and got["peak_sites"][0][1] == 64.0
