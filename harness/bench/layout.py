@@ -8,8 +8,10 @@ bfloat16; prints each time, the channels-last / NCHW ratio and the median per fa
 ``auto`` rule picks and why; with ``--cudagraphs`` also each layout under CUDA graphs, whose latency
 is the graph's GPU time without the host's launch cost (the steadier comparison of the kernels the
 layouts make). ``--train``: each model's training step instead (forward, loss, backward, AdamW, as
-``harness.bench.training``; the forward forced to each layout, its backward following), eager and
-both layouts built in one process, then ``--rounds`` rounds of one step each, interleaved (medians).
+``harness.bench.training``; the forward forced to each layout, its backward following), eager, Inductor
+and both layouts built in one process, then ``--rounds`` rounds of one step each, interleaved (medians);
+on a GPU also each variant's GPU time a step and its longest kernels (``torch.profiler``), which a slow
+host's wall times hide.
 Each model runs in its own process with a timeout.
 
     python -m harness.bench.layout --convs
@@ -33,9 +35,13 @@ from typing import Any
 import torch
 
 from harness.bench.errors import error_line
+from harness.bench.gpu_profile import gpu_time
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 _RESULT = "RESULT "
+# --train's variants, built in one process and timed in turns: Crucible with each layout forced, and the
+# references (Inductor chooses its own layout)
+TRAIN_VARIANTS = ("eager", "inductor", "contiguous", "channels_last")
 
 # (family, C_in, C_out, kernel, stride, groups, H): batch 32; H is the input's height and width
 CONVS = [
@@ -121,10 +127,12 @@ def measure_training(name: str, dname: str, device: str, rounds: int = 20) -> di
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     row: dict[str, Any] = {"model": name, "dtype": dname, "train": True}
     steps = {}
-    for layout in ("eager", "contiguous", "channels_last"):
+    for layout in TRAIN_VARIANTS:
         model = copy.deepcopy(base)
         optimizer = torch.optim.AdamW(model.parameters(), lr=LR, foreach=True)
-        if layout != "eager":
+        if layout == "inductor":
+            model = torch.compile(model, dynamic=False)
+        elif layout != "eager":
             model = torch.compile(model, backend="crucible", dynamic=False, options={"strict": True, "layout": layout})
         step = make_step(model, optimizer, autocast, device)
         try:
@@ -149,6 +157,9 @@ def measure_training(name: str, dname: str, device: str, rounds: int = 20) -> di
             times[layout].append(time.perf_counter() - start)
     for layout, t in times.items():
         row[f"{layout}_ms"] = statistics.median(t) * 1e3
+        if device == "cuda":  # the GPU's work a step: on a slow host the wall times wait on the host
+            profiled = gpu_time(lambda step=steps[layout]: step(data[1], targets[1]))
+            row[f"{layout}_gpu_ms"], row[f"{layout}_top"] = profiled["gpu_ms"], profiled["top_kernels"]
     return row
 
 
@@ -220,11 +231,15 @@ def model_line(row: dict) -> str:
     speed = _speedup(row)
     errors = "; ".join(f"{k}: {v}" for k, v in row.items() if k.endswith("_error"))
     if row.get("train"):
-        return (f"{row['model']} {row['dtype']} training step: eager {_fmt(row, 'eager_ms')} ms, contiguous "
-                f"{_fmt(row, 'contiguous_ms')} ms, channels_last {_fmt(row, 'channels_last_ms')} ms (channels-last "
-                f"speedup {speed}); first 3 steps s {_fmt(row, 'contiguous_compile_s', '.1f')} / "
+        gpu = "".join(f"\n  {layout}: GPU {_fmt(row, f'{layout}_gpu_ms')} ms a step: " + "; ".join(
+            f"{kernel} {ms:.3f}" for kernel, ms in row[f"{layout}_top"]) for layout in TRAIN_VARIANTS
+            if row.get(f"{layout}_gpu_ms") is not None)
+        return (f"{row['model']} {row['dtype']} training step: eager {_fmt(row, 'eager_ms')} ms, Inductor "
+                f"{_fmt(row, 'inductor_ms')} ms, contiguous {_fmt(row, 'contiguous_ms')} ms, channels_last "
+                f"{_fmt(row, 'channels_last_ms')} ms (channels-last speedup {speed}, in GPU time "
+                f"{_speedup(row, '_gpu')}); first 3 steps s {_fmt(row, 'contiguous_compile_s', '.1f')} / "
                 f"{_fmt(row, 'channels_last_compile_s', '.1f')}; rule: {row.get('rule', '-')}"
-                + (f"; FAILED {errors}" if errors else ""))
+                + (f"; FAILED {errors}" if errors else "") + gpu)
     return (f"{row['model']} {row['dtype']}: eager {_fmt(row, 'eager_ms')} ms, contiguous {_fmt(row, 'contiguous_ms')} "
             f"ms, channels_last {_fmt(row, 'channels_last_ms')} ms (channels-last speedup {speed}); max err "
             f"{_fmt(row, 'contiguous_err', '.2e')} / {_fmt(row, 'channels_last_err', '.2e')}; output strides eager's: "

@@ -520,9 +520,25 @@ def test_layout_benchmark_times_training_steps_in_both_layouts(monkeypatch):
         return m.train(train), (torch.randn(4, 3, 8, 8),)
 
     monkeypatch.setattr(bench, "_model", tiny)
+    monkeypatch.setattr(bench, "TRAIN_VARIANTS", ("eager", "contiguous", "channels_last"))  # no Inductor compile
     row = bench.measure_training("tiny", "fp32", "cpu", rounds=2)
     assert not [k for k in row if k.endswith("_error")], row
     assert all(row[f"{v}_ms"] > 0 for v in ("eager", "contiguous", "channels_last"))
     line = bench.model_line(row)
     assert line.startswith("tiny fp32 training step: eager") and "channels-last speedup" in line, line
     assert "contiguous" in row["rule"]  # the rule's own choice for a CPU training forward
+
+
+def test_layout_benchmark_training_line_gives_each_variant_s_gpu_time_and_kernels():
+    """On a GPU the training row adds each variant's GPU time a step and its longest kernels: on a slow
+    host the wall times wait on it (the forty-third session), and which layout does less GPU work decides."""
+    from harness.bench import layout as bench
+
+    row = {"model": "m", "dtype": "bf16", "train": True, "rule": "r", **{f"{v}_ms": 10.0 for v in bench.TRAIN_VARIANTS},
+           "inductor_gpu_ms": 6.0, "inductor_top": [["triton_red", 1.0]], "contiguous_gpu_ms": 8.0,
+           "contiguous_top": [["nchwToNhwcKernel", 2.0]], "channels_last_gpu_ms": 5.0,
+           "channels_last_top": [["k_sum", 1.5], ["sm90_xmma", 1.25]]}
+    line = bench.model_line(row)
+    assert "Inductor 10.000 ms" in line and "(channels-last speedup 1.00x, in GPU time 1.60x)" in line
+    assert "\n  contiguous: GPU 8.000 ms a step: nchwToNhwcKernel 2.000" in line
+    assert "\n  channels_last: GPU 5.000 ms a step: k_sum 1.500; sm90_xmma 1.250" in line
