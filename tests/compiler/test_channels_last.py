@@ -169,6 +169,32 @@ def test_contiguous_layout_lowers_as_before():
     assert all(not getattr(n, "order", ()) for n in lowered.nodes)
 
 
+def _pool_and_scale(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return torch.nn.functional.max_pool2d(x, 2), torch.sigmoid(x * 2 + 1)
+
+
+def test_a_contiguous_graph_walks_an_nhwc_input_along_channels(codegen):
+    """A graph without convolutions stays contiguous, but a value computed from an NHWC input is laid
+    out NHWC as eager lays it out, and its kernel walks the channels fastest. Before, such a graph's
+    max pool walked (N, C, H, W) with stores and loads 16 channels apart: 1,033 us against eager's
+    753 for a 32x16x64x64 input at 2 threads (C++), and 107 us walked along memory."""
+    x = torch.randn(4, 6, 8, 10).contiguous(memory_format=torch.channels_last)
+    gm = compiler.trace_aten(_pool_and_scale, x)
+    renderer = renderer_for("triton", torch.device("cpu"))
+    lowered = lower(gm, torch.device("cpu"), renderer.capabilities)
+    buffers = lowered.buffers()
+    sched = schedule(lowered, renderer.capabilities)
+    stored = [(k, s) for k in sched.kernels for s in k.live_stores()]
+    assert len(stored) == 2 and all(is_channels_last(buffers[s.buffer].shape, buffers[s.buffer].stride)
+                                    for _, s in stored)
+    for k, s in stored:
+        assert ir.to_affine(s.index).get(ir.xvar(len(k.ranges) - 1)) == 1, ir.render_expr(s.index)
+    pooled, scaled = compiler.compile_graph(gm, [x], codegen=codegen)(x)
+    for got, want in zip((pooled, scaled), _pool_and_scale(x)):
+        assert_close(got, want)
+        assert got.stride() == want.stride()
+
+
 def test_weights_are_converted_once_and_refilled_after_an_update():
     m, x = model(), torch.randn(2, 3, 9, 11)
     compiled, _, report = compiled_run(m, x, calls=2, layout="channels_last", codegen="triton")
