@@ -125,6 +125,7 @@ def slow_rows_section(results: list[dict], ratios: tuple[tuple[str, str, str], .
 
 PEAK_SITES = 6  # allocation sites a peak lists, largest first
 PEAK_MARGIN_MB = 1.0  # a Crucible peak more than this above its peer's lists both sides' sites
+BLOCK_MIN_BYTES = 2**20  # blocks a peak lists one by one (to tell the two sides' peaks apart)
 HISTORY_ENTRIES = 500_000  # allocator events recorded for one call (a training step makes thousands)
 _TORCH_DIR = str(Path(torch.__file__).parent)
 
@@ -166,12 +167,32 @@ def live_at_peak(events: list[dict], top: int = PEAK_SITES) -> dict[str, Any]:
         elif event.get("action") == free:
             live.pop(event["addr"], None)
     sites: dict[str, int] = {}
+    blocks = []
     for event in live.values():
         site = allocation_site(event.get("frames") or [])
         sites[site] = sites.get(site, 0) + event["size"]
+        if event["size"] >= BLOCK_MIN_BYTES:
+            blocks.append([event["size"], site])
     largest = sorted(sites.items(), key=lambda kv: -kv[1])[:top]
     return {"trace_peak_mb": peak / 2**20, "live_mb": sum(sites.values()) / 2**20,
-            "peak_sites": [[site, size / 2**20] for site, size in largest]}
+            "peak_sites": [[site, size / 2**20] for site, size in largest], "peak_blocks": blocks}
+
+
+def held_beyond(mine: list, theirs: list, top: int = PEAK_SITES) -> list[str]:
+    """The blocks of ``mine`` (``peak_blocks``: [bytes, site]) beyond what ``theirs`` holds at its peak,
+    matched by size: two compilers' peaks share most of their blocks (the same saved activations, the
+    same sizes), and what one holds beyond the other is where its peak differs. Per size, largest
+    first: the count beyond the other's, the size and the first such block's site."""
+    counts: dict[int, int] = {}
+    for size, _ in theirs:
+        counts[size] = counts.get(size, 0) + 1
+    extra: dict[int, list[str]] = {}
+    for size, site in sorted(mine, key=lambda b: -b[0]):
+        if counts.get(size, 0):
+            counts[size] -= 1
+        else:
+            extra.setdefault(size, []).append(site)
+    return [f"{len(where)} x {size / 2**20:.1f} MB ({where[0]})" for size, where in list(extra.items())[:top]]
 
 
 def peak_profile(call: Callable[[], Any]) -> dict[str, Any]:
@@ -194,7 +215,9 @@ def peak_profile(call: Callable[[], Any]) -> dict[str, Any]:
 
 def peak_rows_section(results: list[dict], ours: str, peer: str, what: str) -> str | None:
     """Rows whose ``ours`` peak is above ``peer``'s by more than ``PEAK_MARGIN_MB``, with what each
-    holds at its peak (``live_at_peak``); None where there is none or no row was profiled."""
+    holds at its peak (``live_at_peak``: the largest sites) and the blocks each holds beyond the other's
+    (``held_beyond``: the largest sites alone are the saved activations both hold); None where there is
+    none or no row was profiled."""
     out = []
     for r in results:
         mine, theirs = row_value(r, ours, "peak_mb"), row_value(r, peer, "peak_mb")
@@ -203,10 +226,11 @@ def peak_rows_section(results: list[dict], ours: str, peer: str, what: str) -> s
         if not (row_value(r, ours, "peak_sites") or row_value(r, peer, "peak_sites")):
             continue
         out.append(f"- {r['model']} {r['dtype']}: {ours} {mine:.0f} MB, {peer} {theirs:.0f} MB (+{mine - theirs:.0f}):")
-        for backend in (ours, peer):
+        for backend, other in ((ours, peer), (peer, ours)):
             sites = "; ".join(f"{site} {mb:.1f}" for site, mb in row_value(r, backend, "peak_sites") or [])
+            beyond = held_beyond(row_value(r, backend, "peak_blocks") or [], row_value(r, other, "peak_blocks") or [])
             out.append(f"  - {backend}: {_fmt(row_value(r, backend, 'live_mb'), '.0f')} MB allocated in the {what} "
-                       f"live at its peak: {sites}")
+                       f"live at its peak: {sites}" + (f"; beyond {other}'s: {'; '.join(beyond)}" if beyond else ""))
     if not out:
         return None
     return (f"rows whose {ours} peak is above {peer}'s, the {what}'s allocations live at each peak by where they "

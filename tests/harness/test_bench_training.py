@@ -167,6 +167,17 @@ def test_what_is_live_at_a_step_s_peak_by_where_it_was_allocated() -> None:
     assert got["trace_peak_mb"] == 5.0 and got["live_mb"] == 8.0
     assert got["peak_sites"] == [["model.py:5 forward", 4.0], ["model.py:9 forward", 3.0],
                                  ["(no Python frame)", 1.0]]
+    assert sorted(size for size, _ in got["peak_blocks"]) == [mb, mb, 2 * mb, 4 * mb]  # each block of 1 MB or more
+
+
+def test_what_one_side_holds_beyond_the_other_is_matched_by_size() -> None:
+    """The two peaks share their saved activations (equal sizes); what differs is listed per size."""
+    mb = 2**20
+    mine = [[74 * mb, "w:33 extern30"], [74 * mb, "w:36 buf31"], [37 * mb, "w:50 buf40"], [37 * mb, "w:51 buf41"],
+            [2 * mb, "w:60 buf9"]]
+    theirs = [[74 * mb, "o:1 buf19"], [74 * mb, "o:2 buf20"], [37 * mb, "o:3 buf28"], [3 * mb, "o:4 buf5"]]
+    assert gpu_profile.held_beyond(mine, theirs) == ["1 x 37.0 MB (w:51 buf41)", "1 x 2.0 MB (w:60 buf9)"]
+    assert gpu_profile.held_beyond(theirs, mine) == ["1 x 3.0 MB (o:4 buf5)"]
 
 
 def test_a_site_in_a_compiled_graph_names_the_wrapper_line() -> None:
@@ -182,14 +193,17 @@ def test_a_site_in_a_compiled_graph_names_the_wrapper_line() -> None:
 
 def test_rows_above_inductor_s_peak_list_what_each_side_holds() -> None:
     row = _timed_row(10.0)
-    row["backends"]["inductor"].update(peak_mb=100.0, live_mb=90.0, peak_sites=[["output_code.py:40 call", 60.0]])
+    row["backends"]["inductor"].update(peak_mb=100.0, live_mb=90.0, peak_sites=[["output_code.py:40 call", 60.0]],
+                                       peak_blocks=[[60 * 2**20, "output_code.py:40 call"]])
     row["backends"]["crucible"].update(peak_mb=130.0, live_mb=120.0,
-                                       peak_sites=[["<crucible-wrapper x>:7 call: buf3 = empty", 80.0]])
+                                       peak_sites=[["<crucible-wrapper x>:7 call: buf3 = empty", 80.0]],
+                                       peak_blocks=[[60 * 2**20, "<crucible-wrapper x>:5 call"],
+                                                    [20 * 2**20, "<crucible-wrapper x>:7 call: buf3 = empty"]])
     text = training.render([row], ("eager", "inductor", "crucible"))
     section = text.split("live at each peak")[1]
     assert "m fp32: crucible 130 MB, inductor 100 MB (+30):" in section
-    assert "crucible: 120 MB allocated in the step live at its peak: <crucible-wrapper x>:7 call: buf3 = empty 80.0" \
-        in section
+    assert "crucible: 120 MB allocated in the step live at its peak: <crucible-wrapper x>:7 call: buf3 = empty 80.0; " \
+        "beyond inductor's: 1 x 20.0 MB (<crucible-wrapper x>:7 call: buf3 = empty)" in section
     assert "inductor: 90 MB allocated in the step live at its peak: output_code.py:40 call 60.0" in section
     row["backends"]["crucible"]["peak_mb"] = 100.5  # within PEAK_MARGIN_MB: nothing to explain
     assert "live at each peak" not in training.render([row], ("eager", "inductor", "crucible"))
