@@ -11,7 +11,8 @@ run by default; ``--models`` adds whole models (torchvision resnet18/50 and mobi
 timm's vit_tiny, small transformers BERT and GPT-2), each skipped with a message where its
 library is missing. ``--threads`` takes counts and ``all`` (every core this process may use);
 ``torch.set_num_threads`` bounds eager, Inductor's and Crucible's kernels alike (one OpenMP runtime).
-A row below 1.0x eager or Inductor is profiled (each contender's longest pieces of a call, after the table).
+A row below 1.0x eager or Inductor is profiled (each contender's longest pieces of a call, after the table;
+a row at more than 1 thread also gives each piece's time at 1 thread, in brackets: how it scales).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import contextlib
 import ctypes
 import math
 import os
+import re
 import statistics
 import tempfile
 import time
@@ -275,6 +277,8 @@ def run_case(case: Case, repeat: int, threads: list[int], profile: bool = True) 
             if profile and min(rows[-1]["vs eager"], rows[-1]["vs inductor"]) < SLOW:
                 try:
                     rows[-1]["profile"] = profile_row(fn, inputs, repeat)
+                    if n > 1:  # each piece at 1 thread too: a kernel that does not scale is the row's lead
+                        rows[-1]["profile_one_thread"] = profile_at(1, fn, inputs, repeat)
                 except Exception as why:  # noqa: BLE001  (the row's timings stand without its profile)
                     rows[-1]["profile_error"] = f"{type(why).__name__}: {why}".splitlines()[0][:200]
     return rows
@@ -346,8 +350,25 @@ def profile_row(fn: Callable, inputs: tuple, calls: int) -> dict[str, list[tuple
     return out
 
 
+def profile_at(threads: int, fn: Callable, inputs: tuple, calls: int) -> dict[str, list[tuple[str, float]]]:
+    """``profile_row`` at ``threads`` (Inductor compiled again for that count), the count in force restored."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return profile_row(fn, inputs, calls)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _piece_key(name: str) -> str:
+    """A profile piece's name without the graph numbers a recompile changes (Inductor's ``graph_12_``
+    kernel prefix, Dynamo's ``0/0`` frame ids), to find the same piece in a profile at another count."""
+    return re.sub(r"\d+/\d+", "", re.sub(r"^graph_\d+_", "", name))
+
+
 def where_time_goes(rows: list[dict]) -> list[str]:
-    """One line per contender of every profiled row: its total and its longest pieces (us per call)."""
+    """One line per contender of every profiled row: its total and its longest pieces (us per call), and
+    where the row was also profiled at 1 thread, each one's time there in brackets: how it scales."""
     lines = []
     for r in rows:
         if "profile" not in r and "profile_error" not in r:
@@ -357,10 +378,22 @@ def where_time_goes(rows: list[dict]) -> list[str]:
         if "profile_error" in r:
             lines.append(f"  profile failed: {r['profile_error']}")
             continue
+        single = r.get("profile_one_thread", {})
         for backend, pieces in r["profile"].items():
             total = sum(us for _, us in pieces)
-            top = "; ".join(f"{name} {us:.0f}" for name, us in pieces[:PROFILE_TOP])
-            lines.append(f"  {backend} {total:.0f} us: {top}")
+            # pieces of one name (two calls of the same extern op) are matched largest to largest
+            alone: dict[str, list[float]] = {}
+            for name, us in sorted(single.get(backend, []), key=lambda p: -p[1]):
+                alone.setdefault(_piece_key(name), []).append(us)
+            whole = sum(us for _, us in single.get(backend, [])) if single.get(backend) else None
+
+            def at_one(name: str | None, us: float, alone: dict = alone, whole: float | None = whole) -> str:
+                found = alone.get(_piece_key(name or ""))
+                one = whole if name is None else (found.pop(0) if found else None)
+                return f"{us:.0f}" + (f" [1 thread {one:.0f}]" if one is not None else "")
+
+            top = "; ".join(f"{name} {at_one(name, us)}" for name, us in pieces[:PROFILE_TOP])
+            lines.append(f"  {backend} {at_one(None, total)} us: {top}")
     return lines
 
 

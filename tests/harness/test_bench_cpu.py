@@ -59,6 +59,33 @@ def test_a_slow_row_carries_each_contender_s_profile(monkeypatch: pytest.MonkeyP
 
 
 
+def test_a_slow_row_at_two_threads_gives_each_piece_at_one_thread_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 16 threads the CNN row's max-pool kernel took 505 us where Inductor's fused kernel took 91 (the
+    forty-fourth session), and whether it scaled at all could not be read from one profile: a row at more
+    than 1 thread is profiled at 1 thread too, each piece's time there in brackets beside its own."""
+    monkeypatch.setattr(cpu, "SLOW", float("inf"))
+    monkeypatch.setattr(cpu, "WARMUP_S", 0.2)
+    previous = torch.get_num_threads()
+    try:
+        (row,) = cpu.run_case(cpu.Case("small softmax", lambda: cpu.softmax(64, 128)), 3, [2])
+        assert torch.get_num_threads() == 2  # the 1-thread profile restored the row's count
+    finally:
+        torch.set_num_threads(previous)
+    assert set(row["profile_one_thread"]) == {"eager", "inductor", "crucible"}
+    lines = cpu.where_time_goes([row])
+    eager = next(line for line in lines if line.startswith("  eager "))
+    assert eager.split(" us:")[0].count("[1 thread ") == 1 and "aten::_softmax " in eager
+    assert "] us: " in eager and eager.split("aten::_softmax ")[1].split(";")[0].count("[1 thread ") == 1
+    inductor = next(line for line in lines if line.startswith("  inductor "))
+    kernel = next(part for part in inductor.split(": ", 1)[1].split("; ") if "cpp_fused" in part)
+    assert "[1 thread " in kernel  # found again after its recompile, under another graph number
+
+
+def test_profile_pieces_match_across_recompiles() -> None:
+    assert cpu._piece_key("graph_12_cpp_fused_softmax_0") == cpu._piece_key("graph_3_cpp_fused_softmax_0")
+    assert cpu._piece_key("Torch-Compiled Region: 0/0") == cpu._piece_key("Torch-Compiled Region: 2/0")
+
+
 def test_a_profile_that_fails_leaves_the_row_and_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(*_: object) -> None:
         raise RuntimeError("profiler unavailable\nsecond line")
@@ -73,3 +100,14 @@ def test_a_profile_that_fails_leaves_the_row_and_says_why(monkeypatch: pytest.Mo
         torch.set_num_threads(previous)
     assert row["crucible ms"] > 0 and "profile" not in row
     assert cpu.where_time_goes([row])[1] == "  profile failed: RuntimeError: profiler unavailable"
+
+
+def test_pieces_of_one_name_are_matched_largest_to_largest() -> None:
+    """Two calls of the same extern op (the CNN's two oneDNN convolutions) are two pieces of one name."""
+    conv = "mkldnn._convolution_pointwise.default (extern)"
+    row = {"case": "cnn", "threads": 16, "vs eager": 1.6, "vs inductor": 0.7,
+           "profile": {"crucible": [(conv, 327.0), ("k_maxpool", 300.0), (conv, 181.0)]},
+           "profile_one_thread": {"crucible": [(conv, 900.0), (conv, 2000.0), ("k_maxpool", 700.0)]}}
+    (_, line) = cpu.where_time_goes([row])
+    assert line == (f"  crucible 808 [1 thread 3600] us: {conv} 327 [1 thread 2000]; k_maxpool 300 [1 thread 700]; "
+                    f"{conv} 181 [1 thread 900]")
