@@ -17,6 +17,8 @@ Three bytes of the lock file: HOLD (shared by compiles, exclusive for the timing
 timing at a time queues for HOLD) and PENDING (shared by every row waiting to time or timing; a
 compile starts only once it can take it exclusively, i.e. when no timing is pending).
 
+Each worker prints its changes of phase (``phase``), so a row that times out says whether it was
+compiling, waiting for its turn or timing, and for how long.
 This module imports nothing heavy: run as a script it is the worker's entry point, taking its
 shared hold before ``import torch`` so that even a worker's start-up never overlaps a timing.
 """
@@ -66,12 +68,14 @@ class Turns:
             self.state = "compiling"
             return
         self.release()
+        phase("waiting to compile")
         self._lock(fcntl.LOCK_EX, _PENDING)  # waits while any timing runs or is waiting to
         self._lock(fcntl.LOCK_UN, _PENDING)
         self._lock(fcntl.LOCK_EX, _TURNSTILE)  # a timing that asked since then goes first
         self._lock(fcntl.LOCK_SH, _HOLD)
         self._lock(fcntl.LOCK_UN, _TURNSTILE)
         self.state = "compiling"
+        phase("compiling")
 
     def timing(self) -> None:
         """From here on this process times: alone on the host (among this run's workers)."""
@@ -79,10 +83,32 @@ class Turns:
             self.state = "timing"
             return
         self.release()
+        phase("waiting to time")
         self._lock(fcntl.LOCK_SH, _PENDING)  # no new compile starts from now on
         self._lock(fcntl.LOCK_EX, _TURNSTILE)  # one timing at a time
         self._lock(fcntl.LOCK_EX, _HOLD)  # until the running compiles finish
         self.state = "timing"
+        phase("timing")
+
+
+PHASE = "TURN "  # a worker under a lock prints each change of phase: this prefix, the phase, the wall time
+WAITS = {"waiting to time": "waiting for its timing turn: a timing waits until every running compile of "
+                            "the rows sharing the lock has finished",
+         "waiting to compile": "waiting to compile: a compile waits while any timing runs or waits"}
+
+
+def phase(name: str) -> None:
+    """Tell the parent (``run_row``) what this worker does from now on: a row that times out says where."""
+    print(f"{PHASE}{name} {time.time():.3f}", flush=True)
+
+
+def where_it_stopped(out: str, now: float) -> str:
+    """The phase a worker's output last announced (``phase``) and for how long, for a timeout's message."""
+    last = [line[len(PHASE):].rsplit(" ", 1) for line in out.splitlines() if line.startswith(PHASE)]
+    if not last:
+        return "starting up"
+    name, since = last[-1]
+    return f"{WAITS.get(name, name)}, for its last {now - float(since):.0f} s"
 
 
 def _turns_file(text: str) -> Path:
@@ -145,7 +171,8 @@ def run_row(bench: str, lock: str | None, argv: list[str], timeout: float, name:
     printed, or the row's error (a timeout, or the exit status and the last line of stderr)."""
     status, out, err = run_worker(worker_command(lock, argv, bench), timeout)
     if status is None:
-        return {"model": name, "dtype": dtype, "error": f"timeout after {timeout:.0f} s", "backends": {}}
+        where = f" ({where_it_stopped(out, time.time())})" if lock is not None else ""
+        return {"model": name, "dtype": dtype, "error": f"timeout after {timeout:.0f} s{where}", "backends": {}}
     for line in out.splitlines():
         if line.startswith(RESULT):
             return json.loads(line[len(RESULT):])

@@ -33,7 +33,8 @@ def _child(lock: Path, phase: str, hold: float = 0.0) -> subprocess.Popen:
 
 def _started(proc: subprocess.Popen) -> float:
     out, _ = proc.communicate(timeout=30)
-    return float(out.split()[0])
+    (line,) = [line for line in out.splitlines() if not line.startswith(turns.PHASE)]  # its phases aside
+    return float(line)
 
 
 def test_a_timing_waits_for_compiles_and_later_compiles_wait_for_it(tmp_path) -> None:
@@ -78,6 +79,25 @@ def test_compiles_share_the_lock(tmp_path) -> None:
     assert other - start < 10  # did not wait for this process's release
     mine.timing()  # the other compile has exited: nothing holds the lock
     mine.release()
+
+
+def test_a_row_that_times_out_says_which_phase_it_was_in(tmp_path, monkeypatch) -> None:
+    """The forty-fourth session's inference rows shared the lock with max-autotune rows and timed out at
+    280 s, saying only that: they had compiled and then waited out the others' minutes of compiles for
+    their timing turn. A worker announces each phase, and a timeout names the last one and its length."""
+    lock = tmp_path / "turns.lock"
+    mine = Turns(str(lock))
+    mine.compiling()  # a long compile elsewhere: the row's timing waits for it
+    code = CHILD.format(path=turns.__file__, lock=str(lock), phase="compiling", hold=0) + "t.timing()\n"
+    monkeypatch.setattr(turns, "worker_command", lambda lock, argv, bench: [sys.executable, "-c", code])
+    try:
+        row = turns.run_row("models", str(lock), [], 2.0, "m", "fp32")
+    finally:
+        mine.release()
+    assert row["error"].startswith("timeout after 2 s (waiting for its timing turn: a timing waits until every "
+                                   "running compile of the rows sharing the lock has finished, for its last ")
+    assert turns.where_it_stopped("", 0.0) == "starting up"
+    assert turns.where_it_stopped(f"{turns.PHASE}compiling 100.0\n", 130.4) == "compiling, for its last 30 s"
 
 
 def test_run_all_keeps_order_runs_at_once_and_spends_its_budget(tmp_path) -> None:
