@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, _absolute, magnitude_expr, namespace
+from harness.fuzz.graph import ACCUMULATION_NOISE, FuzzGraph, _absolute, magnitude_expr, namespace, taken_output
 from harness.fuzz.specs import OP_SPECS
 from harness.fuzz.values import DTYPES, make_input
 
@@ -74,10 +74,11 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     product may overflow by its order (see the module's docstring)."""
     upstream = graph.upstream([name])
     kinds = {**ACCUMULATION_NOISE, **PRODUCTS}  # op -> its accumulating output
-    # a node names fewer outputs than its op has where the graph takes one (native_group_norm(...)[0])
-    nodes = [(n, kinds[n.op]) for n in graph.nodes if n.op in kinds and kinds[n.op] < len(n.outputs)
-             and n.outputs[kinds[n.op]] in upstream
-             and DTYPES.get(n.out_meta[kinds[n.op]][1], torch.int64).is_floating_point]
+    # (node, where its accumulating output is among its values): a node that takes one output of the op
+    # (native_group_norm(...)[1]) names only that one (``taken_output``)
+    at = {id(n): taken_output(n, kinds[n.op]) for n in graph.nodes if n.op in kinds}
+    nodes = [(n, at[id(n)]) for n in graph.nodes if at.get(id(n)) is not None and n.outputs[at[id(n)]] in upstream
+             and DTYPES.get(n.out_meta[at[id(n)]][1], torch.int64).is_floating_point]
     if not nodes:
         return False
     try:
