@@ -380,21 +380,20 @@ def where_time_goes(rows: list[dict]) -> list[str]:
             continue
         single = r.get("profile_one_thread", {})
         for backend, pieces in r["profile"].items():
-            total = sum(us for _, us in pieces)
             # pieces of one name (two calls of the same extern op) are matched largest to largest
             alone: dict[str, list[float]] = {}
             for name, us in sorted(single.get(backend, []), key=lambda p: -p[1]):
                 alone.setdefault(_piece_key(name), []).append(us)
-            whole = sum(us for _, us in single.get(backend, [])) if single.get(backend) else None
-
-            def at_one(name: str | None, us: float, alone: dict = alone, whole: float | None = whole) -> str:
-                found = alone.get(_piece_key(name or ""))
-                one = whole if name is None else (found.pop(0) if found else None)
-                return f"{us:.0f}" + (f" [1 thread {one:.0f}]" if one is not None else "")
-
-            top = "; ".join(f"{name} {at_one(name, us)}" for name, us in pieces[:PROFILE_TOP])
-            lines.append(f"  {backend} {at_one(None, total)} us: {top}")
+            whole = sum(us for _, us in single[backend]) if single.get(backend) else None
+            top = "; ".join(f"{name} {us:.0f}{_one_thread((alone.get(_piece_key(name)) or [None]).pop(0))}"
+                            for name, us in pieces[:PROFILE_TOP])
+            lines.append(f"  {backend} {sum(us for _, us in pieces):.0f}{_one_thread(whole)} us: {top}")
     return lines
+
+
+def _one_thread(us: float | None) -> str:
+    """A piece's time at 1 thread, in brackets after its own (nothing where it was not profiled there)."""
+    return "" if us is None else f" [1 thread {us:.0f}]"
 
 
 def pin_allocator() -> str:

@@ -76,9 +76,11 @@ def ill_conditioned(graph: FuzzGraph, name: str) -> bool:
     kinds = {**ACCUMULATION_NOISE, **PRODUCTS}  # op -> its accumulating output
     # (node, where its accumulating output is among its values): a node that takes one output of the op
     # (native_group_norm(...)[1]) names only that one (``taken_output``)
-    at = {id(n): taken_output(n, kinds[n.op]) for n in graph.nodes if n.op in kinds}
-    nodes = [(n, at[id(n)]) for n in graph.nodes if at.get(id(n)) is not None and n.outputs[at[id(n)]] in upstream
-             and DTYPES.get(n.out_meta[at[id(n)]][1], torch.int64).is_floating_point]
+    nodes = []
+    for n in graph.nodes:
+        at = taken_output(n, kinds[n.op]) if n.op in kinds else None
+        if at is not None and n.outputs[at] in upstream and DTYPES.get(n.out_meta[at][1], torch.int64).is_floating_point:
+            nodes.append((n, at))
     if not nodes:
         return False
     try:
